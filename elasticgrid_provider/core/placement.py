@@ -1,0 +1,108 @@
+"""A placement: how many nodes run on which provider, and what that costs.
+
+A placement is the planner's answer and the launch layer's input. It lists
+per-provider shares in failover order (the order the planner filled them),
+and derives everything else: total nodes, cost per hour, spot fraction, the
+ordered infra references. It round-trips through plain JSON so it can travel
+as an Airflow XCom; ``to_dict()`` keeps elasticgrid 0.1.0's keys
+(``assignments`` as ``[{"provider", "nodes"}]``, ``total_nodes``,
+``cost_per_hour``, ``spot_fraction``, ``infra_refs``) and adds each share's
+provider details so the launch layer needs nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.providers import PROVIDER_FIELDS, Provider, provider_from_dict
+from elasticgrid_provider.core.validation import check_integer, check_mapping
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One provider's share of a placement."""
+
+    provider: Provider
+    nodes: int
+
+    def __post_init__(self) -> None:
+        check_integer(f"assignment {self.provider.name!r} nodes", self.nodes, minimum=1)
+        if self.nodes > self.provider.max_nodes:
+            raise ElasticGridError(
+                f"assignment {self.provider.name!r} nodes {self.nodes} exceeds its "
+                f"max_nodes {self.provider.max_nodes}"
+            )
+
+    @property
+    def cost_per_hour(self) -> float:
+        """What this share costs per hour."""
+        return self.nodes * self.provider.cost_per_node_hour
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Per-provider shares in failover order; totals and costs are derived."""
+
+    assignments: tuple[Assignment, ...] = ()
+
+    @property
+    def total_nodes(self) -> int:
+        """Nodes over all shares."""
+        return sum(share.nodes for share in self.assignments)
+
+    @property
+    def cost_per_hour(self) -> float:
+        """Dollars per hour for the whole placement, rounded to the cent."""
+        return round(sum(share.cost_per_hour for share in self.assignments), 2)
+
+    @property
+    def spot_nodes(self) -> int:
+        """Nodes placed on spot capacity."""
+        return sum(share.nodes for share in self.assignments if share.provider.spot)
+
+    @property
+    def spot_fraction(self) -> float:
+        """Share of nodes on spot capacity (0 for an empty placement)."""
+        total = self.total_nodes
+        return self.spot_nodes / total if total else 0.0
+
+    @property
+    def infra_refs(self) -> list[str]:
+        """The providers' infra references in failover order."""
+        return [share.provider.infra_ref for share in self.assignments]
+
+    def nodes_by_provider(self) -> dict[str, int]:
+        """``{provider name: nodes}``: what two placements are compared by."""
+        return {share.provider.name: share.nodes for share in self.assignments}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON for XCom and ``--json``; the inverse of :meth:`from_dict`."""
+        return {
+            "assignments": [
+                {**share.provider.to_dict(), "provider": share.provider.name, "nodes": share.nodes}
+                for share in self.assignments
+            ],
+            "total_nodes": self.total_nodes,
+            "cost_per_hour": self.cost_per_hour,
+            "spot_fraction": round(self.spot_fraction, 6),
+            "infra_refs": self.infra_refs,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Placement:
+        """Rebuild a placement from :meth:`to_dict` output (for example an XCom)."""
+        check_mapping("placement", data)
+        entries = data.get("assignments")
+        if not isinstance(entries, list):
+            raise ElasticGridError(f"placement assignments must be a list, got {entries!r}")
+        shares = []
+        for position, entry in enumerate(entries):
+            check_mapping(f"placement assignment {position}", entry)
+            fields = {key: value for key, value in entry.items() if key in PROVIDER_FIELDS}
+            fields.setdefault("name", entry.get("provider"))
+            if "nodes" not in entry:
+                raise ElasticGridError(f"placement assignment {position} is missing the field 'nodes'")
+            shares.append(Assignment(provider_from_dict(fields, position), entry["nodes"]))
+        return cls(tuple(shares))
