@@ -1,0 +1,451 @@
+"""Render a placement into iroh-tinker launch specs.
+
+iroh-tinker's ``JobManager.launch`` walks ``resources.infra`` in order and runs
+the *whole* job on the first target that provisions (SPEC 4.6.7). One spec
+with ``num_nodes=100`` and ``infra=[aws, gcp]`` therefore asks aws for all 100
+nodes. So a placement is launched as **parts**: one iroh-tinker job per
+provider share, named ``<job>--<provider>``, each with only its own engine
+target, all sharing one rendezvous, and each telling its ranks where they sit
+in the global job through environment variables:
+
+=============================  ==============================================
+``ELASTICGRID_JOB``            the job name
+``ELASTICGRID_PART``           the part name (``<job>--<provider>``)
+``ELASTICGRID_RANK_OFFSET``    global rank of the part's first process
+``ELASTICGRID_WORLD_SIZE``     processes in the whole job (all parts)
+``ELASTICGRID_PROCS_PER_NODE`` processes per node
+=============================  ==============================================
+
+iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
+``IROH_TINKER_JOB_DIR`` and ``IROH_TINKER_RENDEZVOUS``;
+:mod:`elasticgrid_provider.runtime` turns all of them into a global rank.
+
+Rules:
+
+* Rendezvous URIs are ``dir:/path``, a plain path (= ``dir``),
+  ``s3://bucket[/prefix]`` or ``gs://bucket[/prefix]``; any other scheme is an
+  error (0.1.0 silently mapped everything to ``dir``, SPEC 4.6.8).
+* **Every launch needs a fresh rendezvous.** iroh's socket transport publishes
+  ``rank-<n>.json`` in the rendezvous directory and trusts whatever it finds
+  there; files left by an earlier launch (at another world size) make ranks
+  dial dead peers. The caller picks a new directory/prefix per launch.
+* A multi-process job launched in parts must name a rendezvous: iroh's
+  default (``.cache/iroh_tinker`` relative to the launcher's working
+  directory) is shared by every job and never cleaned.
+* Job names are directory names: 1-128 characters of ``A-Z a-z 0-9 . _ -``,
+  starting with a letter or digit, and without ``--`` (reserved as the
+  job/provider separator, so a part name splits back unambiguously).
+  Provider names used in parts follow the same character rule.
+* ``options.envs`` may not set the variables above nor the ones iroh's
+  runner owns (``RANK``, ``WORLD_SIZE``, ``IROH_TINKER_JOB_DIR``,
+  ``IROH_TINKER_RENDEZVOUS``): they would be silently overridden.
+
+This module is pure: no Airflow import, and iroh_tinker (which pulls numpy)
+is imported only inside the functions that validate a spec, because Airflow
+parses modules that import this one every few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.validation import (
+    check_choice,
+    check_integer,
+    check_mapping,
+    check_text,
+    reject_unknown_keys,
+)
+
+if TYPE_CHECKING:
+    from iroh_tinker.cloud.spec import LaunchSpec
+
+ENV_JOB = "ELASTICGRID_JOB"
+ENV_PART = "ELASTICGRID_PART"
+ENV_RANK_OFFSET = "ELASTICGRID_RANK_OFFSET"
+ENV_WORLD_SIZE = "ELASTICGRID_WORLD_SIZE"
+ENV_PROCS_PER_NODE = "ELASTICGRID_PROCS_PER_NODE"
+ELASTICGRID_ENV_NAMES = (ENV_JOB, ENV_PART, ENV_RANK_OFFSET, ENV_WORLD_SIZE, ENV_PROCS_PER_NODE)
+"""The variables a launch sets on every rank (the contract with runtime.py)."""
+
+IROH_RUNNER_ENV_NAMES = ("RANK", "WORLD_SIZE", "IROH_TINKER_JOB_DIR", "IROH_TINKER_RENDEZVOUS")
+"""Variables iroh-tinker sets itself on every rank, after the spec's envs."""
+
+PART_SEPARATOR = "--"
+"""Joins the job name and the provider name into a part name."""
+
+MAX_NAME_LENGTH = 128
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_OBJECT_STORE_SCHEMES = ("s3", "gs")
+RECOVERY_MODES = ("restart", "none")
+
+
+def check_job_name(name: Any) -> str:
+    """Return ``name`` if it is a valid job name (see the module rules), or raise."""
+    check_text("job name", name)
+    if not _NAME_PATTERN.fullmatch(name) or len(name) > MAX_NAME_LENGTH:
+        raise ElasticGridError(
+            f"job name must be 1-{MAX_NAME_LENGTH} characters of letters, digits, '.', '_' "
+            f"or '-', starting with a letter or digit, got {name!r}"
+        )
+    if PART_SEPARATOR in name:
+        raise ElasticGridError(
+            f"job name must not contain {PART_SEPARATOR!r} (it separates job and provider "
+            f"in part names), got {name!r}"
+        )
+    return name
+
+
+def part_name(job_name: str, provider: Provider) -> str:
+    """``<job>--<provider name>``: the iroh-tinker job name of one provider's share."""
+    check_job_name(job_name)
+    if not _NAME_PATTERN.fullmatch(provider.name):
+        raise ElasticGridError(
+            f"provider name must be letters, digits, '.', '_' or '-', starting with a letter "
+            f"or digit, to name a launch part, got {provider.name!r}"
+        )
+    name = f"{job_name}{PART_SEPARATOR}{provider.name}"
+    if len(name) > 2 * MAX_NAME_LENGTH:
+        raise ElasticGridError(f"part name is too long, got {name!r}")
+    return name
+
+
+def rendezvous_spec_fields(uri: Any) -> dict[str, str]:
+    """Map a rendezvous URI to iroh-tinker ``RendezvousSpec`` fields.
+
+    ``dir:/x`` and ``/x`` give ``{"mode": "dir", "uri": "/x"}``; ``s3://b/p``
+    and ``gs://b/p`` keep the full URI as ``uri`` (iroh's ``env_uri`` then
+    hands ranks exactly that URI; a bare ``b/p`` would reach ranks as
+    ``s3:b/p``, which iroh reads as a directory). Anything else raises.
+    """
+    check_text("rendezvous", uri)
+    text = uri.strip()
+    if text.startswith("dir:"):
+        path = text[len("dir:") :]
+        if not path.strip():
+            raise ElasticGridError(f"rendezvous dir: URI needs a path, got {uri!r}")
+        return {"mode": "dir", "uri": path}
+    scheme = _URI_SCHEME.match(text)
+    if scheme is None:
+        return {"mode": "dir", "uri": text}
+    mode = scheme.group(1).lower()
+    if mode in _OBJECT_STORE_SCHEMES:
+        prefix = f"{mode}://"
+        if not text.lower().startswith(prefix) or not text[len(prefix) :].split("/", 1)[0]:
+            raise ElasticGridError(
+                f"rendezvous must look like {prefix}bucket/prefix, got {uri!r}"
+            )
+        return {"mode": mode, "uri": prefix + text[len(prefix) :]}
+    raise ElasticGridError(
+        "rendezvous must be 'dir:/path', a plain path, 's3://bucket/prefix' or "
+        f"'gs://bucket/prefix', got {uri!r}"
+    )
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+def _check_envs(envs: Any) -> dict[str, str]:
+    if isinstance(envs, Mapping):
+        envs = dict(envs)
+    check_mapping("envs", envs)
+    checked: dict[str, str] = {}
+    for key, value in envs.items():
+        if not isinstance(key, str) or not _ENV_NAME_PATTERN.fullmatch(key):
+            raise ElasticGridError(f"envs name must be a valid variable name, got {key!r}")
+        if key in ELASTICGRID_ENV_NAMES or key in IROH_RUNNER_ENV_NAMES:
+            raise ElasticGridError(f"envs must not set {key!r}: the launch sets it itself")
+        checked[key] = check_text(f"envs {key}", value, allow_empty=True)
+    return checked
+
+
+def _check_recovery(recovery: Any) -> dict[str, Any]:
+    if isinstance(recovery, Mapping):
+        recovery = dict(recovery)
+    check_mapping("recovery", recovery)
+    reject_unknown_keys("recovery", recovery, {"mode", "max_restarts", "signal_grace_s"})
+    checked: dict[str, Any] = {"mode": check_choice("recovery mode", recovery.get("mode", "restart"), RECOVERY_MODES)}
+    if "max_restarts" in recovery:
+        checked["max_restarts"] = check_integer("recovery max_restarts", recovery["max_restarts"])
+    if "signal_grace_s" in recovery:
+        checked["signal_grace_s"] = check_integer(
+            "recovery signal_grace_s", recovery["signal_grace_s"]
+        )
+    return checked
+
+
+def _check_checkpoint(checkpoint: Any) -> dict[str, Any]:
+    if isinstance(checkpoint, Mapping):
+        checkpoint = dict(checkpoint)
+    check_mapping("checkpoint", checkpoint)
+    reject_unknown_keys("checkpoint", checkpoint, {"uri", "interval_steps"})
+    checked: dict[str, Any] = {}
+    if checkpoint.get("uri") is not None:
+        checked["uri"] = check_text("checkpoint uri", checkpoint["uri"])
+    if "interval_steps" in checkpoint:
+        checked["interval_steps"] = check_integer(
+            "checkpoint interval_steps", checkpoint["interval_steps"]
+        )
+    return checked
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What to run and how, independent of where: everything a spec needs but the placement.
+
+    ``envs``, ``recovery`` and ``checkpoint`` are stored as read-only
+    mappings (pass plain dicts); they take no part in the hash, so options
+    stay hashable. ``rendezvous`` is a URI (see :func:`rendezvous_spec_fields`)
+    and must be fresh for every launch.
+    """
+
+    run: str
+    workdir: str = "."
+    procs_per_node: int = 1
+    backend: str = "numpy"
+    envs: Mapping[str, str] = field(default_factory=dict, hash=False)
+    setup: str | None = None
+    rendezvous: str | None = None
+    recovery: Mapping[str, Any] | None = field(default=None, hash=False)
+    checkpoint: Mapping[str, Any] | None = field(default=None, hash=False)
+    instance_type: str | None = None
+
+    def __post_init__(self) -> None:
+        check_text("run", self.run)
+        check_text("workdir", self.workdir)
+        object.__setattr__(
+            self, "procs_per_node", check_integer("procs_per_node", self.procs_per_node, minimum=1)
+        )
+        check_text("backend", self.backend)
+        object.__setattr__(self, "envs", _frozen(_check_envs(self.envs)))
+        if self.setup is not None:
+            check_text("setup", self.setup)
+        if self.rendezvous is not None:
+            rendezvous_spec_fields(self.rendezvous)
+        if self.recovery is not None:
+            object.__setattr__(self, "recovery", _frozen(_check_recovery(self.recovery)))
+        if self.checkpoint is not None:
+            object.__setattr__(self, "checkpoint", _frozen(_check_checkpoint(self.checkpoint)))
+        if self.instance_type is not None:
+            check_text("instance_type", self.instance_type)
+
+
+def _check_placement(placement: Any) -> Placement:
+    if not isinstance(placement, Placement):
+        raise ElasticGridError(f"placement must be a Placement, got {placement!r}")
+    if placement.total_nodes < 1:
+        raise ElasticGridError("placement is empty (0 nodes): there is nothing to launch")
+    return placement
+
+
+def _check_options(options: Any) -> LaunchOptions:
+    if not isinstance(options, LaunchOptions):
+        raise ElasticGridError(f"options must be LaunchOptions, got {options!r}")
+    return options
+
+
+def _instance_type(placement: Placement, options: LaunchOptions) -> str | None:
+    if options.instance_type:
+        return options.instance_type
+    return placement.assignments[0].provider.accelerator or None
+
+
+def _spec_dict(
+    *,
+    name: str,
+    options: LaunchOptions,
+    num_nodes: int,
+    infra: list[str],
+    use_spot: bool,
+    instance_type: str | None,
+    envs: dict[str, str],
+) -> dict[str, Any]:
+    """The plain JSON document ``spec_from_dict`` reads; iroh defaults fill the rest."""
+    resources: dict[str, Any] = {"infra": infra, "use_spot": use_spot}
+    if instance_type:
+        resources["instance_type"] = instance_type
+    spec: dict[str, Any] = {
+        "name": name,
+        "run": options.run,
+        "workdir": options.workdir,
+        "num_nodes": num_nodes,
+        "procs_per_node": options.procs_per_node,
+        "backend": options.backend,
+        "envs": envs,
+        "resources": resources,
+    }
+    if options.setup is not None:
+        spec["setup"] = options.setup
+    if options.rendezvous is not None:
+        spec["rendezvous"] = rendezvous_spec_fields(options.rendezvous)
+    if options.recovery is not None:
+        spec["recovery"] = dict(options.recovery)
+    if options.checkpoint is not None:
+        spec["checkpoint"] = dict(options.checkpoint)
+    return spec
+
+
+def _rank_envs(
+    options: LaunchOptions, job: str, part: str, rank_offset: int, world_size: int
+) -> dict[str, str]:
+    return {
+        **options.envs,
+        ENV_JOB: job,
+        ENV_PART: part,
+        ENV_RANK_OFFSET: str(rank_offset),
+        ENV_WORLD_SIZE: str(world_size),
+        ENV_PROCS_PER_NODE: str(options.procs_per_node),
+    }
+
+
+def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
+    """Build an iroh-tinker ``LaunchSpec`` with ``spec_from_dict`` (which validates).
+
+    iroh-tinker's own ``ValueError``/``TypeError`` becomes an
+    :class:`ElasticGridError` naming the spec.
+    """
+    from iroh_tinker.cloud.spec import spec_from_dict
+
+    try:
+        return spec_from_dict(spec)
+    except (TypeError, ValueError) as exc:
+        raise ElasticGridError(f"launch spec {spec.get('name')!r} is invalid: {exc}") from exc
+
+
+def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
+    """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4).
+
+    ``num_nodes`` is the placement total, ``resources.infra`` the providers'
+    engine targets in failover order (repeats dropped), ``use_spot`` true when
+    any share is spot, ``instance_type`` from the options or else the first
+    share's accelerator. Ranks get the ``ELASTICGRID_*`` variables as a
+    single part (offset 0).
+
+    This is a description, not what launches use: iroh-tinker runs the whole
+    job on the first infra target that provisions (SPEC 4.6.7), so this spec
+    asks the first provider for every node. Launch with
+    :func:`build_launch_parts`.
+    """
+    placement = _check_placement(placement)
+    options = _check_options(options)
+    check_job_name(name)
+    infra = list(dict.fromkeys(share.provider.engine_target for share in placement.assignments))
+    world_size = placement.total_nodes * options.procs_per_node
+    spec = _spec_dict(
+        name=name,
+        options=options,
+        num_nodes=placement.total_nodes,
+        infra=infra,
+        use_spot=placement.spot_nodes > 0,
+        instance_type=_instance_type(placement, options),
+        envs=_rank_envs(options, name, name, 0, world_size),
+    )
+    return validate_spec_dict(spec)
+
+
+@dataclass(frozen=True)
+class LaunchPart:
+    """One provider's share of a job, as one iroh-tinker job.
+
+    ``spec_json`` holds the part's launch spec as canonical JSON (immutable,
+    hashable); ``spec_dict`` returns a fresh plain dict of it for files, logs
+    and XCom. ``rank_offset`` is the global rank of the part's first process
+    and ``world_size`` the global process count.
+    """
+
+    job_name: str
+    part_name: str
+    provider: Provider
+    nodes: int
+    rank_offset: int
+    world_size: int
+    spec_json: str
+
+    @property
+    def spec_dict(self) -> dict[str, Any]:
+        """The part's launch spec as a plain JSON dict (a new copy on every call)."""
+        parsed: dict[str, Any] = json.loads(self.spec_json)
+        return parsed
+
+    @property
+    def engine_target(self) -> str:
+        """The single ``resources.infra`` entry of this part."""
+        return self.provider.engine_target
+
+    def to_launch_spec(self) -> LaunchSpec:
+        """The validated iroh-tinker ``LaunchSpec`` (imports iroh_tinker)."""
+        return validate_spec_dict(self.spec_dict)
+
+    def write_spec(self, path: str | Path) -> Path:
+        """Write the spec as JSON to ``path`` (``JobManager.launch`` takes a file path)."""
+        target = Path(path)
+        if target.suffix.lower() != ".json":
+            raise ElasticGridError(f"spec file must end in .json, got {str(target)!r}")
+        target.write_text(json.dumps(self.spec_dict, indent=2) + "\n")
+        return target
+
+
+def build_launch_parts(
+    placement: Placement, name: str, options: LaunchOptions
+) -> tuple[LaunchPart, ...]:
+    """Render one launch part per provider share, in failover order (SPEC 6.3).
+
+    Each part has ``num_nodes`` = its share, ``resources.infra`` = only its
+    provider's engine target, ``use_spot`` = that provider's spot flag, the
+    same rendezvous as every other part, and the ``ELASTICGRID_*`` variables
+    that place its ranks in the global job. Global ranks are assigned in
+    share order. Specs are validated with iroh-tinker before returning.
+    """
+    placement = _check_placement(placement)
+    options = _check_options(options)
+    check_job_name(name)
+    world_size = placement.total_nodes * options.procs_per_node
+    if world_size > 1 and options.rendezvous is None:
+        raise ElasticGridError(
+            f"rendezvous is required to launch {world_size} processes in parts, got None"
+        )
+    parts: list[LaunchPart] = []
+    rank_offset = 0
+    for share in placement.assignments:
+        provider = share.provider
+        part = part_name(name, provider)
+        if any(earlier.part_name == part for earlier in parts):
+            raise ElasticGridError(
+                f"placement lists provider {provider.name!r} more than once; parts need one share "
+                "per provider"
+            )
+        spec = _spec_dict(
+            name=part,
+            options=options,
+            num_nodes=share.nodes,
+            infra=[provider.engine_target],
+            use_spot=provider.spot,
+            instance_type=options.instance_type or provider.accelerator or None,
+            envs=_rank_envs(options, name, part, rank_offset, world_size),
+        )
+        validate_spec_dict(spec)
+        parts.append(
+            LaunchPart(
+                job_name=name,
+                part_name=part,
+                provider=provider,
+                nodes=share.nodes,
+                rank_offset=rank_offset,
+                world_size=world_size,
+                spec_json=json.dumps(spec, sort_keys=True),
+            )
+        )
+        rank_offset += share.nodes * options.procs_per_node
+    return tuple(parts)

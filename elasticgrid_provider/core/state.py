@@ -1,0 +1,182 @@
+"""The scale state of one job, as it is kept between checks.
+
+Each scale check may run in a new process on another worker, so everything a
+decision depends on is in this one JSON document, stored as one Airflow
+Variable per job (:func:`state_variable_key`):
+
+* ``window``: the rolling window of step samples at the job's current size;
+* ``cursors``: per step log, the byte offset already consumed;
+* ``cooldown``: when the job was last resized, and in which direction;
+* ``current_nodes``: the job's size when the state was written;
+* ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
+  holding the decision *and* its inputs, so it can be replayed exactly;
+* ``skipped_lines``: how many malformed step-log lines were skipped so far;
+* ``revision``: incremented on every write, so a reader can tell states apart;
+* ``schema_version``: the layout of this document; unknown versions are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.samples import MetricsWindow
+from elasticgrid_provider.core.scheduler import CooldownClock, ElasticScheduler, ScaleDecision
+from elasticgrid_provider.core.validation import check_mapping
+
+SCHEMA_VERSION = 1
+DEFAULT_HISTORY_LIMIT = 20
+
+
+def state_variable_key(job_name: str) -> str:
+    """The Airflow Variable that holds ``job_name``'s scale state."""
+    return f"elasticgrid_scale_state__{job_name}"
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    """Everything a decision was computed from; :meth:`decide` reproduces it exactly."""
+
+    scheduler: ElasticScheduler
+    window: MetricsWindow
+    now: float
+    current_nodes: int
+    cooldown: CooldownClock = field(default_factory=CooldownClock)
+    deadline_at: float | None = None
+    remaining_steps: float | None = None
+    remaining_tokens: float | None = None
+
+    def decide(self) -> ScaleDecision:
+        """Run the scheduler on these inputs."""
+        return self.scheduler.decide(
+            self.window,
+            now=self.now,
+            current_nodes=self.current_nodes,
+            cooldown=self.cooldown,
+            deadline_at=self.deadline_at,
+            remaining_steps=self.remaining_steps,
+            remaining_tokens=self.remaining_tokens,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON; the inverse of :meth:`from_dict`."""
+        return {
+            "scheduler": self.scheduler.to_dict(),
+            "window": self.window.to_dict(),
+            "now": self.now,
+            "current_nodes": self.current_nodes,
+            "cooldown": self.cooldown.to_dict(),
+            "deadline_at": self.deadline_at,
+            "remaining_steps": self.remaining_steps,
+            "remaining_tokens": self.remaining_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> DecisionInputs:
+        """Rebuild recorded inputs (for replay)."""
+        check_mapping("decision inputs", data)
+        return cls(
+            scheduler=ElasticScheduler.from_dict(data["scheduler"]),
+            window=MetricsWindow.from_dict(data["window"]),
+            now=data["now"],
+            current_nodes=data["current_nodes"],
+            cooldown=CooldownClock.from_dict(data.get("cooldown") or {}),
+            deadline_at=data.get("deadline_at"),
+            remaining_steps=data.get("remaining_steps"),
+            remaining_tokens=data.get("remaining_tokens"),
+        )
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A decision, its inputs, and what surrounded it (job, deadline source, placements)."""
+
+    decision: ScaleDecision
+    inputs: DecisionInputs
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON: the sensor's XCom and one history entry."""
+        return {**self.decision.to_dict(), "context": self.context, "inputs": self.inputs.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> DecisionRecord:
+        """Inverse of :meth:`to_dict`."""
+        check_mapping("decision record", data)
+        decision_fields = {k: v for k, v in data.items() if k not in ("context", "inputs")}
+        return cls(
+            decision=ScaleDecision.from_dict(decision_fields),
+            inputs=DecisionInputs.from_dict(data.get("inputs")),
+            context=dict(data.get("context") or {}),
+        )
+
+    def replay(self) -> ScaleDecision:
+        """Recompute the decision from its recorded inputs."""
+        return self.inputs.decide()
+
+
+@dataclass(frozen=True)
+class ScaleState:
+    """One job's window, cursors, cooldown clock and decision history (see module docstring)."""
+
+    job_name: str
+    window: MetricsWindow = field(default_factory=MetricsWindow)
+    cursors: tuple[tuple[str, int], ...] = ()
+    cooldown: CooldownClock = field(default_factory=CooldownClock)
+    current_nodes: int | None = None
+    history: tuple[dict[str, Any], ...] = ()
+    skipped_lines: int = 0
+    revision: int = 0
+    updated_at: float | None = None
+
+    def cursor(self, source: str) -> int:
+        """The byte offset already consumed in ``source`` (0 when never read)."""
+        return dict(self.cursors).get(source, 0)
+
+    def with_cursor(self, source: str, offset: int) -> ScaleState:
+        """A copy with ``source``'s cursor moved to ``offset``."""
+        cursors = dict(self.cursors)
+        cursors[source] = offset
+        return replace(self, cursors=tuple(sorted(cursors.items())))
+
+    def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
+        """A copy with ``record`` appended to the history (the oldest dropped past ``limit``)."""
+        history = (*self.history, record.to_dict())[-limit:]
+        return replace(self, history=history, cooldown=record.decision.cooldown)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON: the Variable's value."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "job_name": self.job_name,
+            "revision": self.revision,
+            "updated_at": self.updated_at,
+            "current_nodes": self.current_nodes,
+            "window": self.window.to_dict(),
+            "cursors": dict(self.cursors),
+            "cooldown": self.cooldown.to_dict(),
+            "skipped_lines": self.skipped_lines,
+            "history": list(self.history),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ScaleState:
+        """Rebuild a state from a Variable's JSON; refuses unknown schema versions."""
+        check_mapping("scale state", data)
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ElasticGridError(
+                f"scale state schema_version must be {SCHEMA_VERSION}, got {version!r}"
+            )
+        return cls(
+            job_name=data["job_name"],
+            window=MetricsWindow.from_dict(data["window"]),
+            cursors=tuple(sorted((str(k), int(v)) for k, v in data.get("cursors", {}).items())),
+            cooldown=CooldownClock.from_dict(data.get("cooldown") or {}),
+            current_nodes=data.get("current_nodes"),
+            history=tuple(data.get("history", [])),
+            skipped_lines=int(data.get("skipped_lines", 0)),
+            revision=int(data.get("revision", 0)),
+            updated_at=data.get("updated_at"),
+        )

@@ -1,0 +1,396 @@
+"""ElasticGridHook: the connection, the grid, and the only door to iroh-tinker.
+
+The hook turns the ``elasticgrid`` connection into a grid of providers and
+planner defaults, and runs jobs through iroh-tinker's ``JobManager``. Nothing
+is built in ``__init__``: the connection is read, and ``iroh_tinker`` (which
+pulls in numpy) is imported, only when a task first needs them, because
+Airflow imports DAG files, and so this module, every few seconds.
+
+Files, under the JobManager root (``jobs_root``)::
+
+    <job>/manifest.json              which parts make up the job (JobManifest)
+    <job>/.lock                      held while a task launches, stops or checks the job
+    <job>/specs/<launch_id>/*.json   the parts' launch specs, as iroh-tinker reads them
+    <job>/rendezvous/<launch_id>/    a fresh rendezvous per launch (stale rank
+                                     addresses from a previous size break the socket mesh)
+    <job>--<provider>/               iroh-tinker's own folder for each part
+
+The lock is an exclusive ``flock`` on a file next to the job's iroh-tinker
+state. Every worker that can stop or resize a job must already share that
+folder, so the lock needs no extra infrastructure, and it is what makes a
+launch, a resize and a scale check of one job happen one at a time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
+from elasticgrid_provider.core.launch_spec import LaunchOptions, LaunchPart, build_launch_parts
+from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
+from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
+from elasticgrid_provider.core.validation import check_choice, check_number
+
+if TYPE_CHECKING:
+    from iroh_tinker.cloud import JobManager
+
+MANIFEST_NAME = "manifest.json"
+LOCK_NAME = ".lock"
+
+
+class JobLaunchError(RuntimeError):
+    """A part could not be launched; the parts already started were stopped."""
+
+
+@dataclass(frozen=True)
+class GridSettings:
+    """What the connection configures: the grid and the planner defaults."""
+
+    providers: tuple[Provider, ...]
+    max_spot_fraction: float
+    prefer: str
+    jobs_root: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    """What :meth:`ElasticGridHook.launch` did (launched, attached or resized) and the job."""
+
+    action: str
+    snapshot: JobSnapshot
+    previous_nodes: int | None = None
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _part_status(state: Any) -> str:
+    """iroh-tinker's status word for a part; ``dry-run``/unknown words count as failed."""
+    status = str(state.status)
+    return status if status in ("running", "done", "failed", "stopped") else "failed"
+
+
+class ElasticGridHook(BaseHook):
+    """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
+
+    :param elasticgrid_conn_id: connection with the grid and defaults; when it
+        does not exist the built-in default grid applies (and the log says so).
+    :param providers: an inline grid (list of provider dicts) that overrides the connection's.
+    :param jobs_root: the JobManager root; overrides the connection's ``jobs_root``.
+    """
+
+    conn_name_attr = "elasticgrid_conn_id"
+    default_conn_name = "elasticgrid_default"
+    conn_type = "elasticgrid"
+    hook_name = "ElasticGrid"
+
+    def __init__(
+        self,
+        elasticgrid_conn_id: str = default_conn_name,
+        providers: list[dict[str, Any]] | None = None,
+        jobs_root: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.elasticgrid_conn_id = elasticgrid_conn_id
+        self._inline_providers = providers
+        self._jobs_root = jobs_root
+
+    # -- configuration ------------------------------------------------------
+    # The connection form (fields and hidden fields) is declared in get_provider_info,
+    # the Airflow 3.2+ way; the UI stores each field under its own name in ``extra``.
+
+    def _connection_extra(self) -> dict[str, Any] | None:
+        try:
+            connection = self.get_connection(self.elasticgrid_conn_id)
+        except AirflowNotFoundException:
+            return None
+        extra = connection.extra_dejson
+        return extra if isinstance(extra, dict) else {}
+
+    @cached_property
+    def settings(self) -> GridSettings:
+        """The grid and defaults, from the inline grid, the connection or the built-in default."""
+        extra = self._connection_extra()
+        conn = self.elasticgrid_conn_id
+        if extra is None:
+            self.log.info(
+                "Connection %r does not exist; using the built-in default grid.", conn
+            )
+            extra = {}
+        grid_source: Any = self._inline_providers
+        if grid_source is not None:
+            source = "the task's providers argument"
+        elif extra.get("providers") not in (None, "", []):
+            grid_source = extra["providers"]
+            source = f"connection {conn!r}"
+            if isinstance(grid_source, str):
+                try:
+                    grid_source = json.loads(grid_source)
+                except json.JSONDecodeError as exc:
+                    raise ElasticGridError(
+                        f"connection {conn!r} field providers is not valid JSON: {exc.msg}"
+                    ) from None
+        else:
+            source = "the built-in default grid"
+        providers = (
+            DEFAULT_PROVIDERS if grid_source is None else providers_from_dicts(grid_source)
+        )
+        fraction = extra.get("max_spot_fraction")
+        prefer = extra.get("prefer") or "cost"
+        return GridSettings(
+            providers=providers,
+            max_spot_fraction=1.0
+            if fraction in (None, "")
+            else check_number(
+                f"connection {conn!r} field max_spot_fraction", _as_number(fraction), maximum=1.0
+            ),
+            prefer=check_choice(f"connection {conn!r} field prefer", prefer, PREFER_CHOICES),
+            jobs_root=self._jobs_root or extra.get("jobs_root") or None,
+            source=source,
+        )
+
+    def get_planner(
+        self, max_spot_fraction: float | None = None, prefer: str | None = None
+    ) -> GridPlanner:
+        """A planner over the configured grid; arguments override the connection's defaults."""
+        settings = self.settings
+        return GridPlanner(
+            providers=settings.providers,
+            max_spot_fraction=settings.max_spot_fraction
+            if max_spot_fraction is None
+            else max_spot_fraction,
+            prefer=settings.prefer if prefer is None else prefer,
+        )
+
+    # -- the JobManager ------------------------------------------------------
+    @cached_property
+    def jobs_root(self) -> Path:
+        """The JobManager root: explicit, from the connection, or iroh-tinker's default."""
+        configured = self._jobs_root
+        if configured is None:
+            configured = self.settings.jobs_root
+        if configured:
+            return Path(configured).expanduser().resolve()
+        from iroh_tinker.cloud import default_root
+
+        return default_root()
+
+    @cached_property
+    def job_manager(self) -> JobManager:
+        """iroh-tinker's JobManager on :attr:`jobs_root` (imported on first use)."""
+        from iroh_tinker.cloud import JobManager
+
+        return JobManager(root=self.jobs_root)
+
+    def job_folder(self, job_name: str) -> Path:
+        """Where the job's manifest, specs, rendezvous and lock live."""
+        return self.jobs_root / job_name
+
+    @contextmanager
+    def job_lock(self, job_name: str, *, wait: bool = True) -> Iterator[bool]:
+        """Hold the job's exclusive lock; yields False (not held) when ``wait`` is off and it is busy."""
+        folder = self.job_folder(job_name)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / LOCK_NAME, "a+") as handle:
+            flags = fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB
+            try:
+                fcntl.flock(handle.fileno(), flags)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def read_manifest(self, job_name: str) -> JobManifest | None:
+        """The job's manifest, or None when it was never launched here."""
+        path = self.job_folder(job_name) / MANIFEST_NAME
+        if not path.exists():
+            return None
+        return JobManifest.from_dict(json.loads(path.read_text()))
+
+    def _write_manifest(self, manifest: JobManifest) -> None:
+        folder = self.job_folder(manifest.job_name)
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
+        temporary.replace(folder / MANIFEST_NAME)
+
+    def job_snapshot(self, job_name: str) -> JobSnapshot | None:
+        """The job's manifest with each part's live status, or None when there is no job."""
+        manifest = self.read_manifest(job_name)
+        if manifest is None:
+            return None
+        parts = []
+        for part in manifest.parts:
+            try:
+                state = self.job_manager.status(part.name)
+            except KeyError:  # never started: its launch failed or was cut short
+                parts.append(replace(part, status="stopped", last_error="not started"))
+                continue
+            parts.append(
+                replace(
+                    part,
+                    status=_part_status(state),
+                    job_dir=str(state.job_dir),
+                    last_error=state.last_error,
+                )
+            )
+        return JobSnapshot(manifest=manifest, parts=tuple(parts))
+
+    # -- lifecycle -----------------------------------------------------------
+    def launch(
+        self, job_name: str, placement: Placement, options: LaunchOptions
+    ) -> LaunchOutcome:
+        """Run ``placement`` as the job: attach, resize or launch, never two copies.
+
+        * running at the same placement: attach, start nothing;
+        * running at another placement: stop every part, then launch the new one
+          (the training script resumes from its own checkpoint);
+        * otherwise: launch one part per provider share.
+
+        If a part fails to provision, the parts already started are stopped and
+        :class:`JobLaunchError` names each provider's error.
+        """
+        with self.job_lock(job_name):
+            current = self.job_snapshot(job_name)
+            previous_nodes = None
+            action = "launched"
+            if current is not None and current.status == "running":
+                if current.manifest.placement.nodes_by_provider() == placement.nodes_by_provider():
+                    return LaunchOutcome("attached", current, current.nodes)
+                previous_nodes = current.nodes
+                self._stop_parts(current.manifest.parts)
+                action = "resized"
+            snapshot = self._launch_parts(job_name, placement, options)
+            return LaunchOutcome(action, snapshot, previous_nodes)
+
+    def _launch_parts(
+        self, job_name: str, placement: Placement, options: LaunchOptions
+    ) -> JobSnapshot:
+        launch_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        folder = self.job_folder(job_name)
+        if options.rendezvous is None:
+            rendezvous_dir = folder / "rendezvous" / launch_id
+            rendezvous_dir.mkdir(parents=True, exist_ok=True)
+            options = replace(options, rendezvous=f"dir:{rendezvous_dir}")
+        parts = build_launch_parts(placement, job_name, options)
+        spec_folder = folder / "specs" / launch_id
+        spec_folder.mkdir(parents=True, exist_ok=True)
+        records = tuple(self._write_part_spec(part, spec_folder) for part in parts)
+        manifest = JobManifest(
+            job_name=job_name,
+            launch_id=launch_id,
+            launched_at=_utc_now(),
+            placement=placement,
+            world_size=parts[0].world_size,
+            procs_per_node=options.procs_per_node,
+            rendezvous=str(options.rendezvous),
+            run=options.run,
+            parts=records,
+        )
+        # Written before any part starts: a retry after a crash finds the parts it must own.
+        self._write_manifest(manifest)
+        started: list[PartRecord] = []
+        for record in records:
+            try:
+                self.job_manager.launch(record.spec_path)
+            except Exception as exc:
+                self._stop_parts(started)
+                stopped = ", ".join(part.name for part in started) or "none"
+                raise JobLaunchError(
+                    f"job {job_name!r} could not start: provider {record.provider!r} "
+                    f"(part {record.name}) failed: {exc}; stopped the parts already started: "
+                    f"{stopped}"
+                ) from exc
+            started.append(record)
+        snapshot = self.job_snapshot(job_name)
+        assert snapshot is not None  # the manifest was just written
+        return snapshot
+
+    @staticmethod
+    def _write_part_spec(part: LaunchPart, spec_folder: Path) -> PartRecord:
+        path = spec_folder / f"{part.part_name}.json"
+        path.write_text(json.dumps(part.spec_dict, indent=2) + "\n")
+        return PartRecord(
+            name=part.part_name,
+            provider=part.provider.name,
+            engine_target=part.provider.engine_target,
+            nodes=part.nodes,
+            rank_offset=part.rank_offset,
+            spec_path=str(path),
+        )
+
+    def _stop_parts(self, parts: tuple[PartRecord, ...] | list[PartRecord]) -> None:
+        for part in parts:
+            try:
+                self.job_manager.stop(part.name)
+            except KeyError:
+                continue
+            self.log.info("Stopped part %s.", part.name)
+
+    def stop_job(self, job_name: str) -> JobSnapshot | None:
+        """Stop every part of the job; returns the job as it is afterwards (None if unknown)."""
+        with self.job_lock(job_name):
+            manifest = self.read_manifest(job_name)
+            if manifest is None:
+                return None
+            self._stop_parts(manifest.parts)
+            return self.job_snapshot(job_name)
+
+    def failure_report(self, snapshot: JobSnapshot, tail: int = 20) -> str:
+        """For each failed part, the tail of the log of each rank that did not finish."""
+        lines = []
+        for part in snapshot.parts:
+            if part.status != "failed":
+                continue
+            failing_ranks = [
+                rank
+                for rank in range(part.nodes * snapshot.manifest.procs_per_node)
+                if not (Path(part.job_dir) / f"done_{rank}").exists()
+            ] or [0]
+            for rank in failing_ranks:
+                try:
+                    log_tail = self.job_manager.logs(part.name, rank=rank, tail=tail)
+                except KeyError:
+                    log_tail = ""
+                lines.append(
+                    f"part {part.name} rank {rank} failed ({part.last_error or 'no error recorded'}); "
+                    f"last {tail} log lines:\n{log_tail}"
+                )
+        return "\n".join(lines)
+
+    def step_logs(self, snapshot: JobSnapshot) -> list[Path]:
+        """The step-log files the job's reporter writes, one per part folder."""
+        from elasticgrid_provider.runtime import STEP_LOG_NAME
+
+        return [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
+
+
+def _as_number(value: Any) -> Any:
+    """Connection extras from the UI form arrive as strings; numbers stay numbers."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value

@@ -1,0 +1,204 @@
+"""LaunchOperator: run a placement as an iroh-tinker job, faithfully and once.
+
+A placement of ``a: 64, b: 36`` is launched as one iroh-tinker job part per
+provider share (SPEC 6.3), through :meth:`ElasticGridHook.launch`, which
+makes the task safe to retry:
+
+* the job already runs at this placement: attach, start nothing;
+* it runs at another placement: stop it and relaunch at this one (a resize;
+  the training script resumes from its own checkpoint);
+* a part fails to provision: the parts already started are stopped and the
+  task fails naming each provider's error.
+
+The job's identity and state go to XCom (key ``job``) right after the launch.
+With ``wait_for_completion`` the task then waits for the job to end, in the
+worker (polling) or, with ``deferrable``, in the triggerer; a failed job
+fails the task with the tail of the failing rank's log. ``on_kill`` stops
+the job, and a stopped job fails the task rather than passing it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.launch_spec import LaunchOptions
+from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook, JobLaunchError
+from elasticgrid_provider.triggers.job import ENDED_STATUSES, JobStatusTrigger, job_event
+
+
+class LaunchOperator(BaseOperator):
+    """Launch, re-attach to, or resize an elastic training job at a placement.
+
+    :param job_name: the job's name; its parts are ``<job_name>--<provider>`` (templated).
+    :param run: the command each rank runs (templated).
+    :param placement: the placement, usually ``plan.output`` of a PlanPlacementOperator.
+    :param procs_per_node: processes per node.
+    :param backend: iroh-tinker backend name.
+    :param envs: extra environment variables for every rank (templated).
+    :param setup: a setup command run once per part before the ranks start (templated).
+    :param workdir: the ranks' working directory (templated).
+    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh
+        directory per launch under the job's folder.
+    :param recovery: iroh-tinker recovery, e.g. ``{"mode": "none"}``.
+    :param checkpoint: iroh-tinker checkpoint settings.
+    :param wait_for_completion: wait until the job is done or failed.
+    :param poll_interval: seconds between status checks while waiting.
+    :param deferrable: wait in the triggerer instead of a worker slot; default
+        ``[operators] default_deferrable``.
+    :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
+    :return: the job's identity and state (``JobSnapshot.to_dict()``).
+    """
+
+    template_fields: Sequence[str] = (
+        "job_name",
+        "run",
+        "placement",
+        "envs",
+        "setup",
+        "workdir",
+        "rendezvous",
+    )
+    template_fields_renderers = {"placement": "json", "envs": "json"}
+    ui_color = "#fdf1e8"
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        run: str,
+        placement: Any,
+        procs_per_node: int = 1,
+        backend: str = "numpy",
+        envs: dict[str, str] | None = None,
+        setup: str | None = None,
+        workdir: str = ".",
+        rendezvous: str | None = None,
+        recovery: dict[str, Any] | None = None,
+        checkpoint: dict[str, Any] | None = None,
+        wait_for_completion: bool = False,
+        poll_interval: float = 5.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        elasticgrid_conn_id: str = ElasticGridHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_name = job_name
+        self.run = run
+        self.placement = placement
+        self.procs_per_node = procs_per_node
+        self.backend = backend
+        self.envs = envs or {}
+        self.setup = setup
+        self.workdir = workdir
+        self.rendezvous = rendezvous
+        self.recovery = recovery
+        self.checkpoint = checkpoint
+        self.wait_for_completion = wait_for_completion
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+        self.elasticgrid_conn_id = elasticgrid_conn_id
+        self._launched: str | None = None
+
+    @cached_property
+    def hook(self) -> ElasticGridHook:
+        """The hook, built on first use (never at DAG parse time)."""
+        return ElasticGridHook(self.elasticgrid_conn_id)
+
+    def _launch_inputs(self) -> tuple[Placement, LaunchOptions]:
+        try:
+            placement = Placement.from_dict(self.placement)
+            if placement.total_nodes == 0:
+                raise ElasticGridError("placement has no nodes; nothing to launch")
+            options = LaunchOptions(
+                run=self.run,
+                workdir=self.workdir,
+                procs_per_node=self.procs_per_node,
+                backend=self.backend,
+                envs=self.envs,
+                setup=self.setup,
+                rendezvous=self.rendezvous,
+                recovery=self.recovery,
+                checkpoint=self.checkpoint,
+            )
+        except ElasticGridError as exc:
+            raise AirflowFailException(str(exc)) from None
+        return placement, options
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
+        placement, options = self._launch_inputs()
+        try:
+            outcome = self.hook.launch(self.job_name, placement, options)
+        except (JobLaunchError, ElasticGridError) as exc:
+            raise AirflowException(str(exc)) from exc
+        snapshot = outcome.snapshot
+        self._launched = self.job_name
+        job = snapshot.to_dict()
+        context["ti"].xcom_push(key="job", value=job)
+        if outcome.action == "attached":
+            self.log.info(
+                "Job %s is already running at this placement (%d nodes, launch %s); "
+                "attached, started nothing.",
+                self.job_name, snapshot.nodes, snapshot.manifest.launch_id,
+            )
+        else:
+            resized = (
+                f" (resized from {outcome.previous_nodes} nodes)" if outcome.action == "resized" else ""
+            )
+            self.log.info(
+                "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h\n%s",
+                self.job_name, resized, snapshot.nodes, snapshot.manifest.world_size,
+                len(snapshot.parts), self.hook.jobs_root, placement.cost_per_hour,
+                placement_table(placement),
+            )
+        for part in snapshot.parts:
+            self.log.info("Part %s: %d node(s) on %s, logs in %s/logs", part.name, part.nodes,
+                          part.engine_target, part.job_dir)
+        if not self.wait_for_completion:
+            return job
+        if self.deferrable:
+            self.defer(
+                trigger=JobStatusTrigger(
+                    job_name=self.job_name,
+                    jobs_root=str(self.hook.jobs_root),
+                    poll_interval=self.poll_interval,
+                ),
+                method_name="execute_complete",
+            )
+        while True:
+            event = job_event(self.hook, self.job_name)
+            if event["status"] in ENDED_STATUSES:
+                return self.execute_complete(context, event)
+            time.sleep(self.poll_interval)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Finish the wait: pass on ``done``, fail (with the log tail) on anything else."""
+        status = event["status"]
+        job_name = event["job_name"]
+        if status == "done":
+            self.log.info("Job %s is done.", job_name)
+            return event["job"]
+        if status == "failed":
+            raise AirflowException(
+                f"job {job_name!r} failed.\n{event.get('failure_report') or ''}".rstrip()
+            )
+        if status == "missing":
+            raise AirflowException(f"job {job_name!r} has no manifest; it was never launched here")
+        raise AirflowException(f"job {job_name!r} was {status} before it finished")
+
+    def on_kill(self) -> None:
+        """Stop the job this task launched or attached to."""
+        if self._launched is None:
+            return
+        self.log.info("Task killed: stopping job %s.", self._launched)
+        self.hook.stop_job(self._launched)

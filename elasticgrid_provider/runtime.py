@@ -1,0 +1,207 @@
+"""Helpers for training scripts running inside iroh-tinker ranks.
+
+A placement is launched as one iroh-tinker job per provider share ("parts",
+see :mod:`elasticgrid_provider.core.launch_spec`). iroh's runner gives each
+process a *part-local* ``RANK`` and ``WORLD_SIZE``; the launch adds
+``ELASTICGRID_RANK_OFFSET`` and the global ``ELASTICGRID_WORLD_SIZE``.
+:func:`distributed_context` combines them:
+
+* global rank = ``ELASTICGRID_RANK_OFFSET`` + ``RANK``;
+* global world size = ``ELASTICGRID_WORLD_SIZE``, or iroh's ``WORLD_SIZE``
+  when the job was not launched in parts (offset 0);
+* a process started by hand (no ``RANK``) is rank 0 of 1;
+* ``rendezvous_dir`` comes from ``IROH_TINKER_RENDEZVOUS`` (``dir:<path>`` or
+  a bare path); it is ``None`` for ``s3://``/``gs://`` rendezvous, which the
+  socket transport cannot use. The directory must be fresh for every launch:
+  the socket transport trusts any ``rank-<n>.json`` it finds there.
+
+:class:`StepReporter` appends one JSON line per training step to the job's
+step log (``<IROH_TINKER_JOB_DIR>/steps.jsonl``), on global rank 0 only, so a
+job has exactly one step log: in the job directory of the part that holds
+global rank 0. Each line is written with a single ``write`` on an
+``O_APPEND`` descriptor, so a reader sees whole lines, except possibly an
+unfinished last line, which readers must ignore until its newline arrives.
+
+Standard library only (plus this package's stdlib-only validation): no
+Airflow, no iroh_tinker, so it is cheap to import in every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from elasticgrid_provider.core.launch_spec import (
+    ENV_JOB,
+    ENV_PART,
+    ENV_PROCS_PER_NODE,
+    ENV_RANK_OFFSET,
+    ENV_WORLD_SIZE,
+)
+from elasticgrid_provider.core.validation import check_integer, check_number
+
+ENV_RANK = "RANK"
+ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"
+ENV_JOB_DIR = "IROH_TINKER_JOB_DIR"
+ENV_RENDEZVOUS = "IROH_TINKER_RENDEZVOUS"
+
+STEP_LOG_NAME = "steps.jsonl"
+"""File name of the step log inside the job directory of global rank 0's part."""
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    """Where this process sits in the (possibly multi-part) job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    procs_per_node: int
+    job_name: str | None
+    part_name: str | None
+    job_dir: str | None
+    rendezvous_dir: str | None
+
+    @property
+    def is_rank_zero(self) -> bool:
+        """True on the global rank 0 (the one that writes shared files)."""
+        return self.rank == 0
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        if default is None:
+            raise ValueError(f"environment variable {name} is not set")
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError(
+            f"environment variable {name} must be a whole number, got {raw!r}"
+        ) from None
+    if value < minimum:
+        raise ValueError(f"environment variable {name} must be at least {minimum}, got {raw!r}")
+    return value
+
+
+def _rendezvous_dir(raw: str | None) -> str | None:
+    if not raw or not raw.strip():
+        return None
+    value = raw.strip()
+    if value.startswith("dir:"):
+        path = value[len("dir:") :]
+        if not path:
+            raise ValueError(f"environment variable {ENV_RENDEZVOUS} has no path, got {raw!r}")
+        return path
+    if value.startswith(("s3://", "gs://")):
+        return None
+    if "://" in value:
+        raise ValueError(
+            f"environment variable {ENV_RENDEZVOUS} must be dir:<path>, a path, s3:// or gs://, "
+            f"got {raw!r}"
+        )
+    return value
+
+
+def distributed_context(environ: Mapping[str, str] | None = None) -> DistributedContext:
+    """Read this process's global position from the environment (``os.environ`` by default).
+
+    Raises ``ValueError`` naming the variable and value when a variable is not
+    a whole number or the numbers contradict each other.
+    """
+    env = os.environ if environ is None else environ
+    local_rank = _env_int(env, ENV_RANK, 0, 0)
+    local_world = _env_int(env, ENV_LOCAL_WORLD_SIZE, 1, 1)
+    if local_rank >= local_world:
+        raise ValueError(
+            f"environment variable {ENV_RANK} must be below {ENV_LOCAL_WORLD_SIZE} "
+            f"({local_world}), got {env.get(ENV_RANK)!r}"
+        )
+    offset = _env_int(env, ENV_RANK_OFFSET, 0, 0)
+    world = _env_int(env, ENV_WORLD_SIZE, local_world, 1)
+    if offset + local_world > world:
+        raise ValueError(
+            f"environment variable {ENV_WORLD_SIZE} must be at least {ENV_RANK_OFFSET} + "
+            f"{ENV_LOCAL_WORLD_SIZE} ({offset + local_world}), got {env.get(ENV_WORLD_SIZE)!r}"
+        )
+    return DistributedContext(
+        rank=offset + local_rank,
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=local_world,
+        procs_per_node=_env_int(env, ENV_PROCS_PER_NODE, 1, 1),
+        job_name=env.get(ENV_JOB) or None,
+        part_name=env.get(ENV_PART) or None,
+        job_dir=env.get(ENV_JOB_DIR) or None,
+        rendezvous_dir=_rendezvous_dir(env.get(ENV_RENDEZVOUS)),
+    )
+
+
+class StepReporter:
+    """Appends one JSON line per training step to the job's step log.
+
+    By default only global rank 0 writes (other ranks' ``record`` is a no-op
+    returning ``None``), to ``<job_dir>/steps.jsonl``. Pass ``path`` to write
+    elsewhere and ``all_ranks=True`` to let every rank write.
+    """
+
+    def __init__(
+        self,
+        context: DistributedContext | None = None,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        all_ranks: bool = False,
+    ) -> None:
+        self.context = context if context is not None else distributed_context()
+        self.enabled = all_ranks or self.context.is_rank_zero
+        self.path: Path | None = None
+        if path is not None:
+            self.path = Path(path)
+        elif self.context.job_dir is not None:
+            self.path = Path(self.context.job_dir) / STEP_LOG_NAME
+        if self.enabled and self.path is None:
+            raise ValueError(
+                f"step log path is unknown: pass path= or set {ENV_JOB_DIR} (got no value)"
+            )
+
+    def record(
+        self,
+        step: int,
+        duration_s: float,
+        queue_s: float = 0.0,
+        nodes: int | None = None,
+        tokens: float = 0.0,
+    ) -> dict[str, Any] | None:
+        """Validate and append one step; return the written record (``None`` when disabled).
+
+        ``nodes`` defaults to the global world size.
+        """
+        record = {
+            "step": check_integer("step", step),
+            "duration_s": check_number("duration_s", duration_s),
+            "queue_s": check_number("queue_s", queue_s),
+            "nodes": check_integer(
+                "nodes", self.context.world_size if nodes is None else nodes, minimum=1
+            ),
+            "tokens": check_number("tokens", tokens),
+            "time": time.time(),
+        }
+        if not self.enabled or self.path is None:
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            written = os.write(descriptor, line)
+            while written < len(line):  # only on exotic filesystems; still appends in order
+                written += os.write(descriptor, line[written:])
+        finally:
+            os.close(descriptor)
+        return record

@@ -1,0 +1,444 @@
+"""ElasticScaleSensor: one audited scale decision per check, state kept in Airflow.
+
+Each check (a poke, a reschedule, or a resume from the trigger):
+
+1. takes the job's lock (:meth:`ElasticGridHook.job_lock`), so two checks of
+   one job never interleave: the second waits, then reads what the first
+   wrote (its cooldown included) and holds. Airflow has no compare-and-set on
+   Variables; the lock makes the read-decide-write of the state one step;
+2. reads the job's status: a failed job fails the sensor with its error, a
+   job that ended ends it (skipping the resize downstream) with a record
+   saying so, a job that was never launched fails it;
+3. reads only the step-log lines that arrived since the last check (the
+   cursors in the state), skipping and counting malformed lines;
+4. keeps in the window only samples measured at the job's current size (a
+   resize starts a fresh window);
+5. resolves the deadline (:mod:`elasticgrid_provider.deadlines`) and decides
+   (:class:`~elasticgrid_provider.core.scheduler.ElasticScheduler`);
+6. writes the state Variable (window, cursors, cooldown, bounded history)
+   and pushes the record to XCom key ``decision``.
+
+``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with
+the decision record as its return value, which a PlanPlacementOperator takes
+as ``nodes``. Holds with the same rule as the previous history entry are not
+added to the history again, so the history keeps the decisions that matter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+import pendulum
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, Variable
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowSensorTimeout
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.job import JobSnapshot
+from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
+from elasticgrid_provider.core.state import (
+    DEFAULT_HISTORY_LIMIT,
+    DecisionInputs,
+    DecisionRecord,
+    ScaleState,
+    state_variable_key,
+)
+from elasticgrid_provider.core.step_log import read_step_log
+from elasticgrid_provider.deadlines import resolve_deadline
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.triggers.job import JobStatusTrigger
+
+SCHEDULER_PARAMETERS = (
+    "min_nodes",
+    "max_nodes",
+    "scale_up_factor",
+    "scale_down_factor",
+    "cooldown_s",
+    "scale_down_cooldown_s",
+    "target_queue_fraction",
+    "idle_queue_fraction",
+    "idle_step_fraction",
+    "target_step_s",
+    "min_samples",
+    "startup_s",
+)
+ARGUMENT_SOURCE = "samples argument"
+
+
+def load_scale_state(job_name: str) -> ScaleState:
+    """The job's state from its Variable, or a fresh one when there is none yet."""
+    stored = Variable.get(state_variable_key(job_name), default=None, deserialize_json=True)
+    return ScaleState(job_name=job_name) if stored is None else ScaleState.from_dict(stored)
+
+
+def save_scale_state(state: ScaleState) -> None:
+    """Write the job's state Variable (the caller holds the job's lock)."""
+    Variable.set(
+        state_variable_key(state.job_name),
+        state.to_dict(),
+        description=f"elasticgrid scale state of job {state.job_name}",
+        serialize_json=True,
+    )
+
+
+class ElasticScaleSensor(BaseSensorOperator):
+    """Decide whether a running job should scale up, down or hold, and record why.
+
+    :param job_name: the job to check (templated).
+    :param min_nodes, max_nodes, scale_up_factor, scale_down_factor, cooldown_s,
+        scale_down_cooldown_s, target_queue_fraction, idle_queue_fraction,
+        idle_step_fraction, target_step_s, min_samples, startup_s: the
+        scheduler's parameters; unset ones keep ElasticScheduler's defaults.
+    :param window_size: how many samples the rolling window keeps.
+    :param remaining_steps: work left, in steps, for deadline pressure (templated).
+    :param remaining_tokens: work left, in tokens, for deadline pressure (templated).
+    :param deadline: explicit deadline, a datetime or ISO string (templated);
+        default: the DAG's ``deadline=`` alerts.
+    :param samples: samples handed in (a list of dicts, e.g. an upstream XCom)
+        instead of reading the job's step logs (templated).
+    :param history_limit: how many decisions the state Variable keeps.
+    :param providers: an inline grid for costing the proposed placement; default: the connection's.
+    :param deferrable: wait between checks in the triggerer; default
+        ``[operators] default_deferrable``.
+    :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root, grid).
+    :return: the decision record (see ``DecisionRecord.to_dict``).
+    """
+
+    template_fields: Sequence[str] = (
+        "job_name",
+        "remaining_steps",
+        "remaining_tokens",
+        "deadline",
+        "samples",
+    )
+    ui_color = "#eef8e8"
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        min_nodes: int | None = None,
+        max_nodes: int | None = None,
+        scale_up_factor: float | None = None,
+        scale_down_factor: float | None = None,
+        cooldown_s: float | None = None,
+        scale_down_cooldown_s: float | None = None,
+        target_queue_fraction: float | None = None,
+        idle_queue_fraction: float | None = None,
+        idle_step_fraction: float | None = None,
+        target_step_s: float | None = None,
+        min_samples: int | None = None,
+        startup_s: float | None = None,
+        window_size: int = 10,
+        remaining_steps: Any = None,
+        remaining_tokens: Any = None,
+        deadline: Any = None,
+        samples: Any = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        providers: list[dict[str, Any]] | None = None,
+        mode: str = "reschedule",
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        elasticgrid_conn_id: str = ElasticGridHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(mode=mode, **kwargs)
+        self.job_name = job_name
+        self.scheduler_parameters = {
+            name: value
+            for name, value in (
+                ("min_nodes", min_nodes),
+                ("max_nodes", max_nodes),
+                ("scale_up_factor", scale_up_factor),
+                ("scale_down_factor", scale_down_factor),
+                ("cooldown_s", cooldown_s),
+                ("scale_down_cooldown_s", scale_down_cooldown_s),
+                ("target_queue_fraction", target_queue_fraction),
+                ("idle_queue_fraction", idle_queue_fraction),
+                ("idle_step_fraction", idle_step_fraction),
+                ("target_step_s", target_step_s),
+                ("min_samples", min_samples),
+                ("startup_s", startup_s),
+            )
+            if value is not None
+        }
+        self.window_size = window_size
+        self.remaining_steps = remaining_steps
+        self.remaining_tokens = remaining_tokens
+        self.deadline = deadline
+        self.samples = samples
+        self.history_limit = history_limit
+        self.providers = providers
+        self.deferrable = deferrable
+        self.elasticgrid_conn_id = elasticgrid_conn_id
+
+    @cached_property
+    def hook(self) -> ElasticGridHook:
+        """The hook, built on first use (never at DAG parse time)."""
+        return ElasticGridHook(self.elasticgrid_conn_id, providers=self.providers)
+
+    # -- the Airflow entry points -------------------------------------------------
+    def poke(self, context: Context) -> PokeReturnValue:
+        """One check: done with the record on a scale decision, not done on hold."""
+        record = self.check(context)
+        return PokeReturnValue(is_done=record is not None, xcom_value=record)
+
+    def execute(self, context: Context) -> Any:
+        """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
+        if not self.deferrable:
+            return super().execute(context)
+        return self._check_or_defer(context, started_at=time.time())
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """Resume after the trigger fired: check again, and defer again on hold."""
+        if event.get("status") == "failed":
+            raise AirflowFailException(self._failure_message(event.get("failure_report")))
+        return self._check_or_defer(context, started_at=float(event["started_at"]))
+
+    def _check_or_defer(self, context: Context, started_at: float) -> Any:
+        record = self.check(context)
+        if record is not None:
+            return record
+        remaining = self._timeout_seconds() - (time.time() - started_at)
+        if remaining <= 0:
+            message = f"no scale decision for job {self.job_name!r} within {self._timeout_seconds():.0f}s"
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowSensorTimeout(message)
+        wait = min(self._poke_seconds(), remaining)
+        self.log.info("Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait)
+        self.defer(
+            trigger=JobStatusTrigger(
+                job_name=self.job_name,
+                jobs_root=str(self.hook.jobs_root),
+                poll_interval=min(wait, 5.0),
+                wake_after_s=wait,
+                payload={"started_at": started_at},
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=remaining + self._poke_seconds()),
+        )
+
+    def _timeout_seconds(self) -> float:
+        timeout = self.timeout
+        return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+
+    def _poke_seconds(self) -> float:
+        interval = self.poke_interval
+        return interval.total_seconds() if isinstance(interval, timedelta) else float(interval)
+
+    # -- the check ----------------------------------------------------------------
+    @cached_property
+    def scheduler(self) -> ElasticScheduler:
+        """The scheduler with this task's parameters (validated on first use)."""
+        try:
+            return ElasticScheduler(**self.scheduler_parameters)
+        except ElasticGridError as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    def check(self, context: Context) -> dict[str, Any] | None:
+        """Run one check (module docstring); the record on a scale decision, None on hold."""
+        scheduler = self.scheduler
+        hook = self.hook
+        with hook.job_lock(self.job_name):
+            snapshot = hook.job_snapshot(self.job_name)
+            if snapshot is None:
+                raise AirflowFailException(
+                    f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
+                    "launch it with LaunchOperator first"
+                )
+            if snapshot.status == "failed":
+                raise AirflowFailException(self._failure_message(hook.failure_report(snapshot)))
+            state = load_scale_state(self.job_name)
+            state, window = self._take_new_samples(state, snapshot)
+            now = time.time()
+            if snapshot.status in ("done", "stopped"):
+                self._finish_ended_job(context, state, window, snapshot, now)
+            inputs = DecisionInputs(
+                scheduler=scheduler,
+                window=window,
+                now=now,
+                current_nodes=snapshot.nodes,
+                cooldown=state.cooldown,
+                deadline_at=None,
+                remaining_steps=self._optional_number("remaining_steps", self.remaining_steps),
+                remaining_tokens=self._optional_number("remaining_tokens", self.remaining_tokens),
+            )
+            deadline = resolve_deadline(self.deadline, context.get("dag"), context.get("dag_run"))
+            for warning in deadline.warnings:
+                self.log.warning("%s", warning)
+            self.log.info("%s", deadline.describe(now))
+            inputs = DecisionInputs(**{**inputs.__dict__, "deadline_at": deadline.timestamp})
+            decision = inputs.decide()
+            record = DecisionRecord(
+                decision,
+                inputs,
+                self._record_context(context, snapshot, decision.target_nodes, deadline.source, now),
+            )
+            state = self._remember(state, window, snapshot, record, now)
+            save_scale_state(state)
+        record_json = record.to_dict()
+        context["ti"].xcom_push(key="decision", value=record_json)
+        self.log.info(
+            "Decision for job %s: %s %d -> %d (rule %s%s). %s",
+            self.job_name,
+            decision.action.value,
+            decision.current_nodes,
+            decision.target_nodes,
+            decision.rule,
+            "".join(f"; held by {held.rule}" for held in decision.held_by),
+            decision.reason,
+        )
+        return None if decision.action is ScaleAction.HOLD else record_json
+
+    def _take_new_samples(
+        self, state: ScaleState, snapshot: JobSnapshot
+    ) -> tuple[ScaleState, MetricsWindow]:
+        """Read the samples that arrived since the last check; window them at the current size."""
+        new_samples: list[StepSample] = []
+        skipped = 0
+        if self.samples is not None:
+            handed_in = self._handed_in_samples()
+            consumed = state.cursor(ARGUMENT_SOURCE)
+            new_samples.extend(handed_in[consumed:])
+            state = state.with_cursor(ARGUMENT_SOURCE, len(handed_in))
+        else:
+            for path in self.hook.step_logs(snapshot):
+                chunk = read_step_log(path, state.cursor(str(path)))
+                if chunk.restarted:
+                    self.log.warning("Step log %s is shorter than before; reading it again from the start.", path)
+                for line in chunk.skipped:
+                    self.log.warning("Skipped a step-log line: %s", line)
+                skipped += len(chunk.skipped)
+                new_samples.extend(chunk.samples)
+                if chunk.lines_read:
+                    self.log.info("Read %d new line(s) from %s.", chunk.lines_read, path)
+                state = state.with_cursor(chunk.source, chunk.cursor)
+        current = snapshot.nodes
+        window = MetricsWindow(self.window_size, state.window.samples)
+        if state.current_nodes is not None and state.current_nodes != current:
+            self.log.info(
+                "Job %s changed size %s -> %d since the last check; starting a fresh window.",
+                self.job_name, state.current_nodes, current,
+            )
+            window = MetricsWindow(self.window_size)
+        at_size = [sample for sample in new_samples if sample.nodes == current]
+        if len(at_size) < len(new_samples):
+            self.log.info(
+                "Ignored %d sample(s) measured at another size than the current %d nodes.",
+                len(new_samples) - len(at_size), current,
+            )
+        from dataclasses import replace
+
+        return replace(state, skipped_lines=state.skipped_lines + skipped), window.add(*at_size)
+
+    def _handed_in_samples(self) -> list[StepSample]:
+        samples = self.samples
+        if not isinstance(samples, list):
+            raise AirflowFailException(f"samples must be a list of sample objects, got {samples!r}")
+        try:
+            return [StepSample.from_dict(sample) for sample in samples]
+        except ElasticGridError as exc:
+            raise AirflowFailException(f"samples: {exc}") from None
+
+    @staticmethod
+    def _optional_number(field: str, value: Any) -> float | None:
+        if value in (None, ""):
+            return None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise AirflowFailException(f"{field} must be a number, got {value!r}") from None
+        return number
+
+    def _record_context(
+        self, context: Context, snapshot: JobSnapshot, target: int, deadline_source: str, now: float
+    ) -> dict[str, Any]:
+        """What surrounded the decision: the task, the job, the placements and their cost."""
+        ti = context["ti"]
+        placement = snapshot.manifest.placement
+        record: dict[str, Any] = {
+            "decided_at_iso": pendulum.from_timestamp(now).isoformat(),
+            "job_name": self.job_name,
+            "job_status": snapshot.status,
+            "launch_id": snapshot.manifest.launch_id,
+            "deadline_source": deadline_source,
+            "dag_id": ti.dag_id,
+            "run_id": ti.run_id,
+            "task_id": ti.task_id,
+            "try_number": ti.try_number,
+            "placement": placement.to_dict(),
+            "cost_per_hour": placement.cost_per_hour,
+        }
+        if target != snapshot.nodes:
+            try:
+                proposed = self.hook.get_planner().plan(target)
+                record["proposed_placement"] = proposed.to_dict()
+                record["proposed_cost_per_hour"] = proposed.cost_per_hour
+            except ElasticGridError as exc:
+                record["proposed_placement_error"] = str(exc)
+        return record
+
+    def _remember(
+        self,
+        state: ScaleState,
+        window: MetricsWindow,
+        snapshot: JobSnapshot,
+        record: DecisionRecord,
+        now: float,
+    ) -> ScaleState:
+        """The next state: window, size, history (repeated holds folded), revision."""
+        from dataclasses import replace
+
+        state = replace(
+            state,
+            window=window,
+            current_nodes=snapshot.nodes,
+            revision=state.revision + 1,
+            updated_at=now,
+        )
+        previous = state.history[-1] if state.history else None
+        repeated_hold = (
+            record.decision.action is ScaleAction.HOLD
+            and previous is not None
+            and previous.get("action") == ScaleAction.HOLD.value
+            and previous.get("rule") == record.decision.rule
+        )
+        if repeated_hold:
+            return replace(state, cooldown=record.decision.cooldown)
+        return state.with_record(record, self.history_limit)
+
+    def _finish_ended_job(
+        self,
+        context: Context,
+        state: ScaleState,
+        window: MetricsWindow,
+        snapshot: JobSnapshot,
+        now: float,
+    ) -> None:
+        """A job that ended needs no decision: record that and skip the resize downstream."""
+        from dataclasses import replace
+
+        save_scale_state(
+            replace(state, window=window, current_nodes=snapshot.nodes,
+                    revision=state.revision + 1, updated_at=now)
+        )
+        summary = {
+            "action": ScaleAction.HOLD.value,
+            "current_nodes": snapshot.nodes,
+            "target_nodes": snapshot.nodes,
+            "rule": "job_ended",
+            "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
+            "decided_at": now,
+            "context": {"job_status": snapshot.status, "job_name": self.job_name,
+                        "decided_at_iso": pendulum.from_timestamp(now).isoformat()},
+        }
+        context["ti"].xcom_push(key="decision", value=summary)
+        raise AirflowSkipException(summary["reason"])
+
+    def _failure_message(self, report: str | None) -> str:
+        return f"job {self.job_name!r} failed.\n{report or ''}".rstrip()

@@ -1,0 +1,1 @@
+"""Triggers: asynchronous waiting on jobs, so a deferred task holds no worker slot."""

@@ -1,0 +1,76 @@
+"""elastic_training: plan -> launch -> scale check -> re-plan -> relaunch -> wait.
+
+Runs on the embedded default: the local iroh-tinker engine, with a grid of
+two providers that both map to it (a free on-prem pool of 2 nodes and a
+spot "cloud" pool), so a resize from 2 to 4 nodes becomes a real two-part
+job. The training job (``train_elastic.py`` beside this file) is queue-bound
+at 2 ranks: each step has 4 micro-batches and each rank takes one at a
+time, so half of every step is spent waiting for a worker. The scale check
+reads the job's step log, decides ``scale_up`` 2 -> 4, the placement is
+re-planned, and the job is relaunched at 4 ranks, resuming from its
+checkpoint, where the wait all but disappears.
+
+Trigger with ``{"job_name": ..., "steps": ...}`` in the run conf to change
+the defaults.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from airflow.sdk import DAG
+
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.sensors import ElasticScaleSensor
+
+TRAIN_SCRIPT = Path(__file__).with_name("train_elastic.py")
+DEMO_GRID = [
+    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
+    {"name": "cloud", "engine": "local", "region": "demo-1", "max_nodes": 6,
+     "cost_per_node_hour": 1.2, "spot": True},
+]
+JOB_NAME = "{{ dag_run.conf.get('job_name', 'elastic-demo') }}"
+RUN = (
+    f"{sys.executable} {TRAIN_SCRIPT} --steps {{{{ dag_run.conf.get('steps', 60) }}}} "
+    "--global-batch 4 --microbatch-seconds 0.2"
+)
+
+with DAG(
+    dag_id="elastic_training",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["elasticgrid", "example"],
+    doc_md=__doc__,
+) as dag:
+    plan = PlanPlacementOperator(task_id="plan", nodes=2, providers=DEMO_GRID)
+    launch = LaunchOperator(
+        task_id="launch", job_name=JOB_NAME, run=RUN, placement=plan.output,
+        recovery={"mode": "none"},
+    )
+    scale_check = ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB_NAME,
+        providers=DEMO_GRID,
+        min_nodes=2,
+        max_nodes=4,
+        min_samples=3,
+        window_size=5,
+        target_step_s=1.0,
+        cooldown_s=120,
+        poke_interval=2,
+        timeout=timedelta(minutes=3),
+    )
+    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, providers=DEMO_GRID)
+    relaunch = LaunchOperator(
+        task_id="relaunch",
+        job_name=JOB_NAME,
+        run=RUN,
+        placement=replan.output,
+        recovery={"mode": "none"},
+        wait_for_completion=True,
+        poll_interval=1,
+    )
+    plan >> launch >> scale_check >> replan >> relaunch

@@ -1,0 +1,249 @@
+"""Example elastic training job: a real multi-rank iroh-tinker run that can be resized.
+
+Run by every rank of a launch (``run: <python> example_dags/train_elastic.py
+--steps 40 --global-batch 4 --microbatch-seconds 0.15 --checkpoint-dir DIR``).
+It reads its global rank and world size with
+:func:`elasticgrid_provider.runtime.distributed_context`, so it works the same
+whether the job runs as one iroh-tinker job or as one part per provider.
+
+Each step models a queue of work. ``--global-batch`` micro-batches arrive at
+the start of the step; rank ``r`` takes micro-batches ``r, r+W, r+2W, ...``
+one at a time, and each costs ``--microbatch-seconds`` of accelerator time
+(a sleep standing in for the GPU) plus a real forward/backward of the tiny
+numpy model. Gradients are accumulated locally, then averaged over all ranks
+by a real socket allreduce in ``optim_step``. Measured with
+``time.perf_counter``:
+
+* ``duration_s``: global rank 0's wall time of the step (queue + compute +
+  allreduce);
+* ``queue_s``: how long the step's last micro-batch waited before a worker
+  took it: every rank measures the wait of the last micro-batch it took, and
+  a small extra allreduce gives every rank the maximum over ranks. With 4
+  micro-batches on 2 ranks about half the step is queue; on 4 ranks nearly 0;
+* ``tokens``: tokens processed in the step (global batch x sequence length).
+
+Global rank 0 appends each step to the step log (``steps.jsonl`` in its
+part's job directory, or ``--step-log``) and prints one line per step.
+
+Resume: with ``--checkpoint-dir`` (shared by all parts), rank 0 commits
+after every step: the model parameters to ``model-<n>.npz``, then
+``progress.json`` (``{"completed_steps": n, ...}``), each via a temporary file
+and an atomic rename, ``progress.json`` last, so the checkpoint is always
+consistent. On start every rank reads it and continues from step ``n``, at
+whatever world size it now runs, so a job stopped and relaunched at another
+size continues where it left off. A step is logged only after it is
+committed, so no step appears twice in the step log (one can be missing when
+a stop lands between commit and log). Adam moments are not saved: they
+restart from zero after a resume. When all steps are done the script exits 0.
+
+Every launch needs a fresh rendezvous directory (the socket transport trusts
+any ``rank-<n>.json`` it finds there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from elasticgrid_provider.runtime import DistributedContext, StepReporter, distributed_context
+
+PROGRESS_FILE = "progress.json"
+MODEL_PREFIX = "model-"
+VOCAB = 1024  # the "tiny" numpy model's vocabulary
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="total steps of the job")
+    parser.add_argument(
+        "--global-batch", type=int, default=4, help="micro-batches per step, over all ranks"
+    )
+    parser.add_argument(
+        "--microbatch-seconds",
+        type=float,
+        default=0.15,
+        help="accelerator time each micro-batch costs (slept)",
+    )
+    parser.add_argument("--seq-len", type=int, default=16, help="tokens per micro-batch")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--model", default="tiny", help="iroh-tinker base model")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    parser.add_argument(
+        "--checkpoint-dir", default=None, help="shared directory to resume from (rank 0 writes)"
+    )
+    parser.add_argument(
+        "--step-log", default=None, help="step log path (default: <job dir>/steps.jsonl)"
+    )
+    args = parser.parse_args(argv)
+    if args.steps < 0:
+        parser.error(f"--steps must be at least 0, got {args.steps}")
+    if args.global_batch < 1:
+        parser.error(f"--global-batch must be at least 1, got {args.global_batch}")
+    if not args.microbatch_seconds >= 0:
+        parser.error(f"--microbatch-seconds must be at least 0, got {args.microbatch_seconds}")
+    if args.seq_len < 1:
+        parser.error(f"--seq-len must be at least 1, got {args.seq_len}")
+    return args
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def read_checkpoint(checkpoint_dir: Path | None) -> tuple[int, bytes | None]:
+    """Return (completed steps, model bytes or None) from the shared checkpoint."""
+    if checkpoint_dir is None:
+        return 0, None
+    progress_path = checkpoint_dir / PROGRESS_FILE
+    if not progress_path.exists():
+        return 0, None
+    try:
+        progress = json.loads(progress_path.read_text())
+        completed = int(progress["completed_steps"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"error: checkpoint {progress_path} is unreadable: {exc}") from exc
+    model_path = checkpoint_dir / str(progress.get("model", ""))
+    model = model_path.read_bytes() if progress.get("model") and model_path.is_file() else None
+    return completed, model
+
+
+def write_checkpoint(checkpoint_dir: Path, completed: int, model: bytes, world_size: int) -> None:
+    """Commit ``completed`` steps: model file first, then progress.json, then prune."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    model_name = f"{MODEL_PREFIX}{completed}.npz"
+    _write_atomically(checkpoint_dir / model_name, model)
+    progress = {
+        "completed_steps": completed,
+        "model": model_name,
+        "world_size": world_size,
+        "time": time.time(),
+    }
+    _write_atomically(checkpoint_dir / PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
+    for old in checkpoint_dir.glob(f"{MODEL_PREFIX}*.npz"):
+        if old.name != model_name:
+            old.unlink(missing_ok=True)
+
+
+def make_microbatch(step: int, index: int, seq_len: int, seed: int) -> Any:
+    """The micro-batch ``index`` of ``step``: the same on any rank and after a resume."""
+    import numpy as np
+    from iroh_tinker import Datum
+
+    rng = np.random.default_rng([seed, step, index])
+    tokens = rng.integers(0, VOCAB, size=seq_len + 1)
+    return Datum(input_ids=[int(t) for t in tokens[:-1]], target_ids=[int(t) for t in tokens[1:]])
+
+
+def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
+    import numpy as np
+    from iroh_tinker import AdamParams, TrainingClient
+
+    checkpoint_dir = Path(args.checkpoint_dir).resolve() if args.checkpoint_dir else None
+    step_log = Path(args.step_log).resolve() if args.step_log else None
+    rank, world = ctx.rank, ctx.world_size
+    if world > 1 and ctx.rendezvous_dir is None:
+        print("error: a multi-rank run needs a dir: rendezvous for the socket transport", file=sys.stderr)
+        return 2
+    rendezvous_dir = str(Path(ctx.rendezvous_dir).resolve()) if ctx.rendezvous_dir else None
+
+    completed, model = read_checkpoint(checkpoint_dir)
+    if completed >= args.steps:
+        if ctx.is_rank_zero:
+            print(f"all {args.steps} steps already done (checkpoint at {completed})", flush=True)
+        return 0
+    # iroh-tinker keeps relative caches (.cache/iroh_tinker/...) in the working
+    # directory, which for the local engine is the launcher's: use the job dir.
+    if ctx.job_dir:
+        os.chdir(ctx.job_dir)
+
+    reporter = StepReporter(ctx, step_log)
+    client = TrainingClient(
+        base_model=args.model,
+        rank=rank,
+        world_size=world,
+        backend="numpy",
+        transport="socket",
+        rendezvous_dir=rendezvous_dir or ".cache/iroh_tinker",
+    )
+    if model is not None:
+        client.backend.restore(model)
+        client.step = completed
+    if ctx.is_rank_zero:
+        start = "resuming at" if completed else "starting at"
+        print(f"{start} step {completed}/{args.steps} with world size {world}", flush=True)
+
+    my_microbatches = range(rank, args.global_batch, world)
+    tokens_per_step = float(args.global_batch * args.seq_len)
+    for step in range(completed, args.steps):
+        step_start = time.perf_counter()
+        last_wait = 0.0
+        loss_sum = 0.0
+        accumulated: dict[str, Any] | None = None
+        for index in my_microbatches:
+            last_wait = time.perf_counter() - step_start
+            time.sleep(args.microbatch_seconds)
+            output = client.forward_backward([make_microbatch(step, index, args.seq_len, args.seed)])
+            loss_sum += output.loss
+            gradients = client.backend.extract_gradients()
+            client.backend.zero_grad()
+            if accumulated is None:
+                accumulated = gradients
+            else:
+                for name, gradient in gradients.items():
+                    accumulated[name] += gradient
+        if accumulated is not None:
+            # optim_step averages over ranks; scale the local sum so the result
+            # is the mean over all micro-batches of the step.
+            scale = world / args.global_batch
+            client.backend.apply_gradients({k: v * scale for k, v in accumulated.items()})
+        client.optim_step(AdamParams(learning_rate=args.learning_rate))
+        duration = time.perf_counter() - step_start
+
+        # Every rank contributes its last wait and its loss; the mean times W
+        # recovers each rank's values, so every rank knows the max wait.
+        shared = np.zeros(2 * world, dtype=np.float32)
+        shared[rank] = last_wait
+        shared[world + rank] = loss_sum
+        if world > 1:
+            shared = client.allreduce.allreduce({"stats": shared})["stats"] * world
+        queue = float(shared[:world].max())
+        loss = float(shared[world:].sum()) / args.global_batch
+
+        if ctx.is_rank_zero:
+            if checkpoint_dir is not None:
+                write_checkpoint(checkpoint_dir, step + 1, client.backend.checkpoint(), world)
+            reporter.record(
+                step=step, duration_s=duration, queue_s=queue, nodes=world, tokens=tokens_per_step
+            )
+            print(
+                f"step {step + 1}/{args.steps} world={world} duration_s={duration:.3f} "
+                f"queue_s={queue:.3f} loss={loss:.4f}",
+                flush=True,
+            )
+    client.transport.barrier()
+    client.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        ctx = distributed_context()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return train(args, ctx)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

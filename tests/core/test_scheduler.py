@@ -1,0 +1,918 @@
+"""The scale decision: every rule and every held-back path (SPEC 4.2, 4.6.3-4.6.6)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.scheduler import (
+    NO_COOLDOWN,
+    CooldownClock,
+    ElasticScheduler,
+    HeldBy,
+    ScaleAction,
+    ScaleDecision,
+)
+
+T0 = 1_700_000_000.0
+"""A realistic ``now`` (epoch seconds); 0.1.0 defaulted ``now`` to 0 (defect 4.6.5)."""
+
+
+def steady(
+    nodes: int, *, step_s: float = 20.0, queue: float = 0.0, count: int = 3, tokens: float = 0.0
+) -> MetricsWindow:
+    """``count`` identical samples on ``nodes`` nodes; ``queue`` is the queued share of the step."""
+    return MetricsWindow(
+        samples=tuple(
+            StepSample(step, step_s, queue * step_s, nodes, tokens) for step in range(count)
+        )
+    )
+
+
+QUEUED_8 = steady(8, queue=0.8)  # 80% queued: queue-bound
+BALANCED_8 = steady(8, queue=0.1)  # 20 s steps, 10% queued: neither busy nor idle
+IDLE_8 = steady(8, step_s=5.0)  # 5 s steps, nothing queued: idle
+FAST_4 = steady(4, step_s=2.0)  # 2 s steps on 4 nodes: used for deadline projections
+RECENT_UP = CooldownClock(T0 - 120, "scale_up")
+
+
+def case(
+    case_id: str,
+    window: MetricsWindow,
+    outcome: tuple[str, int, str, tuple[str, ...]],
+    *phrases: str,
+    scheduler: dict[str, Any] | None = None,
+    **inputs: Any,
+) -> Any:
+    """One table row: the window, the scheduler and decide() inputs, the expected outcome."""
+    return pytest.param(scheduler or {}, window, inputs, outcome, phrases, id=case_id)
+
+
+HOLD, UP, DOWN = "hold", "scale_up", "scale_down"
+
+CASES = [
+    # 1. min_samples
+    case(
+        "min-samples",
+        steady(8, queue=0.8, count=2),
+        (HOLD, 8, "min_samples", ()),
+        "not enough samples to decide: 2 of 3",
+    ),
+    case(
+        "min-samples-before-bounds",
+        steady(8, count=1),
+        (HOLD, 2000, "min_samples", ()),
+        "not enough samples to decide: 1 of 3",
+        current_nodes=2000,
+    ),
+    case(
+        "empty-window-unknown-size",
+        MetricsWindow(),
+        (HOLD, 0, "min_samples", ()),
+        "not enough samples to decide: 0 of 3; the current size is unknown until a sample arrives",
+    ),
+    case(
+        "min-samples-configurable",
+        steady(8, queue=0.8, count=4),
+        (HOLD, 8, "min_samples", ()),
+        "not enough samples to decide: 4 of 5",
+        scheduler={"min_samples": 5},
+    ),
+    # 2. bounds
+    case(
+        "below-floor",
+        steady(1, queue=0.1),
+        (UP, 2, "bounds", ()),
+        "current size 1 is below the floor of 2; scaling up 1 -> 2",
+        scheduler={"min_nodes": 2},
+    ),
+    case(
+        "below-floor-explicit-current",
+        BALANCED_8,
+        (UP, 4, "bounds", ()),
+        "current size 1 is below the floor of 4; scaling up 1 -> 4",
+        scheduler={"min_nodes": 4},
+        current_nodes=1,
+    ),
+    case(
+        "below-floor-ignores-cooldown",
+        steady(1, queue=0.1),
+        (UP, 2, "bounds", ()),
+        "current size 1 is below the floor of 2 (bounds corrections ignore the cooldown); "
+        "scaling up 1 -> 2",
+        scheduler={"min_nodes": 2},
+        cooldown=RECENT_UP,
+    ),
+    case(
+        "above-ceiling-is-a-scale-down",
+        QUEUED_8,
+        (DOWN, 1024, "bounds", ()),
+        "current size 2000 is above the ceiling of 1024; scaling down 2000 -> 1024",
+        current_nodes=2000,
+    ),
+    case(
+        "above-ceiling-ignores-cooldown-and-deadline",
+        QUEUED_8,
+        (DOWN, 16, "bounds", ()),
+        "current size 20 is above the ceiling of 16 (bounds corrections ignore the cooldown); "
+        "scaling down 20 -> 16",
+        scheduler={"max_nodes": 16, "startup_s": 120.0},
+        current_nodes=20,
+        cooldown=RECENT_UP,
+        deadline_at=T0 + 10,
+    ),
+    # 3. queue_bound
+    case(
+        "queue-bound",
+        QUEUED_8,
+        (UP, 16, "queue_bound", ()),
+        "80% of the step was spent waiting for a worker; scaling up 8 -> 16",
+    ),
+    case(
+        "queue-bound-at-threshold",
+        steady(8, queue=0.2),
+        (UP, 16, "queue_bound", ()),
+        "20% of the step was spent waiting for a worker; scaling up 8 -> 16",
+    ),
+    case(
+        "queue-bound-clamped-to-ceiling",
+        steady(12, queue=0.8),
+        (UP, 16, "queue_bound", ()),
+        "scaling up 12 -> 16",
+        scheduler={"max_nodes": 16},
+    ),
+    case(
+        "queue-bound-grows-at-least-one",
+        steady(3, queue=0.8),
+        (UP, 4, "queue_bound", ()),
+        "scaling up 3 -> 4",
+        scheduler={"scale_up_factor": 1.1},
+    ),
+    case(
+        "queue-bound-at-ceiling",
+        steady(16, queue=0.8),
+        (HOLD, 16, "queue_bound", ("ceiling",)),
+        "80% of the step was spent waiting for a worker; holding at 16: "
+        "already at the node ceiling of 16",
+        scheduler={"max_nodes": 16},
+    ),
+    case(
+        "queue-bound-in-cooldown",
+        QUEUED_8,
+        (HOLD, 8, "queue_bound", ("cooldown",)),
+        "80% of the step was spent waiting for a worker; holding at 8 instead of scaling up "
+        "to 16: in cooldown: last change 120s ago, scale-up cooldown is 300s",
+        cooldown=RECENT_UP,
+    ),
+    case(
+        "queue-bound-cooldown-just-over",
+        QUEUED_8,
+        (UP, 16, "queue_bound", ()),
+        "scaling up 8 -> 16",
+        cooldown=CooldownClock(T0 - 300, "scale_down"),
+    ),
+    case(
+        "queue-bound-cooldown-zero",
+        QUEUED_8,
+        (UP, 16, "queue_bound", ()),
+        "scaling up 8 -> 16",
+        scheduler={"cooldown_s": 0},
+        cooldown=CooldownClock(T0, "scale_up"),
+    ),
+    case(
+        "queue-bound-change-recorded-in-the-future",
+        QUEUED_8,
+        (HOLD, 8, "queue_bound", ("cooldown",)),
+        "in cooldown: last change is recorded 50s in the future, scale-up cooldown is 300s",
+        cooldown=CooldownClock(T0 + 50, "scale_up"),
+    ),
+    case(
+        "queue-bound-too-close-to-deadline-for-startup",
+        QUEUED_8,
+        (HOLD, 8, "queue_bound", ("deadline",)),
+        "holding at 8 instead of scaling up to 16: only 45s left before the deadline, "
+        "less than the 120s new nodes need to start",
+        scheduler={"startup_s": 120.0},
+        deadline_at=T0 + 45,
+    ),
+    case(
+        "queue-bound-startup-equals-time-left",
+        QUEUED_8,
+        (HOLD, 8, "queue_bound", ("deadline",)),
+        "only 120s left before the deadline, no more than the 120s new nodes need to start",
+        scheduler={"startup_s": 120.0},
+        deadline_at=T0 + 120,
+    ),
+    case(
+        "queue-bound-deadline-passed",
+        QUEUED_8,
+        (HOLD, 8, "queue_bound", ("deadline",)),
+        "holding at 8 instead of scaling up to 16: no time is left before the deadline",
+        deadline_at=T0 - 10,
+    ),
+    case(
+        "queue-bound-deadline-far-enough",
+        QUEUED_8,
+        (UP, 16, "queue_bound", ()),
+        "scaling up 8 -> 16",
+        scheduler={"startup_s": 120.0},
+        deadline_at=T0 + 3600,
+    ),
+    case(
+        "queue-bound-held-by-everything",
+        steady(16, queue=0.8),
+        (HOLD, 16, "queue_bound", ("ceiling", "deadline", "cooldown")),
+        "holding at 16: already at the node ceiling of 16; only 50s left before the deadline, "
+        "less than the 60s new nodes need to start; in cooldown: last change 120s ago",
+        scheduler={"max_nodes": 16, "startup_s": 60.0},
+        deadline_at=T0 + 50,
+        cooldown=RECENT_UP,
+    ),
+    # 3. deadline_pressure
+    case(
+        "deadline-pressure-steps",
+        FAST_4,
+        (UP, 6, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600 steps take 1200s but 900s are left; "
+        "6 nodes finish in 800s + 60s startup; scaling up 4 -> 6",
+        scheduler={"startup_s": 60.0},
+        deadline_at=T0 + 900,
+        remaining_steps=600,
+    ),
+    case(
+        "deadline-pressure-tokens",
+        steady(4, step_s=2.0, tokens=1000.0),  # 500 tokens/s
+        (UP, 6, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600000 tokens take 1200s but 900s are left; "
+        "6 nodes finish in 800s + 60s startup; scaling up 4 -> 6",
+        scheduler={"startup_s": 60.0},
+        deadline_at=T0 + 900,
+        remaining_tokens=600_000,
+    ),
+    case(
+        "deadline-pressure-steps-win-over-tokens",
+        steady(4, step_s=2.0, tokens=1000.0),
+        (UP, 6, "deadline_pressure", ()),
+        "the remaining 600 steps take 1200s",
+        scheduler={"startup_s": 60.0},
+        deadline_at=T0 + 900,
+        remaining_steps=600,
+        remaining_tokens=1.0,
+    ),
+    case(
+        "deadline-pressure-exact-size",
+        FAST_4,
+        (UP, 6, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600 steps take 1200s but 800s are left; "
+        "6 nodes finish in 800s; scaling up 4 -> 6",
+        deadline_at=T0 + 800,
+        remaining_steps=600,
+    ),
+    case(
+        "deadline-pressure-exact-size-despite-float-noise",
+        steady(4, step_s=0.1),  # mean step 0.10000000000000002 s
+        (UP, 6, "deadline_pressure", ()),
+        "6 nodes finish in 800s; scaling up 4 -> 6",
+        deadline_at=T0 + 800,
+        remaining_steps=12_000,
+    ),
+    case(
+        "deadline-pressure-cannot-be-met",
+        FAST_4,
+        (UP, 16, "deadline_pressure", ()),
+        "at 4 nodes the remaining 60000 steps take 120000s but 900s are left; even 16 nodes "
+        "need 30000s + 60s startup, so the deadline will still be missed; scaling up 4 -> 16",
+        scheduler={"max_nodes": 16, "startup_s": 60.0},
+        deadline_at=T0 + 900,
+        remaining_steps=60_000,
+    ),
+    case(
+        "deadline-pressure-at-ceiling",
+        steady(16, step_s=2.0),
+        (HOLD, 16, "deadline_pressure", ("ceiling",)),
+        "so the deadline will still be missed; holding at 16: already at the node ceiling of 16",
+        scheduler={"max_nodes": 16},
+        deadline_at=T0 + 900,
+        remaining_steps=6000,
+    ),
+    case(
+        "deadline-pressure-too-late-for-startup",
+        FAST_4,
+        (HOLD, 4, "deadline_pressure", ("deadline",)),
+        "at 4 nodes the remaining 600 steps take 1200s but 45s are left; holding at 4: "
+        "only 45s left before the deadline, less than the 60s new nodes need to start",
+        scheduler={"startup_s": 60.0},
+        deadline_at=T0 + 45,
+        remaining_steps=600,
+    ),
+    case(
+        "deadline-pressure-after-the-deadline",
+        FAST_4,
+        (HOLD, 4, "deadline_pressure", ("deadline",)),
+        "at 4 nodes the remaining 600 steps take 1200s but no time is left; holding at 4: "
+        "no time is left before the deadline",
+        deadline_at=T0 - 5,
+        remaining_steps=600,
+    ),
+    case(
+        "deadline-pressure-in-cooldown",
+        FAST_4,
+        (HOLD, 4, "deadline_pressure", ("cooldown",)),
+        "holding at 4 instead of scaling up to 6: in cooldown: last change 120s ago",
+        scheduler={"startup_s": 60.0},
+        deadline_at=T0 + 900,
+        remaining_steps=600,
+        cooldown=RECENT_UP,
+    ),
+    case(
+        "queue-and-deadline-queue-target-larger",
+        steady(4, step_s=2.0, queue=0.5),
+        (UP, 8, "queue_bound", ()),
+        "50% of the step was spent waiting for a worker; at 4 nodes the remaining 600 steps "
+        "take 1200s but 900s are left; 6 nodes finish in 800s + 60s startup; scaling up 4 -> 8",
+        scheduler={"startup_s": 60.0},
+        deadline_at=T0 + 900,
+        remaining_steps=600,
+    ),
+    case(
+        "queue-and-deadline-deadline-target-larger",
+        steady(4, step_s=2.0, queue=0.5),
+        (UP, 12, "deadline_pressure", ()),
+        "at 4 nodes the remaining 1200 steps take 2400s but 900s are left; "
+        "12 nodes finish in 800s + 60s startup; scaling up 4 -> 12",
+        scheduler={"startup_s": 60.0},
+        deadline_at=T0 + 900,
+        remaining_steps=1200,
+    ),
+    # 4. idle
+    case(
+        "idle",
+        IDLE_8,
+        (DOWN, 4, "idle", ()),
+        "the mean step of 5s is at most 50% of the 30s target and 0% of it was spent waiting "
+        "for a worker; scaling down 8 -> 4",
+    ),
+    case(
+        "idle-at-step-threshold",
+        steady(8, step_s=15.0),
+        (DOWN, 4, "idle", ()),
+        "scaling down 8 -> 4",
+    ),
+    case(
+        "idle-rounds-down-to-floor",
+        steady(3, step_s=5.0),
+        (DOWN, 2, "idle", ()),
+        "scaling down 3 -> 2",
+        scheduler={"min_nodes": 2},
+    ),
+    case(
+        "idle-rounds-down",
+        steady(3, step_s=5.0),
+        (DOWN, 1, "idle", ()),
+        "scaling down 3 -> 1",
+    ),
+    case(
+        "idle-shrinks-at-least-one",
+        steady(10, step_s=5.0),
+        (DOWN, 9, "idle", ()),
+        "scaling down 10 -> 9",
+        scheduler={"scale_down_factor": 0.99},
+    ),
+    case(
+        "idle-at-floor",
+        steady(1, step_s=5.0),
+        (HOLD, 1, "idle", ("floor",)),
+        "of it was spent waiting for a worker; holding at 1: already at the node floor of 1",
+    ),
+    case(
+        "idle-at-floor-and-in-cooldown",
+        steady(2, step_s=5.0),
+        (HOLD, 2, "idle", ("floor", "cooldown")),
+        "holding at 2: already at the node floor of 2; in cooldown: last change 120s ago, "
+        "scale-down cooldown is 300s",
+        scheduler={"min_nodes": 2},
+        cooldown=RECENT_UP,
+    ),
+    case(
+        "idle-in-cooldown",
+        IDLE_8,
+        (HOLD, 8, "idle", ("cooldown",)),
+        "holding at 8 instead of scaling down to 4: in cooldown: last change 120s ago, "
+        "scale-down cooldown is 300s",
+        cooldown=RECENT_UP,
+    ),
+    case(
+        "idle-in-separate-scale-down-cooldown",
+        IDLE_8,
+        (HOLD, 8, "idle", ("cooldown",)),
+        "in cooldown: last change 600s ago, scale-down cooldown is 900s",
+        scheduler={"cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
+        cooldown=CooldownClock(T0 - 600, "scale_up"),
+    ),
+    case(
+        "queue-bound-passes-the-shorter-scale-up-cooldown",
+        QUEUED_8,
+        (UP, 16, "queue_bound", ()),
+        "scaling up 8 -> 16",
+        scheduler={"cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
+        cooldown=CooldownClock(T0 - 600, "scale_up"),
+    ),
+    case(
+        "idle-held-by-deadline",
+        IDLE_8,
+        (HOLD, 8, "idle", ("deadline",)),
+        "holding at 8 instead of scaling down to 4: at 4 nodes the remaining 100 steps "
+        "would take 1000s but only 800s are left",
+        deadline_at=T0 + 800,
+        remaining_steps=100,
+    ),
+    case(
+        "idle-smaller-size-still-meets-deadline",
+        IDLE_8,
+        (DOWN, 4, "idle", ()),
+        "scaling down 8 -> 4",
+        deadline_at=T0 + 1200,
+        remaining_steps=100,
+    ),
+    case(
+        "idle-no-work-left",
+        FAST_4,
+        (DOWN, 2, "idle", ()),
+        "scaling down 4 -> 2",
+        deadline_at=T0 - 5,
+        remaining_steps=0,
+    ),
+    case(
+        "idle-deadline-without-remaining-work",
+        IDLE_8,
+        (DOWN, 4, "idle", ()),
+        "scaling down 8 -> 4",
+        deadline_at=T0 + 10,
+    ),
+    # 5. balanced
+    case(
+        "balanced",
+        BALANCED_8,
+        (HOLD, 8, "balanced", ()),
+        "the step is balanced; hold the current size",
+    ),
+    case(
+        "balanced-long-steps-without-queue",
+        steady(8, step_s=40.0),
+        (HOLD, 8, "balanced", ()),
+        "the step is balanced",
+    ),
+    case(
+        "balanced-short-steps-with-some-queue",
+        steady(8, step_s=5.0, queue=0.06),
+        (HOLD, 8, "balanced", ()),
+        "the step is balanced",
+    ),
+    case(
+        "balanced-deadline-met",
+        BALANCED_8,
+        (HOLD, 8, "balanced", ()),
+        "the step is balanced",
+        deadline_at=T0 + 3600,
+        remaining_steps=100,
+    ),
+    case(
+        "balanced-zero-duration-steps",
+        steady(8, step_s=0.0),
+        (HOLD, 8, "balanced", ()),
+        "the step is balanced",
+    ),
+]
+
+
+def _decide(
+    scheduler_args: dict[str, Any], window: MetricsWindow, inputs: dict[str, Any]
+) -> ScaleDecision:
+    return ElasticScheduler(**scheduler_args).decide(window, now=T0, **inputs)
+
+
+@pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
+def test_decision_table(
+    scheduler_args: dict[str, Any],
+    window: MetricsWindow,
+    inputs: dict[str, Any],
+    outcome: tuple[str, int, str, tuple[str, ...]],
+    phrases: tuple[str, ...],
+) -> None:
+    decision = _decide(scheduler_args, window, inputs)
+    held = tuple(hold.rule for hold in decision.held_by)
+    assert (decision.action.value, decision.target_nodes, decision.rule, held) == outcome
+    for phrase in phrases:
+        assert phrase in decision.reason
+    assert decision.decided_at == T0
+    assert decision.signals == window.signals()
+    assert decision.thresholds == ElasticScheduler(**scheduler_args).thresholds()
+
+
+@pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
+def test_every_decision_round_trips_through_json(
+    scheduler_args: dict[str, Any],
+    window: MetricsWindow,
+    inputs: dict[str, Any],
+    outcome: object,
+    phrases: object,
+) -> None:
+    decision = _decide(scheduler_args, window, inputs)
+    assert ScaleDecision.from_json(decision.to_json()) == decision
+    plain = json.loads(json.dumps(decision.to_dict()))
+    assert plain["action"] == decision.action.value
+    assert ScaleDecision.from_dict(plain) == decision
+
+
+@pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
+def test_decisions_are_deterministic(
+    scheduler_args: dict[str, Any],
+    window: MetricsWindow,
+    inputs: dict[str, Any],
+    outcome: object,
+    phrases: object,
+) -> None:
+    first = _decide(scheduler_args, window, inputs)
+    replayed_window = MetricsWindow.from_dict(json.loads(json.dumps(window.to_dict())))
+    replayed_args = json.loads(json.dumps(ElasticScheduler(**scheduler_args).to_dict()))
+    assert _decide(scheduler_args, window, inputs) == first
+    assert _decide(replayed_args, replayed_window, inputs).to_json() == first.to_json()
+
+
+# -- the cooldown clock is explicit state (defect 4.6.5) -------------------------
+
+
+def test_a_change_starts_the_cooldown_and_a_hold_keeps_the_clock() -> None:
+    scheduler = ElasticScheduler()
+    change = scheduler.decide(QUEUED_8, now=T0, cooldown=RECENT_UP)
+    assert change.action is ScaleAction.HOLD
+    assert change.cooldown is RECENT_UP
+    change = scheduler.decide(QUEUED_8, now=T0)
+    assert change.cooldown == CooldownClock(last_change_at=T0, last_action="scale_up")
+    down = scheduler.decide(IDLE_8, now=T0 + 1)
+    assert down.cooldown == CooldownClock(T0 + 1, "scale_down")
+    bounds = scheduler.decide(QUEUED_8, now=T0 + 2, current_nodes=2000)
+    assert bounds.cooldown == CooldownClock(T0 + 2, "scale_down")
+    balanced = scheduler.decide(BALANCED_8, now=T0 + 3, cooldown=bounds.cooldown)
+    assert balanced.cooldown == bounds.cooldown
+
+
+def test_two_decisions_in_a_row_leave_the_cooldown_after_cooldown_s() -> None:
+    """0.1.0 kept the clock in memory and defaulted ``now`` to 0: it never left cooldown."""
+    scheduler = ElasticScheduler(cooldown_s=300.0)
+    first = scheduler.decide(QUEUED_8, now=T0)
+    assert (first.action, first.target_nodes) == (ScaleAction.SCALE_UP, 16)
+
+    # A new process reads the stored clock back, as a scheduled check would.
+    stored = json.loads(json.dumps(first.cooldown.to_dict()))
+    fresh_scheduler = ElasticScheduler.from_dict(json.loads(json.dumps(scheduler.to_dict())))
+    busy_16 = steady(16, queue=0.8)
+    second = fresh_scheduler.decide(busy_16, now=T0 + 60, cooldown=CooldownClock.from_dict(stored))
+    assert second.action is ScaleAction.HOLD
+    assert [hold.rule for hold in second.held_by] == ["cooldown"]
+    assert "last change 60s ago, scale-up cooldown is 300s" in second.reason
+    assert second.cooldown == first.cooldown
+
+    third = fresh_scheduler.decide(busy_16, now=T0 + 300, cooldown=second.cooldown)
+    assert (third.action, third.target_nodes) == (ScaleAction.SCALE_UP, 32)
+    assert third.cooldown == CooldownClock(T0 + 300, "scale_up")
+
+
+def test_separate_scale_down_cooldown_holds_down_but_not_up() -> None:
+    scheduler = ElasticScheduler(cooldown_s=300.0, scale_down_cooldown_s=900.0)
+    assert scheduler.effective_scale_down_cooldown_s == 900.0
+    clock = CooldownClock(T0 - 600, "scale_up")
+    down = scheduler.decide(IDLE_8, now=T0, cooldown=clock)
+    up = scheduler.decide(QUEUED_8, now=T0, cooldown=clock)
+    assert (down.action, down.held_by[0].rule) == (ScaleAction.HOLD, "cooldown")
+    assert (up.action, up.target_nodes) == (ScaleAction.SCALE_UP, 16)
+    later = scheduler.decide(IDLE_8, now=T0 + 300, cooldown=clock)
+    assert (later.action, later.target_nodes) == (ScaleAction.SCALE_DOWN, 4)
+
+
+def test_scale_down_cooldown_defaults_to_cooldown_s() -> None:
+    scheduler = ElasticScheduler(cooldown_s=120.0)
+    assert scheduler.scale_down_cooldown_s is None
+    assert scheduler.effective_scale_down_cooldown_s == 120.0
+    assert scheduler.thresholds()["scale_down_cooldown_s"] == 120.0
+    assert scheduler.to_dict()["scale_down_cooldown_s"] is None
+
+
+def test_cooldown_clock_round_trip_and_validation() -> None:
+    clock = CooldownClock(T0, ScaleAction.SCALE_DOWN)
+    assert clock.last_action == "scale_down"
+    assert clock.to_dict() == {"last_change_at": T0, "last_action": "scale_down"}
+    assert CooldownClock.from_dict(json.loads(json.dumps(clock.to_dict()))) == clock
+    assert CooldownClock.from_dict({}) == NO_COOLDOWN == CooldownClock()
+    assert clock.seconds_since_change(T0 + 5) == 5
+    assert NO_COOLDOWN.seconds_since_change(T0) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"last_change_at": math.nan}, "cooldown last_change_at must be a finite number, got nan"),
+        ({"last_change_at": "yesterday"}, "cooldown last_change_at must be a number"),
+        ({"last_change_at": True}, "cooldown last_change_at must be a number, got True"),
+        ({"last_action": "hold"}, "cooldown last_action must be one of 'scale_up', 'scale_down'"),
+        ({"since": 1}, "cooldown has an unknown field 'since'"),
+        ([], "cooldown must be a JSON object"),
+    ],
+)
+def test_bad_cooldown_clock_is_rejected(data: object, message: str) -> None:
+    with pytest.raises(ElasticGridError) as caught:
+        CooldownClock.from_dict(data)
+    assert str(caught.value).startswith(message)
+
+
+# -- parameters and inputs are validated (defect 4.6.6) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value", "message"),
+    [
+        ("min_nodes", 0, "min_nodes must be at least 1, got 0"),
+        ("min_nodes", True, "min_nodes must be a number, got True"),
+        ("min_nodes", 1.5, "min_nodes must be a whole number, got 1.5"),
+        ("min_nodes", math.nan, "min_nodes must be a finite number, got nan"),
+        ("max_nodes", math.inf, "max_nodes must be a finite number, got inf"),
+        ("max_nodes", 0, "max_nodes must be at least 1, got 0"),
+        ("max_nodes", "64", "max_nodes must be a number, got '64'"),
+        ("scale_up_factor", 1.0, "scale_up_factor must be greater than 1, got 1.0"),
+        ("scale_up_factor", math.nan, "scale_up_factor must be a finite number, got nan"),
+        ("scale_up_factor", -2.0, "scale_up_factor must be greater than 1, got -2.0"),
+        ("scale_down_factor", 0.0, "scale_down_factor must be greater than 0, got 0.0"),
+        ("scale_down_factor", 1.0, "scale_down_factor must be less than 1, got 1.0"),
+        ("scale_down_factor", math.inf, "scale_down_factor must be a finite number, got inf"),
+        ("cooldown_s", -1.0, "cooldown_s must be at least 0, got -1.0"),
+        ("cooldown_s", math.inf, "cooldown_s must be a finite number, got inf"),
+        ("cooldown_s", False, "cooldown_s must be a number, got False"),
+        ("scale_down_cooldown_s", -5, "scale_down_cooldown_s must be at least 0, got -5"),
+        ("scale_down_cooldown_s", math.nan, "scale_down_cooldown_s must be a finite number"),
+        ("target_queue_fraction", 1.5, "target_queue_fraction must be at most 1, got 1.5"),
+        ("target_queue_fraction", -0.1, "target_queue_fraction must be at least 0, got -0.1"),
+        ("idle_queue_fraction", math.nan, "idle_queue_fraction must be a finite number, got nan"),
+        ("idle_step_fraction", 0.0, "idle_step_fraction must be greater than 0, got 0.0"),
+        ("target_step_s", 0, "target_step_s must be greater than 0, got 0"),
+        ("target_step_s", -math.inf, "target_step_s must be a finite number, got -inf"),
+        ("min_samples", 0, "min_samples must be at least 1, got 0"),
+        ("min_samples", 2.5, "min_samples must be a whole number, got 2.5"),
+        ("startup_s", -1.0, "startup_s must be at least 0, got -1.0"),
+        ("startup_s", math.inf, "startup_s must be a finite number, got inf"),
+    ],
+)
+def test_bad_parameters_are_rejected_naming_the_parameter(
+    parameter: str, value: Any, message: str
+) -> None:
+    with pytest.raises(ElasticGridError) as caught:
+        ElasticScheduler(**{parameter: value})
+    assert str(caught.value).startswith(message)
+
+
+def test_max_nodes_below_min_nodes_is_rejected() -> None:
+    with pytest.raises(ElasticGridError, match="max_nodes must be at least 8, got 4"):
+        ElasticScheduler(min_nodes=8, max_nodes=4)
+
+
+def test_parameters_are_normalised_and_round_trip() -> None:
+    scheduler = ElasticScheduler(min_nodes=2.0, max_nodes=64, cooldown_s=60, startup_s=90)  # type: ignore[arg-type]
+    assert type(scheduler.min_nodes) is int and type(scheduler.cooldown_s) is float
+    assert ElasticScheduler.from_dict(json.loads(json.dumps(scheduler.to_dict()))) == scheduler
+    assert ElasticScheduler.from_dict({}) == ElasticScheduler()
+    assert set(scheduler.thresholds()) == set(scheduler.to_dict())
+    with pytest.raises(ElasticGridError, match="scheduler has an unknown field 'deadline_s'"):
+        ElasticScheduler.from_dict({"deadline_s": 10})
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"now": math.nan}, "now must be a finite number, got nan"),
+        ({"now": None}, "now must be a number, got None"),
+        ({"now": True}, "now must be a number, got True"),
+        ({"deadline_at": math.inf}, "deadline_at must be a finite number, got inf"),
+        ({"deadline_at": "tomorrow"}, "deadline_at must be a number, got 'tomorrow'"),
+        ({"remaining_steps": -1}, "remaining_steps must be at least 0, got -1"),
+        ({"remaining_steps": math.nan}, "remaining_steps must be a finite number, got nan"),
+        ({"remaining_tokens": math.inf}, "remaining_tokens must be a finite number, got inf"),
+        ({"current_nodes": 0}, "current_nodes must be at least 1, got 0"),
+        ({"current_nodes": True}, "current_nodes must be a number, got True"),
+        ({"current_nodes": 2.5}, "current_nodes must be a whole number, got 2.5"),
+        ({"cooldown": {"last_change_at": 1.0}}, "cooldown must be a CooldownClock"),
+    ],
+)
+def test_bad_decide_inputs_are_rejected(inputs: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = {"now": T0, **inputs}
+    with pytest.raises(ElasticGridError) as caught:
+        ElasticScheduler().decide(QUEUED_8, **arguments)
+    assert str(caught.value).startswith(message)
+
+
+def test_decide_requires_a_window_and_an_explicit_now() -> None:
+    with pytest.raises(ElasticGridError, match="window must be a MetricsWindow"):
+        ElasticScheduler().decide([StepSample(1, 1.0)], now=T0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ElasticScheduler().decide(QUEUED_8)  # type: ignore[call-arg]
+
+
+def test_nan_samples_never_reach_the_decision() -> None:
+    """0.1.0 answered "balanced" for NaN durations (defect 4.6.6)."""
+    with pytest.raises(ElasticGridError, match="sample duration_s must be a finite number"):
+        QUEUED_8.add(StepSample(9, math.nan))
+    with pytest.raises(ElasticGridError, match="window sample 0 queue_s must be a finite number"):
+        MetricsWindow.from_dict({"samples": [{"step": 1, "duration_s": 1.0, "queue_s": math.inf}]})
+
+
+def test_remaining_work_too_large_to_project_is_rejected() -> None:
+    with pytest.raises(ElasticGridError, match=r"remaining_steps .* is too large to project"):
+        ElasticScheduler().decide(
+            steady(4, step_s=1e300), now=T0, deadline_at=T0 + 10, remaining_steps=1e300
+        )
+
+
+# -- the decision record ----------------------------------------------------------
+
+
+def test_decision_record_carries_the_projection() -> None:
+    decision = ElasticScheduler(startup_s=60.0).decide(
+        FAST_4, now=T0, deadline_at=T0 + 900, remaining_steps=600
+    )
+    assert decision.deadline_at == T0 + 900
+    assert decision.time_left_s == 900.0
+    assert decision.projection == {
+        "basis": "steps",
+        "remaining": 600.0,
+        "current_nodes": 4,
+        "current_finish_s": 1200.0,
+        "time_left_s": 900.0,
+        "startup_s": 60.0,
+        "target_nodes": 6,
+        "target_finish_s": 860.0,
+        "meets_deadline": True,
+    }
+    assert decision.changed
+    plain = decision.to_dict()
+    assert plain["held_by"] == [] and plain["cooldown"]["last_change_at"] == T0
+    no_deadline = ElasticScheduler().decide(FAST_4, now=T0, remaining_steps=600)
+    assert no_deadline.projection is None and no_deadline.time_left_s is None
+
+
+def test_held_decision_lists_its_holds_in_the_record() -> None:
+    decision = ElasticScheduler().decide(QUEUED_8, now=T0, cooldown=RECENT_UP)
+    assert decision.to_dict()["held_by"] == [
+        {
+            "rule": "cooldown",
+            "reason": "in cooldown: last change 120s ago, scale-up cooldown is 300s",
+        }
+    ]
+    assert not decision.changed
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"action": "scale_up", "target_nodes": 8}, "decision action scale_up does not fit"),
+        ({"action": "scale_down", "target_nodes": 9}, "decision action scale_down does not fit"),
+        ({"action": "hold", "target_nodes": 9}, "decision action hold does not fit"),
+        ({"action": "grow"}, "decision action must be one of 'scale_up', 'scale_down', 'hold'"),
+        ({"rule": "vibes"}, "decision rule must be one of"),
+        ({"reason": ""}, "decision reason must not be empty"),
+        ({"held_by": [{"rule": "mood", "reason": "x"}]}, "held_by rule must be one of"),
+        ({"thresholds": {"min_nodes": 0}}, "min_nodes must be at least 1, got 0"),
+        ({"decided_at": math.nan}, "decision decided_at must be a finite number"),
+        ({"signals": {"samples": -1}}, "signals samples must be at least 0, got -1"),
+        ({"extra": 1}, "decision has an unknown field 'extra'"),
+    ],
+)
+def test_inconsistent_decision_records_are_rejected(changes: dict[str, Any], message: str) -> None:
+    data = ElasticScheduler().decide(QUEUED_8, now=T0).to_dict()
+    data.update(current_nodes=8, target_nodes=16, action="scale_up")
+    data.update(changes)
+    with pytest.raises(ElasticGridError) as caught:
+        ScaleDecision.from_dict(data)
+    assert str(caught.value).startswith(message)
+
+
+def test_missing_decision_field_is_named() -> None:
+    data = ElasticScheduler().decide(QUEUED_8, now=T0).to_dict()
+    del data["rule"]
+    with pytest.raises(ElasticGridError, match="decision is missing the field 'rule'"):
+        ScaleDecision.from_dict(data)
+    with pytest.raises(ElasticGridError, match="decision is not valid JSON"):
+        ScaleDecision.from_json("{")
+
+
+def test_a_scale_change_cannot_be_held_back() -> None:
+    decision = ElasticScheduler().decide(QUEUED_8, now=T0)
+    data = decision.to_dict()
+    data["held_by"] = [HeldBy("cooldown", "in cooldown").to_dict()]
+    with pytest.raises(ElasticGridError, match="cannot be held back"):
+        ScaleDecision.from_dict(data)
+
+
+# -- properties -----------------------------------------------------------------
+
+small_positive = st.one_of(st.just(0.0), st.floats(1e-3, 1e4))
+
+
+@st.composite
+def schedulers(draw: st.DrawFn) -> ElasticScheduler:
+    min_nodes = draw(st.integers(1, 64))
+    return ElasticScheduler(
+        min_nodes=min_nodes,
+        max_nodes=draw(st.integers(min_nodes, 2048)),
+        scale_up_factor=draw(st.floats(1.001, 8.0)),
+        scale_down_factor=draw(st.floats(0.01, 0.99)),
+        cooldown_s=draw(st.floats(0, 1000)),
+        scale_down_cooldown_s=draw(st.none() | st.floats(0, 2000)),
+        target_queue_fraction=draw(st.floats(0, 1)),
+        idle_queue_fraction=draw(st.floats(0, 1)),
+        idle_step_fraction=draw(st.floats(0.01, 2.0)),
+        target_step_s=draw(st.floats(0.1, 100.0)),
+        min_samples=draw(st.integers(1, 5)),
+        startup_s=draw(st.floats(0, 600)),
+    )
+
+
+sample_strategy = st.builds(
+    StepSample,
+    step=st.integers(0, 10**6),
+    duration_s=small_positive,
+    queue_s=small_positive,
+    nodes=st.integers(1, 4096),
+    tokens=st.one_of(st.just(0.0), st.floats(1.0, 1e6)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    scheduler=schedulers(),
+    samples=st.lists(sample_strategy, max_size=8),
+    current_nodes=st.none() | st.integers(1, 4096),
+    now=st.floats(1e9, 2e9),
+    last_change_ago=st.none() | st.floats(-100, 3000),
+    deadline_in=st.none() | st.floats(-1000, 1e5),
+    remaining_steps=st.none() | st.floats(0, 1e5),
+    remaining_tokens=st.none() | st.floats(0, 1e8),
+)
+def test_decision_invariants(
+    scheduler: ElasticScheduler,
+    samples: list[StepSample],
+    current_nodes: int | None,
+    now: float,
+    last_change_ago: float | None,
+    deadline_in: float | None,
+    remaining_steps: float | None,
+    remaining_tokens: float | None,
+) -> None:
+    window = MetricsWindow(size=8, samples=tuple(samples))
+    cooldown = (
+        NO_COOLDOWN if last_change_ago is None else CooldownClock(now - last_change_ago, "scale_up")
+    )
+    decision = scheduler.decide(
+        window,
+        now=now,
+        current_nodes=current_nodes,
+        cooldown=cooldown,
+        deadline_at=None if deadline_in is None else now + deadline_in,
+        remaining_steps=remaining_steps,
+        remaining_tokens=remaining_tokens,
+    )
+    current, target = decision.current_nodes, decision.target_nodes
+    if decision.action is ScaleAction.SCALE_UP:
+        assert target > current
+    elif decision.action is ScaleAction.SCALE_DOWN:
+        assert target < current
+    else:
+        assert target == current
+    # Within bounds, except a min_samples hold at a size the window cannot yet judge.
+    if decision.rule != "min_samples":
+        assert scheduler.min_nodes <= target <= scheduler.max_nodes
+    if scheduler.min_nodes <= current <= scheduler.max_nodes:
+        assert scheduler.min_nodes <= target <= scheduler.max_nodes
+    if decision.held_by:
+        assert decision.action is ScaleAction.HOLD
+    if decision.changed:
+        assert decision.cooldown == CooldownClock(now, decision.action.value)
+    else:
+        assert decision.cooldown == cooldown
+    assert ScaleDecision.from_json(decision.to_json()) == decision
+    assert (
+        scheduler.decide(
+            window,
+            now=now,
+            current_nodes=current_nodes,
+            cooldown=cooldown,
+            deadline_at=None if deadline_in is None else now + deadline_in,
+            remaining_steps=remaining_steps,
+            remaining_tokens=remaining_tokens,
+        )
+        == decision
+    )
