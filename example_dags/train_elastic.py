@@ -152,7 +152,10 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     step_log = Path(args.step_log).resolve() if args.step_log else None
     rank, world = ctx.rank, ctx.world_size
     if world > 1 and ctx.rendezvous_dir is None:
-        print("error: a multi-rank run needs a dir: rendezvous for the socket transport", file=sys.stderr)
+        print(
+            "error: a multi-rank run needs a dir: rendezvous for the socket transport",
+            file=sys.stderr,
+        )
         return 2
     rendezvous_dir = str(Path(ctx.rendezvous_dir).resolve()) if ctx.rendezvous_dir else None
 
@@ -172,7 +175,7 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         rank=rank,
         world_size=world,
         backend="numpy",
-        transport="socket",
+        transport="socket" if world > 1 else "local",
         rendezvous_dir=rendezvous_dir or ".cache/iroh_tinker",
     )
     if model is not None:
@@ -192,7 +195,9 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         for index in my_microbatches:
             last_wait = time.perf_counter() - step_start
             time.sleep(args.microbatch_seconds)
-            output = client.forward_backward([make_microbatch(step, index, args.seq_len, args.seed)])
+            output = client.forward_backward(
+                [make_microbatch(step, index, args.seq_len, args.seed)]
+            )
             loss_sum += output.loss
             gradients = client.backend.extract_gradients()
             client.backend.zero_grad()
@@ -230,7 +235,10 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
                 f"queue_s={queue:.3f} loss={loss:.4f}",
                 flush=True,
             )
-    client.transport.barrier()
+    # No final barrier: iroh's mesh socket barrier is answered by a peer's
+    # reader thread even before that peer arrives, and waits up to 600 s for a
+    # peer that already closed. The stats allreduce above is the last real
+    # synchronisation, and close() flushes what this rank still has to send.
     client.close()
     return 0
 

@@ -143,9 +143,7 @@ def rendezvous_spec_fields(uri: Any) -> dict[str, str]:
     if mode in _OBJECT_STORE_SCHEMES:
         prefix = f"{mode}://"
         if not text.lower().startswith(prefix) or not text[len(prefix) :].split("/", 1)[0]:
-            raise ElasticGridError(
-                f"rendezvous must look like {prefix}bucket/prefix, got {uri!r}"
-            )
+            raise ElasticGridError(f"rendezvous must look like {prefix}bucket/prefix, got {uri!r}")
         return {"mode": mode, "uri": prefix + text[len(prefix) :]}
     raise ElasticGridError(
         "rendezvous must be 'dir:/path', a plain path, 's3://bucket/prefix' or "
@@ -176,7 +174,9 @@ def _check_recovery(recovery: Any) -> dict[str, Any]:
         recovery = dict(recovery)
     check_mapping("recovery", recovery)
     reject_unknown_keys("recovery", recovery, {"mode", "max_restarts", "signal_grace_s"})
-    checked: dict[str, Any] = {"mode": check_choice("recovery mode", recovery.get("mode", "restart"), RECOVERY_MODES)}
+    checked: dict[str, Any] = {
+        "mode": check_choice("recovery mode", recovery.get("mode", "restart"), RECOVERY_MODES)
+    }
     if "max_restarts" in recovery:
         checked["max_restarts"] = check_integer("recovery max_restarts", recovery["max_restarts"])
     if "signal_grace_s" in recovery:

@@ -819,7 +819,7 @@ def test_a_scale_change_cannot_be_held_back() -> None:
 
 # -- properties -----------------------------------------------------------------
 
-small_positive = st.one_of(st.just(0.0), st.floats(1e-3, 1e4))
+seconds = st.one_of(st.just(0.0), st.floats(1e-3, 60.0), st.floats(60.0, 1e4))
 
 
 @st.composite
@@ -832,8 +832,8 @@ def schedulers(draw: st.DrawFn) -> ElasticScheduler:
         scale_down_factor=draw(st.floats(0.01, 0.99)),
         cooldown_s=draw(st.floats(0, 1000)),
         scale_down_cooldown_s=draw(st.none() | st.floats(0, 2000)),
-        target_queue_fraction=draw(st.floats(0, 1)),
-        idle_queue_fraction=draw(st.floats(0, 1)),
+        target_queue_fraction=draw(st.floats(0, 1) | st.floats(0.1, 0.5)),
+        idle_queue_fraction=draw(st.floats(0, 1) | st.floats(0, 0.1)),
         idle_step_fraction=draw(st.floats(0.01, 2.0)),
         target_step_s=draw(st.floats(0.1, 100.0)),
         min_samples=draw(st.integers(1, 5)),
@@ -841,50 +841,70 @@ def schedulers(draw: st.DrawFn) -> ElasticScheduler:
     )
 
 
-sample_strategy = st.builds(
-    StepSample,
-    step=st.integers(0, 10**6),
-    duration_s=small_positive,
-    queue_s=small_positive,
-    nodes=st.integers(1, 4096),
-    tokens=st.one_of(st.just(0.0), st.floats(1.0, 1e6)),
-)
+@st.composite
+def mixed_windows(draw: st.DrawFn, sizes: st.SearchStrategy[int]) -> MetricsWindow:
+    """Up to 8 unrelated samples: any mix of sizes, step times, queueing and tokens."""
+    count = draw(st.integers(0, 8))
+    sample = st.builds(
+        StepSample,
+        step=st.integers(0, 10**6),
+        duration_s=seconds,
+        queue_s=st.one_of(st.just(0.0), seconds),
+        nodes=sizes,
+        tokens=st.one_of(st.just(0.0), st.floats(1.0, 1e6)),
+    )
+    samples = draw(st.lists(sample, min_size=count, max_size=count))
+    return MetricsWindow(size=8, samples=tuple(samples))
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    scheduler=schedulers(),
-    samples=st.lists(sample_strategy, max_size=8),
-    current_nodes=st.none() | st.integers(1, 4096),
-    now=st.floats(1e9, 2e9),
-    last_change_ago=st.none() | st.floats(-100, 3000),
-    deadline_in=st.none() | st.floats(-1000, 1e5),
-    remaining_steps=st.none() | st.floats(0, 1e5),
-    remaining_tokens=st.none() | st.floats(0, 1e8),
-)
+@st.composite
+def steady_windows(draw: st.DrawFn, sizes: st.SearchStrategy[int]) -> MetricsWindow:
+    """Identical samples: reaches the idle and queue-bound rules far more often."""
+    return steady(
+        draw(sizes),
+        step_s=draw(seconds),
+        queue=draw(st.just(0.0) | st.floats(0, 1)),
+        count=draw(st.integers(1, 8) | st.just(8)),
+        tokens=draw(st.just(0.0) | st.floats(1.0, 1e6)),
+    )
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[ElasticScheduler, MetricsWindow, dict[str, Any]]:
+    """A scheduler, a window and decide() inputs; sizes mostly within the bounds."""
+    scheduler = draw(schedulers())
+    out_of_bounds = draw(st.integers(0, 9)) == 0
+    sizes = (
+        st.integers(1, 4096)
+        if out_of_bounds
+        else st.integers(scheduler.min_nodes, scheduler.max_nodes)
+    )
+    window = draw(st.one_of(mixed_windows(sizes), steady_windows(sizes)))
+    now = draw(st.floats(1e9, 2e9))
+    last_change_ago = draw(st.none() | st.floats(-100, 3000))
+    deadline_in = draw(st.none() | st.floats(-1000, 1e5))
+    inputs = {
+        "now": now,
+        "current_nodes": draw(st.none() | sizes),
+        "cooldown": NO_COOLDOWN
+        if last_change_ago is None
+        else CooldownClock(
+            now - last_change_ago, draw(st.sampled_from(["scale_up", "scale_down"]))
+        ),
+        "deadline_at": None if deadline_in is None else now + deadline_in,
+        "remaining_steps": draw(st.none() | st.floats(0, 1e5)),
+        "remaining_tokens": draw(st.none() | st.floats(0, 1e8)),
+    }
+    return scheduler, window, inputs
+
+
+@settings(max_examples=500, deadline=None)
+@given(scenario=scenarios())
 def test_decision_invariants(
-    scheduler: ElasticScheduler,
-    samples: list[StepSample],
-    current_nodes: int | None,
-    now: float,
-    last_change_ago: float | None,
-    deadline_in: float | None,
-    remaining_steps: float | None,
-    remaining_tokens: float | None,
+    scenario: tuple[ElasticScheduler, MetricsWindow, dict[str, Any]],
 ) -> None:
-    window = MetricsWindow(size=8, samples=tuple(samples))
-    cooldown = (
-        NO_COOLDOWN if last_change_ago is None else CooldownClock(now - last_change_ago, "scale_up")
-    )
-    decision = scheduler.decide(
-        window,
-        now=now,
-        current_nodes=current_nodes,
-        cooldown=cooldown,
-        deadline_at=None if deadline_in is None else now + deadline_in,
-        remaining_steps=remaining_steps,
-        remaining_tokens=remaining_tokens,
-    )
+    scheduler, window, inputs = scenario
+    decision = scheduler.decide(window, **inputs)
     current, target = decision.current_nodes, decision.target_nodes
     if decision.action is ScaleAction.SCALE_UP:
         assert target > current
@@ -892,7 +912,7 @@ def test_decision_invariants(
         assert target < current
     else:
         assert target == current
-    # Within bounds, except a min_samples hold at a size the window cannot yet judge.
+    # Always within the bounds, except a min_samples hold at a size it cannot judge yet.
     if decision.rule != "min_samples":
         assert scheduler.min_nodes <= target <= scheduler.max_nodes
     if scheduler.min_nodes <= current <= scheduler.max_nodes:
@@ -900,19 +920,8 @@ def test_decision_invariants(
     if decision.held_by:
         assert decision.action is ScaleAction.HOLD
     if decision.changed:
-        assert decision.cooldown == CooldownClock(now, decision.action.value)
+        assert decision.cooldown == CooldownClock(inputs["now"], decision.action.value)
     else:
-        assert decision.cooldown == cooldown
+        assert decision.cooldown == inputs["cooldown"]
     assert ScaleDecision.from_json(decision.to_json()) == decision
-    assert (
-        scheduler.decide(
-            window,
-            now=now,
-            current_nodes=current_nodes,
-            cooldown=cooldown,
-            deadline_at=None if deadline_in is None else now + deadline_in,
-            remaining_steps=remaining_steps,
-            remaining_tokens=remaining_tokens,
-        )
-        == decision
-    )
+    assert scheduler.decide(window, **inputs) == decision

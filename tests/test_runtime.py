@@ -1,0 +1,139 @@
+"""The training-script helper: global rank from iroh's and elasticgrid's variables, the step log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from elasticgrid_provider.runtime import (
+    STEP_LOG_NAME,
+    DistributedContext,
+    StepReporter,
+    distributed_context,
+)
+
+
+def part_env(tmp_path, rank: int, *, offset: int = 3, world: int = 5, local_world: int = 2) -> dict:
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(local_world),
+        "IROH_TINKER_JOB_DIR": str(tmp_path / "job"),
+        "IROH_TINKER_RENDEZVOUS": f"dir:{tmp_path / 'rdv'}",
+        "ELASTICGRID_JOB": "llm",
+        "ELASTICGRID_PART": "llm--gcp",
+        "ELASTICGRID_RANK_OFFSET": str(offset),
+        "ELASTICGRID_WORLD_SIZE": str(world),
+        "ELASTICGRID_PROCS_PER_NODE": "1",
+    }
+
+
+def test_context_of_a_rank_in_a_part(tmp_path):
+    ctx = distributed_context(part_env(tmp_path, 1))
+    assert ctx == DistributedContext(
+        rank=4,
+        world_size=5,
+        local_rank=1,
+        local_world_size=2,
+        procs_per_node=1,
+        job_name="llm",
+        part_name="llm--gcp",
+        job_dir=str(tmp_path / "job"),
+        rendezvous_dir=str(tmp_path / "rdv"),
+    )
+    assert not ctx.is_rank_zero
+
+
+def test_context_without_parts_uses_iroh_world_size():
+    ctx = distributed_context({"RANK": "2", "WORLD_SIZE": "4", "IROH_TINKER_RENDEZVOUS": "/r"})
+    assert (ctx.rank, ctx.world_size, ctx.local_rank) == (2, 4, 2)
+    assert ctx.rendezvous_dir == "/r"
+    assert ctx.job_name is None and ctx.part_name is None and ctx.job_dir is None
+
+
+def test_context_of_a_process_started_by_hand():
+    ctx = distributed_context({})
+    assert (ctx.rank, ctx.world_size, ctx.rendezvous_dir) == (0, 1, None)
+    assert ctx.is_rank_zero
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/rdv", "gs://bucket/rdv"])
+def test_object_store_rendezvous_has_no_directory(uri):
+    assert distributed_context({"IROH_TINKER_RENDEZVOUS": uri}).rendezvous_dir is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"RANK": "one"}, "RANK must be a whole number, got 'one'"),
+        ({"RANK": "-1"}, "RANK must be at least 0, got '-1'"),
+        ({"RANK": "2"}, "RANK must be below WORLD_SIZE"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE must be at least 1, got '0'"),
+        (
+            {"ELASTICGRID_RANK_OFFSET": "1.5"},
+            "ELASTICGRID_RANK_OFFSET must be a whole number, got '1.5'",
+        ),
+        ({"ELASTICGRID_WORLD_SIZE": "4"}, "ELASTICGRID_WORLD_SIZE must be at least .* got '4'"),
+        ({"IROH_TINKER_RENDEZVOUS": "http://x"}, "IROH_TINKER_RENDEZVOUS .* got 'http://x'"),
+    ],
+)
+def test_context_rejects_bad_values_naming_the_variable(tmp_path, changes, message):
+    with pytest.raises(ValueError, match=message):
+        distributed_context({**part_env(tmp_path, 0), **changes})
+
+
+def test_step_reporter_writes_whole_lines_on_global_rank_zero_only(tmp_path):
+    rank_zero = distributed_context(part_env(tmp_path, 0, offset=0))
+    rank_one = distributed_context(part_env(tmp_path, 1, offset=0))
+    writer = StepReporter(rank_zero)
+    silent = StepReporter(rank_one)
+
+    assert writer.path == tmp_path / "job" / STEP_LOG_NAME
+    record = writer.record(0, duration_s=2.0, queue_s=0.5, tokens=64)
+    assert silent.record(0, duration_s=2.0) is None
+    writer.record(1, duration_s=1.5, nodes=3)
+
+    text = writer.path.read_text()
+    assert text.endswith("\n")
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert lines[0] == record
+    assert [(line["step"], line["nodes"]) for line in lines] == [(0, 5), (1, 3)]
+    assert set(lines[0]) == {"step", "duration_s", "queue_s", "nodes", "tokens", "time"}
+    assert lines[1]["queue_s"] == 0.0 and lines[1]["tokens"] == 0.0
+
+
+def test_step_reporter_on_a_part_without_global_rank_zero_writes_nothing(tmp_path):
+    ctx = distributed_context(part_env(tmp_path, 0, offset=3))
+    assert StepReporter(ctx).record(0, duration_s=1.0) is None
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"step": -1, "duration_s": 1.0}, "step must be at least 0"),
+        ({"step": 0, "duration_s": float("nan")}, "duration_s must be a finite number"),
+        ({"step": 0, "duration_s": 1.0, "queue_s": -0.1}, "queue_s must be at least 0"),
+        ({"step": 0, "duration_s": 1.0, "nodes": 0}, "nodes must be at least 1"),
+        ({"step": 0, "duration_s": 1.0, "tokens": True}, "tokens must be a number"),
+    ],
+)
+def test_step_reporter_rejects_bad_numbers_and_writes_nothing(tmp_path, kwargs, message):
+    reporter = StepReporter(distributed_context({}), tmp_path / "steps.jsonl")
+    with pytest.raises(ValueError, match=message):
+        reporter.record(**kwargs)
+    assert not (tmp_path / "steps.jsonl").exists()
+
+
+def test_step_reporter_needs_a_path_on_rank_zero():
+    with pytest.raises(ValueError, match="IROH_TINKER_JOB_DIR"):
+        StepReporter(distributed_context({}))
+    # Other ranks never write, so they need no path.
+    assert StepReporter(distributed_context({"RANK": "1", "WORLD_SIZE": "2"})).path is None
+
+
+def test_step_reporter_all_ranks(tmp_path):
+    ctx = distributed_context({"RANK": "1", "WORLD_SIZE": "2"})
+    reporter = StepReporter(ctx, tmp_path / "r1.jsonl", all_ranks=True)
+    reporter.record(3, duration_s=1.0)
+    assert json.loads((tmp_path / "r1.jsonl").read_text())["step"] == 3
