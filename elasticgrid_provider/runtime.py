@@ -41,6 +41,7 @@ from elasticgrid_provider.core.launch_spec import (
     ENV_PART,
     ENV_PROCS_PER_NODE,
     ENV_RANK_OFFSET,
+    ENV_SHARED_DIR,
     ENV_WORLD_SIZE,
 )
 from elasticgrid_provider.core.validation import check_integer, check_number
@@ -67,6 +68,7 @@ class DistributedContext:
     part_name: str | None
     job_dir: str | None
     rendezvous_dir: str | None
+    shared_dir: str | None = None
 
     @property
     def is_rank_zero(self) -> bool:
@@ -141,6 +143,7 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
         part_name=env.get(ENV_PART) or None,
         job_dir=env.get(ENV_JOB_DIR) or None,
         rendezvous_dir=_rendezvous_dir(env.get(ENV_RENDEZVOUS)),
+        shared_dir=env.get(ENV_SHARED_DIR) or None,
     )
 
 

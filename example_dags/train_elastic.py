@@ -74,7 +74,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="tiny", help="iroh-tinker base model")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
     parser.add_argument(
-        "--checkpoint-dir", default=None, help="shared directory to resume from (rank 0 writes)"
+        "--checkpoint-dir",
+        default=None,
+        help="shared directory to resume from (rank 0 writes); "
+        "default: <ELASTICGRID_SHARED_DIR>/checkpoint when launched by LaunchOperator",
     )
     parser.add_argument(
         "--step-log", default=None, help="step log path (default: <job dir>/steps.jsonl)"
@@ -149,6 +152,9 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     from iroh_tinker import AdamParams, TrainingClient
 
     checkpoint_dir = Path(args.checkpoint_dir).resolve() if args.checkpoint_dir else None
+    if checkpoint_dir is None and ctx.shared_dir:
+        # launched by LaunchOperator: the job's shared folder outlives every relaunch
+        checkpoint_dir = Path(ctx.shared_dir) / "checkpoint"
     step_log = Path(args.step_log).resolve() if args.step_log else None
     rank, world = ctx.rank, ctx.world_size
     if world > 1 and ctx.rendezvous_dir is None:

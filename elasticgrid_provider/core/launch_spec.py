@@ -74,7 +74,10 @@ ENV_PART = "ELASTICGRID_PART"
 ENV_RANK_OFFSET = "ELASTICGRID_RANK_OFFSET"
 ENV_WORLD_SIZE = "ELASTICGRID_WORLD_SIZE"
 ENV_PROCS_PER_NODE = "ELASTICGRID_PROCS_PER_NODE"
-ELASTICGRID_ENV_NAMES = (ENV_JOB, ENV_PART, ENV_RANK_OFFSET, ENV_WORLD_SIZE, ENV_PROCS_PER_NODE)
+ENV_SHARED_DIR = "ELASTICGRID_SHARED_DIR"
+ELASTICGRID_ENV_NAMES = (
+    ENV_JOB, ENV_PART, ENV_RANK_OFFSET, ENV_WORLD_SIZE, ENV_PROCS_PER_NODE, ENV_SHARED_DIR
+)
 """The variables a launch sets on every rank (the contract with runtime.py)."""
 
 IROH_RUNNER_ENV_NAMES = ("RANK", "WORLD_SIZE", "IROH_TINKER_JOB_DIR", "IROH_TINKER_RENDEZVOUS")
@@ -221,6 +224,7 @@ class LaunchOptions:
     recovery: Mapping[str, Any] | None = field(default=None, hash=False)
     checkpoint: Mapping[str, Any] | None = field(default=None, hash=False)
     instance_type: str | None = None
+    shared_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_text("run", self.run)
@@ -240,6 +244,8 @@ class LaunchOptions:
             object.__setattr__(self, "checkpoint", _frozen(_check_checkpoint(self.checkpoint)))
         if self.instance_type is not None:
             check_text("instance_type", self.instance_type)
+        if self.shared_dir is not None:
+            check_text("shared_dir", self.shared_dir)
 
 
 def _check_placement(placement: Any) -> Placement:
@@ -300,7 +306,7 @@ def _spec_dict(
 def _rank_envs(
     options: LaunchOptions, job: str, part: str, rank_offset: int, world_size: int
 ) -> dict[str, str]:
-    return {
+    envs = {
         **options.envs,
         ENV_JOB: job,
         ENV_PART: part,
@@ -308,6 +314,9 @@ def _rank_envs(
         ENV_WORLD_SIZE: str(world_size),
         ENV_PROCS_PER_NODE: str(options.procs_per_node),
     }
+    if options.shared_dir is not None:
+        envs[ENV_SHARED_DIR] = options.shared_dir
+    return envs
 
 
 def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:

@@ -293,6 +293,8 @@ class ElasticGridHook(BaseHook):
             rendezvous_dir = folder / "rendezvous" / launch_id
             rendezvous_dir.mkdir(parents=True, exist_ok=True)
             options = replace(options, rendezvous=f"dir:{rendezvous_dir}")
+        if options.shared_dir is None:
+            options = replace(options, shared_dir=str(folder / "shared"))
         parts = build_launch_parts(placement, job_name, options)
         spec_folder = folder / "specs" / launch_id
         spec_folder.mkdir(parents=True, exist_ok=True)
@@ -312,6 +314,7 @@ class ElasticGridHook(BaseHook):
         self._write_manifest(manifest)
         started: list[PartRecord] = []
         for record in records:
+            self._clear_markers(record.name)
             try:
                 self.job_manager.launch(record.spec_path)
             except Exception as exc:
@@ -327,10 +330,21 @@ class ElasticGridHook(BaseHook):
         assert snapshot is not None  # the manifest was just written
         return snapshot
 
+    def _clear_markers(self, part_name: str) -> None:
+        """Remove a previous launch's ``done_*``/``attempt_*`` markers from the part's folder.
+
+        iroh-tinker reuses a job's folder and never clears them, so a stale
+        ``done_0`` would make a failed relaunch look done, and stale attempt
+        counters would eat the new launch's restart budget.
+        """
+        part_folder = self.jobs_root / part_name
+        for pattern in ("done_*", "attempt_*"):
+            for marker in part_folder.glob(pattern):
+                marker.unlink(missing_ok=True)
+
     @staticmethod
     def _write_part_spec(part: LaunchPart, spec_folder: Path) -> PartRecord:
-        path = spec_folder / f"{part.part_name}.json"
-        path.write_text(json.dumps(part.spec_dict, indent=2) + "\n")
+        path = part.write_spec(spec_folder / f"{part.part_name}.json")
         return PartRecord(
             name=part.part_name,
             provider=part.provider.name,

@@ -1,32 +1,20 @@
-"""DAGs for the LaunchOperator tests: a real training job on the local engine."""
+"""DAGs for the LaunchOperator tests (and to start jobs for the sensor tests)."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 from airflow.sdk import DAG
 
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
-
-TRAIN = Path(__file__).resolve().parents[2] / "example_dags" / "train_elastic.py"
-TWO_LOCAL_PROVIDERS = [
-    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {"name": "cloud", "engine": "local", "region": "test-1", "max_nodes": 4,
-     "cost_per_node_hour": 1.5, "spot": True},
-]
-ONE_FAILING_PROVIDER = [
-    TWO_LOCAL_PROVIDERS[0],
-    {"name": "fullcloud", "engine": "module=tests.fake_engines:NoCapacityEngine",
-     "max_nodes": 4, "cost_per_node_hour": 1.0, "spot": True},
-]
-JOB = "{{ dag_run.conf['job_name'] }}"
-NODES = "{{ dag_run.conf.get('nodes', 2) }}"
-TRAIN_RUN = (
-    f"{sys.executable} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 4) }}}} "
-    "--global-batch 2 --microbatch-seconds 0.02"
+from tests.dag_settings import (
+    FAILING_RUN,
+    JOB,
+    NODES,
+    ONE_FAILING_PROVIDER,
+    QUEUE_BOUND_RUN,
+    SLEEPING_RUN,
+    TRAIN_RUN,
+    TWO_LOCAL_PROVIDERS,
 )
-FAILING_RUN = f"{sys.executable} -c \"import sys; print('loading shard 7'); print('boom: corrupt batch'); sys.exit(3)\""
 
 
 def launch_dag(dag_id: str, providers: list, run: str, **launch_arguments) -> DAG:
@@ -47,4 +35,7 @@ launch_dag(
     wait_for_completion=True, deferrable=True,
 )
 launch_dag("launch_failing_job", TWO_LOCAL_PROVIDERS, FAILING_RUN, wait_for_completion=True)
+launch_dag("launch_failing_job_no_wait", TWO_LOCAL_PROVIDERS, FAILING_RUN)
 launch_dag("launch_provider_fails", ONE_FAILING_PROVIDER, TRAIN_RUN)
+launch_dag("launch_queue_bound", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN)
+launch_dag("launch_sleeping", TWO_LOCAL_PROVIDERS, SLEEPING_RUN)

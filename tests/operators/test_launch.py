@@ -99,4 +99,5 @@ def test_deferrable_wait_goes_through_the_trigger(airflow_db, jobs_root, capfd):
     )
     assert result.task_states["launch"] == "success"
     assert result.xcom("launch")["status"] == "done"
-    assert "JobStatusTrigger" in capfd.readouterr().out
+    output = capfd.readouterr()
+    assert "[DAG TEST] Trigger completed" in output.out + output.err

@@ -1,0 +1,36 @@
+"""What the test DAGs share: the training script, the grid and the run commands.
+
+Both providers of the grid map to the local iroh-tinker engine, so a
+placement over both is a real two-part job on this machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+TRAIN = Path(__file__).resolve().parents[1] / "example_dags" / "train_elastic.py"
+TWO_LOCAL_PROVIDERS = [
+    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
+    {"name": "cloud", "engine": "local", "region": "test-1", "max_nodes": 4,
+     "cost_per_node_hour": 1.5, "spot": True},
+]
+ONE_FAILING_PROVIDER = [
+    TWO_LOCAL_PROVIDERS[0],
+    {"name": "fullcloud", "engine": "module=tests.fake_engines:NoCapacityEngine",
+     "max_nodes": 4, "cost_per_node_hour": 1.0, "spot": True},
+]
+JOB = "{{ dag_run.conf['job_name'] }}"
+NODES = "{{ dag_run.conf.get('nodes', 2) }}"
+TRAIN_RUN = (
+    f"{sys.executable} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 4) }}}} "
+    "--global-batch 2 --microbatch-seconds 0.02"
+)
+# 4 micro-batches per step: at 2 ranks half of each step waits for a worker
+QUEUE_BOUND_RUN = f"{sys.executable} {TRAIN} --steps 400 --global-batch 4 --microbatch-seconds 0.05"
+FAILING_RUN = (
+    f"{sys.executable} -c \"import sys; print('loading shard 7'); "
+    "print('boom: corrupt batch'); sys.exit(3)\""
+)
+# a real job whose step log the test writes itself
+SLEEPING_RUN = f"{sys.executable} -c \"import time; time.sleep(600)\""
