@@ -23,6 +23,8 @@ class DagRunResult:
     dag_id: str
     run_id: str
     state: str
+    logical_date: Any
+    run_after: Any
     task_states: dict[str, str]
     hit_deadline_defect: bool
 
@@ -81,7 +83,9 @@ def run_dag(dag_id: str, run_conf: dict[str, Any] | None = None, dag: Any = None
                 )
             )
         }
-        return DagRunResult(dag_id, run.run_id, str(run.state), task_states, hit)
+        return DagRunResult(
+            dag_id, run.run_id, str(run.state), run.logical_date, run.run_after, task_states, hit
+        )
 
 
 def read_xcom(dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:

@@ -70,6 +70,15 @@ SCHEDULER_PARAMETERS = (
 ARGUMENT_SOURCE = "samples argument"
 
 
+class JobFailedError(RuntimeError):
+    """The checked job failed or was never launched.
+
+    Deliberately not an ``AirflowException``: ``soft_fail`` (meant for a check
+    that found no reason to scale before its timeout) turns Airflow's
+    failures into skips, and a failed job must never pass as a skip.
+    """
+
+
 def load_scale_state(job_name: str) -> ScaleState:
     """The job's state from its Variable, or a fresh one when there is none yet."""
     stored = Variable.get(state_variable_key(job_name), default=None, deserialize_json=True)
@@ -196,7 +205,7 @@ class ElasticScaleSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger fired: check again, and defer again on hold."""
         if event.get("status") == "failed":
-            raise AirflowFailException(self._failure_message(event.get("failure_report")))
+            raise JobFailedError(self._failure_message(event.get("failure_report")))
         return self._check_or_defer(context, started_at=float(event["started_at"]))
 
     def _check_or_defer(self, context: Context, started_at: float) -> Any:
@@ -247,12 +256,12 @@ class ElasticScaleSensor(BaseSensorOperator):
         with hook.job_lock(self.job_name):
             snapshot = hook.job_snapshot(self.job_name)
             if snapshot is None:
-                raise AirflowFailException(
+                raise JobFailedError(
                     f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
                     "launch it with LaunchOperator first"
                 )
             if snapshot.status == "failed":
-                raise AirflowFailException(self._failure_message(hook.failure_report(snapshot)))
+                raise JobFailedError(self._failure_message(hook.failure_report(snapshot)))
             state = load_scale_state(self.job_name)
             state, window = self._take_new_samples(state, snapshot)
             now = time.time()

@@ -49,3 +49,105 @@ def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_r
     assert state["schema_version"] == 1
     assert state["history"][-1]["action"] == "scale_up"
     assert state["cooldown"]["last_action"] == "scale_up"
+
+
+def test_an_idle_job_is_scaled_down(airflow_db, jobs_root):
+    run_dag("launch_no_wait", {"job_name": "idle", "nodes": 2, "steps": 4000})
+    _wait_for_lines(jobs_root / "idle--onprem" / "steps.jsonl", 3)
+    result = run_dag("scale_check_idle", {"job_name": "idle"})
+    assert result.task_states == {"scale_check": "success"}
+    decision = result.xcom("scale_check")
+    assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
+        "scale_down", 2, 1
+    )
+    assert decision["rule"] == "idle"
+    assert decision["signals"]["queue_fraction"] <= 0.05
+
+
+def test_the_cooldown_is_honoured_across_two_dag_runs(airflow_db, jobs_root):
+    run_dag("launch_queue_bound", {"job_name": "cool", "nodes": 2})
+    first = run_dag("scale_check_cooldown", {"job_name": "cool"})
+    assert first.task_states == {"scale_check": "success"}
+    decided_at = first.xcom("scale_check")["decided_at"]
+    second = run_dag("scale_check_cooldown", {"job_name": "cool"})
+    assert second.task_states == {"scale_check": "skipped"}  # held until its timeout
+    held = second.xcom("scale_check", "decision")
+    assert held["action"] == "hold" and held["rule"] == "queue_bound"
+    assert [entry["rule"] for entry in held["held_by"]] == ["cooldown"]
+    state = _state("cool")
+    decisions = [(entry["action"], entry["rule"]) for entry in state["history"]]
+    # before it: at most a hold for want of samples, while the job's first steps ran
+    assert decisions[-2:] == [("scale_up", "queue_bound"), ("hold", "queue_bound")]
+    assert set(decisions[:-2]) <= {("hold", "min_samples")}
+    assert state["cooldown"]["last_change_at"] == decided_at
+
+
+def test_each_check_reads_only_the_new_lines(airflow_db, jobs_root, capfd):
+    run_dag("launch_sleeping", {"job_name": "inc", "nodes": 1})
+    step_log = jobs_root / "inc--onprem" / "steps.jsonl"
+
+    def sample(step: int) -> str:
+        return json.dumps({"step": step, "duration_s": 1.0, "queue_s": 0.1, "nodes": 1}) + "\n"
+
+    step_log.write_text("".join(sample(step) for step in range(3)))
+    run_dag("scale_check_patient", {"job_name": "inc"})
+    assert "Read 3 new line(s)" in capfd.readouterr().out
+    state = _state("inc")
+    assert state["cursors"] == {str(step_log): step_log.stat().st_size}
+    assert [s["step"] for s in state["window"]["samples"]] == [0, 1, 2]
+
+    half_line = '{"step": 7, "durat'
+    with step_log.open("a") as handle:
+        handle.write(sample(3) + "not json at all\n" + sample(4))
+        handle.write(json.dumps({"step": 5, "duration_s": -1.0, "nodes": 1}) + "\n")
+        handle.write(half_line)
+    run_dag("scale_check_patient", {"job_name": "inc"})
+    output = capfd.readouterr().out
+    assert "Read 4 new line(s)" in output
+    assert output.count("Skipped a step-log line") == 2
+    assert "duration_s must be at least 0" in output
+    state = _state("inc")
+    assert state["skipped_lines"] == 2
+    assert [s["step"] for s in state["window"]["samples"]] == [0, 1, 2, 3, 4]
+    assert state["cursors"][str(step_log)] == step_log.stat().st_size - len(half_line)
+
+    with step_log.open("a") as handle:
+        handle.write('ion_s": 1.0, "nodes": 1}\n')
+    run_dag("scale_check_patient", {"job_name": "inc"})
+    assert "Read 1 new line(s)" in capfd.readouterr().out
+    state = _state("inc")
+    assert [s["step"] for s in state["window"]["samples"]][-1] == 7
+    assert state["cursors"][str(step_log)] == step_log.stat().st_size
+
+
+def test_a_finished_job_ends_the_check_with_a_record(airflow_db, jobs_root):
+    run_dag("launch_and_wait", {"job_name": "finished", "nodes": 2, "steps": 3})
+    result = run_dag("scale_check_patient", {"job_name": "finished"})
+    assert result.task_states == {"scale_check": "skipped"}
+    record = result.xcom("scale_check", "decision")
+    assert record["rule"] == "job_ended"
+    assert record["context"]["job_status"] == "done"
+
+
+def test_a_failed_job_fails_the_check_with_its_error(airflow_db, jobs_root, capfd):
+    from iroh_tinker.cloud import JobManager
+
+    run_dag("launch_failing_job_no_wait", {"job_name": "broken", "nodes": 1})
+    manager = JobManager(root=jobs_root)
+    deadline = time.monotonic() + 30
+    while manager.status("broken--onprem").status == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    capfd.readouterr()
+    result = run_dag("scale_check_patient", {"job_name": "broken"})
+    assert result.task_states == {"scale_check": "failed"}
+    output = capfd.readouterr()
+    assert "job 'broken' failed" in output.out + output.err
+    assert "boom: corrupt batch" in output.out + output.err
+
+
+def test_a_job_that_was_never_launched_fails_the_check(airflow_db, jobs_root, capfd):
+    result = run_dag("scale_check_patient", {"job_name": "ghost"})
+    assert result.task_states == {"scale_check": "failed"}
+    output = capfd.readouterr()
+    assert "job 'ghost' has no manifest" in output.out + output.err
