@@ -151,3 +151,89 @@ def test_a_job_that_was_never_launched_fails_the_check(airflow_db, jobs_root, ca
     assert result.task_states == {"scale_check": "failed"}
     output = capfd.readouterr()
     assert "job 'ghost' has no manifest" in output.out + output.err
+
+
+def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_root, capfd):
+    import threading
+
+    run_dag("launch_sleeping", {"job_name": "deferred", "nodes": 2})
+    step_log = jobs_root / "deferred--onprem" / "steps.jsonl"
+    lines = "".join(
+        json.dumps({"step": step, "duration_s": 1.0, "queue_s": 0.6, "nodes": 2}) + "\n"
+        for step in range(3)
+    )
+    # the samples arrive only after the first check has held and deferred
+    writer = threading.Timer(3.0, lambda: step_log.write_text(lines))
+    writer.start()
+    try:
+        result = run_dag("scale_check_deferrable", {"job_name": "deferred"})
+    finally:
+        writer.join()
+    assert result.task_states == {"scale_check": "success"}
+    decision = result.xcom("scale_check")
+    assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
+    output = capfd.readouterr()
+    text = output.out + output.err
+    assert "next check of job deferred in 2s (in the triggerer)" in text
+    assert text.count("[DAG TEST] Trigger completed") >= 1
+
+
+def test_a_recorded_decision_replays_to_the_same_decision(airflow_db, jobs_root, tmp_path):
+    import subprocess
+    import sys
+
+    run_dag("launch_queue_bound", {"job_name": "replay", "nodes": 2})
+    result = run_dag("scale_check_idle", {"job_name": "replay"})
+    decision = result.xcom("scale_check")
+    variable_file = tmp_path / "variable.json"
+    variable_file.write_text(json.dumps({state_variable_key("replay"): _state("replay")}))
+    replay = subprocess.run(
+        [sys.executable, "-m", "elasticgrid_provider", "--json", "simulate", "--state",
+         str(variable_file)],
+        capture_output=True, text=True, check=False,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    replayed = json.loads(replay.stdout)
+    assert replayed["replay"]["matches"] is True
+    for field in ("action", "current_nodes", "target_nodes", "rule", "reason"):
+        assert replayed["decision"][field] == decision[field]
+
+
+def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
+    """Two DAG runs in two processes check the same job at the same moment.
+
+    The job's lock serialises the checks: one decides ``scale_up`` and resizes,
+    the other waits for the lock, then sees the cooldown the first started and
+    holds (skipped at its timeout). No history entry is lost.
+    """
+    import os
+    import subprocess
+
+    from tests.conftest import TESTS, airflow_command
+
+    run_dag("launch_queue_bound", {"job_name": "race", "nodes": 2})
+    _wait_for_lines(jobs_root / "race--onprem" / "steps.jsonl", 4)
+    environment = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    conf = json.dumps({"job_name": "race"})
+    checks = [
+        subprocess.Popen(
+            [*airflow_command(), "dags", "test", "scale_check_concurrent", logical_date,
+             "--conf", conf, "--dagfile-path", str(TESTS / "dags" / "scale_dags.py")],
+            env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for logical_date in ("2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00")
+    ]
+    outputs = [check.communicate(timeout=180)[0] for check in checks]
+    assert all(check.returncode == 0 for check in checks), "\n".join(outputs)
+
+    state = _state("race")
+    decisions = [entry["action"] for entry in state["history"] if entry["rule"] != "min_samples"]
+    assert decisions == ["scale_up", "hold"]
+    print(json.dumps([{k: e[k] for k in ("action","rule","held_by","current_nodes","reason")} for e in state["history"]], indent=1))
+    assert state["history"][-1]["held_by"][0]["rule"] == "cooldown"
+    launches = sorted(path.name for path in (jobs_root / "race" / "specs").iterdir())
+    assert len(launches) == 2  # the first launch and exactly one resize
+    manifest = json.loads((jobs_root / "race" / "manifest.json").read_text())
+    assert manifest["placement"]["total_nodes"] == 4
+    resized = [output for output in outputs if "resized from 2 nodes" in output]
+    assert len(resized) == 1
