@@ -202,9 +202,10 @@ def test_a_recorded_decision_replays_to_the_same_decision(airflow_db, jobs_root,
 def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     """Two DAG runs in two processes check the same job at the same moment.
 
-    The job's lock serialises the checks: one decides ``scale_up`` and resizes,
-    the other waits for the lock, then sees the cooldown the first started and
-    holds (skipped at its timeout). No history entry is lost.
+    The job's lock serialises the checks: one decides ``scale_up`` and resizes;
+    the other waits for the lock and then either sees the cooldown the first
+    started, or (when it comes after the resize) a fresh window at 4 nodes, and
+    holds until its timeout (skipped). Either way: one resize, no lost write.
     """
     import os
     import subprocess
@@ -227,10 +228,10 @@ def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     assert all(check.returncode == 0 for check in checks), "\n".join(outputs)
 
     state = _state("race")
-    decisions = [entry["action"] for entry in state["history"] if entry["rule"] != "min_samples"]
-    assert decisions == ["scale_up", "hold"]
-    print(json.dumps([{k: e[k] for k in ("action","rule","held_by","current_nodes","reason")} for e in state["history"]], indent=1))
-    assert state["history"][-1]["held_by"][0]["rule"] == "cooldown"
+    assert [entry["action"] for entry in state["history"]].count("scale_up") == 1
+    # no lost write: every check incremented the revision it read, under the lock
+    checks = sum(output.count("Decision for job race:") for output in outputs)
+    assert state["revision"] == checks
     launches = sorted(path.name for path in (jobs_root / "race" / "specs").iterdir())
     assert len(launches) == 2  # the first launch and exactly one resize
     manifest = json.loads((jobs_root / "race" / "manifest.json").read_text())
