@@ -66,7 +66,9 @@ def parse_deadline(value: Any) -> pendulum.DateTime:
         try:
             parsed = pendulum.parse(value.strip())
         except (ValueError, ParserError):
-            raise ElasticGridError(f"deadline must be an ISO-8601 datetime, got {value!r}") from None
+            raise ElasticGridError(
+                f"deadline must be an ISO-8601 datetime, got {value!r}"
+            ) from None
         if not isinstance(parsed, pendulum.DateTime):
             raise ElasticGridError(f"deadline must be an ISO-8601 datetime, got {value!r}")
         moment = parsed
@@ -133,6 +135,8 @@ def resolve_deadline(explicit: Any, dag: Any, dag_run: Any) -> ResolvedDeadline:
             continue
         candidates.append((moment + interval, f"DAG deadline alert {label} + {interval}", exact))
     if not candidates:
-        return ResolvedDeadline(None, "no DAG deadline alert a task can evaluate", True, tuple(warnings))
+        return ResolvedDeadline(
+            None, "no DAG deadline alert a task can evaluate", True, tuple(warnings)
+        )
     moment, source, exact = min(candidates, key=lambda candidate: candidate[0])
     return ResolvedDeadline(moment, source, exact, tuple(warnings))

@@ -23,8 +23,14 @@ from elasticgrid_provider.sensors import ElasticScaleSensor
 TRAIN_SCRIPT = Path(__file__).with_name("train_elastic.py")
 DEMO_GRID = [
     {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {"name": "cloud", "engine": "local", "region": "demo-1", "max_nodes": 6,
-     "cost_per_node_hour": 1.2, "spot": True},
+    {
+        "name": "cloud",
+        "engine": "local",
+        "region": "demo-1",
+        "max_nodes": 6,
+        "cost_per_node_hour": 1.2,
+        "spot": True,
+    },
 ]
 JOB_NAME = "{{ dag_run.conf.get('job_name', 'elastic-demo') }}"
 RUN = f"{sys.executable} {TRAIN_SCRIPT} --steps 600 --global-batch 4 --microbatch-seconds 0.2"
@@ -53,7 +59,10 @@ with DAG(
     )
     plan = PlanPlacementOperator(task_id="plan", nodes=scale_check.output, providers=DEMO_GRID)
     resize = LaunchOperator(
-        task_id="resize", job_name=JOB_NAME, run=RUN, placement=plan.output,
+        task_id="resize",
+        job_name=JOB_NAME,
+        run=RUN,
+        placement=plan.output,
         recovery={"mode": "none"},
     )
     scale_check >> plan >> resize

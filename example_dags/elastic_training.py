@@ -28,8 +28,14 @@ from elasticgrid_provider.sensors import ElasticScaleSensor
 TRAIN_SCRIPT = Path(__file__).with_name("train_elastic.py")
 DEMO_GRID = [
     {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {"name": "cloud", "engine": "local", "region": "demo-1", "max_nodes": 6,
-     "cost_per_node_hour": 1.2, "spot": True},
+    {
+        "name": "cloud",
+        "engine": "local",
+        "region": "demo-1",
+        "max_nodes": 6,
+        "cost_per_node_hour": 1.2,
+        "spot": True,
+    },
 ]
 JOB_NAME = "{{ dag_run.conf.get('job_name', 'elastic-demo') }}"
 RUN = (
@@ -47,7 +53,10 @@ with DAG(
 ) as dag:
     plan = PlanPlacementOperator(task_id="plan", nodes=2, providers=DEMO_GRID)
     launch = LaunchOperator(
-        task_id="launch", job_name=JOB_NAME, run=RUN, placement=plan.output,
+        task_id="launch",
+        job_name=JOB_NAME,
+        run=RUN,
+        placement=plan.output,
         recovery={"mode": "none"},
     )
     scale_check = ElasticScaleSensor(

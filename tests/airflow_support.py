@@ -70,9 +70,7 @@ def run_dag(dag_id: str, run_conf: dict[str, Any] | None = None, dag: Any = None
         hit = True
     with create_session() as session:
         query = select(DagRun).where(DagRun.dag_id == dag_id)
-        query = (
-            query.where(DagRun.run_id == run_id) if run_id else query.order_by(DagRun.id.desc())
-        )
+        query = query.where(DagRun.run_id == run_id) if run_id else query.order_by(DagRun.id.desc())
         run = session.scalars(query).first()
         assert run is not None
         task_states = {

@@ -7,6 +7,7 @@ database is migrated once per session, and only when a test asks for it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -60,7 +61,7 @@ def jobs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     root.mkdir()
     monkeypatch.setenv(
         "AIRFLOW_CONN_ELASTICGRID_DEFAULT",
-        '{"conn_type": "elasticgrid", "extra": {"jobs_root": "%s"}}' % root,
+        json.dumps({"conn_type": "elasticgrid", "extra": {"jobs_root": str(root)}}),
     )
     yield root
     from iroh_tinker.cloud import JobManager

@@ -12,13 +12,24 @@ from pathlib import Path
 TRAIN = Path(__file__).resolve().parents[1] / "example_dags" / "train_elastic.py"
 TWO_LOCAL_PROVIDERS = [
     {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {"name": "cloud", "engine": "local", "region": "test-1", "max_nodes": 4,
-     "cost_per_node_hour": 1.5, "spot": True},
+    {
+        "name": "cloud",
+        "engine": "local",
+        "region": "test-1",
+        "max_nodes": 4,
+        "cost_per_node_hour": 1.5,
+        "spot": True,
+    },
 ]
 ONE_FAILING_PROVIDER = [
     TWO_LOCAL_PROVIDERS[0],
-    {"name": "fullcloud", "engine": "module=tests.fake_engines:NoCapacityEngine",
-     "max_nodes": 4, "cost_per_node_hour": 1.0, "spot": True},
+    {
+        "name": "fullcloud",
+        "engine": "module=tests.fake_engines:NoCapacityEngine",
+        "max_nodes": 4,
+        "cost_per_node_hour": 1.0,
+        "spot": True,
+    },
 ]
 JOB = "{{ dag_run.conf['job_name'] }}"
 NODES = "{{ dag_run.conf.get('nodes', 2) }}"
@@ -33,4 +44,4 @@ FAILING_RUN = (
     "print('boom: corrupt batch'); sys.exit(3)\""
 )
 # a real job whose step log the test writes itself
-SLEEPING_RUN = f"{sys.executable} -c \"import time; time.sleep(600)\""
+SLEEPING_RUN = f'{sys.executable} -c "import time; time.sleep(600)"'

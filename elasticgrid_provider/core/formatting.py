@@ -27,15 +27,21 @@ def placement_table(placement: Placement) -> str:
             )
         )
     rows.append(
-        ("total", "", f"{placement.spot_fraction:.0%}", str(placement.total_nodes), "",
-         f"{placement.cost_per_hour:.2f}")
+        (
+            "total",
+            "",
+            f"{placement.spot_fraction:.0%}",
+            str(placement.total_nodes),
+            "",
+            f"{placement.cost_per_hour:.2f}",
+        )
     )
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = []
     for row in rows:
         cells = [
             cell.ljust(width) if column < 3 else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(row, widths))
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)

@@ -103,6 +103,8 @@ class Placement:
             fields = {key: value for key, value in entry.items() if key in PROVIDER_FIELDS}
             fields.setdefault("name", entry.get("provider"))
             if "nodes" not in entry:
-                raise ElasticGridError(f"placement assignment {position} is missing the field 'nodes'")
+                raise ElasticGridError(
+                    f"placement assignment {position} is missing the field 'nodes'"
+                )
             shares.append(Assignment(provider_from_dict(fields, position), entry["nodes"]))
         return cls(tuple(shares))

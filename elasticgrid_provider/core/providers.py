@@ -136,7 +136,11 @@ def check_unique_names(providers: Iterable[Provider]) -> tuple[Provider, ...]:
 DEFAULT_PROVIDERS: tuple[Provider, ...] = (
     Provider("local", max_nodes=8, cost_per_node_hour=0.0, spot=False),
     Provider("gcp", region="us-central1", max_nodes=64, cost_per_node_hour=3.5, accelerator="A100"),
-    Provider("aws", region="us-east-1", max_nodes=64, cost_per_node_hour=3.2, accelerator="p5.48xlarge"),
-    Provider("azure", region="westeurope", max_nodes=32, cost_per_node_hour=3.9, accelerator="ND96asr"),
+    Provider(
+        "aws", region="us-east-1", max_nodes=64, cost_per_node_hour=3.2, accelerator="p5.48xlarge"
+    ),
+    Provider(
+        "azure", region="westeurope", max_nodes=32, cost_per_node_hour=3.9, accelerator="ND96asr"
+    ),
 )
 """The built-in grid used when no providers are configured (SPEC 4.5)."""

@@ -17,6 +17,8 @@ Variable per job (:func:`state_variable_key`):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +29,19 @@ from elasticgrid_provider.core.validation import check_mapping
 
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 20
+
+
+@contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """Turn a missing or malformed field of a stored document into one clear sentence."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ElasticGridError(f"{what} is missing the field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ElasticGridError):
+            raise
+        raise ElasticGridError(f"{what} is malformed: {exc}") from None
 
 
 def state_variable_key(job_name: str) -> str:
@@ -76,6 +91,11 @@ class DecisionInputs:
     def from_dict(cls, data: Any) -> DecisionInputs:
         """Rebuild recorded inputs (for replay)."""
         check_mapping("decision inputs", data)
+        with _reading("decision inputs"):
+            return cls._from_checked_dict(data)
+
+    @classmethod
+    def _from_checked_dict(cls, data: dict[str, Any]) -> DecisionInputs:
         return cls(
             scheduler=ElasticScheduler.from_dict(data["scheduler"]),
             window=MetricsWindow.from_dict(data["window"]),
@@ -104,6 +124,11 @@ class DecisionRecord:
     def from_dict(cls, data: Any) -> DecisionRecord:
         """Inverse of :meth:`to_dict`."""
         check_mapping("decision record", data)
+        with _reading("decision record"):
+            return cls._from_checked_dict(data)
+
+    @classmethod
+    def _from_checked_dict(cls, data: dict[str, Any]) -> DecisionRecord:
         decision_fields = {k: v for k, v in data.items() if k not in ("context", "inputs")}
         return cls(
             decision=ScaleDecision.from_dict(decision_fields),
@@ -169,6 +194,11 @@ class ScaleState:
             raise ElasticGridError(
                 f"scale state schema_version must be {SCHEMA_VERSION}, got {version!r}"
             )
+        with _reading("scale state"):
+            return cls._from_checked_dict(data)
+
+    @classmethod
+    def _from_checked_dict(cls, data: dict[str, Any]) -> ScaleState:
         return cls(
             job_name=data["job_name"],
             window=MetricsWindow.from_dict(data["window"]),

@@ -131,9 +131,7 @@ class ElasticGridHook(BaseHook):
         extra = self._connection_extra()
         conn = self.elasticgrid_conn_id
         if extra is None:
-            self.log.info(
-                "Connection %r does not exist; using the built-in default grid.", conn
-            )
+            self.log.info("Connection %r does not exist; using the built-in default grid.", conn)
             extra = {}
         grid_source: Any = self._inline_providers
         if grid_source is not None:
@@ -150,9 +148,7 @@ class ElasticGridHook(BaseHook):
                     ) from None
         else:
             source = "the built-in default grid"
-        providers = (
-            DEFAULT_PROVIDERS if grid_source is None else providers_from_dicts(grid_source)
-        )
+        providers = DEFAULT_PROVIDERS if grid_source is None else providers_from_dicts(grid_source)
         fraction = extra.get("max_spot_fraction")
         prefer = extra.get("prefer") or "cost"
         return GridSettings(
@@ -258,9 +254,7 @@ class ElasticGridHook(BaseHook):
         return JobSnapshot(manifest=manifest, parts=tuple(parts))
 
     # -- lifecycle -----------------------------------------------------------
-    def launch(
-        self, job_name: str, placement: Placement, options: LaunchOptions
-    ) -> LaunchOutcome:
+    def launch(self, job_name: str, placement: Placement, options: LaunchOptions) -> LaunchOutcome:
         """Run ``placement`` as the job: attach, resize or launch, never two copies.
 
         * running at the same placement: attach, start nothing;

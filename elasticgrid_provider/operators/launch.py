@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.configuration import conf
@@ -68,7 +68,7 @@ class LaunchOperator(BaseOperator):
         "workdir",
         "rendezvous",
     )
-    template_fields_renderers = {"placement": "json", "envs": "json"}
+    template_fields_renderers: ClassVar[dict[str, str]] = {"placement": "json", "envs": "json"}
     ui_color = "#fdf1e8"
 
     def __init__(
@@ -149,21 +149,35 @@ class LaunchOperator(BaseOperator):
             self.log.info(
                 "Job %s is already running at this placement (%d nodes, launch %s); "
                 "attached, started nothing.",
-                self.job_name, snapshot.nodes, snapshot.manifest.launch_id,
+                self.job_name,
+                snapshot.nodes,
+                snapshot.manifest.launch_id,
             )
         else:
             resized = (
-                f" (resized from {outcome.previous_nodes} nodes)" if outcome.action == "resized" else ""
+                f" (resized from {outcome.previous_nodes} nodes)"
+                if outcome.action == "resized"
+                else ""
             )
             self.log.info(
                 "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h\n%s",
-                self.job_name, resized, snapshot.nodes, snapshot.manifest.world_size,
-                len(snapshot.parts), self.hook.jobs_root, placement.cost_per_hour,
+                self.job_name,
+                resized,
+                snapshot.nodes,
+                snapshot.manifest.world_size,
+                len(snapshot.parts),
+                self.hook.jobs_root,
+                placement.cost_per_hour,
                 placement_table(placement),
             )
         for part in snapshot.parts:
-            self.log.info("Part %s: %d node(s) on %s, logs in %s/logs", part.name, part.nodes,
-                          part.engine_target, part.job_dir)
+            self.log.info(
+                "Part %s: %d node(s) on %s, logs in %s/logs",
+                part.name,
+                part.nodes,
+                part.engine_target,
+                part.job_dir,
+            )
         if not self.wait_for_completion:
             return job
         if self.deferrable:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, Variable
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobSnapshot
@@ -157,7 +158,7 @@ class ElasticScaleSensor(BaseSensorOperator):
     ) -> None:
         super().__init__(mode=mode, **kwargs)
         self.job_name = job_name
-        self.scheduler_parameters = {
+        self.scheduler_parameters: dict[str, Any] = {
             name: value
             for name, value in (
                 ("min_nodes", min_nodes),
@@ -214,12 +215,16 @@ class ElasticScaleSensor(BaseSensorOperator):
             return record
         remaining = self._timeout_seconds() - (time.time() - started_at)
         if remaining <= 0:
-            message = f"no scale decision for job {self.job_name!r} within {self._timeout_seconds():.0f}s"
+            message = (
+                f"no scale decision for job {self.job_name!r} within {self._timeout_seconds():.0f}s"
+            )
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
         wait = min(self._poke_seconds(), remaining)
-        self.log.info("Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait)
+        self.log.info(
+            "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait
+        )
         self.defer(
             trigger=JobStatusTrigger(
                 job_name=self.job_name,
@@ -267,26 +272,27 @@ class ElasticScaleSensor(BaseSensorOperator):
             now = time.time()
             if snapshot.status in ("done", "stopped"):
                 self._finish_ended_job(context, state, window, snapshot, now)
+            deadline = resolve_deadline(self.deadline, context.get("dag"), context.get("dag_run"))
+            for warning in deadline.warnings:
+                self.log.warning("%s", warning)
+            self.log.info("%s", deadline.describe(now))
             inputs = DecisionInputs(
                 scheduler=scheduler,
                 window=window,
                 now=now,
                 current_nodes=snapshot.nodes,
                 cooldown=state.cooldown,
-                deadline_at=None,
+                deadline_at=deadline.timestamp,
                 remaining_steps=self._optional_number("remaining_steps", self.remaining_steps),
                 remaining_tokens=self._optional_number("remaining_tokens", self.remaining_tokens),
             )
-            deadline = resolve_deadline(self.deadline, context.get("dag"), context.get("dag_run"))
-            for warning in deadline.warnings:
-                self.log.warning("%s", warning)
-            self.log.info("%s", deadline.describe(now))
-            inputs = DecisionInputs(**{**inputs.__dict__, "deadline_at": deadline.timestamp})
             decision = inputs.decide()
             record = DecisionRecord(
                 decision,
                 inputs,
-                self._record_context(context, snapshot, decision.target_nodes, deadline.source, now),
+                self._record_context(
+                    context, snapshot, decision.target_nodes, deadline.source, now
+                ),
             )
             state = self._remember(state, window, snapshot, record, now)
             save_scale_state(state)
@@ -319,7 +325,9 @@ class ElasticScaleSensor(BaseSensorOperator):
             for path in self.hook.step_logs(snapshot):
                 chunk = read_step_log(path, state.cursor(str(path)))
                 if chunk.restarted:
-                    self.log.warning("Step log %s is shorter than before; reading it again from the start.", path)
+                    self.log.warning(
+                        "Step log %s is shorter than before; reading it again from the start.", path
+                    )
                 for line in chunk.skipped:
                     self.log.warning("Skipped a step-log line: %s", line)
                 skipped += len(chunk.skipped)
@@ -332,17 +340,18 @@ class ElasticScaleSensor(BaseSensorOperator):
         if state.current_nodes is not None and state.current_nodes != current:
             self.log.info(
                 "Job %s changed size %s -> %d since the last check; starting a fresh window.",
-                self.job_name, state.current_nodes, current,
+                self.job_name,
+                state.current_nodes,
+                current,
             )
             window = MetricsWindow(self.window_size)
         at_size = [sample for sample in new_samples if sample.nodes == current]
         if len(at_size) < len(new_samples):
             self.log.info(
                 "Ignored %d sample(s) measured at another size than the current %d nodes.",
-                len(new_samples) - len(at_size), current,
+                len(new_samples) - len(at_size),
+                current,
             )
-        from dataclasses import replace
-
         return replace(state, skipped_lines=state.skipped_lines + skipped), window.add(*at_size)
 
     def _handed_in_samples(self) -> list[StepSample]:
@@ -401,8 +410,6 @@ class ElasticScaleSensor(BaseSensorOperator):
         now: float,
     ) -> ScaleState:
         """The next state: window, size, history (repeated holds folded), revision."""
-        from dataclasses import replace
-
         state = replace(
             state,
             window=window,
@@ -430,11 +437,14 @@ class ElasticScaleSensor(BaseSensorOperator):
         now: float,
     ) -> None:
         """A job that ended needs no decision: record that and skip the resize downstream."""
-        from dataclasses import replace
-
         save_scale_state(
-            replace(state, window=window, current_nodes=snapshot.nodes,
-                    revision=state.revision + 1, updated_at=now)
+            replace(
+                state,
+                window=window,
+                current_nodes=snapshot.nodes,
+                revision=state.revision + 1,
+                updated_at=now,
+            )
         )
         summary = {
             "action": ScaleAction.HOLD.value,
@@ -443,8 +453,11 @@ class ElasticScaleSensor(BaseSensorOperator):
             "rule": "job_ended",
             "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
             "decided_at": now,
-            "context": {"job_status": snapshot.status, "job_name": self.job_name,
-                        "decided_at_iso": pendulum.from_timestamp(now).isoformat()},
+            "context": {
+                "job_status": snapshot.status,
+                "job_name": self.job_name,
+                "decided_at_iso": pendulum.from_timestamp(now).isoformat(),
+            },
         }
         context["ti"].xcom_push(key="decision", value=summary)
         raise AirflowSkipException(summary["reason"])

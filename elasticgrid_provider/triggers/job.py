@@ -86,9 +86,7 @@ class JobStatusTrigger(BaseTrigger):
         started = time.monotonic()
         while True:
             event = await asyncio.to_thread(job_event, hook, self.job_name)
-            woke = (
-                self.wake_after_s is not None and time.monotonic() - started >= self.wake_after_s
-            )
+            woke = self.wake_after_s is not None and time.monotonic() - started >= self.wake_after_s
             if event["status"] in ENDED_STATUSES or woke:
                 event["woke"] = woke
                 yield TriggerEvent({**self.payload, **event})

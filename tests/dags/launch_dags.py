@@ -22,8 +22,13 @@ def launch_dag(dag_id: str, providers: list, run: str, **launch_arguments) -> DA
     with DAG(dag_id=dag_id, schedule=None, catchup=False) as dag:
         plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=providers)
         plan >> LaunchOperator(
-            task_id="launch", job_name=JOB, run=run, placement=plan.output,
-            recovery={"mode": "none"}, poll_interval=0.5, **launch_arguments,
+            task_id="launch",
+            job_name=JOB,
+            run=run,
+            placement=plan.output,
+            recovery={"mode": "none"},
+            poll_interval=0.5,
+            **launch_arguments,
         )
     return dag
 
@@ -31,8 +36,11 @@ def launch_dag(dag_id: str, providers: list, run: str, **launch_arguments) -> DA
 launch_dag("launch_no_wait", TWO_LOCAL_PROVIDERS, TRAIN_RUN)
 launch_dag("launch_and_wait", TWO_LOCAL_PROVIDERS, TRAIN_RUN, wait_for_completion=True)
 launch_dag(
-    "launch_and_wait_deferrable", TWO_LOCAL_PROVIDERS, TRAIN_RUN,
-    wait_for_completion=True, deferrable=True,
+    "launch_and_wait_deferrable",
+    TWO_LOCAL_PROVIDERS,
+    TRAIN_RUN,
+    wait_for_completion=True,
+    deferrable=True,
 )
 launch_dag("launch_failing_job", TWO_LOCAL_PROVIDERS, FAILING_RUN, wait_for_completion=True)
 launch_dag("launch_failing_job_no_wait", TWO_LOCAL_PROVIDERS, FAILING_RUN)

@@ -30,7 +30,10 @@ with DAG(dag_id="scale_up_then_resize", schedule=None, catchup=False):
     scale_check = check(min_nodes=1, max_nodes=4, min_samples=3, window_size=4)
     plan = PlanPlacementOperator(task_id="plan", nodes=scale_check.output, providers=GRID)
     resize = LaunchOperator(
-        task_id="resize", job_name=JOB, run=QUEUE_BOUND_RUN, placement=plan.output,
+        task_id="resize",
+        job_name=JOB,
+        run=QUEUE_BOUND_RUN,
+        placement=plan.output,
         recovery={"mode": "none"},
     )
     scale_check >> plan >> resize
@@ -49,18 +52,20 @@ with DAG(dag_id="scale_check_deferrable", schedule=None, catchup=False):
     check(min_nodes=1, max_nodes=4, min_samples=3, deferrable=True, poke_interval=2)
 
 with DAG(dag_id="scale_check_concurrent", schedule=None, catchup=False, max_active_runs=2):
-    scale_check = check(min_nodes=1, max_nodes=8, min_samples=3, cooldown_s=3600,
-                        timeout=3, soft_fail=True)
+    scale_check = check(
+        min_nodes=1, max_nodes=8, min_samples=3, cooldown_s=3600, timeout=3, soft_fail=True
+    )
     plan = PlanPlacementOperator(task_id="plan", nodes=scale_check.output, providers=GRID)
     resize = LaunchOperator(
-        task_id="resize", job_name=JOB, run=QUEUE_BOUND_RUN, placement=plan.output,
+        task_id="resize",
+        job_name=JOB,
+        run=QUEUE_BOUND_RUN,
+        placement=plan.output,
         recovery={"mode": "none"},
     )
     scale_check >> plan >> resize
 
-HANDED_IN = [
-    {"step": step, "duration_s": 10.0, "queue_s": 6.0, "nodes": 2} for step in range(4)
-]
+HANDED_IN = [{"step": step, "duration_s": 10.0, "queue_s": 6.0, "nodes": 2} for step in range(4)]
 
 
 def deadline_dag(dag_id: str, reference, **arguments) -> None:

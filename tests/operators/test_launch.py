@@ -94,9 +94,7 @@ def test_a_provider_that_cannot_provision_leaves_no_orphaned_parts(airflow_db, j
 
 
 def test_deferrable_wait_goes_through_the_trigger(airflow_db, jobs_root, capfd):
-    result = run_dag(
-        "launch_and_wait_deferrable", {"job_name": "deferred", "nodes": 2, "steps": 3}
-    )
+    result = run_dag("launch_and_wait_deferrable", {"job_name": "deferred", "nodes": 2, "steps": 3})
     assert result.task_states["launch"] == "success"
     assert result.xcom("launch")["status"] == "done"
     output = capfd.readouterr()

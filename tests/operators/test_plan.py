@@ -16,5 +16,7 @@ def test_plan_uses_builtin_grid_without_connection(airflow_db, monkeypatch):
     placement = result.xcom("plan")
     assert placement["cost_per_hour"] == 302.8
     assert [(a["provider"], a["nodes"]) for a in placement["assignments"]] == [
-        ("local", 8), ("aws", 64), ("gcp", 28)
+        ("local", 8),
+        ("aws", 64),
+        ("gcp", 28),
     ]

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 import pendulum
 import pytest
 
-from elasticgrid_provider.deadlines import parse_deadline, resolve_deadline
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.deadlines import parse_deadline, resolve_deadline
 from tests.airflow_support import run_dag
 
 pytestmark = pytest.mark.airflow

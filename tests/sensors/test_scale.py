@@ -34,7 +34,9 @@ def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_r
     assert result.task_states == {"scale_check": "success", "plan": "success", "resize": "success"}
     decision = result.xcom("scale_check")
     assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
-        "scale_up", 2, 4
+        "scale_up",
+        2,
+        4,
     )
     assert decision["rule"] == "queue_bound"
     assert decision["signals"]["queue_fraction"] >= 0.2
@@ -43,7 +45,8 @@ def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_r
     resized = result.xcom("resize")
     assert resized["nodes"] == 4
     assert [(part["provider"], part["nodes"]) for part in resized["parts"]] == [
-        ("onprem", 2), ("cloud", 2)
+        ("onprem", 2),
+        ("cloud", 2),
     ]
     state = _state("grow")
     assert state["schema_version"] == 1
@@ -58,7 +61,9 @@ def test_an_idle_job_is_scaled_down(airflow_db, jobs_root):
     assert result.task_states == {"scale_check": "success"}
     decision = result.xcom("scale_check")
     assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
-        "scale_down", 2, 1
+        "scale_down",
+        2,
+        1,
     )
     assert decision["rule"] == "idle"
     assert decision["signals"]["queue_fraction"] <= 0.05
@@ -188,9 +193,18 @@ def test_a_recorded_decision_replays_to_the_same_decision(airflow_db, jobs_root,
     variable_file = tmp_path / "variable.json"
     variable_file.write_text(json.dumps({state_variable_key("replay"): _state("replay")}))
     replay = subprocess.run(
-        [sys.executable, "-m", "elasticgrid_provider", "--json", "simulate", "--state",
-         str(variable_file)],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "elasticgrid_provider",
+            "--json",
+            "simulate",
+            "--state",
+            str(variable_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert replay.returncode == 0, replay.stdout + replay.stderr
     replayed = json.loads(replay.stdout)
@@ -218,9 +232,21 @@ def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     conf = json.dumps({"job_name": "race"})
     checks = [
         subprocess.Popen(
-            [*airflow_command(), "dags", "test", "scale_check_concurrent", logical_date,
-             "--conf", conf, "--dagfile-path", str(TESTS / "dags" / "scale_dags.py")],
-            env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                *airflow_command(),
+                "dags",
+                "test",
+                "scale_check_concurrent",
+                logical_date,
+                "--conf",
+                conf,
+                "--dagfile-path",
+                str(TESTS / "dags" / "scale_dags.py"),
+            ],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for logical_date in ("2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00")
     ]

@@ -1,0 +1,33 @@
+# The two README commands, and the checks CI runs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint typecheck check bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: $(BIN)/.installed  ## set up and run elastic_training end to end on the local engine
+	$(BIN)/python scripts/demo.py
+
+test: $(BIN)/.installed  ## the test suite (real Airflow DB, real iroh-tinker jobs)
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check elasticgrid_provider tests example_dags scripts benchmarks
+	$(BIN)/ruff format --check elasticgrid_provider tests example_dags scripts benchmarks
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_planner.py
+
+clean:
+	rm -rf .demo $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
