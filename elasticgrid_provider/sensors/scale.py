@@ -50,6 +50,7 @@ from elasticgrid_provider.core.state import (
     state_variable_key,
 )
 from elasticgrid_provider.core.step_log import read_step_log
+from elasticgrid_provider.core.validation import check_number
 from elasticgrid_provider.deadlines import resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.triggers.job import JobStatusTrigger
@@ -94,6 +95,18 @@ def save_scale_state(state: ScaleState) -> None:
         description=f"elasticgrid scale state of job {state.job_name}",
         serialize_json=True,
     )
+
+
+def _optional_number(field: str, value: Any) -> float | None:
+    """A templated number (numeric strings allowed), or None when unset; finite and >= 0."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ElasticGridError(f"{field} must be a number, got {value!r}") from None
+    return check_number(field, value)
 
 
 class ElasticScaleSensor(BaseSensorOperator):
@@ -272,21 +285,26 @@ class ElasticScaleSensor(BaseSensorOperator):
             now = time.time()
             if snapshot.status in ("done", "stopped"):
                 self._finish_ended_job(context, state, window, snapshot, now)
-            deadline = resolve_deadline(self.deadline, context.get("dag"), context.get("dag_run"))
+            try:
+                deadline = resolve_deadline(
+                    self.deadline, context.get("dag"), context.get("dag_run")
+                )
+                inputs = DecisionInputs(
+                    scheduler=scheduler,
+                    window=window,
+                    now=now,
+                    current_nodes=snapshot.nodes,
+                    cooldown=state.cooldown,
+                    deadline_at=deadline.timestamp,
+                    remaining_steps=_optional_number("remaining_steps", self.remaining_steps),
+                    remaining_tokens=_optional_number("remaining_tokens", self.remaining_tokens),
+                )
+                decision = inputs.decide()
+            except ElasticGridError as exc:  # bad input: fail clearly, write nothing
+                raise AirflowFailException(str(exc)) from None
             for warning in deadline.warnings:
                 self.log.warning("%s", warning)
             self.log.info("%s", deadline.describe(now))
-            inputs = DecisionInputs(
-                scheduler=scheduler,
-                window=window,
-                now=now,
-                current_nodes=snapshot.nodes,
-                cooldown=state.cooldown,
-                deadline_at=deadline.timestamp,
-                remaining_steps=self._optional_number("remaining_steps", self.remaining_steps),
-                remaining_tokens=self._optional_number("remaining_tokens", self.remaining_tokens),
-            )
-            decision = inputs.decide()
             record = DecisionRecord(
                 decision,
                 inputs,
@@ -362,16 +380,6 @@ class ElasticScaleSensor(BaseSensorOperator):
             return [StepSample.from_dict(sample) for sample in samples]
         except ElasticGridError as exc:
             raise AirflowFailException(f"samples: {exc}") from None
-
-    @staticmethod
-    def _optional_number(field: str, value: Any) -> float | None:
-        if value in (None, ""):
-            return None
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise AirflowFailException(f"{field} must be a number, got {value!r}") from None
-        return number
 
     def _record_context(
         self, context: Context, snapshot: JobSnapshot, target: int, deadline_source: str, now: float

@@ -1,0 +1,241 @@
+"""ElasticGridHook: the ``elasticgrid`` connection as real tasks read it, and the job lock.
+
+The connection is a real Airflow connection, given the way a deployment can
+give it: ``AIRFLOW_CONN_ELASTICGRID_DEFAULT`` in JSON form, read by Airflow's
+own environment-variables secrets backend from inside the task. The DAGs
+(``tests/dags/connection_dags.py``) pass no grid and no planner settings, so
+whatever the placement shows came from the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from tests.airflow_support import run_dag
+from tests.dag_settings import TWO_LOCAL_PROVIDERS
+
+pytestmark = pytest.mark.airflow
+
+CONN = "connection 'elasticgrid_default'"
+# a grid unlike the built-in one: which shares come out shows which grid and settings applied
+GRID = [
+    {"name": "cheap", "region": "r-1", "max_nodes": 4, "cost_per_node_hour": 0.5, "spot": True},
+    {"name": "dear", "max_nodes": 10, "cost_per_node_hour": 2.0, "spot": False},
+]
+
+
+def _connection(monkeypatch: pytest.MonkeyPatch, **extra: object) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ELASTICGRID_DEFAULT",
+        json.dumps({"conn_type": "elasticgrid", "extra": extra}),
+    )
+
+
+def _shares(placement: dict) -> list[tuple[str, int]]:
+    return [(share["provider"], share["nodes"]) for share in placement["assignments"]]
+
+
+def _output(capfd: pytest.CaptureFixture[str]) -> str:
+    captured = capfd.readouterr()
+    return captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    "providers",
+    [json.dumps(GRID), GRID, json.dumps({"providers": GRID})],
+    ids=["json-text", "json-list", "json-object"],
+)
+def test_the_connection_grid_is_used(airflow_db, monkeypatch, capfd, providers):
+    _connection(monkeypatch, providers=providers)
+    result = run_dag("plan_from_connection", {"nodes": 5})
+    assert result.task_states == {"plan": "success"}
+    placement = result.xcom("plan")
+    assert _shares(placement) == [("cheap", 4), ("dear", 1)]
+    assert placement["cost_per_hour"] == 4.0
+    assert placement["infra_refs"] == ["cheap/r-1", "dear"]
+    assert f"Placed 5 nodes over {CONN} (prefer=cost, max_spot_fraction=1)" in _output(capfd)
+
+
+@pytest.mark.parametrize(
+    ("settings", "shares", "logged"),
+    [
+        ({"max_spot_fraction": 0.2}, [("cheap", 1), ("dear", 4)], "prefer=cost, max_spot_fraction=0.2"),
+        # the UI form stores what was typed, as text
+        ({"max_spot_fraction": "0.2"}, [("cheap", 1), ("dear", 4)], "prefer=cost, max_spot_fraction=0.2"),
+        ({"prefer": "balance"}, [("cheap", 3), ("dear", 2)], "prefer=balance, max_spot_fraction=1"),
+        (
+            {"prefer": "balance", "max_spot_fraction": 0.4},
+            [("cheap", 2), ("dear", 3)],
+            "prefer=balance, max_spot_fraction=0.4",
+        ),
+    ],
+    ids=["spot-number", "spot-text", "balance", "balance-and-spot"],
+)
+def test_the_connection_planner_defaults_apply(
+    airflow_db, monkeypatch, capfd, settings, shares, logged
+):
+    _connection(monkeypatch, providers=json.dumps(GRID), **settings)
+    result = run_dag("plan_from_connection", {"nodes": 5})
+    assert result.task_states == {"plan": "success"}
+    assert _shares(result.xcom("plan")) == shares
+    assert f"Placed 5 nodes over {CONN} ({logged})" in _output(capfd)
+
+
+BAD_GRID = [{**GRID[0], "max_nodes": -1}, GRID[1]]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"providers": json.dumps(BAD_GRID)},
+            "provider 'cheap' max_nodes must be at least 0, got -1",
+        ),
+        (
+            {"providers": '[{"name": "cheap", "max_nodes": 4'},
+            f"{CONN} field providers is not valid JSON: Expecting ',' delimiter",
+        ),
+        (
+            {"providers": json.dumps([GRID[0], {"max_nodes": 2, "cost_per_node_hour": 1.0}])},
+            "providers entry 1 is missing the field 'name'",
+        ),
+        (
+            {"providers": "42"},
+            "providers must be a JSON list or an object with a 'providers' list, got 42",
+        ),
+        (
+            {"providers": json.dumps(GRID), "max_spot_fraction": 1.5},
+            f"{CONN} field max_spot_fraction must be at most 1, got 1.5",
+        ),
+        (
+            {"providers": json.dumps(GRID), "max_spot_fraction": "most"},
+            f"{CONN} field max_spot_fraction must be a number, got 'most'",
+        ),
+        (
+            {"providers": json.dumps(GRID), "prefer": "fastest"},
+            f"{CONN} field prefer must be one of 'cost', 'balance', got 'fastest'",
+        ),
+    ],
+    ids=[
+        "negative-max-nodes", "invalid-json", "provider-without-name", "not-a-list",
+        "spot-above-one", "spot-not-a-number", "unknown-prefer",
+    ],
+)
+def test_a_bad_connection_fails_the_task_with_one_clear_sentence(
+    airflow_db, monkeypatch, capfd, extra, message
+):
+    _connection(monkeypatch, **extra)
+    result = run_dag("plan_from_connection", {"nodes": 5})
+    assert result.task_states == {"plan": "failed"}
+    assert result.xcom("plan") is None
+    output = _output(capfd)
+    # the whole exception text is the one sentence: nothing chained, nothing after it
+    assert f"AirflowFailException: {message}" in output, output[-3000:]
+    failure = output.split("AirflowFailException: ", 1)[1].splitlines()[0]
+    assert failure == message
+
+
+def test_without_a_connection_the_builtin_grid_applies_and_the_log_says_so(
+    airflow_db, monkeypatch, capfd
+):
+    monkeypatch.delenv("AIRFLOW_CONN_ELASTICGRID_DEFAULT", raising=False)
+    result = run_dag("plan_from_connection", {"nodes": 100})
+    assert result.task_states == {"plan": "success"}
+    assert _shares(result.xcom("plan")) == [("local", 8), ("aws", 64), ("gcp", 28)]
+    output = _output(capfd)
+    assert (
+        "Connection 'elasticgrid_default' does not exist; using the built-in default grid."
+        in output
+    )
+    assert "Placed 100 nodes over the built-in default grid" in output
+
+
+def test_a_connection_without_a_grid_keeps_the_builtin_grid_but_its_settings(
+    airflow_db, monkeypatch, capfd
+):
+    _connection(monkeypatch, prefer="balance", providers="")
+    result = run_dag("plan_from_connection", {"nodes": 8})
+    assert result.task_states == {"plan": "success"}
+    # balance over the built-in grid: 2 per provider (cost would put all 8 on "local")
+    assert sorted(_shares(result.xcom("plan"))) == [("aws", 2), ("azure", 2), ("gcp", 2), ("local", 2)]
+    output = _output(capfd)
+    assert "does not exist" not in output
+    assert "Placed 8 nodes over the built-in default grid (prefer=balance" in output
+
+
+def test_jobs_go_under_the_connections_jobs_root(airflow_db, jobs_root, monkeypatch):
+    _connection(monkeypatch, providers=json.dumps(TWO_LOCAL_PROVIDERS), jobs_root=str(jobs_root))
+    result = run_dag("launch_from_connection", {"job_name": "conn-root", "nodes": 3, "steps": 2})
+    assert result.task_states == {"plan": "success", "launch": "success"}
+    job = result.xcom("launch")
+    assert job["status"] == "done"
+    assert [(part["name"], part["nodes"]) for part in job["parts"]] == [
+        ("conn-root--onprem", 2), ("conn-root--cloud", 1)
+    ]
+    manifest = json.loads((jobs_root / "conn-root" / "manifest.json").read_text())
+    assert manifest["placement"]["total_nodes"] == 3
+    for part in job["parts"]:
+        assert Path(part["job_dir"]) == jobs_root / part["name"]
+        assert (jobs_root / part["name"] / "job.json").exists()
+    default_root = Path(os.environ["IROH_TINKER_HOME"]) / "jobs"
+    assert not list(default_root.glob("conn-root*"))
+
+
+# -- the hook on its own -------------------------------------------------------
+
+
+def test_arguments_override_the_connection(monkeypatch, tmp_path):
+    _connection(monkeypatch, providers=json.dumps(GRID), jobs_root="/nowhere/conn-root")
+    from_connection = ElasticGridHook()
+    assert [p.name for p in from_connection.settings.providers] == ["cheap", "dear"]
+    assert from_connection.jobs_root == Path("/nowhere/conn-root")
+    overridden = ElasticGridHook(providers=TWO_LOCAL_PROVIDERS, jobs_root=str(tmp_path))
+    assert [p.name for p in overridden.settings.providers] == ["onprem", "cloud"]
+    assert overridden.settings.source == "the task's providers argument"
+    assert overridden.jobs_root == tmp_path.resolve()
+
+
+LOCK_PROBE = """
+import sys
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+
+hook = ElasticGridHook(jobs_root=sys.argv[1])
+for _ in sys.stdin:
+    with hook.job_lock("locked", wait=False) as held:
+        print("held" if held else "busy", flush=True)
+"""
+
+
+def test_the_job_lock_is_exclusive_across_processes(tmp_path):
+    hook = ElasticGridHook(jobs_root=str(tmp_path))
+    probe = subprocess.Popen(
+        [sys.executable, "-c", LOCK_PROBE, str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+    def ask() -> str:
+        assert probe.stdin is not None and probe.stdout is not None
+        probe.stdin.write("try\n")
+        probe.stdin.flush()
+        return probe.stdout.readline().strip()
+
+    try:
+        with hook.job_lock("locked") as held:
+            assert held is True
+            assert (tmp_path / "locked" / ".lock").exists()
+            assert ask() == "busy"
+            assert ask() == "busy"
+        assert ask() == "held"
+        # and the other way round: while the probe is between checks, this process gets it
+        with hook.job_lock("locked", wait=False) as held:
+            assert held is True
+    finally:
+        _, errors = probe.communicate(timeout=30)
+    assert probe.returncode == 0, errors

@@ -1,0 +1,100 @@
+"""Parsing DAGs stays cheap: no iroh-tinker, no numpy, and the example DAGs parse cleanly.
+
+Airflow imports DAG files (and so the provider's operator, sensor, hook and
+trigger modules) every few seconds in the DAG processor; iroh-tinker pulls in
+numpy and must only be imported when a task needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import TESTS, airflow_command
+
+EXAMPLE_DAGS = TESTS.parent / "example_dags"
+HEAVY = ("iroh_tinker", "numpy")
+
+PARSE_EVERYTHING = """
+import json, runpy, sys
+
+import elasticgrid_provider.operators
+import elasticgrid_provider.sensors
+import elasticgrid_provider.hooks.elasticgrid
+import elasticgrid_provider.triggers.job
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+
+dags = []
+for path in sys.argv[1:]:
+    dags.append(runpy.run_path(path, run_name="__dag_file__")["dag"])
+ElasticGridHook(jobs_root="/nowhere")  # building a hook imports nothing either
+heavy = sorted({name.split(".")[0] for name in sys.modules} & {"iroh_tinker", "numpy"})
+import iroh_tinker.cloud  # the control: this import is what the check would catch
+control = sorted({name.split(".")[0] for name in sys.modules} & {"iroh_tinker", "numpy"})
+print(json.dumps({
+    "dags": {dag.dag_id: sorted(dag.task_ids) for dag in dags},
+    "heavy": heavy,
+    "control": control,
+}))
+"""
+
+
+def test_importing_the_provider_and_parsing_the_example_dags_imports_no_heavy_module():
+    result = subprocess.run(
+        [
+            sys.executable, "-c", PARSE_EVERYTHING,
+            str(EXAMPLE_DAGS / "elastic_training.py"),
+            str(EXAMPLE_DAGS / "elastic_rescale_check.py"),
+        ],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["dags"] == {
+        "elastic_training": ["launch", "plan", "relaunch", "replan", "scale_check"],
+        "elastic_rescale_check": ["plan", "resize", "scale_check"],
+    }
+    assert report["heavy"] == []
+    # the check can see them: importing iroh-tinker does bring both in
+    assert report["control"] == sorted(HEAVY)
+
+
+def _airflow(dags_folder: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*airflow_command(), *arguments],
+        env={**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder)},
+        capture_output=True, text=True, check=False,
+    )
+
+
+def test_the_example_dags_have_no_import_errors(airflow_db):
+    result = _airflow(EXAMPLE_DAGS, "dags", "list-import-errors", "--local")
+    # with no errors the command prints the table placeholder and exits 0 (1 when any)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "No data found"
+
+
+def test_list_import_errors_does_report_a_broken_dag_file(airflow_db, tmp_path):
+    """The control for the check above: a broken DAG file next to the examples is reported."""
+    for example in ("elastic_training.py", "elastic_rescale_check.py"):
+        (tmp_path / example).write_text((EXAMPLE_DAGS / example).read_text())
+    (tmp_path / "broken.py").write_text(
+        "from airflow.sdk import DAG\nfrom elasticgrid_provider.operators import NoSuchOperator\n"
+    )
+    result = _airflow(tmp_path, "dags", "list-import-errors", "--local", "--output", "json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [Path(error["filepath"]).name for error in errors] == ["broken.py"]
+    assert "NoSuchOperator" in errors[0]["error"]
+
+
+def test_airflow_lists_both_example_dags(airflow_db):
+    result = _airflow(EXAMPLE_DAGS, "dags", "list", "--local", "--output", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Failed to load all files" not in result.stderr
+    dags = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sorted(dag["dag_id"] for dag in dags) == ["elastic_rescale_check", "elastic_training"]
+    assert {Path(dag["fileloc"]).parent for dag in dags} == {EXAMPLE_DAGS}
