@@ -17,6 +17,7 @@ It exits non-zero when the DAG run or the job did not succeed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -25,20 +26,19 @@ import time
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
-DEMO = PROJECT / ".demo"
 BIN = Path(sys.executable).parent
 
 
-def demo_environment(jobs_root: Path) -> dict[str, str]:
-    """Airflow and iroh-tinker confined to ``.demo/``; the connection points at its jobs root."""
-    connection = {"conn_type": "elasticgrid", "extra": {"jobs_root": str(jobs_root)}}
+def demo_environment(demo: Path) -> dict[str, str]:
+    """Airflow and iroh-tinker confined to ``demo``; the connection points at its jobs root."""
+    connection = {"conn_type": "elasticgrid", "extra": {"jobs_root": str(demo / "jobs")}}
     return {
         **os.environ,
-        "AIRFLOW_HOME": str(DEMO / "airflow"),
+        "AIRFLOW_HOME": str(demo / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "example_dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW_CONN_ELASTICGRID_DEFAULT": json.dumps(connection),
-        "IROH_TINKER_HOME": str(DEMO / "iroh"),
+        "IROH_TINKER_HOME": str(demo / "iroh"),
     }
 
 
@@ -89,23 +89,31 @@ def queue_fraction_by_size(jobs_root: Path, job: str) -> list[tuple[int, int, fl
     return rows
 
 
-def main() -> int:
-    """Set up ``.demo/``, run the DAG, print the summary; non-zero if anything failed."""
+def main(argv: list[str] | None = None) -> int:
+    """Set up the demo folder, run the DAG, print the summary; non-zero if anything failed."""
     from elasticgrid_provider.core.formatting import decision_line, placement_table
     from elasticgrid_provider.core.placement import Placement
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
-    jobs_root = DEMO / "jobs"
-    for folder in (DEMO / "airflow", jobs_root, DEMO / "logs"):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=PROJECT / ".demo",
+        help="where the demo keeps Airflow, jobs and logs (default: .demo)",
+    )
+    demo = parser.parse_args(argv).home.resolve()
+    jobs_root = demo / "jobs"
+    for folder in (demo / "airflow", jobs_root, demo / "logs"):
         folder.mkdir(parents=True, exist_ok=True)
-    environment = demo_environment(jobs_root)
+    environment = demo_environment(demo)
     job = time.strftime("elastic-demo-%Y%m%d%H%M%S")
 
-    print(f"Airflow home: {DEMO / 'airflow'} (SQLite); jobs: {jobs_root}")
-    if airflow(["db", "migrate"], environment, DEMO / "logs" / "db-migrate.log") != 0:
-        print(f"airflow db migrate failed; see {DEMO / 'logs' / 'db-migrate.log'}")
+    print(f"Airflow home: {demo / 'airflow'} (SQLite); jobs: {jobs_root}")
+    if airflow(["db", "migrate"], environment, demo / "logs" / "db-migrate.log") != 0:
+        print(f"airflow db migrate failed; see {demo / 'logs' / 'db-migrate.log'}")
         return 1
-    dag_log = DEMO / "logs" / f"{job}.log"
+    dag_log = demo / "logs" / f"{job}.log"
     print(
         f"Running elastic_training for job {job}: plan -> launch -> scale check -> "
         "re-plan -> relaunch -> wait ..."

@@ -7,6 +7,7 @@ database is migrated once per session, and only when a test asks for it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -24,6 +25,9 @@ SESSION_HOME = Path(tempfile.mkdtemp(prefix="elasticgrid-tests-"))
 os.environ.update(
     {
         "AIRFLOW_HOME": str(SESSION_HOME / "airflow"),
+        # one key for every process of the session: Variables that an `airflow dags test`
+        # subprocess encrypts must decrypt in this process
+        "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(TESTS / "dags"),
         "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "True",

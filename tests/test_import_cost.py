@@ -45,11 +45,15 @@ print(json.dumps({
 def test_importing_the_provider_and_parsing_the_example_dags_imports_no_heavy_module():
     result = subprocess.run(
         [
-            sys.executable, "-c", PARSE_EVERYTHING,
+            sys.executable,
+            "-c",
+            PARSE_EVERYTHING,
             str(EXAMPLE_DAGS / "elastic_training.py"),
             str(EXAMPLE_DAGS / "elastic_rescale_check.py"),
         ],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -66,7 +70,9 @@ def _airflow(dags_folder: Path, *arguments: str) -> subprocess.CompletedProcess[
     return subprocess.run(
         [*airflow_command(), *arguments],
         env={**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder)},
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 

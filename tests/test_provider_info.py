@@ -95,7 +95,9 @@ def test_the_hook_matches_its_connection_type():
 def _cli_json(*arguments: str) -> list[dict]:
     result = subprocess.run(
         [*airflow_command(), *arguments, "--output", "json"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     # warnings may come before the JSON on stdout; the JSON is the last line
@@ -110,7 +112,9 @@ def test_airflow_providers_list_shows_the_provider():
 
 
 def test_airflow_providers_hooks_shows_the_connection_type():
-    rows = [row for row in _cli_json("providers", "hooks") if row["connection_type"] == "elasticgrid"]
+    rows = [
+        row for row in _cli_json("providers", "hooks") if row["connection_type"] == "elasticgrid"
+    ]
     assert rows == [
         {
             "connection_type": "elasticgrid",

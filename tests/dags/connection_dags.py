@@ -15,6 +15,11 @@ with DAG(dag_id="plan_from_connection", schedule=None, catchup=False):
 with DAG(dag_id="launch_from_connection", schedule=None, catchup=False):
     plan = PlanPlacementOperator(task_id="plan", nodes=CONNECTION_NODES)
     plan >> LaunchOperator(
-        task_id="launch", job_name=JOB, run=TRAIN_RUN, placement=plan.output,
-        recovery={"mode": "none"}, wait_for_completion=True, poll_interval=0.5,
+        task_id="launch",
+        job_name=JOB,
+        run=TRAIN_RUN,
+        placement=plan.output,
+        recovery={"mode": "none"},
+        wait_for_completion=True,
+        poll_interval=0.5,
     )

@@ -42,9 +42,10 @@ def _shares(placement: dict) -> list[tuple[str, int]]:
     return [(share["provider"], share["nodes"]) for share in placement["assignments"]]
 
 
-def _output(capfd: pytest.CaptureFixture[str]) -> str:
+def _output(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> str:
+    """What the task logged: pytest routes Airflow's lines to stdout or to caplog."""
     captured = capfd.readouterr()
-    return captured.out + captured.err
+    return captured.out + captured.err + caplog.text
 
 
 @pytest.mark.parametrize(
@@ -52,7 +53,7 @@ def _output(capfd: pytest.CaptureFixture[str]) -> str:
     [json.dumps(GRID), GRID, json.dumps({"providers": GRID})],
     ids=["json-text", "json-list", "json-object"],
 )
-def test_the_connection_grid_is_used(airflow_db, monkeypatch, capfd, providers):
+def test_the_connection_grid_is_used(airflow_db, monkeypatch, capfd, caplog, providers):
     _connection(monkeypatch, providers=providers)
     result = run_dag("plan_from_connection", {"nodes": 5})
     assert result.task_states == {"plan": "success"}
@@ -60,15 +61,25 @@ def test_the_connection_grid_is_used(airflow_db, monkeypatch, capfd, providers):
     assert _shares(placement) == [("cheap", 4), ("dear", 1)]
     assert placement["cost_per_hour"] == 4.0
     assert placement["infra_refs"] == ["cheap/r-1", "dear"]
-    assert f"Placed 5 nodes over {CONN} (prefer=cost, max_spot_fraction=1)" in _output(capfd)
+    assert f"Placed 5 nodes over {CONN} (prefer=cost, max_spot_fraction=1)" in _output(
+        capfd, caplog
+    )
 
 
 @pytest.mark.parametrize(
     ("settings", "shares", "logged"),
     [
-        ({"max_spot_fraction": 0.2}, [("cheap", 1), ("dear", 4)], "prefer=cost, max_spot_fraction=0.2"),
+        (
+            {"max_spot_fraction": 0.2},
+            [("cheap", 1), ("dear", 4)],
+            "prefer=cost, max_spot_fraction=0.2",
+        ),
         # the UI form stores what was typed, as text
-        ({"max_spot_fraction": "0.2"}, [("cheap", 1), ("dear", 4)], "prefer=cost, max_spot_fraction=0.2"),
+        (
+            {"max_spot_fraction": "0.2"},
+            [("cheap", 1), ("dear", 4)],
+            "prefer=cost, max_spot_fraction=0.2",
+        ),
         ({"prefer": "balance"}, [("cheap", 3), ("dear", 2)], "prefer=balance, max_spot_fraction=1"),
         (
             {"prefer": "balance", "max_spot_fraction": 0.4},
@@ -79,13 +90,13 @@ def test_the_connection_grid_is_used(airflow_db, monkeypatch, capfd, providers):
     ids=["spot-number", "spot-text", "balance", "balance-and-spot"],
 )
 def test_the_connection_planner_defaults_apply(
-    airflow_db, monkeypatch, capfd, settings, shares, logged
+    airflow_db, monkeypatch, capfd, caplog, settings, shares, logged
 ):
     _connection(monkeypatch, providers=json.dumps(GRID), **settings)
     result = run_dag("plan_from_connection", {"nodes": 5})
     assert result.task_states == {"plan": "success"}
     assert _shares(result.xcom("plan")) == shares
-    assert f"Placed 5 nodes over {CONN} ({logged})" in _output(capfd)
+    assert f"Placed 5 nodes over {CONN} ({logged})" in _output(capfd, caplog)
 
 
 BAD_GRID = [{**GRID[0], "max_nodes": -1}, GRID[1]]
@@ -124,18 +135,23 @@ BAD_GRID = [{**GRID[0], "max_nodes": -1}, GRID[1]]
         ),
     ],
     ids=[
-        "negative-max-nodes", "invalid-json", "provider-without-name", "not-a-list",
-        "spot-above-one", "spot-not-a-number", "unknown-prefer",
+        "negative-max-nodes",
+        "invalid-json",
+        "provider-without-name",
+        "not-a-list",
+        "spot-above-one",
+        "spot-not-a-number",
+        "unknown-prefer",
     ],
 )
 def test_a_bad_connection_fails_the_task_with_one_clear_sentence(
-    airflow_db, monkeypatch, capfd, extra, message
+    airflow_db, monkeypatch, capfd, caplog, extra, message
 ):
     _connection(monkeypatch, **extra)
     result = run_dag("plan_from_connection", {"nodes": 5})
     assert result.task_states == {"plan": "failed"}
     assert result.xcom("plan") is None
-    output = _output(capfd)
+    output = _output(capfd, caplog)
     # the whole exception text is the one sentence: nothing chained, nothing after it
     assert f"AirflowFailException: {message}" in output, output[-3000:]
     failure = output.split("AirflowFailException: ", 1)[1].splitlines()[0]
@@ -143,13 +159,13 @@ def test_a_bad_connection_fails_the_task_with_one_clear_sentence(
 
 
 def test_without_a_connection_the_builtin_grid_applies_and_the_log_says_so(
-    airflow_db, monkeypatch, capfd
+    airflow_db, monkeypatch, capfd, caplog
 ):
     monkeypatch.delenv("AIRFLOW_CONN_ELASTICGRID_DEFAULT", raising=False)
     result = run_dag("plan_from_connection", {"nodes": 100})
     assert result.task_states == {"plan": "success"}
     assert _shares(result.xcom("plan")) == [("local", 8), ("aws", 64), ("gcp", 28)]
-    output = _output(capfd)
+    output = _output(capfd, caplog)
     assert (
         "Connection 'elasticgrid_default' does not exist; using the built-in default grid."
         in output
@@ -158,14 +174,19 @@ def test_without_a_connection_the_builtin_grid_applies_and_the_log_says_so(
 
 
 def test_a_connection_without_a_grid_keeps_the_builtin_grid_but_its_settings(
-    airflow_db, monkeypatch, capfd
+    airflow_db, monkeypatch, capfd, caplog
 ):
     _connection(monkeypatch, prefer="balance", providers="")
     result = run_dag("plan_from_connection", {"nodes": 8})
     assert result.task_states == {"plan": "success"}
     # balance over the built-in grid: 2 per provider (cost would put all 8 on "local")
-    assert sorted(_shares(result.xcom("plan"))) == [("aws", 2), ("azure", 2), ("gcp", 2), ("local", 2)]
-    output = _output(capfd)
+    assert sorted(_shares(result.xcom("plan"))) == [
+        ("aws", 2),
+        ("azure", 2),
+        ("gcp", 2),
+        ("local", 2),
+    ]
+    output = _output(capfd, caplog)
     assert "does not exist" not in output
     assert "Placed 8 nodes over the built-in default grid (prefer=balance" in output
 
@@ -177,7 +198,8 @@ def test_jobs_go_under_the_connections_jobs_root(airflow_db, jobs_root, monkeypa
     job = result.xcom("launch")
     assert job["status"] == "done"
     assert [(part["name"], part["nodes"]) for part in job["parts"]] == [
-        ("conn-root--onprem", 2), ("conn-root--cloud", 1)
+        ("conn-root--onprem", 2),
+        ("conn-root--cloud", 1),
     ]
     manifest = json.loads((jobs_root / "conn-root" / "manifest.json").read_text())
     assert manifest["placement"]["total_nodes"] == 3
@@ -217,7 +239,10 @@ def test_the_job_lock_is_exclusive_across_processes(tmp_path):
     hook = ElasticGridHook(jobs_root=str(tmp_path))
     probe = subprocess.Popen(
         [sys.executable, "-c", LOCK_PROBE, str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
     def ask() -> str:

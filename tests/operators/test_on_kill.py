@@ -63,7 +63,8 @@ def _wait_until_running(jobs_root: Path, job: str, process: subprocess.Popen) ->
     raise AssertionError(f"job {job} was not running within 90 s")
 
 
-def _task_state(run_id: str | None = None) -> tuple[str, dict[str, str]]:
+def _task_state() -> tuple[str, dict[str, str]]:
+    """The latest run of the DAG and its task states, as the metadata DB has them."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
@@ -85,29 +86,41 @@ def _task_state(run_id: str | None = None) -> tuple[str, dict[str, str]]:
         return str(run.state), states
 
 
-def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, jobs_root):
+def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, jobs_root, tmp_path):
     from iroh_tinker.cloud import JobManager
 
+    # to a file, not a pipe: nobody reads a pipe while the job starts, and a full one blocks
+    log = (tmp_path / "dags-test.log").open("w+")
     process = subprocess.Popen(
         [
-            *airflow_command(), "dags", "test", DAG_ID,
-            "--conf", json.dumps({"job_name": "killed", "nodes": 3}),
-            "--dagfile-path", str(TESTS / "dags" / "kill_dags.py"),
+            *airflow_command(),
+            "dags",
+            "test",
+            DAG_ID,
+            "--conf",
+            json.dumps({"job_name": "killed", "nodes": 3}),
+            "--dagfile-path",
+            str(TESTS / "dags" / "kill_dags.py"),
         ],
         env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
-    try:
-        parts = _wait_until_running(jobs_root, "killed", process)
-        assert parts == ["killed--onprem", "killed--cloud"]
-        pids = [pid for part in parts for pid in _rank_pids(jobs_root, part)]
-        assert len(pids) == 3
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    with log:
+        try:
+            parts = _wait_until_running(jobs_root, "killed", process)
+            assert parts == ["killed--onprem", "killed--cloud"]
+            pids = [pid for part in parts for pid in _rank_pids(jobs_root, part)]
+            assert len(pids) == 3
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        log.seek(0)
+        output = log.read()
 
     manager = JobManager(root=jobs_root)
     assert {part: manager.status(part).status for part in parts} == {
