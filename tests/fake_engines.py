@@ -7,7 +7,10 @@ so the code under test is exercised exactly as it would be against a cloud.
 
 from __future__ import annotations
 
+import time
+
 from iroh_tinker.cloud.engines import ClusterInfo, Engine
+from iroh_tinker.cloud.engines.local import LocalEngine
 
 
 class NoCapacityEngine(Engine):
@@ -29,3 +32,13 @@ class NoCapacityEngine(Engine):
 
     def logs(self, cluster, rank: int, tail: int = 50) -> str:  # pragma: no cover
         return ""
+
+
+class SlowLocalEngine(LocalEngine):
+    """The local engine behind slow provisioning (a cloud taking its time to hand out nodes)."""
+
+    provision_seconds = 4.0
+
+    def provision(self, job_dir: str) -> ClusterInfo:
+        time.sleep(self.provision_seconds)
+        return super().provision(job_dir)

@@ -249,7 +249,8 @@ class _Verdict:
     held_by: tuple[HeldBy, ...] = ()
 
 
-_SCHEDULER_FIELDS = (
+SCHEDULER_PARAMETERS = (
+    # the parameters of ElasticScheduler, in order (the sensor takes each as an argument)
     "min_nodes",
     "max_nodes",
     "scale_up_factor",
@@ -339,13 +340,13 @@ class ElasticScheduler:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON of the parameters as given; the inverse of :meth:`from_dict`."""
-        return {name: getattr(self, name) for name in _SCHEDULER_FIELDS}
+        return {name: getattr(self, name) for name in SCHEDULER_PARAMETERS}
 
     @classmethod
     def from_dict(cls, data: Any) -> ElasticScheduler:
         """Build a scheduler from a JSON object; missing parameters take their defaults."""
         check_mapping("scheduler", data)
-        reject_unknown_keys("scheduler", data, frozenset(_SCHEDULER_FIELDS))
+        reject_unknown_keys("scheduler", data, frozenset(SCHEDULER_PARAMETERS))
         return cls(**data)
 
     def decide(

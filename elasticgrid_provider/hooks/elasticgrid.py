@@ -135,20 +135,23 @@ class ElasticGridHook(BaseHook):
             extra = {}
         grid_source: Any = self._inline_providers
         if grid_source is not None:
-            source = "the task's providers argument"
+            source = field = "the task's providers argument"
         elif extra.get("providers") not in (None, "", []):
             grid_source = extra["providers"]
-            source = f"connection {conn!r}"
+            source, field = f"connection {conn!r}", f"connection {conn!r} field providers"
             if isinstance(grid_source, str):
                 try:
                     grid_source = json.loads(grid_source)
                 except json.JSONDecodeError as exc:
-                    raise ElasticGridError(
-                        f"connection {conn!r} field providers is not valid JSON: {exc.msg}"
-                    ) from None
+                    raise ElasticGridError(f"{field} is not valid JSON: {exc.msg}") from None
         else:
-            source = "the built-in default grid"
-        providers = DEFAULT_PROVIDERS if grid_source is None else providers_from_dicts(grid_source)
+            source = field = "the built-in default grid"
+        try:
+            providers = (
+                DEFAULT_PROVIDERS if grid_source is None else providers_from_dicts(grid_source)
+            )
+        except ElasticGridError as exc:  # say where the bad grid came from
+            raise ElasticGridError(f"{field}: {exc}") from None
         fraction = extra.get("max_spot_fraction")
         prefer = extra.get("prefer") or "cost"
         return GridSettings(

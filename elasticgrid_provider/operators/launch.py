@@ -108,6 +108,7 @@ class LaunchOperator(BaseOperator):
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
         self._launched: str | None = None
+        self._killed = False
 
     @cached_property
     def hook(self) -> ElasticGridHook:
@@ -143,6 +144,12 @@ class LaunchOperator(BaseOperator):
             raise AirflowException(str(exc)) from exc
         snapshot = outcome.snapshot
         self._launched = self.job_name
+        if self._killed:
+            # on_kill came while the launch held the job's lock: stop what was just started
+            self.hook.stop_job(self.job_name)
+            raise AirflowException(
+                f"job {self.job_name!r} was stopped: the task was killed while it launched"
+            )
         job = snapshot.to_dict()
         context["ti"].xcom_push(key="job", value=job)
         if outcome.action == "attached":
@@ -186,6 +193,7 @@ class LaunchOperator(BaseOperator):
                     job_name=self.job_name,
                     jobs_root=str(self.hook.jobs_root),
                     poll_interval=self.poll_interval,
+                    stop_on_kill=True,
                 ),
                 method_name="execute_complete",
             )
@@ -211,8 +219,14 @@ class LaunchOperator(BaseOperator):
         raise AirflowException(f"job {job_name!r} was {status} before it finished")
 
     def on_kill(self) -> None:
-        """Stop the job this task launched or attached to."""
+        """Stop the job this task launched or attached to (or is launching)."""
+        self._killed = True
         if self._launched is None:
+            # the launch holds the job's lock; execute() stops the job as soon as it returns
+            self.log.info(
+                "Task killed while launching job %s; it is stopped once the launch returns.",
+                self.job_name,
+            )
             return
         self.log.info("Task killed: stopping job %s.", self._launched)
         self.hook.stop_job(self._launched)

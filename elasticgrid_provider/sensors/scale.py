@@ -41,7 +41,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, A
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
+from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
     DecisionInputs,
@@ -55,20 +55,6 @@ from elasticgrid_provider.deadlines import resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.triggers.job import JobStatusTrigger
 
-SCHEDULER_PARAMETERS = (
-    "min_nodes",
-    "max_nodes",
-    "scale_up_factor",
-    "scale_down_factor",
-    "cooldown_s",
-    "scale_down_cooldown_s",
-    "target_queue_fraction",
-    "idle_queue_fraction",
-    "idle_step_fraction",
-    "target_step_s",
-    "min_samples",
-    "startup_s",
-)
 ARGUMENT_SOURCE = "samples argument"
 
 
@@ -171,23 +157,9 @@ class ElasticScaleSensor(BaseSensorOperator):
     ) -> None:
         super().__init__(mode=mode, **kwargs)
         self.job_name = job_name
+        arguments = locals()
         self.scheduler_parameters: dict[str, Any] = {
-            name: value
-            for name, value in (
-                ("min_nodes", min_nodes),
-                ("max_nodes", max_nodes),
-                ("scale_up_factor", scale_up_factor),
-                ("scale_down_factor", scale_down_factor),
-                ("cooldown_s", cooldown_s),
-                ("scale_down_cooldown_s", scale_down_cooldown_s),
-                ("target_queue_fraction", target_queue_fraction),
-                ("idle_queue_fraction", idle_queue_fraction),
-                ("idle_step_fraction", idle_step_fraction),
-                ("target_step_s", target_step_s),
-                ("min_samples", min_samples),
-                ("startup_s", startup_s),
-            )
-            if value is not None
+            name: arguments[name] for name in SCHEDULER_PARAMETERS if arguments[name] is not None
         }
         self.window_size = window_size
         self.remaining_steps = remaining_steps

@@ -48,6 +48,9 @@ class JobStatusTrigger(BaseTrigger):
     :param poll_interval: seconds between status checks.
     :param wake_after_s: fire after this long even if the job still runs.
     :param payload: plain JSON copied into the event (what the resumed task needs).
+    :param stop_on_kill: stop the job when the deferred task is killed (marked failed or
+        cleared); set by LaunchOperator, never by the scale sensor, whose kill must not
+        stop the job it watches.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class JobStatusTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         wake_after_s: float | None = None,
         payload: dict[str, Any] | None = None,
+        stop_on_kill: bool = False,
     ) -> None:
         super().__init__()
         self.job_name = job_name
@@ -64,6 +68,7 @@ class JobStatusTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.wake_after_s = wake_after_s
         self.payload = payload or {}
+        self.stop_on_kill = stop_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Classpath and arguments, so the triggerer can rebuild this trigger."""
@@ -75,8 +80,19 @@ class JobStatusTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "wake_after_s": self.wake_after_s,
                 "payload": self.payload,
+                "stop_on_kill": self.stop_on_kill,
             },
         )
+
+    async def on_kill(self) -> None:
+        """The deferred task was killed: stop the job if this trigger owns it."""
+        if not self.stop_on_kill:
+            return
+        from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+
+        hook = ElasticGridHook(jobs_root=self.jobs_root)
+        self.log.info("Deferred task killed: stopping job %s.", self.job_name)
+        await asyncio.to_thread(hook.stop_job, self.job_name)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until the job ends or the wake-up time passes, then fire once."""

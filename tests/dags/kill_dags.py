@@ -7,8 +7,25 @@ from airflow.sdk import DAG
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from tests.dag_settings import JOB, NODES, SLEEPING_RUN, TWO_LOCAL_PROVIDERS
 
+SLOW_PROVIDERS = [
+    {**provider, "engine": "module=tests.fake_engines:SlowLocalEngine"}
+    for provider in TWO_LOCAL_PROVIDERS
+]
+
 with DAG(dag_id="launch_and_wait_long", schedule=None, catchup=False):
     plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=TWO_LOCAL_PROVIDERS)
+    plan >> LaunchOperator(
+        task_id="launch",
+        job_name=JOB,
+        run=SLEEPING_RUN,
+        placement=plan.output,
+        recovery={"mode": "none"},
+        wait_for_completion=True,
+        poll_interval=0.5,
+    )
+
+with DAG(dag_id="launch_slow_provision", schedule=None, catchup=False):
+    plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=SLOW_PROVIDERS)
     plan >> LaunchOperator(
         task_id="launch",
         job_name=JOB,

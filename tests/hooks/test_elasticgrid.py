@@ -107,7 +107,7 @@ BAD_GRID = [{**GRID[0], "max_nodes": -1}, GRID[1]]
     [
         (
             {"providers": json.dumps(BAD_GRID)},
-            "provider 'cheap' max_nodes must be at least 0, got -1",
+            f"{CONN} field providers: provider 'cheap' max_nodes must be at least 0, got -1",
         ),
         (
             {"providers": '[{"name": "cheap", "max_nodes": 4'},
@@ -115,11 +115,12 @@ BAD_GRID = [{**GRID[0], "max_nodes": -1}, GRID[1]]
         ),
         (
             {"providers": json.dumps([GRID[0], {"max_nodes": 2, "cost_per_node_hour": 1.0}])},
-            "providers entry 1 is missing the field 'name'",
+            f"{CONN} field providers: providers entry 1 is missing the field 'name'",
         ),
         (
             {"providers": "42"},
-            "providers must be a JSON list or an object with a 'providers' list, got 42",
+            f"{CONN} field providers: providers must be a JSON list or an object with a "
+            "'providers' list, got 42",
         ),
         (
             {"providers": json.dumps(GRID), "max_spot_fraction": 1.5},

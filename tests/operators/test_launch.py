@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from tests.airflow_support import run_dag
+from tests.job_processes import is_alive, rank_pids
 
 pytestmark = pytest.mark.airflow
-
-
-def _pids(jobs_root: Path, part: str) -> list[int]:
-    state = json.loads((jobs_root / part / "job.json").read_text())
-    return [int(pid) for pid in state["pids"].values()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is not alive: it has exited and only waits to be reaped
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
 def test_launch_runs_a_two_part_job_to_completion(airflow_db, jobs_root):
@@ -51,26 +35,26 @@ def test_a_second_run_attaches_to_the_running_job_and_starts_nothing(airflow_db,
     conf = {"job_name": "retry", "nodes": 2, "steps": 2000}
     first = run_dag("launch_no_wait", conf)
     first_job = first.xcom("launch", "job")
-    pids = _pids(jobs_root, "retry--onprem")
+    pids = rank_pids(jobs_root, "retry--onprem")
     second = run_dag("launch_no_wait", conf)
     assert second.task_states["launch"] == "success"
     second_job = second.xcom("launch", "job")
     assert second_job["launch_id"] == first_job["launch_id"]
-    assert _pids(jobs_root, "retry--onprem") == pids
-    assert all(_alive(pid) for pid in pids)
+    assert rank_pids(jobs_root, "retry--onprem") == pids
+    assert all(is_alive(pid) for pid in pids)
     assert "already running at this placement" in capfd.readouterr().out
 
 
 def test_a_run_at_another_placement_resizes_the_job(airflow_db, jobs_root, capfd):
     first = run_dag("launch_no_wait", {"job_name": "grow", "nodes": 2, "steps": 2000})
-    old_pids = _pids(jobs_root, "grow--onprem")
+    old_pids = rank_pids(jobs_root, "grow--onprem")
     second = run_dag("launch_no_wait", {"job_name": "grow", "nodes": 3, "steps": 2000})
     assert second.task_states["launch"] == "success"
     old, new = first.xcom("launch", "job"), second.xcom("launch", "job")
     assert new["launch_id"] != old["launch_id"]
     assert new["nodes"] == 3 and new["status"] == "running"
     assert [part["name"] for part in new["parts"]] == ["grow--onprem", "grow--cloud"]
-    assert not any(_alive(pid) for pid in old_pids)
+    assert not any(is_alive(pid) for pid in old_pids)
     assert "resized from 2 nodes" in capfd.readouterr().out
 
 
@@ -90,7 +74,7 @@ def test_a_provider_that_cannot_provision_leaves_no_orphaned_parts(airflow_db, j
     assert "provider 'fullcloud'" in text and "no capacity for 1 nodes" in text
     state = json.loads((jobs_root / "orphans--onprem" / "job.json").read_text())
     assert state["status"] == "stopped"
-    assert not any(_alive(pid) for pid in _pids(jobs_root, "orphans--onprem"))
+    assert not any(is_alive(pid) for pid in rank_pids(jobs_root, "orphans--onprem"))
 
 
 def test_deferrable_wait_goes_through_the_trigger(airflow_db, jobs_root, capfd, caplog):

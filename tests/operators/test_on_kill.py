@@ -21,29 +21,21 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TESTS, airflow_command
+from tests.job_processes import is_alive, rank_pids
 
 pytestmark = pytest.mark.airflow
 
 DAG_ID = "launch_and_wait_long"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is not alive: it has exited and only waits to be reaped
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
+def _wait_until_running(
+    jobs_root: Path, job: str, process: subprocess.Popen, log: Path
+) -> list[str]:
+    """The job's part names, once every part's ranks run and the task is waiting on them.
 
-
-def _rank_pids(jobs_root: Path, part: str) -> list[int]:
-    state = json.loads((jobs_root / part / "job.json").read_text())
-    return [int(pid) for pid in state["pids"].values()]
-
-
-def _wait_until_running(jobs_root: Path, job: str, process: subprocess.Popen) -> list[str]:
-    """The job's part names, once its manifest exists and every part's ranks run."""
+    The task logs its parts after the launch returned and it took the job as its
+    own; only from then on does on_kill have a job to stop.
+    """
     from iroh_tinker.cloud import JobManager
 
     manager = JobManager(root=jobs_root)
@@ -57,13 +49,18 @@ def _wait_until_running(jobs_root: Path, job: str, process: subprocess.Popen) ->
                 running = all(manager.status(part).status == "running" for part in parts)
             except KeyError:  # a part not launched yet
                 running = False
-            if running and all(_alive(pid) for p in parts for pid in _rank_pids(jobs_root, p)):
+            waiting = f"Part {parts[-1]}: " in log.read_text()
+            if (
+                running
+                and waiting
+                and all(is_alive(pid) for p in parts for pid in rank_pids(jobs_root, p))
+            ):
                 return parts
         time.sleep(0.2)
     raise AssertionError(f"job {job} was not running within 90 s")
 
 
-def _task_state() -> tuple[str, dict[str, str]]:
+def _task_state(dag_id: str = DAG_ID) -> tuple[str, dict[str, str]]:
     """The latest run of the DAG and its task states, as the metadata DB has them."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
@@ -72,33 +69,33 @@ def _task_state() -> tuple[str, dict[str, str]]:
 
     with create_session() as session:
         run = session.scalars(
-            select(DagRun).where(DagRun.dag_id == DAG_ID).order_by(DagRun.id.desc())
+            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc())
         ).first()
         assert run is not None
         states = {
             ti.task_id: str(ti.state)
             for ti in session.scalars(
                 select(TaskInstance).where(
-                    TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run.run_id
+                    TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id
                 )
             )
         }
         return str(run.state), states
 
 
-def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, jobs_root, tmp_path):
-    from iroh_tinker.cloud import JobManager
+def _start_dags_test(dag_id: str, conf: dict, log) -> subprocess.Popen:
+    """``airflow dags test`` of a DAG in kill_dags.py, its output going to ``log``.
 
-    # to a file, not a pipe: nobody reads a pipe while the job starts, and a full one blocks
-    log = (tmp_path / "dags-test.log").open("w+")
-    process = subprocess.Popen(
+    A file, not a pipe: nobody reads a pipe while the job starts, and a full one blocks.
+    """
+    return subprocess.Popen(
         [
             *airflow_command(),
             "dags",
             "test",
-            DAG_ID,
+            dag_id,
             "--conf",
-            json.dumps({"job_name": "killed", "nodes": 3}),
+            json.dumps(conf),
             "--dagfile-path",
             str(TESTS / "dags" / "kill_dags.py"),
         ],
@@ -107,11 +104,19 @@ def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, j
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, jobs_root, tmp_path):
+    from iroh_tinker.cloud import JobManager
+
+    log_path = tmp_path / "dags-test.log"
+    log = log_path.open("w+")
+    process = _start_dags_test(DAG_ID, {"job_name": "killed", "nodes": 3}, log)
     with log:
         try:
-            parts = _wait_until_running(jobs_root, "killed", process)
+            parts = _wait_until_running(jobs_root, "killed", process, log_path)
             assert parts == ["killed--onprem", "killed--cloud"]
-            pids = [pid for part in parts for pid in _rank_pids(jobs_root, part)]
+            pids = [pid for part in parts for pid in rank_pids(jobs_root, part)]
             assert len(pids) == 3
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
@@ -127,9 +132,9 @@ def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, j
         part: "stopped" for part in parts
     }
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(is_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in pids if _alive(pid)], "rank processes outlived on_kill"
+    assert not [pid for pid in pids if is_alive(pid)], "rank processes outlived on_kill"
 
     assert "Task killed: stopping job killed." in output
     assert "Stopped part killed--onprem." in output and "Stopped part killed--cloud." in output
@@ -138,3 +143,34 @@ def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, j
     assert task_states == {"plan": "success", "launch": "failed"}
     assert run_state == "failed"
     assert process.returncode != 0
+
+
+def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs_root, tmp_path):
+    """SIGTERM while a provider still provisions: the launch holds the job's lock, so
+    on_kill only marks the task; execute() stops the job as soon as the launch returns."""
+    from iroh_tinker.cloud import JobManager
+
+    log_path = tmp_path / "dags-test.log"
+    manifest = jobs_root / "slow" / "manifest.json"
+    with log_path.open("w+") as log:
+        process = _start_dags_test("launch_slow_provision", {"job_name": "slow", "nodes": 2}, log)
+        try:
+            deadline = time.monotonic() + 60
+            while not manifest.exists():  # written just before the first part provisions
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        log.seek(0)
+        output = log.read()
+
+    assert "Task killed while launching job slow" in output
+    assert "job 'slow' was stopped: the task was killed while it launched" in output
+    assert JobManager(root=jobs_root).status("slow--onprem").status == "stopped"
+    assert not [pid for pid in rank_pids(jobs_root, "slow--onprem") if is_alive(pid)]
+    _, task_states = _task_state("launch_slow_provision")
+    assert task_states == {"plan": "success", "launch": "failed"}

@@ -158,9 +158,7 @@ def test_a_job_that_was_never_launched_fails_the_check(airflow_db, jobs_root, ca
     assert "job 'ghost' has no manifest" in output.out + output.err
 
 
-def test_deferrable_checks_wait_in_the_trigger_between_checks(
-    airflow_db, jobs_root, capfd, caplog
-):
+def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_root, capfd, caplog):
     import threading
 
     run_dag("launch_sleeping", {"job_name": "deferred", "nodes": 2})
