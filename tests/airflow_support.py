@@ -49,10 +49,6 @@ def load_dag(dag_id: str) -> Any:
 def run_dag(dag_id: str, run_conf: dict[str, Any] | None = None, dag: Any = None) -> DagRunResult:
     """Run a DAG with ``dag.test()`` and return what happened (see module docstring)."""
     import sqlalchemy.exc
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
 
     dag = dag or load_dag(dag_id)
     run_id = None
@@ -68,11 +64,21 @@ def run_dag(dag_id: str, run_conf: dict[str, Any] | None = None, dag: Any = None
         if not known:
             raise
         hit = True
+    return read_run(dag_id, run_id, hit)
+
+
+def read_run(dag_id: str, run_id: str | None = None, hit: bool = False) -> DagRunResult:
+    """A run of ``dag_id`` (the latest when ``run_id`` is None) and its tasks' states."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
     with create_session() as session:
         query = select(DagRun).where(DagRun.dag_id == dag_id)
         query = query.where(DagRun.run_id == run_id) if run_id else query.order_by(DagRun.id.desc())
         run = session.scalars(query).first()
-        assert run is not None
+        assert run is not None, f"no run of {dag_id}"
         task_states = {
             ti.task_id: str(ti.state)
             for ti in session.scalars(

@@ -12,26 +12,21 @@ SLOW_PROVIDERS = [
     for provider in TWO_LOCAL_PROVIDERS
 ]
 
-with DAG(dag_id="launch_and_wait_long", schedule=None, catchup=False):
-    plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=TWO_LOCAL_PROVIDERS)
-    plan >> LaunchOperator(
-        task_id="launch",
-        job_name=JOB,
-        run=SLEEPING_RUN,
-        placement=plan.output,
-        recovery={"mode": "none"},
-        wait_for_completion=True,
-        poll_interval=0.5,
-    )
 
-with DAG(dag_id="launch_slow_provision", schedule=None, catchup=False):
-    plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=SLOW_PROVIDERS)
-    plan >> LaunchOperator(
-        task_id="launch",
-        job_name=JOB,
-        run=SLEEPING_RUN,
-        placement=plan.output,
-        recovery={"mode": "none"},
-        wait_for_completion=True,
-        poll_interval=0.5,
-    )
+def launch_and_wait(dag_id: str, providers: list) -> None:
+    """plan -> launch a job that would sleep for minutes, and wait for it."""
+    with DAG(dag_id=dag_id, schedule=None, catchup=False):
+        plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=providers)
+        plan >> LaunchOperator(
+            task_id="launch",
+            job_name=JOB,
+            run=SLEEPING_RUN,
+            placement=plan.output,
+            recovery={"mode": "none"},
+            wait_for_completion=True,
+            poll_interval=0.5,
+        )
+
+
+launch_and_wait("launch_and_wait_long", TWO_LOCAL_PROVIDERS)
+launch_and_wait("launch_slow_provision", SLOW_PROVIDERS)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.airflow_support import read_run
 from tests.conftest import TESTS, airflow_command
 from tests.job_processes import is_alive, rank_pids
 
@@ -58,29 +59,6 @@ def _wait_until_running(
                 return parts
         time.sleep(0.2)
     raise AssertionError(f"job {job} was not running within 90 s")
-
-
-def _task_state(dag_id: str = DAG_ID) -> tuple[str, dict[str, str]]:
-    """The latest run of the DAG and its task states, as the metadata DB has them."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        run = session.scalars(
-            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.id.desc())
-        ).first()
-        assert run is not None
-        states = {
-            ti.task_id: str(ti.state)
-            for ti in session.scalars(
-                select(TaskInstance).where(
-                    TaskInstance.dag_id == dag_id, TaskInstance.run_id == run.run_id
-                )
-            )
-        }
-        return str(run.state), states
 
 
 def _start_dags_test(dag_id: str, conf: dict, log) -> subprocess.Popen:
@@ -139,9 +117,9 @@ def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, j
     assert "Task killed: stopping job killed." in output
     assert "Stopped part killed--onprem." in output and "Stopped part killed--cloud." in output
     assert "job 'killed' was stopped before it finished" in output
-    run_state, task_states = _task_state()
-    assert task_states == {"plan": "success", "launch": "failed"}
-    assert run_state == "failed"
+    run = read_run(DAG_ID)
+    assert run.task_states == {"plan": "success", "launch": "failed"}
+    assert run.state == "failed"
     assert process.returncode != 0
 
 
@@ -172,5 +150,4 @@ def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs
     assert "job 'slow' was stopped: the task was killed while it launched" in output
     assert JobManager(root=jobs_root).status("slow--onprem").status == "stopped"
     assert not [pid for pid in rank_pids(jobs_root, "slow--onprem") if is_alive(pid)]
-    _, task_states = _task_state("launch_slow_provision")
-    assert task_states == {"plan": "success", "launch": "failed"}
+    assert read_run("launch_slow_provision").task_states == {"plan": "success", "launch": "failed"}
