@@ -1,0 +1,78 @@
+"""JobStatusTrigger against real jobs: what it serializes, when it fires, what on_kill stops."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from elasticgrid_provider.triggers.job import JobStatusTrigger
+from tests.airflow_support import run_dag
+from tests.job_processes import is_alive, rank_pids
+
+pytestmark = pytest.mark.airflow
+
+
+def _first_event(trigger: JobStatusTrigger, timeout: float = 60.0) -> dict:
+    async def first() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(asyncio.wait_for(first(), timeout))
+
+
+def test_serialize_rebuilds_the_same_trigger(tmp_path):
+    trigger = JobStatusTrigger(
+        "job",
+        str(tmp_path),
+        poll_interval=0.5,
+        wake_after_s=3,
+        payload={"started_at": 1.5},
+        stop_on_kill=True,
+    )
+    classpath, arguments = trigger.serialize()
+    assert classpath == "elasticgrid_provider.triggers.job.JobStatusTrigger"
+    assert JobStatusTrigger(**arguments).serialize() == (classpath, arguments)
+
+
+def test_fires_missing_for_a_job_that_was_never_launched(tmp_path):
+    event = _first_event(JobStatusTrigger("ghost", str(tmp_path), poll_interval=0.1))
+    assert event["status"] == "missing" and event["job"] is None
+
+
+def test_wakes_after_the_interval_while_the_job_runs_and_carries_the_payload(airflow_db, jobs_root):
+    run_dag("launch_sleeping", {"job_name": "awake", "nodes": 1})
+    started = time.monotonic()
+    event = _first_event(
+        JobStatusTrigger(
+            "awake",
+            str(jobs_root),
+            poll_interval=0.2,
+            wake_after_s=1.0,
+            payload={"started_at": 123.0},
+        )
+    )
+    assert time.monotonic() - started >= 1.0
+    assert (event["status"], event["woke"], event["started_at"]) == ("running", True, 123.0)
+    assert event["job"]["parts"][0]["name"] == "awake--onprem"
+
+
+def test_fires_with_the_failure_report_when_the_job_fails(airflow_db, jobs_root):
+    run_dag("launch_failing_job_no_wait", {"job_name": "sinks", "nodes": 1})
+    event = _first_event(JobStatusTrigger("sinks", str(jobs_root), poll_interval=0.2))
+    assert event["status"] == "failed"
+    assert "boom: corrupt batch" in event["failure_report"]
+
+
+def test_on_kill_stops_the_job_only_when_the_trigger_owns_it(airflow_db, jobs_root):
+    run_dag("launch_sleeping", {"job_name": "owned", "nodes": 1})
+    pids = rank_pids(jobs_root, "owned--onprem")
+    asyncio.run(JobStatusTrigger("owned", str(jobs_root)).on_kill())  # a sensor's trigger
+    assert all(is_alive(pid) for pid in pids)
+    asyncio.run(JobStatusTrigger("owned", str(jobs_root), stop_on_kill=True).on_kill())
+    deadline = time.monotonic() + 10
+    while any(is_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(is_alive(pid) for pid in pids)
