@@ -17,9 +17,13 @@ from elasticgrid_provider.core.errors import ElasticGridError
 def _number(field: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ElasticGridError(f"{field} must be a number, got {value!r}")
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ElasticGridError(f"{field} must be a finite number, got {value!r}") from None
+    if not math.isfinite(number):
         raise ElasticGridError(f"{field} must be a finite number, got {value!r}")
-    return float(value)
+    return number
 
 
 def check_number(
@@ -76,10 +80,11 @@ def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
 
 def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``choices``, or raise naming ``field``."""
-    if value not in choices:
-        allowed = ", ".join(repr(choice) for choice in choices)
-        raise ElasticGridError(f"{field} must be one of {allowed}, got {value!r}")
-    return str(value)
+    for choice in choices:
+        if value == choice:
+            return choice  # the plain string, also when given a str-valued Enum member
+    allowed = ", ".join(repr(choice) for choice in choices)
+    raise ElasticGridError(f"{field} must be one of {allowed}, got {value!r}")
 
 
 def check_mapping(field: str, value: Any) -> dict[str, Any]:
