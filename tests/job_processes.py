@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 
@@ -21,3 +22,13 @@ def is_alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def wait_for_lines(path: Path, count: int, timeout: float = 60.0) -> None:
+    """Wait until a job's step log has ``count`` lines (its first steps have run)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path} did not reach {count} lines in {timeout}s")

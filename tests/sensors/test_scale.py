@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from elasticgrid_provider.core.state import state_variable_key
 from tests.airflow_support import read_variable, run_dag
+from tests.job_processes import wait_for_lines
 
 pytestmark = pytest.mark.airflow
 
 
 def _state(job: str) -> dict:
     return read_variable(state_variable_key(job))
-
-
-def _wait_for_lines(path: Path, count: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{path} did not reach {count} lines in {timeout}s")
 
 
 def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_root):
@@ -56,7 +47,7 @@ def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_r
 
 def test_an_idle_job_is_scaled_down(airflow_db, jobs_root):
     run_dag("launch_no_wait", {"job_name": "idle", "nodes": 2, "steps": 4000})
-    _wait_for_lines(jobs_root / "idle--onprem" / "steps.jsonl", 3)
+    wait_for_lines(jobs_root / "idle--onprem" / "steps.jsonl", 3)
     result = run_dag("scale_check_idle", {"job_name": "idle"})
     assert result.task_states == {"scale_check": "success"}
     decision = result.xcom("scale_check")
@@ -227,7 +218,7 @@ def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     from tests.conftest import TESTS, airflow_command
 
     run_dag("launch_queue_bound", {"job_name": "race", "nodes": 2})
-    _wait_for_lines(jobs_root / "race--onprem" / "steps.jsonl", 4)
+    wait_for_lines(jobs_root / "race--onprem" / "steps.jsonl", 4)
     environment = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
     conf = json.dumps({"job_name": "race"})
     checks = [
