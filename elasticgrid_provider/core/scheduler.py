@@ -93,9 +93,7 @@ class ScaleAction(str, Enum):
 
 def _parse_action(field_name: str, value: Any, allowed: tuple[ScaleAction, ...]) -> ScaleAction:
     """Accept a :class:`ScaleAction` or its string value, or raise naming ``field_name``."""
-    raw = value.value if isinstance(value, ScaleAction) else value
-    check_choice(field_name, raw, tuple(action.value for action in allowed))
-    return ScaleAction(raw)
+    return ScaleAction(check_choice(field_name, value, tuple(action.value for action in allowed)))
 
 
 def _optional_number(field_name: str, value: Any, *, minimum: float | None) -> float | None:
