@@ -71,6 +71,11 @@ class DistributedContext:
     shared_dir: str | None = None
 
     @property
+    def nodes(self) -> int:
+        """The job's size in nodes: every node runs ``procs_per_node`` processes."""
+        return max(1, self.world_size // self.procs_per_node)
+
+    @property
     def is_rank_zero(self) -> bool:
         """True on the global rank 0 (the one that writes shared files)."""
         return self.rank == 0
@@ -184,14 +189,15 @@ class StepReporter:
     ) -> dict[str, Any] | None:
         """Validate and append one step; return the written record (``None`` when disabled).
 
-        ``nodes`` defaults to the global world size.
+        ``nodes`` defaults to the job's node count (world size / processes per node),
+        the size the scale check compares samples with.
         """
         record = {
             "step": check_integer("step", step),
             "duration_s": check_number("duration_s", duration_s),
             "queue_s": check_number("queue_s", queue_s),
             "nodes": check_integer(
-                "nodes", self.context.world_size if nodes is None else nodes, minimum=1
+                "nodes", self.context.nodes if nodes is None else nodes, minimum=1
             ),
             "tokens": check_number("tokens", tokens),
             "time": time.time(),

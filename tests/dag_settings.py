@@ -45,3 +45,8 @@ FAILING_RUN = (
 )
 # a real job whose step log the test writes itself
 SLEEPING_RUN = f'{sys.executable} -c "import time; time.sleep(600)"'
+# a job whose "cloud" part fails at once while its "onprem" part keeps running
+HALF_FAILING_RUN = (
+    f'{sys.executable} -c "import os, sys, time; '
+    "sys.exit(3) if os.environ['ELASTICGRID_PART'].endswith('--cloud') else time.sleep(600)\""
+)

@@ -137,3 +137,20 @@ def test_step_reporter_all_ranks(tmp_path):
     reporter = StepReporter(ctx, tmp_path / "r1.jsonl", all_ranks=True)
     reporter.record(3, duration_s=1.0)
     assert json.loads((tmp_path / "r1.jsonl").read_text())["step"] == 3
+
+
+def test_the_reporter_counts_nodes_not_processes(tmp_path):
+    from elasticgrid_provider.runtime import StepReporter, distributed_context
+
+    context = distributed_context(
+        {
+            "RANK": "0",
+            "WORLD_SIZE": "2",
+            "ELASTICGRID_RANK_OFFSET": "0",
+            "ELASTICGRID_WORLD_SIZE": "4",
+            "ELASTICGRID_PROCS_PER_NODE": "2",
+            "IROH_TINKER_JOB_DIR": str(tmp_path),
+        }
+    )
+    assert context.nodes == 2
+    assert StepReporter(context).record(0, duration_s=1.0)["nodes"] == 2

@@ -25,7 +25,7 @@ from typing import Any
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import MetricsWindow
 from elasticgrid_provider.core.scheduler import CooldownClock, ElasticScheduler, ScaleDecision
-from elasticgrid_provider.core.validation import check_mapping
+from elasticgrid_provider.core.validation import check_integer, check_mapping
 
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 20
@@ -202,7 +202,14 @@ class ScaleState:
         return cls(
             job_name=data["job_name"],
             window=MetricsWindow.from_dict(data["window"]),
-            cursors=tuple(sorted((str(k), int(v)) for k, v in data.get("cursors", {}).items())),
+            cursors=tuple(
+                sorted(
+                    (str(source), check_integer(f"scale state cursor {source!r}", offset))
+                    for source, offset in check_mapping(
+                        "scale state cursors", data.get("cursors", {})
+                    ).items()
+                )
+            ),
             cooldown=CooldownClock.from_dict(data.get("cooldown") or {}),
             current_nodes=data.get("current_nodes"),
             history=tuple(data.get("history", [])),

@@ -99,3 +99,16 @@ def reject_unknown_keys(field: str, data: dict[str, Any], known: set[str] | froz
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ElasticGridError(f"{field} has an unknown field {unknown[0]!r}")
+
+
+def number_from_text(value: Any) -> Any:
+    """A numeric string as a float; anything else unchanged, for the checks above to judge.
+
+    Connection forms and rendered templates hand numbers over as strings.
+    """
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return value
+    return value

@@ -41,11 +41,16 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
-from elasticgrid_provider.core.launch_spec import LaunchOptions, LaunchPart, build_launch_parts
+from elasticgrid_provider.core.launch_spec import (
+    LaunchOptions,
+    LaunchPart,
+    build_launch_parts,
+    check_job_name,
+)
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
 from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
-from elasticgrid_provider.core.validation import check_choice, check_number
+from elasticgrid_provider.core.validation import check_choice, check_number, number_from_text
 
 if TYPE_CHECKING:
     from iroh_tinker.cloud import JobManager
@@ -65,8 +70,18 @@ class GridSettings:
     providers: tuple[Provider, ...]
     max_spot_fraction: float
     prefer: str
-    jobs_root: str | None
     source: str
+
+
+@dataclass(frozen=True)
+class PreparedLaunch:
+    """A launch rendered and validated, not yet started: its id, options and parts."""
+
+    job_name: str
+    launch_id: str
+    placement: Placement
+    options: LaunchOptions
+    parts: tuple[LaunchPart, ...]
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,22 @@ class LaunchOutcome:
     action: str
     snapshot: JobSnapshot
     previous_nodes: int | None = None
+
+
+def _acquire(descriptor: int, timeout: float | None) -> bool:
+    """``flock`` the descriptor exclusively, waiting at most ``timeout`` seconds (None: forever)."""
+    if timeout is None:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 def _utc_now() -> str:
@@ -112,12 +143,15 @@ class ElasticGridHook(BaseHook):
         self.elasticgrid_conn_id = elasticgrid_conn_id
         self._inline_providers = providers
         self._jobs_root = jobs_root
+        self._cancelled = False
 
     # -- configuration ------------------------------------------------------
     # The connection form (fields and hidden fields) is declared in get_provider_info,
     # the Airflow 3.2+ way; the UI stores each field under its own name in ``extra``.
 
-    def _connection_extra(self) -> dict[str, Any] | None:
+    @cached_property
+    def connection_extra(self) -> dict[str, Any] | None:
+        """The connection's extra fields, or None when the connection does not exist."""
         try:
             connection = self.get_connection(self.elasticgrid_conn_id)
         except AirflowNotFoundException:
@@ -128,7 +162,7 @@ class ElasticGridHook(BaseHook):
     @cached_property
     def settings(self) -> GridSettings:
         """The grid and defaults, from the inline grid, the connection or the built-in default."""
-        extra = self._connection_extra()
+        extra = self.connection_extra
         conn = self.elasticgrid_conn_id
         if extra is None:
             self.log.info("Connection %r does not exist; using the built-in default grid.", conn)
@@ -139,13 +173,13 @@ class ElasticGridHook(BaseHook):
         elif extra.get("providers") not in (None, "", []):
             grid_source = extra["providers"]
             source, field = f"connection {conn!r}", f"connection {conn!r} field providers"
-            if isinstance(grid_source, str):
-                try:
-                    grid_source = json.loads(grid_source)
-                except json.JSONDecodeError as exc:
-                    raise ElasticGridError(f"{field} is not valid JSON: {exc.msg}") from None
         else:
             source = field = "the built-in default grid"
+        if isinstance(grid_source, str):  # a form field or a rendered template
+            try:
+                grid_source = json.loads(grid_source)
+            except json.JSONDecodeError as exc:
+                raise ElasticGridError(f"{field} is not valid JSON: {exc.msg}") from None
         try:
             providers = (
                 DEFAULT_PROVIDERS if grid_source is None else providers_from_dicts(grid_source)
@@ -159,10 +193,11 @@ class ElasticGridHook(BaseHook):
             max_spot_fraction=1.0
             if fraction in (None, "")
             else check_number(
-                f"connection {conn!r} field max_spot_fraction", _as_number(fraction), maximum=1.0
+                f"connection {conn!r} field max_spot_fraction",
+                number_from_text(fraction),
+                maximum=1.0,
             ),
             prefer=check_choice(f"connection {conn!r} field prefer", prefer, PREFER_CHOICES),
-            jobs_root=self._jobs_root or extra.get("jobs_root") or None,
             source=source,
         )
 
@@ -183,9 +218,7 @@ class ElasticGridHook(BaseHook):
     @cached_property
     def jobs_root(self) -> Path:
         """The JobManager root: explicit, from the connection, or iroh-tinker's default."""
-        configured = self._jobs_root
-        if configured is None:
-            configured = self.settings.jobs_root
+        configured = self._jobs_root or (self.connection_extra or {}).get("jobs_root")
         if configured:
             return Path(configured).expanduser().resolve()
         from iroh_tinker.cloud import default_root
@@ -200,19 +233,20 @@ class ElasticGridHook(BaseHook):
         return JobManager(root=self.jobs_root)
 
     def job_folder(self, job_name: str) -> Path:
-        """Where the job's manifest, specs, rendezvous and lock live."""
-        return self.jobs_root / job_name
+        """Where the job's manifest, specs, rendezvous and lock live (the name is checked)."""
+        return self.jobs_root / check_job_name(job_name)
 
     @contextmanager
-    def job_lock(self, job_name: str, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the job's exclusive lock; yields False (not held) when ``wait`` is off and it is busy."""
+    def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
+        """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first.
+
+        ``timeout=None`` waits as long as it takes (launches and stops do);
+        a scale check waits a bounded time and holds when the job is busy.
+        """
         folder = self.job_folder(job_name)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / LOCK_NAME, "a+") as handle:
-            flags = fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB
-            try:
-                fcntl.flock(handle.fileno(), flags)
-            except BlockingIOError:
+            if not _acquire(handle.fileno(), timeout):
                 yield False
                 return
             try:
@@ -260,72 +294,104 @@ class ElasticGridHook(BaseHook):
     def launch(self, job_name: str, placement: Placement, options: LaunchOptions) -> LaunchOutcome:
         """Run ``placement`` as the job: attach, resize or launch, never two copies.
 
-        * running at the same placement: attach, start nothing;
-        * running at another placement: stop every part, then launch the new one
-          (the training script resumes from its own checkpoint);
-        * otherwise: launch one part per provider share.
+        * every part running at the same placement: attach, start nothing;
+        * otherwise any part still running is stopped first (a resize when the job
+          ran; the training script resumes from its own checkpoint), then one part
+          per provider share is launched.
 
-        If a part fails to provision, the parts already started are stopped and
-        :class:`JobLaunchError` names each provider's error.
+        The new parts are rendered and validated before anything is stopped or
+        written, so a bad input never costs the running job. If a part fails to
+        provision, or :meth:`cancel_launch` is called, the parts already started
+        are stopped and :class:`JobLaunchError` says why.
         """
+        launch = self._prepare_launch(job_name, placement, options)
         with self.job_lock(job_name):
             current = self.job_snapshot(job_name)
             previous_nodes = None
             action = "launched"
-            if current is not None and current.status == "running":
-                if current.manifest.placement.nodes_by_provider() == placement.nodes_by_provider():
+            if current is not None:
+                running = [part.status == "running" for part in current.parts]
+                same = (
+                    current.manifest.placement.nodes_by_provider() == placement.nodes_by_provider()
+                )
+                if running and all(running) and same:
                     return LaunchOutcome("attached", current, current.nodes)
-                previous_nodes = current.nodes
+                if any(running):
+                    previous_nodes = current.nodes
+                    action = "resized"
                 self._stop_parts(current.manifest.parts)
-                action = "resized"
-            snapshot = self._launch_parts(job_name, placement, options)
+            snapshot = self._start_parts(launch)
             return LaunchOutcome(action, snapshot, previous_nodes)
 
-    def _launch_parts(
+    def _prepare_launch(
         self, job_name: str, placement: Placement, options: LaunchOptions
-    ) -> JobSnapshot:
+    ) -> PreparedLaunch:
+        """Render and validate the parts of a new launch; nothing is written yet."""
         launch_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         folder = self.job_folder(job_name)
         if options.rendezvous is None:
-            rendezvous_dir = folder / "rendezvous" / launch_id
-            rendezvous_dir.mkdir(parents=True, exist_ok=True)
-            options = replace(options, rendezvous=f"dir:{rendezvous_dir}")
+            options = replace(options, rendezvous=f"dir:{folder / 'rendezvous' / launch_id}")
         if options.shared_dir is None:
             options = replace(options, shared_dir=str(folder / "shared"))
         parts = build_launch_parts(placement, job_name, options)
-        spec_folder = folder / "specs" / launch_id
+        return PreparedLaunch(job_name, launch_id, placement, options, parts)
+
+    def _start_parts(self, launch: PreparedLaunch) -> JobSnapshot:
+        folder = self.job_folder(launch.job_name)
+        rendezvous = launch.options.rendezvous or ""
+        if rendezvous.startswith("dir:"):
+            Path(rendezvous[len("dir:") :]).mkdir(parents=True, exist_ok=True)
+        spec_folder = folder / "specs" / launch.launch_id
         spec_folder.mkdir(parents=True, exist_ok=True)
-        records = tuple(self._write_part_spec(part, spec_folder) for part in parts)
+        records = tuple(self._write_part_spec(part, spec_folder) for part in launch.parts)
         manifest = JobManifest(
-            job_name=job_name,
-            launch_id=launch_id,
+            job_name=launch.job_name,
+            launch_id=launch.launch_id,
             launched_at=_utc_now(),
-            placement=placement,
-            world_size=parts[0].world_size,
-            procs_per_node=options.procs_per_node,
-            rendezvous=str(options.rendezvous),
-            run=options.run,
+            placement=launch.placement,
+            world_size=launch.parts[0].world_size,
+            procs_per_node=launch.options.procs_per_node,
+            rendezvous=rendezvous,
+            run=launch.options.run,
             parts=records,
         )
         # Written before any part starts: a retry after a crash finds the parts it must own.
         self._write_manifest(manifest)
+        self._cancelled = False
         started: list[PartRecord] = []
         for record in records:
-            self._clear_markers(record.name)
-            try:
-                self.job_manager.launch(record.spec_path)
-            except Exception as exc:
+            failure = None
+            if self._cancelled:
+                failure = "the launch was cancelled (the task was killed)"
+            else:
+                self._clear_markers(record.name)
+                try:
+                    self.job_manager.launch(record.spec_path)
+                except Exception as exc:
+                    failure = f"provider {record.provider!r} (part {record.name}) failed: {exc}"
+            if failure is not None:
                 self._stop_parts(started)
                 stopped = ", ".join(part.name for part in started) or "none"
                 raise JobLaunchError(
-                    f"job {job_name!r} could not start: provider {record.provider!r} "
-                    f"(part {record.name}) failed: {exc}; stopped the parts already started: "
-                    f"{stopped}"
-                ) from exc
+                    f"job {launch.job_name!r} could not start: {failure}; "
+                    f"stopped the parts already started: {stopped}"
+                )
             started.append(record)
-        snapshot = self.job_snapshot(job_name)
+        snapshot = self.job_snapshot(launch.job_name)
         assert snapshot is not None  # the manifest was just written
         return snapshot
+
+    def cancel_launch(self, job_name: str) -> None:
+        """Stop a launch in progress: called from ``on_kill``, possibly while it holds the lock.
+
+        The launch loop starts no further part, and the parts that already run
+        are stopped now, without the lock, before the supervisor's SIGKILL can
+        leave them orphaned.
+        """
+        self._cancelled = True
+        manifest = self.read_manifest(job_name)
+        if manifest is not None:
+            self._stop_parts(manifest.parts)
 
     def _clear_markers(self, part_name: str) -> None:
         """Remove a previous launch's ``done_*``/``attempt_*`` markers from the part's folder.
@@ -352,12 +418,15 @@ class ElasticGridHook(BaseHook):
         )
 
     def _stop_parts(self, parts: tuple[PartRecord, ...] | list[PartRecord]) -> None:
+        """Stop the parts that still run (a finished or failed part keeps its status)."""
         for part in parts:
             try:
-                self.job_manager.stop(part.name)
-            except KeyError:
+                running = self.job_manager.status(part.name).status == "running"
+            except KeyError:  # never started
                 continue
-            self.log.info("Stopped part %s.", part.name)
+            if running:
+                self.job_manager.stop(part.name)
+                self.log.info("Stopped part %s.", part.name)
 
     def stop_job(self, job_name: str) -> JobSnapshot | None:
         """Stop every part of the job; returns the job as it is afterwards (None if unknown)."""
@@ -395,13 +464,3 @@ class ElasticGridHook(BaseHook):
         from elasticgrid_provider.runtime import STEP_LOG_NAME
 
         return [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
-
-
-def _as_number(value: Any) -> Any:
-    """Connection extras from the UI form arrive as strings; numbers stay numbers."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value

@@ -219,14 +219,15 @@ class LaunchOperator(BaseOperator):
         raise AirflowException(f"job {job_name!r} was {status} before it finished")
 
     def on_kill(self) -> None:
-        """Stop the job this task launched or attached to (or is launching)."""
+        """Stop the job this task launched or attached to, or is launching right now."""
         self._killed = True
         if self._launched is None:
-            # the launch holds the job's lock; execute() stops the job as soon as it returns
+            # the launch holds the job's lock: stop the parts it started so far, now, and
+            # let it start no more (execute() also stops the job if the launch still returns)
             self.log.info(
-                "Task killed while launching job %s; it is stopped once the launch returns.",
-                self.job_name,
+                "Task killed while launching job %s: cancelling the launch.", self.job_name
             )
+            self.hook.cancel_launch(self.job_name)
             return
         self.log.info("Task killed: stopping job %s.", self._launched)
         self.hook.stop_job(self._launched)

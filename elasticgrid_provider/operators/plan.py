@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.validation import number_from_text
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
 
@@ -80,7 +81,7 @@ class PlanPlacementOperator(BaseOperator):
         """Plan the placement, log it as a table and return it for XCom."""
         try:
             nodes = nodes_from_argument(self.nodes)
-            planner = self.hook.get_planner(self.max_spot_fraction, self.prefer)
+            planner = self.hook.get_planner(number_from_text(self.max_spot_fraction), self.prefer)
             placement = planner.plan(nodes)
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None

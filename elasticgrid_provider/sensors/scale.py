@@ -26,6 +26,7 @@ added to the history again, so the history keeps the decisions that matter.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -36,7 +37,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, Variable
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobSnapshot
@@ -50,20 +51,25 @@ from elasticgrid_provider.core.state import (
     state_variable_key,
 )
 from elasticgrid_provider.core.step_log import read_step_log
-from elasticgrid_provider.core.validation import check_number
+from elasticgrid_provider.core.validation import check_number, number_from_text
 from elasticgrid_provider.deadlines import resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.triggers.job import JobStatusTrigger
 
+# the cursor key of samples handed in through the ``samples`` argument: its value is the
+# next step number to take, so each DAG run may hand in a new, overlapping list
 ARGUMENT_SOURCE = "samples argument"
+# how long a check waits for a job that a launch or another check is busy with
+LOCK_WAIT_S = 60.0
 
 
 class JobFailedError(RuntimeError):
     """The checked job failed or was never launched.
 
-    Deliberately not an ``AirflowException``: ``soft_fail`` (meant for a check
-    that found no reason to scale before its timeout) turns Airflow's
-    failures into skips, and a failed job must never pass as a skip.
+    Deliberately not an ``AirflowException``, like the ``ElasticGridError`` a
+    bad argument raises: ``soft_fail`` (meant for a check that found no reason
+    to scale before its timeout) turns Airflow's failures into skips, and a
+    failed job or a misconfigured check must never pass as a skip.
     """
 
 
@@ -87,12 +93,7 @@ def _optional_number(field: str, value: Any) -> float | None:
     """A templated number (numeric strings allowed), or None when unset; finite and >= 0."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ElasticGridError(f"{field} must be a number, got {value!r}") from None
-    return check_number(field, value)
+    return check_number(field, number_from_text(value))
 
 
 class ElasticScaleSensor(BaseSensorOperator):
@@ -108,8 +109,9 @@ class ElasticScaleSensor(BaseSensorOperator):
     :param remaining_tokens: work left, in tokens, for deadline pressure (templated).
     :param deadline: explicit deadline, a datetime or ISO string (templated);
         default: the DAG's ``deadline=`` alerts.
-    :param samples: samples handed in (a list of dicts, e.g. an upstream XCom)
-        instead of reading the job's step logs (templated).
+    :param samples: samples handed in (a list of dicts or its JSON, e.g. an upstream
+        XCom) instead of reading the job's step logs (templated); each check takes
+        the samples whose step it has not seen yet.
     :param history_limit: how many decisions the state Variable keeps.
     :param providers: an inline grid for costing the proposed placement; default: the connection's.
     :param deferrable: wait between checks in the triggerer; default
@@ -234,16 +236,21 @@ class ElasticScaleSensor(BaseSensorOperator):
     @cached_property
     def scheduler(self) -> ElasticScheduler:
         """The scheduler with this task's parameters (validated on first use)."""
-        try:
-            return ElasticScheduler(**self.scheduler_parameters)
-        except ElasticGridError as exc:
-            raise AirflowFailException(str(exc)) from None
+        return ElasticScheduler(**self.scheduler_parameters)
 
     def check(self, context: Context) -> dict[str, Any] | None:
         """Run one check (module docstring); the record on a scale decision, None on hold."""
         scheduler = self.scheduler
         hook = self.hook
-        with hook.job_lock(self.job_name):
+        with hook.job_lock(self.job_name, timeout=LOCK_WAIT_S) as held:
+            if not held:
+                self.log.info(
+                    "Job %s is busy (another task holds its lock for over %.0fs); "
+                    "holding until the next check.",
+                    self.job_name,
+                    LOCK_WAIT_S,
+                )
+                return None
             snapshot = hook.job_snapshot(self.job_name)
             if snapshot is None:
                 raise JobFailedError(
@@ -273,7 +280,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
                 decision = inputs.decide()
             except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-                raise AirflowFailException(str(exc)) from None
+                raise ElasticGridError(str(exc)) from None
             for warning in deadline.warnings:
                 self.log.warning("%s", warning)
             self.log.info("%s", deadline.describe(now))
@@ -307,10 +314,11 @@ class ElasticScaleSensor(BaseSensorOperator):
         new_samples: list[StepSample] = []
         skipped = 0
         if self.samples is not None:
-            handed_in = self._handed_in_samples()
-            consumed = state.cursor(ARGUMENT_SOURCE)
-            new_samples.extend(handed_in[consumed:])
-            state = state.with_cursor(ARGUMENT_SOURCE, len(handed_in))
+            next_step = state.cursor(ARGUMENT_SOURCE)
+            fresh = [sample for sample in self._handed_in_samples() if sample.step >= next_step]
+            new_samples.extend(fresh)
+            if fresh:
+                state = state.with_cursor(ARGUMENT_SOURCE, max(s.step for s in fresh) + 1)
         else:
             for path in self.hook.step_logs(snapshot):
                 chunk = read_step_log(path, state.cursor(str(path)))
@@ -346,12 +354,17 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     def _handed_in_samples(self) -> list[StepSample]:
         samples = self.samples
+        if isinstance(samples, str):  # a rendered template
+            try:
+                samples = json.loads(samples)
+            except json.JSONDecodeError as exc:
+                raise ElasticGridError(f"samples is not valid JSON: {exc.msg}") from None
         if not isinstance(samples, list):
-            raise AirflowFailException(f"samples must be a list of sample objects, got {samples!r}")
-        try:
-            return [StepSample.from_dict(sample) for sample in samples]
-        except ElasticGridError as exc:
-            raise AirflowFailException(f"samples: {exc}") from None
+            raise ElasticGridError(f"samples must be a list of sample objects, got {samples!r}")
+        return [
+            StepSample.from_dict(sample, where=f"samples entry {position}")
+            for position, sample in enumerate(samples)
+        ]
 
     def _record_context(
         self, context: Context, snapshot: JobSnapshot, target: int, deadline_source: str, now: float

@@ -7,6 +7,7 @@ from airflow.sdk import DAG
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from tests.dag_settings import (
     FAILING_RUN,
+    HALF_FAILING_RUN,
     JOB,
     NODES,
     ONE_FAILING_PROVIDER,
@@ -47,3 +48,5 @@ launch_dag("launch_failing_job_no_wait", TWO_LOCAL_PROVIDERS, FAILING_RUN)
 launch_dag("launch_provider_fails", ONE_FAILING_PROVIDER, TRAIN_RUN)
 launch_dag("launch_queue_bound", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN)
 launch_dag("launch_sleeping", TWO_LOCAL_PROVIDERS, SLEEPING_RUN)
+launch_dag("launch_half_failing", TWO_LOCAL_PROVIDERS, HALF_FAILING_RUN)
+launch_dag("launch_queue_bound_two_procs", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN, procs_per_node=2)

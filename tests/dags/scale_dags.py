@@ -84,3 +84,16 @@ deadline_dag(
     DeadlineReference.DAGRUN_LOGICAL_DATE,
     deadline="{{ dag_run.conf['deadline'] }}",
 )
+
+with DAG(dag_id="scale_check_any", schedule=None, catchup=False):
+    check(min_nodes=1, max_nodes=8, min_samples=3)
+
+with DAG(dag_id="scale_check_handed_in", schedule=None, catchup=False):
+    check(
+        min_nodes=1,
+        max_nodes=8,
+        cooldown_s=3600,
+        timeout=2,
+        soft_fail=True,
+        samples="{{ dag_run.conf['samples'] | tojson }}",
+    )

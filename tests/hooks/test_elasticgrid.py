@@ -231,7 +231,7 @@ from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
 hook = ElasticGridHook(jobs_root=sys.argv[1])
 for _ in sys.stdin:
-    with hook.job_lock("locked", wait=False) as held:
+    with hook.job_lock("locked", timeout=0) as held:
         print("held" if held else "busy", flush=True)
 """
 
@@ -260,7 +260,7 @@ def test_the_job_lock_is_exclusive_across_processes(tmp_path):
             assert ask() == "busy"
         assert ask() == "held"
         # and the other way round: while the probe is between checks, this process gets it
-        with hook.job_lock("locked", wait=False) as held:
+        with hook.job_lock("locked", timeout=0) as held:
             assert held is True
     finally:
         _, errors = probe.communicate(timeout=30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -84,3 +85,37 @@ def test_deferrable_wait_goes_through_the_trigger(airflow_db, jobs_root, capfd, 
     output = capfd.readouterr()
     # Airflow's own line; pytest routes it to stdout or to caplog depending on the session
     assert "[DAG TEST] Trigger completed" in output.out + output.err + caplog.text
+
+
+def test_a_job_with_a_failed_part_is_relaunched_whole(airflow_db, jobs_root, capfd):
+    from iroh_tinker.cloud import JobManager
+
+    conf = {"job_name": "half", "nodes": 3}
+    first = run_dag("launch_half_failing", conf)
+    manager = JobManager(root=jobs_root)
+    deadline = time.monotonic() + 30
+    while manager.status("half--cloud").status == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert manager.status("half--cloud").status == "failed"
+    survivors = rank_pids(jobs_root, "half--onprem")
+    assert all(is_alive(pid) for pid in survivors)
+
+    second = run_dag("launch_half_failing", conf)
+    assert second.task_states["launch"] == "success"
+    relaunched = second.xcom("launch", "job")
+    assert relaunched["launch_id"] != first.xcom("launch", "job")["launch_id"]
+    assert not any(is_alive(pid) for pid in survivors)  # stopped, not launched over
+    assert "already running" not in capfd.readouterr().out
+
+
+def test_a_retry_does_not_attach_to_a_job_with_a_part_down(airflow_db, jobs_root):
+    from iroh_tinker.cloud import JobManager
+
+    conf = {"job_name": "partial", "nodes": 3, "steps": 2000}
+    first = run_dag("launch_no_wait", conf)
+    JobManager(root=jobs_root).stop("partial--cloud")  # as if its node went away
+    second = run_dag("launch_no_wait", conf)
+    job = second.xcom("launch", "job")
+    assert job["launch_id"] != first.xcom("launch", "job")["launch_id"]
+    assert [part["status"] for part in job["parts"]] == ["running", "running"]

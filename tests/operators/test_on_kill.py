@@ -124,8 +124,8 @@ def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, j
 
 
 def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs_root, tmp_path):
-    """SIGTERM while a provider still provisions: the launch holds the job's lock, so
-    on_kill only marks the task; execute() stops the job as soon as the launch returns."""
+    """SIGTERM while a provider still provisions: on_kill cancels the launch, which
+    holds the job's lock; no part is left running and the task fails."""
     from iroh_tinker.cloud import JobManager
 
     log_path = tmp_path / "dags-test.log"
@@ -146,8 +146,11 @@ def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs
         log.seek(0)
         output = log.read()
 
-    assert "Task killed while launching job slow" in output
-    assert "job 'slow' was stopped: the task was killed while it launched" in output
+    assert "Task killed while launching job slow: cancelling the launch." in output
+    assert (
+        "job 'slow' could not start: the launch was cancelled (the task was killed)" in output
+        or "job 'slow' was stopped: the task was killed while it launched" in output
+    )
     assert JobManager(root=jobs_root).status("slow--onprem").status == "stopped"
     assert not [pid for pid in rank_pids(jobs_root, "slow--onprem") if is_alive(pid)]
     assert read_run("launch_slow_provision").task_states == {"plan": "success", "launch": "failed"}

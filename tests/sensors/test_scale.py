@@ -255,3 +255,27 @@ def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     assert manifest["placement"]["total_nodes"] == 4
     resized = [output for output in outputs if "resized from 2 nodes" in output]
     assert len(resized) == 1
+
+
+def test_samples_count_nodes_not_processes(airflow_db, jobs_root):
+    run_dag("launch_queue_bound_two_procs", {"job_name": "wide", "nodes": 1})
+    wait_for_lines(jobs_root / "wide--onprem" / "steps.jsonl", 3)
+    first = json.loads((jobs_root / "wide--onprem" / "steps.jsonl").read_text().splitlines()[0])
+    assert first["nodes"] == 1  # 1 node running 2 processes
+    result = run_dag("scale_check_any", {"job_name": "wide"})
+    decision = result.xcom("scale_check")
+    assert (decision["action"], decision["current_nodes"]) == ("scale_up", 1)
+
+
+def test_handed_in_samples_are_taken_once_across_runs(airflow_db, jobs_root):
+    run_dag("launch_sleeping", {"job_name": "handed", "nodes": 2})
+
+    def samples(steps: range) -> list[dict]:
+        return [{"step": s, "duration_s": 10.0, "queue_s": 6.0, "nodes": 2} for s in steps]
+
+    first = run_dag("scale_check_handed_in", {"job_name": "handed", "samples": samples(range(4))})
+    assert first.xcom("scale_check")["action"] == "scale_up"
+    run_dag("scale_check_handed_in", {"job_name": "handed", "samples": samples(range(2, 6))})
+    state = _state("handed")
+    assert [s["step"] for s in state["window"]["samples"]] == [0, 1, 2, 3, 4, 5]
+    assert state["cursors"]["samples argument"] == 6
