@@ -234,7 +234,11 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
             if checkpoint_dir is not None:
                 write_checkpoint(checkpoint_dir, step + 1, client.backend.checkpoint(), world)
             reporter.record(
-                step=step, duration_s=duration, queue_s=queue, nodes=ctx.nodes, tokens=tokens_per_step
+                step=step,
+                duration_s=duration,
+                queue_s=queue,
+                nodes=ctx.nodes,
+                tokens=tokens_per_step,
             )
             print(
                 f"step {step + 1}/{args.steps} world={world} duration_s={duration:.3f} "
