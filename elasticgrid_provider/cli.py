@@ -112,7 +112,7 @@ from elasticgrid_provider.core.scheduler import (
     ScaleDecision,
 )
 from elasticgrid_provider.core.state import DecisionRecord, ScaleState
-from elasticgrid_provider.core.step_log import REPORTER_ONLY_FIELDS
+from elasticgrid_provider.core.step_log import sample_fields
 from elasticgrid_provider.core.validation import check_integer, check_number
 
 EXIT_OK = 0
@@ -507,12 +507,9 @@ def _load_samples(path: str) -> _SampleFile:
     for where, entry in entries:
         try:
             stamped = None
-            fields = entry
-            if isinstance(entry, dict):
-                fields = {k: v for k, v in entry.items() if k not in REPORTER_ONLY_FIELDS}
-                if "time" in entry:
-                    stamped = check_number("sample time", entry["time"], minimum=None)
-            samples.append(StepSample.from_dict(fields))
+            if isinstance(entry, dict) and "time" in entry:
+                stamped = check_number("sample time", entry["time"], minimum=None)
+            samples.append(StepSample.from_dict(sample_fields(entry)))
             times.append(stamped)
         except ElasticGridError as error:
             raise ElasticGridError(f"{where}: {error}") from None

@@ -165,6 +165,16 @@ class ScaleState:
         cursors[source] = offset
         return replace(self, cursors=tuple(sorted(cursors.items())))
 
+    def after_check(self, window: MetricsWindow, current_nodes: int, now: float) -> ScaleState:
+        """A copy for the state a check leaves: its window and the job's size, one revision on."""
+        return replace(
+            self,
+            window=window,
+            current_nodes=current_nodes,
+            revision=self.revision + 1,
+            updated_at=now,
+        )
+
     def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
         """A copy with ``record`` appended to the history (the oldest dropped past ``limit``)."""
         history = (*self.history, record.to_dict())[-limit:]

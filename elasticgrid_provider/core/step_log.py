@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
@@ -51,15 +52,20 @@ class StepLogChunk:
     restarted: bool = False
 
 
+def sample_fields(entry: Any) -> Any:
+    """A reporter's entry without the fields that are not part of a sample (``time``)."""
+    if isinstance(entry, dict):
+        return {key: value for key, value in entry.items() if key not in REPORTER_ONLY_FIELDS}
+    return entry
+
+
 def parse_sample_line(line: bytes | str) -> StepSample:
     """Parse one step-log line into a sample, or raise ElasticGridError saying why."""
     try:
         data = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ElasticGridError(f"line is not valid JSON ({exc})") from None
-    if isinstance(data, dict):
-        data = {key: value for key, value in data.items() if key not in REPORTER_ONLY_FIELDS}
-    return StepSample.from_dict(data)
+    return StepSample.from_dict(sample_fields(data))
 
 
 def read_step_log(path: str | Path, cursor: int = 0) -> StepLogChunk:

@@ -403,13 +403,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         now: float,
     ) -> ScaleState:
         """The next state: window, size, history (repeated holds folded), revision."""
-        state = replace(
-            state,
-            window=window,
-            current_nodes=snapshot.nodes,
-            revision=state.revision + 1,
-            updated_at=now,
-        )
+        state = state.after_check(window, snapshot.nodes, now)
         previous = state.history[-1] if state.history else None
         repeated_hold = (
             record.decision.action is ScaleAction.HOLD
@@ -430,15 +424,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         now: float,
     ) -> None:
         """A job that ended needs no decision: record that and skip the resize downstream."""
-        save_scale_state(
-            replace(
-                state,
-                window=window,
-                current_nodes=snapshot.nodes,
-                revision=state.revision + 1,
-                updated_at=now,
-            )
-        )
+        save_scale_state(state.after_check(window, snapshot.nodes, now))
         summary = {
             "action": ScaleAction.HOLD.value,
             "current_nodes": snapshot.nodes,

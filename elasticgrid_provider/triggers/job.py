@@ -17,14 +17,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
 ENDED_STATUSES = ("done", "failed", "stopped", "missing")
 
 
-def job_event(hook: Any, job_name: str, *, woke: bool = False) -> dict[str, Any]:
+def job_event(hook: ElasticGridHook, job_name: str, *, woke: bool = False) -> dict[str, Any]:
     """The event payload: the job's status and identity, and a failure report if it failed."""
     snapshot = hook.job_snapshot(job_name)
     if snapshot is None:
