@@ -3,6 +3,13 @@
 The environment is set here, before anything imports Airflow, so no test ever
 touches the developer's own ``AIRFLOW_HOME`` or iroh-tinker job folder. The
 database is migrated once per session, and only when a test asks for it.
+
+Tests write only in temporary folders. A guard checks it: every test fails
+when the project tree gained an entry while it ran, and the session fails
+when the tree gained one by its end (a rank process may write after its test
+ended). Interpreter and tool caches (``__pycache__``, ``.pytest_cache``,
+virtualenvs) are not counted; Hypothesis keeps its example database in the
+session's temporary folder instead of ``.hypothesis``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,52 @@ os.environ.update(
     }
 )
 os.environ.pop("AIRFLOW_CONN_ELASTICGRID_DEFAULT", None)
+
+PROJECT = TESTS.parent
+# caches that Python and pytest keep by design (and .git); not written by the code under test
+CACHE_FOLDERS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+
+
+def tree_entries(root: Path) -> frozenset[str]:
+    """Every file and folder under ``root`` (relative paths), caches and virtualenvs left out."""
+    entries: set[str] = set()
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [
+            name
+            for name in subfolders
+            if name not in CACHE_FOLDERS
+            and not name.endswith(".egg-info")
+            and not (Path(folder) / name / "pyvenv.cfg").exists()
+        ]
+        relative = Path(folder).relative_to(root)
+        entries.update(str(relative / name) for name in (*subfolders, *files))
+    return frozenset(entries)
+
+
+def new_entries_message(before: frozenset[str], after: frozenset[str], when: str) -> str | None:
+    """One sentence naming what appeared in the project tree, or None when nothing did."""
+    added = sorted(after - before)
+    if not added:
+        return None
+    shown = ", ".join(added[:10]) + (f" and {len(added) - 10} more" if len(added) > 10 else "")
+    return f"{when} wrote into the project tree {PROJECT} (tests must write only in temp folders): {shown}"
+
+
+_SESSION_START_TREE = tree_entries(PROJECT)
+
+
+def _use_a_temporary_hypothesis_database() -> None:
+    try:
+        from hypothesis import settings
+        from hypothesis.database import DirectoryBasedExampleDatabase
+    except ImportError:  # pragma: no cover - hypothesis is a dev dependency
+        return
+    database = DirectoryBasedExampleDatabase(str(SESSION_HOME / "hypothesis"))
+    settings.register_profile("elasticgrid-tests", database=database)
+    settings.load_profile("elasticgrid-tests")
+
+
+_use_a_temporary_hypothesis_database()
 
 
 def airflow_command() -> list[str]:
@@ -80,3 +133,21 @@ def jobs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 def _remove_session_home() -> Iterator[None]:
     yield
     shutil.rmtree(SESSION_HOME, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _the_project_tree_stays_unchanged() -> Iterator[None]:
+    """Fail the test that made the project tree gain a file or folder."""
+    before = tree_entries(PROJECT)
+    yield
+    message = new_entries_message(before, tree_entries(PROJECT), "this test")
+    if message:
+        pytest.fail(message, pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when the project tree gained entries (also after their test ended)."""
+    message = new_entries_message(_SESSION_START_TREE, tree_entries(PROJECT), "the test session")
+    if message:
+        session.config.get_terminal_writer().line(f"\nERROR: {message}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

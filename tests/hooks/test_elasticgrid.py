@@ -225,6 +225,8 @@ def test_arguments_override_the_connection(monkeypatch, tmp_path):
     assert overridden.jobs_root == tmp_path.resolve()
 
 
+# The probe answers only after it has let the lock go again ("held, released"), so when
+# the test reads the answer the lock is free: no race between its release and the test.
 LOCK_PROBE = """
 import sys
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
@@ -232,7 +234,8 @@ from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 hook = ElasticGridHook(jobs_root=sys.argv[1])
 for _ in sys.stdin:
     with hook.job_lock("locked", timeout=0) as held:
-        print("held" if held else "busy", flush=True)
+        answer = "held, released" if held else "busy"
+    print(answer, flush=True)
 """
 
 
@@ -258,10 +261,12 @@ def test_the_job_lock_is_exclusive_across_processes(tmp_path):
             assert (tmp_path / "locked" / ".lock").exists()
             assert ask() == "busy"
             assert ask() == "busy"
-        assert ask() == "held"
-        # and the other way round: while the probe is between checks, this process gets it
+        assert ask() == "held, released"
+        # and the other way round: the probe has released it, so this process gets it at once
         with hook.job_lock("locked", timeout=0) as held:
             assert held is True
+            assert ask() == "busy"
+        assert ask() == "held, released"
     finally:
         _, errors = probe.communicate(timeout=30)
     assert probe.returncode == 0, errors
