@@ -78,12 +78,17 @@ _SESSION_START_TREE = tree_entries(PROJECT)
 
 
 def _use_a_temporary_hypothesis_database() -> None:
+    """Hypothesis keeps examples and caches under the session's temp folder, not ./.hypothesis."""
     try:
         from hypothesis import settings
+        from hypothesis.configuration import set_hypothesis_home_dir
         from hypothesis.database import DirectoryBasedExampleDatabase
     except ImportError:  # pragma: no cover - hypothesis is a dev dependency
         return
-    database = DirectoryBasedExampleDatabase(str(SESSION_HOME / "hypothesis"))
+    home = SESSION_HOME / "hypothesis"
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home)
+    set_hypothesis_home_dir(home)
+    database = DirectoryBasedExampleDatabase(str(home / "examples"))
     settings.register_profile("elasticgrid-tests", database=database)
     settings.load_profile("elasticgrid-tests")
 

@@ -10,3 +10,7 @@ from __future__ import annotations
 
 class ElasticGridError(ValueError):
     """A user-facing error: one sentence naming the bad field and its value."""
+
+
+class CorruptStateError(ElasticGridError):
+    """A stored scale state cannot be used; it is left exactly as it is for a person to fix."""

@@ -2,8 +2,9 @@
 
 Rules (SPEC 4.3), for a job of ``N`` nodes:
 
-* 0 nodes is an empty placement; more nodes than the grid holds is an error
-  naming both numbers.
+* A job has at least 1 node: fewer is an error (0 nodes would "succeed" with
+  nothing to launch); more nodes than the grid holds is an error naming both
+  numbers.
 * Spot nodes are capped at ``S = floor(max_spot_fraction * N)``. When the
   on-demand capacity ``D`` cannot hold the rest (``N - D > S``), the job is
   placed anyway with the fewest spot nodes possible, ``N - D``: a job that
@@ -96,10 +97,8 @@ class GridPlanner:
         return max(spot_cap, nodes - self.on_demand_capacity)
 
     def plan(self, nodes: int) -> Placement:
-        """Place ``nodes`` nodes on the grid by the policy; raise if they do not fit."""
-        nodes = check_integer("nodes", nodes)
-        if nodes == 0:
-            return Placement()
+        """Place ``nodes`` nodes (at least 1) on the grid by the policy; raise if they do not fit."""
+        nodes = check_integer("nodes", nodes, minimum=1)
         capacity = self.capacity
         if nodes > capacity:
             raise ElasticGridError(f"nodes {nodes} exceeds the grid's capacity of {capacity} nodes")

@@ -16,6 +16,9 @@ Design notes:
   without aliasing surprises, and a recorded window replays exactly.
 * ``to_dict``/``from_dict`` are lossless through ``json``; ``from_dict``
   names the entry and field at fault (``window sample 3 duration_s ...``).
+* Samples in a window are unique by step: a sample whose step is already in
+  the window replaces the older one (a step log read twice, or written by
+  two writers, never counts a step twice).
 * ``queue_s`` may exceed ``duration_s`` (a sample can report queueing that
   overlapped the previous step); ``active_s`` is clamped at 0 and
   ``queue_fraction`` may then exceed 1, as in 0.1.0.
@@ -230,11 +233,14 @@ class MetricsWindow:
                 raise ElasticGridError(
                     f"window sample {position} must be a StepSample, got {sample!r}"
                 )
+        newest = {sample.step: index for index, sample in enumerate(samples)}  # newest wins
+        if len(newest) < len(samples):
+            samples = tuple(s for index, s in enumerate(samples) if newest[s.step] == index)
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "samples", samples[-size:])
 
     def add(self, *samples: StepSample) -> MetricsWindow:
-        """A new window with ``samples`` appended (newest last), trimmed to ``size``."""
+        """A new window with ``samples`` appended (newest last, one per step), trimmed to ``size``."""
         return replace(self, samples=self.samples + samples)
 
     def signals(self) -> WindowSignals:

@@ -5,7 +5,9 @@ decision depends on is in this one JSON document, stored as one Airflow
 Variable per job (:func:`state_variable_key`):
 
 * ``window``: the rolling window of step samples at the job's current size;
-* ``cursors``: per step log, the byte offset already consumed;
+* ``cursors``: per step log, a :class:`~elasticgrid_provider.core.step_log.LogCursor`
+  (the byte offset consumed, the file's identity, the highest step taken;
+  a bare byte offset in older states); for handed-in samples, the next step;
 * ``cooldown``: when the job was last resized, and in which direction;
 * ``current_nodes``: the job's size when the state was written;
 * ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
@@ -13,6 +15,11 @@ Variable per job (:func:`state_variable_key`):
 * ``skipped_lines``: how many malformed step-log lines were skipped so far;
 * ``revision``: incremented on every write, so a reader can tell states apart;
 * ``schema_version``: the layout of this document; unknown versions are refused.
+
+Reading refuses a document that is not a whole, valid state of the expected
+job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
+naming another job); the caller must then leave the stored document alone,
+never replace it with a fresh state, or the cooldown and history are lost.
 """
 
 from __future__ import annotations
@@ -25,7 +32,13 @@ from typing import Any
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import MetricsWindow
 from elasticgrid_provider.core.scheduler import CooldownClock, ElasticScheduler, ScaleDecision
-from elasticgrid_provider.core.validation import check_integer, check_mapping
+from elasticgrid_provider.core.step_log import LogCursor, cut_report
+from elasticgrid_provider.core.validation import (
+    check_integer,
+    check_mapping,
+    check_number,
+    check_text,
+)
 
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 20
@@ -147,7 +160,7 @@ class ScaleState:
 
     job_name: str
     window: MetricsWindow = field(default_factory=MetricsWindow)
-    cursors: tuple[tuple[str, int], ...] = ()
+    cursors: tuple[tuple[str, int | LogCursor], ...] = ()
     cooldown: CooldownClock = field(default_factory=CooldownClock)
     current_nodes: int | None = None
     history: tuple[dict[str, Any], ...] = ()
@@ -156,10 +169,16 @@ class ScaleState:
     updated_at: float | None = None
 
     def cursor(self, source: str) -> int:
-        """The byte offset already consumed in ``source`` (0 when never read)."""
-        return dict(self.cursors).get(source, 0)
+        """The position already consumed in ``source`` (0 when never read)."""
+        value = dict(self.cursors).get(source, 0)
+        return value.offset if isinstance(value, LogCursor) else value
 
-    def with_cursor(self, source: str, offset: int) -> ScaleState:
+    def log_cursor(self, source: str) -> LogCursor | None:
+        """Where the step log ``source`` was last read, or None when it never was."""
+        value = dict(self.cursors).get(source)
+        return LogCursor(offset=value) if isinstance(value, int) else value
+
+    def with_cursor(self, source: str, offset: int | LogCursor) -> ScaleState:
         """A copy with ``source``'s cursor moved to ``offset``."""
         cursors = dict(self.cursors)
         cursors[source] = offset
@@ -189,15 +208,21 @@ class ScaleState:
             "updated_at": self.updated_at,
             "current_nodes": self.current_nodes,
             "window": self.window.to_dict(),
-            "cursors": dict(self.cursors),
+            "cursors": {
+                source: value.to_dict() if isinstance(value, LogCursor) else value
+                for source, value in self.cursors
+            },
             "cooldown": self.cooldown.to_dict(),
             "skipped_lines": self.skipped_lines,
             "history": list(self.history),
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> ScaleState:
-        """Rebuild a state from a Variable's JSON; refuses unknown schema versions."""
+    def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
+        """Rebuild a state from a Variable's JSON; refuses unknown schema versions.
+
+        With ``job_name``, a state that belongs to another job is refused too.
+        """
         check_mapping("scale state", data)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
@@ -205,25 +230,55 @@ class ScaleState:
                 f"scale state schema_version must be {SCHEMA_VERSION}, got {version!r}"
             )
         with _reading("scale state"):
-            return cls._from_checked_dict(data)
+            state = cls._from_checked_dict(data)
+        if job_name is not None and state.job_name != job_name:
+            raise ElasticGridError(
+                f"scale state job_name must be {job_name!r} (the job checked), "
+                f"got {state.job_name!r}"
+            )
+        return state
 
     @classmethod
     def _from_checked_dict(cls, data: dict[str, Any]) -> ScaleState:
+        current_nodes = data.get("current_nodes")
+        updated_at = data.get("updated_at")
         return cls(
-            job_name=data["job_name"],
+            job_name=check_text("scale state job_name", data["job_name"]),
             window=MetricsWindow.from_dict(data["window"]),
             cursors=tuple(
                 sorted(
-                    (str(source), check_integer(f"scale state cursor {source!r}", offset))
-                    for source, offset in check_mapping(
+                    (str(source), _stored_cursor(f"scale state cursor {source!r}", value))
+                    for source, value in check_mapping(
                         "scale state cursors", data.get("cursors", {})
                     ).items()
                 )
             ),
             cooldown=CooldownClock.from_dict(data.get("cooldown") or {}),
-            current_nodes=data.get("current_nodes"),
-            history=tuple(data.get("history", [])),
-            skipped_lines=int(data.get("skipped_lines", 0)),
-            revision=int(data.get("revision", 0)),
-            updated_at=data.get("updated_at"),
+            current_nodes=None
+            if current_nodes is None
+            else check_integer("scale state current_nodes", current_nodes, minimum=1),
+            history=_stored_history(data.get("history", [])),
+            skipped_lines=check_integer("scale state skipped_lines", data.get("skipped_lines", 0)),
+            revision=check_integer("scale state revision", data.get("revision", 0)),
+            updated_at=None
+            if updated_at is None
+            else check_number("scale state updated_at", updated_at),
         )
+
+
+def _stored_cursor(where: str, value: Any) -> int | LogCursor:
+    """A stored cursor: a bare number (a next step, or an older state's byte offset) or a LogCursor."""
+    if isinstance(value, dict):
+        return LogCursor.from_value(where, value)
+    return check_integer(where, value)
+
+
+def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
+    """The stored decision history: a list of decision objects."""
+    if not isinstance(value, list):
+        raise ElasticGridError(
+            f"scale state history must be a list of decisions, got {cut_report(repr(value), 80)}"
+        )
+    for position, entry in enumerate(value):
+        check_mapping(f"scale state history entry {position}", entry)
+    return tuple(value)

@@ -1,36 +1,114 @@
-"""Reading a job's step log incrementally.
+"""Reading a job's step log incrementally, safe against truncation and rotation.
 
 A training job's reporter appends one JSON object per step, one per line, to
 a step log. A scale check must not re-read the whole log every few minutes,
-so it keeps a *cursor*: the byte offset just past the last complete line it
-consumed. Rules:
+so it keeps a :class:`LogCursor`: the byte offset just past the last complete
+line it consumed, and the *identity* of the file it consumed it from (its
+inode and a fingerprint of its first line), plus the highest step it took.
+Rules:
 
 * only complete lines count: a trailing line without its newline is being
   written right now and is left for the next check (the cursor stops before it);
 * a line that is not JSON, or not a valid sample, is skipped and reported,
-  never fatal, and the cursor moves past it so it is reported once;
-* a log shorter than the cursor was replaced or truncated: reading restarts
-  at the beginning and the result says so;
+  its report cut to about :data:`REPORT_LIMIT` characters (a 10 MB value
+  never reaches the task log whole), and the cursor moves past it so it is
+  reported once;
+* the first check of a log (no cursor yet) reads from the **end**, only as
+  many lines as the window needs (:func:`read_step_log` ``tail=``): on a
+  long-running job the earlier lines could never enter the window anyway;
+* same inode, same first line, shorter than the cursor: the log was
+  truncated to its first lines, which were all read before. Nothing is read
+  again (no step is counted twice); reading continues at the new end;
+* another inode, or another first line: the log was rotated (moved away and
+  a new file started) or rewritten. The rest of the old file is read first
+  when it is still at a known name (``steps.jsonl.1``, recognised by its
+  inode and first line); otherwise the chunk says which steps may be lost.
+  The new file is then read from its start, leaving out steps at or below
+  the highest step already taken, so a copy of old lines is not counted
+  twice;
+* a cursor stored as a plain byte offset (before identities were kept) is
+  honoured, and gains an identity at the next read;
 * the reporter's ``time`` field (when the line was written) is not part of
   a sample and is dropped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
+from elasticgrid_provider.core.validation import check_integer, check_mapping, reject_unknown_keys
 
 REPORTER_ONLY_FIELDS = frozenset({"time"})
+REPORT_LIMIT = 200
+"""Reports of a bad line are cut to about this many characters."""
+HEAD_BYTES = 4096
+"""The first line's fingerprint covers at most this many bytes (a huge first line stays cheap)."""
+ROTATED_SUFFIXES = (".1",)
+"""Where a rotated step log is looked for: ``steps.jsonl.1`` (logrotate's and Python's name)."""
+_FIRST_BLOCK = 16 * 1024
+_LARGEST_BLOCK = 4 * 1024 * 1024
+_CURSOR_FIELDS = frozenset({"offset", "inode", "head", "last_step"})
+
+
+def cut_report(text: str, limit: int = REPORT_LIMIT) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters in all)"
+
+
+@dataclass(frozen=True)
+class LogCursor:
+    """Where the previous read stopped in one step log, and which file that was.
+
+    ``offset``: bytes consumed; ``inode`` and ``head`` (a fingerprint of the
+    first line): the file's identity, None until known; ``last_step``: the
+    highest step taken from this log so far.
+    """
+
+    offset: int = 0
+    inode: int | None = None
+    head: str | None = None
+    last_step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON, as kept in the scale state."""
+        return {
+            "offset": self.offset,
+            "inode": self.inode,
+            "head": self.head,
+            "last_step": self.last_step,
+        }
+
+    @classmethod
+    def from_value(cls, where: str, value: Any) -> LogCursor:
+        """A cursor from its stored form: an object, or a bare byte offset (older states)."""
+        if not isinstance(value, dict):
+            return cls(offset=check_integer(where, value))
+        check_mapping(where, value)
+        reject_unknown_keys(where, value, _CURSOR_FIELDS)
+        inode, head, last_step = value.get("inode"), value.get("head"), value.get("last_step")
+        if head is not None and not isinstance(head, str):
+            raise ElasticGridError(f"{where} head must be a string, got {head!r}")
+        return cls(
+            offset=check_integer(f"{where} offset", value.get("offset", 0)),
+            inode=None if inode is None else check_integer(f"{where} inode", inode),
+            head=head,
+            last_step=None if last_step is None else check_integer(f"{where} last_step", last_step),
+        )
 
 
 @dataclass(frozen=True)
 class SkippedLine:
-    """A step-log line that was not a valid sample, and why."""
+    """A step-log line that was not a valid sample, and why (cut to about 200 characters)."""
 
     source: str
     offset: int
@@ -42,14 +120,19 @@ class SkippedLine:
 
 @dataclass(frozen=True)
 class StepLogChunk:
-    """What one incremental read found: samples, the new cursor, skipped lines."""
+    """What one read found: samples (oldest first), the new cursor, skipped lines, notes.
+
+    ``notes`` are sentences for the task log: a truncation, a rotation, steps
+    that may be lost. ``bytes_read`` counts every byte read from disk.
+    """
 
     source: str
     samples: tuple[StepSample, ...]
-    cursor: int
+    cursor: LogCursor
     skipped: tuple[SkippedLine, ...]
     lines_read: int
-    restarted: bool = False
+    notes: tuple[str, ...] = ()
+    bytes_read: int = 0
 
 
 def sample_fields(entry: Any) -> Any:
@@ -60,37 +143,264 @@ def sample_fields(entry: Any) -> Any:
 
 
 def parse_sample_line(line: bytes | str) -> StepSample:
-    """Parse one step-log line into a sample, or raise ElasticGridError saying why."""
+    """Parse one step-log line into a sample, or raise ElasticGridError saying why (cut short)."""
     try:
         data = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ElasticGridError(f"line is not valid JSON ({exc})") from None
-    return StepSample.from_dict(sample_fields(data))
+        raise ElasticGridError(cut_report(f"line is not valid JSON ({exc})")) from None
+    try:
+        return StepSample.from_dict(sample_fields(data))
+    except ElasticGridError as exc:
+        raise ElasticGridError(cut_report(str(exc))) from None
 
 
-def read_step_log(path: str | Path, cursor: int = 0) -> StepLogChunk:
-    """Read the complete lines of ``path`` after byte ``cursor``; a missing file reads as empty."""
-    source = str(path)
+def _split_lines(data: bytes) -> list[bytes]:
+    """``data`` cut after each newline; a last piece without one is kept as it is."""
+    pieces = data.split(b"\n")
+    lines = [piece + b"\n" for piece in pieces[:-1]]
+    if pieces[-1]:
+        lines.append(pieces[-1])
+    return lines
+
+
+@dataclass
+class _Reader:
+    """Parses lines of one source and collects samples, skipped lines and counters."""
+
+    source: str
+    after_step: int | None = None
+    samples: list[StepSample] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)
+    lines_read: int = 0
+    bytes_read: int = 0
+    already_taken: int = 0
+
+    def take(self, offset: int, line: bytes) -> StepSample | None:
+        """Parse one complete line; a sample at or below ``after_step`` is counted, not kept."""
+        self.lines_read += 1
+        if not line.strip():
+            return None
+        try:
+            sample = parse_sample_line(line)
+        except ElasticGridError as exc:
+            self.skipped.append(SkippedLine(self.source, offset, str(exc)))
+            return None
+        if self.after_step is not None and sample.step <= self.after_step:
+            self.already_taken += 1
+            return None
+        return sample
+
+    def read_forward(self, handle: IO[bytes], start: int, size: int) -> int:
+        """Read the complete lines in ``[start, size)``; returns the offset after the last one."""
+        handle.seek(start)
+        data = handle.read(max(0, size - start))
+        self.bytes_read += len(data)
+        end = data.rfind(b"\n") + 1
+        offset = start
+        for line in _split_lines(data[:end]):
+            sample = self.take(offset, line)
+            if sample is not None:
+                self.samples.append(sample)
+            offset += len(line)
+        return start + end
+
+    def last_step(self, previous: int | None) -> int | None:
+        steps = [sample.step for sample in self.samples]
+        if previous is not None:
+            steps.append(previous)
+        return max(steps) if steps else None
+
+
+def _identity(handle: IO[bytes]) -> tuple[int, str | None, int]:
+    """The open file's inode, its first line's fingerprint (None while incomplete), bytes read."""
+    inode = os.fstat(handle.fileno()).st_ino
+    handle.seek(0)
+    head = handle.read(HEAD_BYTES)
+    newline = head.find(b"\n")
+    if newline >= 0:
+        head = head[: newline + 1]
+    elif len(head) < HEAD_BYTES:
+        return inode, None, len(head)  # the first line is still being written
+    return inode, hashlib.sha256(head).hexdigest()[:32], len(head)
+
+
+def _same_file(cursor: LogCursor, inode: int, head: str | None) -> bool:
+    if cursor.inode is None:  # a bare offset from an older state: trust it
+        return True
+    return cursor.inode == inode and (cursor.head is None or cursor.head == head)
+
+
+def _lines_backwards(handle: IO[bytes], end: int, reader: _Reader) -> Iterator[tuple[int, bytes]]:
+    """The complete lines before byte ``end``, newest first, read from disk in growing blocks."""
+    position = end
+    pending = b""  # the bytes between ``position`` and the newest line not yet yielded
+    block = _FIRST_BLOCK
+    while position > 0:
+        start = max(0, position - block)
+        handle.seek(start)
+        data = handle.read(position - start)
+        reader.bytes_read += len(data)
+        pending = data + pending
+        position = start
+        block = min(block * 2, _LARGEST_BLOCK)
+        # every line but the first in ``pending`` is whole; the first is whole only at byte 0
+        lines = _split_lines(pending)
+        keep = 0 if position == 0 else 1
+        offset = position + len(pending)
+        for line in reversed(lines[keep:]):
+            offset -= len(line)
+            yield offset, line
+        pending = b"".join(lines[:keep])
+
+
+def _end_of_lines(handle: IO[bytes], size: int, reader: _Reader) -> int:
+    """The offset just past the last complete line of the first ``size`` bytes."""
+    for offset, line in _lines_backwards(handle, size, reader):
+        return offset + len(line) if line.endswith(b"\n") else offset
+    return 0
+
+
+def _read_tail(
+    handle: IO[bytes], size: int, reader: _Reader, wanted: int, nodes: int | None
+) -> int:
+    """Take the newest ``wanted`` samples (at ``nodes`` nodes); returns the end of the lines."""
+    end: int | None = None
+    newest_first: list[StepSample] = []
+    first_skipped = len(reader.skipped)
+    for offset, line in _lines_backwards(handle, size, reader):
+        if end is None:
+            end = offset + len(line) if line.endswith(b"\n") else offset
+            if not line.endswith(b"\n"):
+                continue  # the line being written: left for the next check
+        sample = reader.take(offset, line)
+        if sample is None:
+            continue
+        if nodes is not None and sample.nodes != nodes:
+            break  # measured at an earlier size: nothing before it can enter the window
+        newest_first.append(sample)
+        if len(newest_first) >= wanted:
+            break
+    reader.samples.extend(reversed(newest_first))
+    reader.skipped[first_skipped:] = reversed(reader.skipped[first_skipped:])
+    return end or 0
+
+
+def _rotated_rest(path: Path, cursor: LogCursor, reader: _Reader, notes: list[str]) -> Path | None:
+    """Read the rest of the previous file when it still exists under a rotated name."""
+    for suffix in ROTATED_SUFFIXES:
+        candidate = path.with_name(path.name + suffix)
+        try:
+            with open(candidate, "rb") as handle:
+                inode, head, head_bytes = _identity(handle)
+                reader.bytes_read += head_bytes
+                if inode != cursor.inode or head != cursor.head:
+                    continue
+                size = handle.seek(0, os.SEEK_END)
+                before = len(reader.samples)
+                reader.read_forward(handle, cursor.offset, size)
+                notes.append(
+                    f"Step log {path} was rotated; read the rest of the previous file at "
+                    f"{candidate} ({len(reader.samples) - before} sample(s) after byte "
+                    f"{cursor.offset}), then the new file from its start."
+                )
+                return candidate
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def read_step_log(
+    path: str | Path,
+    cursor: LogCursor | int | None = None,
+    *,
+    tail: int | None = None,
+    nodes: int | None = None,
+) -> StepLogChunk:
+    """Read what is new in the step log at ``path`` since ``cursor`` (rules: module docstring).
+
+    ``cursor=None`` means the log was never read: with ``tail`` only the
+    newest ``tail`` samples are read from the end (when ``nodes`` is given,
+    reading back also stops at a sample measured at another size), otherwise
+    the whole log. A missing file reads as empty, and a later first read of
+    it starts at its beginning (everything in it is new).
+    """
+    previous = LogCursor(offset=cursor) if isinstance(cursor, int) else cursor
+    reader = _Reader(str(path))
+    notes: list[str] = []
     try:
         with open(path, "rb") as handle:
-            size = handle.seek(0, 2)
-            restarted = size < cursor
-            start = 0 if restarted else cursor
-            handle.seek(start)
-            data = handle.read(size - start)
+            new_cursor = _read_open_log(handle, Path(path), previous, reader, notes, tail, nodes)
     except FileNotFoundError:
-        return StepLogChunk(source, (), cursor, (), 0)
-    end = data.rfind(b"\n") + 1  # only complete lines
-    samples: list[StepSample] = []
-    skipped: list[SkippedLine] = []
-    offset = start
-    lines_read = 0
-    for line in data[:end].splitlines(keepends=True):
-        lines_read += 1
-        if line.strip():
-            try:
-                samples.append(parse_sample_line(line))
-            except ElasticGridError as exc:
-                skipped.append(SkippedLine(source, offset, str(exc)))
-        offset += len(line)
-    return StepLogChunk(source, tuple(samples), start + end, tuple(skipped), lines_read, restarted)
+        new_cursor = previous or LogCursor()
+        if previous is not None and previous.inode is not None:
+            if _rotated_rest(Path(path), previous, reader, notes) is None:
+                notes.append(_lost_note(Path(path), previous, "was removed"))
+            new_cursor = LogCursor(last_step=reader.last_step(previous.last_step))
+    return StepLogChunk(
+        source=reader.source,
+        samples=tuple(reader.samples),
+        cursor=new_cursor,
+        skipped=tuple(reader.skipped),
+        lines_read=reader.lines_read,
+        notes=tuple(notes),
+        bytes_read=reader.bytes_read,
+    )
+
+
+def _read_open_log(
+    handle: IO[bytes],
+    path: Path,
+    previous: LogCursor | None,
+    reader: _Reader,
+    notes: list[str],
+    tail: int | None,
+    nodes: int | None,
+) -> LogCursor:
+    """:func:`read_step_log` on the open file; returns the new cursor."""
+    inode, head, head_bytes = _identity(handle)
+    reader.bytes_read += head_bytes
+    size = handle.seek(0, os.SEEK_END)
+    if previous is None:
+        if tail is None:
+            end = reader.read_forward(handle, 0, size)
+        else:
+            end = _read_tail(handle, size, reader, tail, nodes)
+        return LogCursor(end, inode, head, reader.last_step(None))
+    same_file = _same_file(previous, inode, head)
+    if same_file and size >= previous.offset:
+        end = reader.read_forward(handle, previous.offset, size)
+        return LogCursor(end, inode, head, reader.last_step(previous.last_step))
+    if same_file and previous.inode is not None:
+        # truncated to its first lines, all of which were read before: count nothing twice
+        notes.append(
+            f"Step log {path} was truncated to {size} bytes (it had {previous.offset} when "
+            "last read); its remaining lines were read before, so reading continues at its "
+            "new end."
+        )
+        return LogCursor(_end_of_lines(handle, size, reader), inode, head, previous.last_step)
+    if previous.inode is None:  # a bare offset from an older state, now past the end
+        notes.append(
+            f"Step log {path} is shorter than the {previous.offset} bytes read before; reading "
+            "it again from its start, without the steps already taken."
+        )
+    elif _rotated_rest(path, previous, reader, notes) is None:
+        what = "was emptied" if head is None else "was replaced or rewritten"
+        notes.append(_lost_note(path, previous, what))
+    reader.after_step = reader.last_step(previous.last_step)
+    end = reader.read_forward(handle, 0, size)
+    if reader.already_taken:
+        notes.append(
+            f"Left out {reader.already_taken} line(s) of {path} whose step was already "
+            f"taken (up to step {reader.after_step})."
+        )
+    return LogCursor(end, inode, head, reader.last_step(reader.after_step))
+
+
+def _lost_note(path: Path, previous: LogCursor, what: str) -> str:
+    names = " or ".join(str(path.with_name(path.name + suffix)) for suffix in ROTATED_SUFFIXES)
+    after = "" if previous.last_step is None else f" after step {previous.last_step}"
+    return (
+        f"Step log {path} {what} and the previous file is not at {names}: any steps it "
+        f"received{after} (past byte {previous.offset}) since the last check are lost; "
+        "reading the log from its start, without the steps already taken."
+    )

@@ -15,6 +15,18 @@ Files, under the JobManager root (``jobs_root``)::
                                      addresses from a previous size break the socket mesh)
     <job>--<provider>/               iroh-tinker's own folder for each part
 
+Connections: an explicit ``elasticgrid_conn_id`` that names no connection is
+an error (a typo must not quietly plan on another grid or start a second
+copy of a job under another jobs root). Only the default id,
+``elasticgrid_default``, may be absent: the built-in grid and iroh-tinker's
+default jobs root apply, and the log says "built-in grid" only when that grid
+is the one used (an inline ``providers`` grid is not).
+
+The scale state of a job is one Airflow Variable, read and written only here
+(:meth:`ElasticGridHook.read_scale_state` / :meth:`ElasticGridHook.write_scale_state`),
+under the job's lock. A Variable that is empty, not JSON, ``null``, of another
+job or otherwise malformed is refused with one sentence and never overwritten.
+
 The lock is an exclusive ``flock`` on a file next to the job's iroh-tinker
 state. Every worker that can stop or resize a job must already share that
 folder, so the lock needs no extra infrastructure, and it is what makes a
@@ -36,10 +48,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Variable
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.errors import CorruptStateError, ElasticGridError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
 from elasticgrid_provider.core.launch_spec import (
     LaunchOptions,
@@ -50,6 +62,8 @@ from elasticgrid_provider.core.launch_spec import (
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
 from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
+from elasticgrid_provider.core.state import ScaleState, state_variable_key
+from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import check_choice, check_number, number_from_text
 
 if TYPE_CHECKING:
@@ -122,8 +136,9 @@ def _part_status(state: Any) -> str:
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
-    :param elasticgrid_conn_id: connection with the grid and defaults; when it
-        does not exist the built-in default grid applies (and the log says so).
+    :param elasticgrid_conn_id: connection with the grid and defaults. An id that
+        names no connection is an error, except the default ``elasticgrid_default``:
+        without it the built-in default grid applies (and the log says so).
     :param providers: an inline grid (list of provider dicts) that overrides the connection's.
     :param jobs_root: the JobManager root; overrides the connection's ``jobs_root``.
     """
@@ -151,10 +166,19 @@ class ElasticGridHook(BaseHook):
 
     @cached_property
     def connection_extra(self) -> dict[str, Any] | None:
-        """The connection's extra fields, or None when the connection does not exist."""
+        """The connection's extra fields; None when the *default* connection does not exist.
+
+        Raises ElasticGridError when an explicitly named connection does not exist.
+        """
         try:
             connection = self.get_connection(self.elasticgrid_conn_id)
         except AirflowNotFoundException:
+            if self.elasticgrid_conn_id != self.default_conn_name:
+                raise ElasticGridError(
+                    f"elasticgrid_conn_id {self.elasticgrid_conn_id!r} names a connection that "
+                    f"does not exist; create it, or leave elasticgrid_conn_id unset to use "
+                    f"{self.default_conn_name!r} or the built-in grid"
+                ) from None
             return None
         extra = connection.extra_dejson
         return extra if isinstance(extra, dict) else {}
@@ -165,7 +189,16 @@ class ElasticGridHook(BaseHook):
         extra = self.connection_extra
         conn = self.elasticgrid_conn_id
         if extra is None:
-            self.log.info("Connection %r does not exist; using the built-in default grid.", conn)
+            if self._inline_providers is None:
+                self.log.info(
+                    "Connection %r does not exist; using the built-in default grid.", conn
+                )
+            else:
+                self.log.info(
+                    "Connection %r does not exist; using the task's providers and the default "
+                    "planner settings.",
+                    conn,
+                )
             extra = {}
         grid_source: Any = self._inline_providers
         if grid_source is not None:
@@ -464,3 +497,40 @@ class ElasticGridHook(BaseHook):
         from elasticgrid_provider.runtime import STEP_LOG_NAME
 
         return [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
+
+    # -- the scale state -----------------------------------------------------------
+    def read_scale_state(self, job_name: str) -> ScaleState:
+        """The job's scale state from its Variable; a fresh state when there is none yet.
+
+        Raises CorruptStateError, naming the Variable and what is wrong, when the
+        Variable exists but is empty, not JSON, ``null``, malformed or another
+        job's; the Variable is left as it is.
+        """
+        key = state_variable_key(job_name)
+        text = Variable.get(key, default=None)
+        if text is None:
+            return ScaleState(job_name=job_name)
+        try:
+            if not str(text).strip():
+                raise ElasticGridError("it is empty")
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ElasticGridError(f"it is not valid JSON ({exc})") from None
+            if data is None:
+                raise ElasticGridError("it holds null instead of a state object")
+            return ScaleState.from_dict(data, job_name=job_name)
+        except ElasticGridError as exc:
+            raise CorruptStateError(
+                f"scale state Variable {key!r} cannot be used: {cut_report(str(exc))}; fix or "
+                "delete it (the check leaves it unchanged)"
+            ) from None
+
+    def write_scale_state(self, state: ScaleState) -> None:
+        """Write the job's state Variable (the caller holds the job's lock)."""
+        Variable.set(
+            state_variable_key(state.job_name),
+            state.to_dict(),
+            description=f"elasticgrid scale state of job {state.job_name}",
+            serialize_json=True,
+        )

@@ -10,13 +10,21 @@ Each check (a poke, a reschedule, or a resume from the trigger):
    job that ended ends it (skipping the resize downstream) with a record
    saying so, a job that was never launched fails it;
 3. reads only the step-log lines that arrived since the last check (the
-   cursors in the state), skipping and counting malformed lines;
+   cursors in the state), skipping and counting malformed lines; the first
+   check of a log reads from its end only as many samples as the window
+   holds; truncation and rotation are recognised by the file's identity
+   (:mod:`elasticgrid_provider.core.step_log`), so no step counts twice;
 4. keeps in the window only samples measured at the job's current size (a
    resize starts a fresh window);
 5. resolves the deadline (:mod:`elasticgrid_provider.deadlines`) and decides
    (:class:`~elasticgrid_provider.core.scheduler.ElasticScheduler`);
 6. writes the state Variable (window, cursors, cooldown, bounded history)
    and pushes the record to XCom key ``decision``.
+
+The state Variable is read and written through the hook. A Variable that
+cannot be used (empty, not JSON, ``null``, another job's, malformed) fails
+the check with one sentence and is never overwritten: replacing it with a
+fresh state would lose the cooldown and the history.
 
 ``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with
 the decision record as its return value, which a PlanPlacementOperator takes
@@ -35,7 +43,7 @@ from functools import cached_property
 from typing import Any
 
 import pendulum
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, Variable
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
@@ -48,7 +56,6 @@ from elasticgrid_provider.core.state import (
     DecisionInputs,
     DecisionRecord,
     ScaleState,
-    state_variable_key,
 )
 from elasticgrid_provider.core.step_log import read_step_log
 from elasticgrid_provider.core.validation import check_number, number_from_text
@@ -61,6 +68,8 @@ from elasticgrid_provider.triggers.job import JobStatusTrigger
 ARGUMENT_SOURCE = "samples argument"
 # how long a check waits for a job that a launch or another check is busy with
 LOCK_WAIT_S = 60.0
+# bad step-log lines reported one by one per log and check; the rest are counted
+SKIPPED_LINES_SHOWN = 5
 
 
 class JobFailedError(RuntimeError):
@@ -74,19 +83,19 @@ class JobFailedError(RuntimeError):
 
 
 def load_scale_state(job_name: str) -> ScaleState:
-    """The job's state from its Variable, or a fresh one when there is none yet."""
-    stored = Variable.get(state_variable_key(job_name), default=None, deserialize_json=True)
-    return ScaleState(job_name=job_name) if stored is None else ScaleState.from_dict(stored)
+    """The job's state from its Variable, or a fresh one when there is none yet.
+
+    Kept for callers of earlier versions; :meth:`ElasticGridHook.read_scale_state` does the I/O.
+    """
+    return ElasticGridHook().read_scale_state(job_name)
 
 
 def save_scale_state(state: ScaleState) -> None:
-    """Write the job's state Variable (the caller holds the job's lock)."""
-    Variable.set(
-        state_variable_key(state.job_name),
-        state.to_dict(),
-        description=f"elasticgrid scale state of job {state.job_name}",
-        serialize_json=True,
-    )
+    """Write the job's state Variable (the caller holds the job's lock).
+
+    Kept for callers of earlier versions; :meth:`ElasticGridHook.write_scale_state` does the I/O.
+    """
+    ElasticGridHook().write_scale_state(state)
 
 
 def _optional_number(field: str, value: Any) -> float | None:
@@ -259,7 +268,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
             if snapshot.status == "failed":
                 raise JobFailedError(self._failure_message(hook.failure_report(snapshot)))
-            state = load_scale_state(self.job_name)
+            state = hook.read_scale_state(self.job_name)
             state, window = self._take_new_samples(state, snapshot)
             now = time.time()
             if snapshot.status in ("done", "stopped"):
@@ -292,7 +301,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 ),
             )
             state = self._remember(state, window, snapshot, record, now)
-            save_scale_state(state)
+            hook.write_scale_state(state)
         record_json = record.to_dict()
         context["ti"].xcom_push(key="decision", value=record_json)
         self.log.info(
@@ -321,17 +330,29 @@ class ElasticScaleSensor(BaseSensorOperator):
                 state = state.with_cursor(ARGUMENT_SOURCE, max(s.step for s in fresh) + 1)
         else:
             for path in self.hook.step_logs(snapshot):
-                chunk = read_step_log(path, state.cursor(str(path)))
-                if chunk.restarted:
-                    self.log.warning(
-                        "Step log %s is shorter than before; reading it again from the start.", path
-                    )
-                for line in chunk.skipped:
+                cursor = state.log_cursor(str(path))
+                chunk = read_step_log(path, cursor, tail=self.window_size, nodes=snapshot.nodes)
+                for note in chunk.notes:
+                    self.log.warning("%s", note)
+                for line in chunk.skipped[:SKIPPED_LINES_SHOWN]:
                     self.log.warning("Skipped a step-log line: %s", line)
+                if len(chunk.skipped) > SKIPPED_LINES_SHOWN:
+                    self.log.warning(
+                        "Skipped %d more bad line(s) of %s.",
+                        len(chunk.skipped) - SKIPPED_LINES_SHOWN,
+                        path,
+                    )
                 skipped += len(chunk.skipped)
                 new_samples.extend(chunk.samples)
                 if chunk.lines_read:
-                    self.log.info("Read %d new line(s) from %s.", chunk.lines_read, path)
+                    self.log.info(
+                        "Read %d new line(s) from %s%s.",
+                        chunk.lines_read,
+                        path,
+                        " (first check: from its end, as far back as the window needs)"
+                        if cursor is None
+                        else "",
+                    )
                 state = state.with_cursor(chunk.source, chunk.cursor)
         current = snapshot.nodes
         window = MetricsWindow(self.window_size, state.window.samples)
@@ -424,7 +445,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         now: float,
     ) -> None:
         """A job that ended needs no decision: record that and skip the resize downstream."""
-        save_scale_state(state.after_check(window, snapshot.nodes, now))
+        self.hook.write_scale_state(state.after_check(window, snapshot.nodes, now))
         summary = {
             "action": ScaleAction.HOLD.value,
             "current_nodes": snapshot.nodes,

@@ -196,10 +196,10 @@ def test_plan_policy_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "note: only 8 nodes are on-demand, so 2 go to spot" in out
 
 
-def test_plan_zero_nodes_is_an_empty_placement(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_zero_nodes_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = run_json(capsys, "plan", "--nodes", "0")
-    assert code == 0
-    assert data["assignments"] == [] and data["total_nodes"] == 0
+    assert code == 2
+    assert data == {"error": "nodes must be at least 1, got 0"}
 
 
 # -- spec -----------------------------------------------------------------------------
@@ -702,7 +702,8 @@ ERROR_CASES: list[tuple[dict[str, Any], list[str], list[str]]] = [
     ),
     ({}, ["plan", "--nodes", "169"], ["nodes 169 exceeds the grid's capacity of 168 nodes"]),
     ({}, ["spec", "--nodes", "500"], ["nodes 500 exceeds the grid's capacity of 168"]),
-    ({}, ["plan", "--nodes", "-1"], ["nodes must be at least 0, got -1"]),
+    ({}, ["plan", "--nodes", "-1"], ["nodes must be at least 1, got -1"]),
+    ({}, ["plan", "--nodes", "0"], ["nodes must be at least 1, got 0"]),
     ({}, ["plan", "--nodes", "many"], ["argument --nodes: invalid int value: 'many'"]),
     ({}, ["plan"], ["the following arguments are required: --nodes"]),
     ({}, ["plan", "--nodes", "4", "--prefer", "fast"], ["invalid choice: 'fast'"]),
@@ -716,7 +717,7 @@ ERROR_CASES: list[tuple[dict[str, Any], list[str], list[str]]] = [
         ["plan", "--nodes", "4", "--max-spot-fraction", "nan"],
         ["max_spot_fraction must be a finite number, got nan"],
     ),
-    ({}, ["spec", "--nodes", "0"], ["placement is empty"]),
+    ({}, ["spec", "--nodes", "0"], ["nodes must be at least 1, got 0"]),
     ({}, ["spec", "--nodes", "4", "--name", "a--b"], ["job name must not contain '--'"]),
     ({}, ["spec", "--nodes", "4", "--rendezvous", "ftp://x"], ["rendezvous must be"]),
     ({}, ["frobnicate"], ["invalid choice: 'frobnicate'"]),

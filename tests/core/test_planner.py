@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
@@ -73,7 +73,8 @@ def cases(draw: st.DrawFn, *, max_providers: int = 8, max_capacity: int = 30) ->
     denominator = draw(st.integers(min_value=1, max_value=100))
     numerator = draw(st.integers(min_value=0, max_value=denominator))
     capacity = sum(provider.max_nodes for provider in providers)
-    nodes = draw(st.integers(min_value=0, max_value=capacity))
+    assume(capacity >= 1)  # a job has at least one node
+    nodes = draw(st.integers(min_value=1, max_value=capacity))
     return Case(providers, numerator, denominator, nodes)
 
 
@@ -243,7 +244,7 @@ def test_spot_cap_is_exact_for_every_percentage() -> None:
     wrong = [
         (percent, nodes)
         for percent in range(101)
-        for nodes in range(201)
+        for nodes in range(1, 201)
         if GridPlanner(grid, max_spot_fraction=percent / 100).plan(nodes).spot_nodes
         != percent * nodes // 100
     ]
@@ -353,9 +354,12 @@ def test_equal_costs_fill_by_name() -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_zero_nodes_is_an_empty_placement() -> None:
-    assert GridPlanner(DEFAULT_PROVIDERS).plan(0) == Placement()
-    assert GridPlanner(()).plan(0) == Placement()
+@pytest.mark.parametrize("nodes", [0, -1, 0.0])
+def test_fewer_than_one_node_is_rejected_in_one_sentence(nodes: int) -> None:
+    for grid in (DEFAULT_PROVIDERS, ()):
+        with pytest.raises(ElasticGridError) as caught:
+            GridPlanner(grid).plan(nodes)
+        assert str(caught.value) == f"nodes must be at least 1, got {nodes!r}"
 
 
 def test_whole_float_nodes_are_accepted() -> None:

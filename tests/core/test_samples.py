@@ -207,6 +207,19 @@ def test_window_keeps_the_last_size_samples() -> None:
     assert len(MetricsWindow(samples=_samples(25))) == 10
 
 
+def test_a_step_already_in_the_window_is_replaced_not_counted_twice() -> None:
+    window = MetricsWindow(size=4).add(*_samples(3))
+    again = window.add(StepSample(1, 9.0), StepSample(3, 4.0))
+    assert [(s.step, s.duration_s) for s in again.samples] == [
+        (0, 1.0),
+        (2, 3.0),
+        (1, 9.0),
+        (3, 4.0),
+    ]
+    same = StepSample(5, 1.0)
+    assert MetricsWindow(samples=(same, same)).samples == (same,)
+
+
 def test_add_returns_a_new_window_and_leaves_the_old_one_alone() -> None:
     empty = MetricsWindow(size=2)
     one = empty.add(StepSample(1, 1.0))
@@ -292,8 +305,10 @@ samples_strategy = st.builds(
 @given(size=st.integers(1, 20), samples=st.lists(samples_strategy, max_size=40))
 def test_window_properties(size: int, samples: list[StepSample]) -> None:
     window = MetricsWindow(size=size).add(*samples)
-    assert len(window) == min(size, len(samples))
-    assert window.samples == tuple(samples[-size:])
+    # one sample per step: the newest one of each step, in the order they came
+    newest = [s for i, s in enumerate(samples) if all(t.step != s.step for t in samples[i + 1 :])]
+    assert window.samples == tuple(newest[-size:])
+    assert len({sample.step for sample in window.samples}) == len(window)
     assert MetricsWindow.from_dict(json.loads(json.dumps(window.to_dict()))) == window
     signals = window.signals()
     assert signals.samples == len(window)

@@ -211,6 +211,75 @@ def test_jobs_go_under_the_connections_jobs_root(airflow_db, jobs_root, monkeypa
     assert not list(default_root.glob("conn-root*"))
 
 
+MISSING = (
+    "elasticgrid_conn_id 'elasticgrid_typo' names a connection that does not exist; create it, "
+    "or leave elasticgrid_conn_id unset to use 'elasticgrid_default' or the built-in grid"
+)
+
+
+def _failure_line(output: str, exception: str) -> str:
+    """The one line after ``<exception>: `` in the task log."""
+    assert f"{exception}: " in output, output[-3000:]
+    return output.split(f"{exception}: ", 1)[1].splitlines()[0]
+
+
+def test_a_missing_explicit_connection_fails_planning_instead_of_falling_back(
+    airflow_db, monkeypatch, capfd, caplog
+):
+    # the default connection exists: a typo must not fall back to it either
+    _connection(monkeypatch, providers=json.dumps(GRID))
+    result = run_dag("plan_with_missing_connection", {"nodes": 5})
+    assert result.task_states == {"plan": "failed"}
+    assert result.xcom("plan") is None
+    output = _output(capfd, caplog)
+    assert _failure_line(output, "AirflowFailException") == MISSING
+    assert "built-in" not in output.replace(MISSING, "")
+
+
+def test_a_missing_explicit_connection_fails_the_launch_and_starts_nothing(
+    airflow_db, jobs_root, capfd, caplog
+):
+    from iroh_tinker.cloud import JobManager
+
+    default_root = Path(os.environ["IROH_TINKER_HOME"]) / "jobs"
+    try:
+        result = run_dag("launch_with_missing_connection", {"job_name": "typo", "nodes": 1})
+        assert result.task_states == {"plan": "success", "launch": "failed"}
+        assert _failure_line(_output(capfd, caplog), "AirflowException") == MISSING
+        for root in (jobs_root, default_root):
+            assert not list(root.glob("typo*")), f"a job was started under {root}"
+    finally:  # a regression must not leave ranks running under the default root
+        manager = JobManager(root=default_root)
+        for state in manager.jobs():
+            if state.name.startswith("typo") and manager.status(state.name).status == "running":
+                manager.stop(state.name)
+
+
+def test_a_missing_explicit_connection_fails_the_scale_check_not_skips_it(
+    airflow_db, jobs_root, capfd, caplog
+):
+    result = run_dag("scale_check_with_missing_connection", {"job_name": "typo-check"})
+    assert result.task_states == {"scale_check": "failed"}  # soft_fail does not hide it
+    assert _failure_line(_output(capfd, caplog), "ElasticGridError") == MISSING
+    assert not list(jobs_root.glob("typo-check*"))
+
+
+def test_without_a_connection_an_inline_grid_is_not_called_the_builtin_grid(
+    airflow_db, monkeypatch, capfd, caplog
+):
+    monkeypatch.delenv("AIRFLOW_CONN_ELASTICGRID_DEFAULT", raising=False)
+    result = run_dag("plan_inline_grid_without_connection", {"nodes": 3})
+    assert result.task_states == {"plan": "success"}
+    assert _shares(result.xcom("plan")) == [("onprem", 2), ("cloud", 1)]
+    output = _output(capfd, caplog)
+    assert "built-in" not in output
+    assert (
+        "Connection 'elasticgrid_default' does not exist; using the task's providers and "
+        "the default planner settings." in output
+    )
+    assert "Placed 3 nodes over the task's providers argument" in output
+
+
 # -- the hook on its own -------------------------------------------------------
 
 
