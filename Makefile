@@ -28,6 +28,7 @@ check: lint typecheck test
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_planner.py
+	$(BIN)/python benchmarks/bench_step_log.py
 
 clean:
 	rm -rf .demo $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -43,9 +43,12 @@ any ``rank-<n>.json`` it finds there).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -170,10 +173,15 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         if ctx.is_rank_zero:
             print(f"all {args.steps} steps already done (checkpoint at {completed})", flush=True)
         return 0
-    # iroh-tinker keeps relative caches (.cache/iroh_tinker/...) in the working
-    # directory, which for the local engine is the launcher's: use the job dir.
+    # iroh-tinker keeps relative caches (.cache/iroh_tinker/checkpoints, ...) in the
+    # working directory, which for the local engine is the launcher's: use the job dir,
+    # or, run outside a JobManager, a temporary folder removed at exit.
     if ctx.job_dir:
         os.chdir(ctx.job_dir)
+    else:
+        scratch = tempfile.mkdtemp(prefix="train-elastic-")
+        atexit.register(shutil.rmtree, scratch, True)
+        os.chdir(scratch)
 
     reporter = StepReporter(ctx, step_log)
     client = TrainingClient(

@@ -159,3 +159,23 @@ def test_a_stopped_job_resumes_at_another_size_from_its_checkpoint(launcher, tmp
     assert f"resuming at step {resumed_from}/20 with world size 3" in launcher.manager.logs(
         "train--cloud-a", 0, tail=200
     )
+
+
+def test_run_outside_a_job_manager_it_writes_nothing_in_its_working_directory(tmp_path):
+    """iroh-tinker creates .cache/iroh_tinker/checkpoints in the working directory; the
+    script must keep it out of there (it once appeared in the project root after a test run)."""
+    import os
+    import subprocess
+
+    working = tmp_path / "cwd"
+    working.mkdir()
+    step_log = tmp_path / "steps.jsonl"
+    environment = {key: value for key, value in os.environ.items() if key != "IROH_TINKER_JOB_DIR"}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--steps", "2", "--global-batch", "1",
+         "--microbatch-seconds", "0", "--step-log", str(step_log)],
+        cwd=working, env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [record["step"] for record in read_steps(step_log)] == [0, 1]
+    assert sorted(path.name for path in working.iterdir()) == []

@@ -19,3 +19,9 @@ with DAG(dag_id="plan_inline_grid", schedule=None, catchup=False):
             {"name": "b", "max_nodes": 4, "cost_per_node_hour": 2.0, "spot": False},
         ],
     )
+
+with DAG(
+    dag_id="plan_from_decision", schedule=None, catchup=False, render_template_as_native_obj=True
+):
+    # nodes from a scale decision (as an upstream sensor returns it), handed in through the conf
+    PlanPlacementOperator(task_id="plan", nodes="{{ dag_run.conf['decision'] }}")

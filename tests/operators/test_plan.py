@@ -20,3 +20,23 @@ def test_plan_uses_builtin_grid_without_connection(airflow_db, monkeypatch):
         ("aws", 64),
         ("gcp", 28),
     ]
+
+
+@pytest.mark.parametrize("nodes", [0, -3])
+def test_fewer_than_one_node_fails_the_task_in_one_sentence(airflow_db, capfd, caplog, nodes):
+    result = run_dag("plan_default_grid", run_conf={"nodes": nodes})
+    assert result.task_states == {"plan": "failed"}
+    assert result.xcom("plan") is None
+    captured = capfd.readouterr()
+    output = captured.out + captured.err + caplog.text
+    assert "AirflowFailException: " in output, output[-3000:]
+    failure = output.split("AirflowFailException: ", 1)[1].splitlines()[0]
+    assert failure == f"nodes must be at least 1, got {nodes}"
+
+
+def test_a_decision_targeting_zero_nodes_is_rejected(airflow_db, capfd, caplog):
+    result = run_dag("plan_from_decision", run_conf={"decision": {"target_nodes": 0}})
+    assert result.task_states == {"plan": "failed"}
+    captured = capfd.readouterr()
+    output = captured.out + captured.err + caplog.text
+    assert "AirflowFailException: nodes must be at least 1, got 0" in output

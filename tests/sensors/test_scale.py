@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -89,7 +90,9 @@ def test_each_check_reads_only_the_new_lines(airflow_db, jobs_root, capfd):
     run_dag("scale_check_patient", {"job_name": "inc"})
     assert "Read 3 new line(s)" in capfd.readouterr().out
     state = _state("inc")
-    assert state["cursors"] == {str(step_log): step_log.stat().st_size}
+    assert list(state["cursors"]) == [str(step_log)]
+    assert state["cursors"][str(step_log)]["offset"] == step_log.stat().st_size
+    assert state["cursors"][str(step_log)]["inode"] == step_log.stat().st_ino
     assert [s["step"] for s in state["window"]["samples"]] == [0, 1, 2]
 
     half_line = '{"step": 7, "durat'
@@ -105,7 +108,7 @@ def test_each_check_reads_only_the_new_lines(airflow_db, jobs_root, capfd):
     state = _state("inc")
     assert state["skipped_lines"] == 2
     assert [s["step"] for s in state["window"]["samples"]] == [0, 1, 2, 3, 4]
-    assert state["cursors"][str(step_log)] == step_log.stat().st_size - len(half_line)
+    assert state["cursors"][str(step_log)]["offset"] == step_log.stat().st_size - len(half_line)
 
     with step_log.open("a") as handle:
         handle.write('ion_s": 1.0, "nodes": 1}\n')
@@ -113,7 +116,7 @@ def test_each_check_reads_only_the_new_lines(airflow_db, jobs_root, capfd):
     assert "Read 1 new line(s)" in capfd.readouterr().out
     state = _state("inc")
     assert [s["step"] for s in state["window"]["samples"]][-1] == 7
-    assert state["cursors"][str(step_log)] == step_log.stat().st_size
+    assert state["cursors"][str(step_log)]["offset"] == step_log.stat().st_size
 
 
 def test_a_finished_job_ends_the_check_with_a_record(airflow_db, jobs_root):
@@ -279,3 +282,180 @@ def test_handed_in_samples_are_taken_once_across_runs(airflow_db, jobs_root):
     state = _state("handed")
     assert [s["step"] for s in state["window"]["samples"]] == [0, 1, 2, 3, 4, 5]
     assert state["cursors"]["samples argument"] == 6
+
+
+# -- step logs: truncation, rotation, long logs, huge bad values ----------------------
+
+
+def _sample_line(step: int, nodes: int = 1) -> str:
+    return json.dumps({"step": step, "duration_s": 1.0, "queue_s": 0.1, "nodes": nodes}) + "\n"
+
+
+def _sleeping_job(job: str, jobs_root) -> Path:
+    """A real one-node job whose step log the test writes; returns that log's path."""
+    run_dag("launch_sleeping", {"job_name": job, "nodes": 1})
+    return jobs_root / f"{job}--onprem" / "steps.jsonl"
+
+
+def _check(job: str, capfd) -> str:
+    """One hold-only check of ``job``; what it logged."""
+    result = run_dag("scale_check_patient", {"job_name": job})
+    assert result.task_states == {"scale_check": "skipped"}  # held until its timeout
+    captured = capfd.readouterr()
+    return captured.out + captured.err
+
+
+def _window_steps(job: str) -> list[int]:
+    return [sample["step"] for sample in _state(job)["window"]["samples"]]
+
+
+def test_a_log_truncated_to_its_first_lines_counts_no_step_twice(airflow_db, jobs_root, capfd):
+    step_log = _sleeping_job("trunc", jobs_root)
+    step_log.write_text("".join(_sample_line(step) for step in range(6)))
+    _check("trunc", capfd)
+    assert _window_steps("trunc") == [0, 1, 2, 3, 4, 5]
+    with step_log.open("r+") as handle:  # cut back to its first two lines, same file
+        handle.truncate(len(_sample_line(0)) + len(_sample_line(1)))
+    output = _check("trunc", capfd)
+    assert "was truncated to" in output
+    with step_log.open("a") as handle:
+        handle.write(_sample_line(6) + _sample_line(7))
+    _check("trunc", capfd)
+    assert _window_steps("trunc") == [0, 1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_rotated_log_loses_no_step(airflow_db, jobs_root, capfd):
+    step_log = _sleeping_job("rotate", jobs_root)
+    step_log.write_text("".join(_sample_line(step) for step in range(3)))
+    _check("rotate", capfd)
+    with step_log.open("a") as handle:  # written after that check, before the rotation
+        handle.write(_sample_line(3) + _sample_line(4))
+    step_log.rename(step_log.with_name("steps.jsonl.1"))
+    step_log.write_text(_sample_line(5) + _sample_line(6))
+    output = _check("rotate", capfd)
+    assert "was rotated; read the rest of the previous file" in output
+    assert _window_steps("rotate") == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_a_rotated_log_whose_old_file_is_gone_says_what_was_lost(airflow_db, jobs_root, capfd):
+    step_log = _sleeping_job("rotate-lost", jobs_root)
+    step_log.write_text("".join(_sample_line(step) for step in range(3)))
+    _check("rotate-lost", capfd)
+    step_log.rename(step_log.with_name("steps.old"))  # a name the check cannot know
+    step_log.write_text(_sample_line(5))
+    output = _check("rotate-lost", capfd)
+    assert "are lost" in output and "after step 2" in output
+    assert _window_steps("rotate-lost") == [0, 1, 2, 5]
+
+
+def test_the_first_check_of_a_long_log_reads_only_its_tail(airflow_db, jobs_root, capfd):
+    step_log = _sleeping_job("long", jobs_root)
+    step_log.write_text("".join(_sample_line(step) for step in range(5000)))
+    output = _check("long", capfd)
+    assert "Read 10 new line(s)" in output and "first check: from its end" in output
+    assert _window_steps("long") == list(range(4990, 5000))
+    assert _state("long")["cursors"][str(step_log)]["offset"] == step_log.stat().st_size
+    with step_log.open("a") as handle:
+        handle.write(_sample_line(5000))
+    assert "Read 1 new line(s)" in _check("long", capfd)
+
+
+def test_a_huge_bad_value_is_reported_cut_short(airflow_db, jobs_root, capfd):
+    step_log = _sleeping_job("huge", jobs_root)
+    huge = json.dumps({"step": 0, "duration_s": "x" * 10_000_000, "nodes": 1})
+    step_log.write_text(huge + "\n" + _sample_line(1))
+    output = _check("huge", capfd)
+    [report] = [line for line in output.splitlines() if "Skipped a step-log line" in line]
+    assert "duration_s must be a number" in report and "characters in all" in report
+    assert len(report) < 600
+    assert "x" * 1000 not in output
+    assert _window_steps("huge") == [1]
+
+
+# -- the state Variable: corrupt or foreign states are refused, never overwritten -----
+
+
+def _set_raw_variable(key: str, text: str) -> None:
+    from airflow.models.variable import Variable
+
+    Variable.set(key, text)
+
+
+def _raw_variable(key: str) -> str | None:
+    from airflow.models.variable import Variable as VariableModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(select(VariableModel).where(VariableModel.key == key)).first()
+        return None if row is None else row.val
+
+
+def _stored_state(job_name: str, **fields: object) -> str:
+    state = {
+        "schema_version": 1,
+        "job_name": job_name,
+        "revision": 3,
+        "current_nodes": 1,
+        "window": {"size": 10, "samples": []},
+        "cursors": {},
+        "cooldown": {"last_change_at": 1.0, "last_action": "scale_up"},
+        "history": [],
+        **fields,
+    }
+    return json.dumps(state)
+
+
+CORRUPT_STATES = [
+    ("", "it is empty"),
+    ("   ", "it is empty"),
+    ('{"schema_version": 1, "job_name": ', "it is not valid JSON (Expecting value"),
+    ("null", "it holds null instead of a state object"),
+    ("[1, 2]", "scale state must be a JSON object, got [1, 2]"),
+    (
+        _stored_state("corrupt", history="abc"),
+        "scale state history must be a list of decisions, got 'abc'",
+    ),
+    (
+        _stored_state("corrupt", history=["abc"]),
+        "scale state history entry 0 must be a JSON object, got 'abc'",
+    ),
+    (
+        _stored_state("corrupt", revision="many"),
+        "scale state revision must be a number, got 'many'",
+    ),
+    (
+        _stored_state("corrupt", cursors={"/x/steps.jsonl": {"offset": -5}}),
+        "scale state cursor '/x/steps.jsonl' offset must be at least 0, got -5",
+    ),
+    (
+        _stored_state("someone-else"),
+        "scale state job_name must be 'corrupt' (the job checked), got 'someone-else'",
+    ),
+]
+
+
+def test_a_corrupt_state_fails_the_check_in_one_sentence_and_is_left_alone(
+    airflow_db, jobs_root, capfd, caplog
+):
+    step_log = _sleeping_job("corrupt", jobs_root)
+    step_log.write_text("".join(_sample_line(step) for step in range(4)))
+    key = state_variable_key("corrupt")
+    for text, problem in CORRUPT_STATES:
+        _set_raw_variable(key, text)
+        capfd.readouterr()
+        caplog.clear()
+        result = run_dag("scale_check_patient", {"job_name": "corrupt"})
+        assert result.task_states == {"scale_check": "failed"}, text  # not skipped
+        captured = capfd.readouterr()
+        output = captured.out + captured.err + caplog.text
+        assert "CorruptStateError: " in output, output[-3000:]
+        message = output.split("CorruptStateError: ", 1)[1].splitlines()[0]
+        assert message.startswith(f"scale state Variable {key!r} cannot be used: {problem}"), (
+            message
+        )
+        assert message.endswith("; fix or delete it (the check leaves it unchanged)")
+        assert _raw_variable(key) == text  # never overwritten
+        assert result.xcom("scale_check", "decision") is None
+    # the state of the job named in the foreign document was not touched either
+    assert _raw_variable(state_variable_key("someone-else")) is None
