@@ -247,7 +247,7 @@ def test_empty_placement() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(
-    nodes=st.integers(min_value=0, max_value=168),
+    nodes=st.integers(min_value=1, max_value=168),  # a plan has at least 1 node
     fraction=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
     prefer=st.sampled_from(["cost", "balance"]),
 )
