@@ -363,13 +363,16 @@ def test_the_first_check_of_a_long_log_reads_only_its_tail(airflow_db, jobs_root
 def test_a_huge_bad_value_is_reported_cut_short(airflow_db, jobs_root, capfd):
     step_log = _sleeping_job("huge", jobs_root)
     huge = json.dumps({"step": 0, "duration_s": "x" * 10_000_000, "nodes": 1})
-    step_log.write_text(huge + "\n" + _sample_line(1))
+    step_log.write_text(huge + "\n" + _sample_line(1) + "not json\n" * 6)
     output = _check("huge", capfd)
-    [report] = [line for line in output.splitlines() if "Skipped a step-log line" in line]
-    assert "duration_s must be a number" in report and "characters in all" in report
-    assert len(report) < 600
+    reports = [line for line in output.splitlines() if "Skipped a step-log line" in line]
+    assert len(reports) == 5  # one by one up to five per log and check, then a count
+    assert "Skipped 2 more bad line(s)" in output
+    assert "duration_s must be a number" in reports[0] and "characters in all" in reports[0]
+    assert len(reports[0]) < 600
     assert "x" * 1000 not in output
     assert _window_steps("huge") == [1]
+    assert _state("huge")["skipped_lines"] == 7
 
 
 # -- the state Variable: corrupt or foreign states are refused, never overwritten -----
