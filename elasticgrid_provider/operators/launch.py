@@ -33,7 +33,12 @@ from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook, JobLaunchError
-from elasticgrid_provider.triggers.job import ENDED_STATUSES, JobStatusTrigger, job_event
+from elasticgrid_provider.triggers.job import (
+    ENDED_STATUSES,
+    MIN_DEFERRAL_S,
+    JobStatusTrigger,
+    job_event,
+)
 
 
 class LaunchOperator(BaseOperator):
@@ -194,6 +199,7 @@ class LaunchOperator(BaseOperator):
                     jobs_root=str(self.hook.jobs_root),
                     poll_interval=self.poll_interval,
                     stop_on_kill=True,
+                    min_wait_s=MIN_DEFERRAL_S,  # a job ending within seconds races the scheduler
                 ),
                 method_name="execute_complete",
             )

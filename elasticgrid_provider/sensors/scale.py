@@ -54,7 +54,7 @@ from elasticgrid_provider.core.step_log import read_step_log
 from elasticgrid_provider.core.validation import check_number, number_from_text
 from elasticgrid_provider.deadlines import resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.triggers.job import JobStatusTrigger
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
 # the cursor key of samples handed in through the ``samples`` argument: its value is the
 # next step number to take, so each DAG run may hand in a new, overlapping list
@@ -188,6 +188,17 @@ class ElasticScaleSensor(BaseSensorOperator):
         """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
         if not self.deferrable:
             return super().execute(context)
+        if self._poke_seconds() < MIN_DEFERRAL_S:
+            # a trigger firing this soon after deferral races the scheduler (MIN_DEFERRAL_S)
+            self.log.info(
+                "poke_interval %.0fs is below the %.0fs a deferral must last to be safe on a "
+                "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
+                self._poke_seconds(),
+                MIN_DEFERRAL_S,
+                self.job_name,
+            )
+            self.mode = "poke"
+            return super().execute(context)
         return self._check_or_defer(context, started_at=time.time())
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -208,7 +219,8 @@ class ElasticScaleSensor(BaseSensorOperator):
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
-        wait = min(self._poke_seconds(), remaining)
+        # never shorter than MIN_DEFERRAL_S, even when little time is left before the timeout
+        wait = max(min(self._poke_seconds(), remaining), MIN_DEFERRAL_S)
         self.log.info(
             "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait
         )
@@ -218,6 +230,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 jobs_root=str(self.hook.jobs_root),
                 poll_interval=min(wait, 5.0),
                 wake_after_s=wait,
+                min_wait_s=MIN_DEFERRAL_S,
                 payload={"started_at": started_at},
             ),
             method_name="execute_complete",
