@@ -33,6 +33,7 @@ from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook, JobLaunchError
+from elasticgrid_provider.shared_root import require_shared_jobs_root
 from elasticgrid_provider.triggers.job import (
     ENDED_STATUSES,
     MIN_DEFERRAL_S,
@@ -143,6 +144,11 @@ class LaunchOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
         placement, options = self._launch_inputs()
+        try:  # a state Variable but no files here: never start a second copy
+            if self.hook.read_manifest(self.job_name) is None:
+                require_shared_jobs_root(self.job_name, self.hook.jobs_root)
+        except ElasticGridError as exc:
+            raise AirflowFailException(str(exc)) from None
         try:
             outcome = self.hook.launch(self.job_name, placement, options)
         except (JobLaunchError, ElasticGridError) as exc:

@@ -54,6 +54,7 @@ from elasticgrid_provider.core.step_log import read_step_log
 from elasticgrid_provider.core.validation import check_number, number_from_text
 from elasticgrid_provider.deadlines import resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
 # the cursor key of samples handed in through the ``samples`` argument: its value is the
@@ -267,7 +268,8 @@ class ElasticScaleSensor(BaseSensorOperator):
             snapshot = hook.job_snapshot(self.job_name)
             if snapshot is None:
                 raise JobFailedError(
-                    f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
+                    unshared_jobs_root_message(self.job_name, hook.jobs_root)
+                    or f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
                     "launch it with LaunchOperator first"
                 )
             if snapshot.status == "failed":

@@ -20,9 +20,9 @@ def _state(job: str) -> dict:
 
 
 def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_root):
-    launch = run_dag("launch_queue_bound", {"job_name": "grow", "nodes": 2})
+    launch = run_dag("launch_queue_bound", {"job_name": "grow-check", "nodes": 2})
     assert launch.task_states["launch"] == "success"
-    result = run_dag("scale_up_then_resize", {"job_name": "grow"})
+    result = run_dag("scale_up_then_resize", {"job_name": "grow-check"})
     assert result.task_states == {"scale_check": "success", "plan": "success", "resize": "success"}
     decision = result.xcom("scale_check")
     assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
@@ -40,7 +40,7 @@ def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_r
         ("onprem", 2),
         ("cloud", 2),
     ]
-    state = _state("grow")
+    state = _state("grow-check")
     assert state["schema_version"] == 1
     assert state["history"][-1]["action"] == "scale_up"
     assert state["cooldown"]["last_action"] == "scale_up"
@@ -164,13 +164,13 @@ def _write_samples_after_the_first_check(step_log, delay_s: float):
 
 
 def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_root, capfd, caplog):
-    run_dag("launch_sleeping", {"job_name": "deferred", "nodes": 2})
-    step_log = jobs_root / "deferred--onprem" / "steps.jsonl"
+    run_dag("launch_sleeping", {"job_name": "deferred-check", "nodes": 2})
+    step_log = jobs_root / "deferred-check--onprem" / "steps.jsonl"
     # the samples arrive only after the first check has held and deferred
     writer = _write_samples_after_the_first_check(step_log, 3.0)
     started = time.monotonic()
     try:
-        result = run_dag("scale_check_deferred", {"job_name": "deferred"})
+        result = run_dag("scale_check_deferred", {"job_name": "deferred-check"})
     finally:
         writer.join()
     assert result.task_states == {"scale_check": "success"}
@@ -178,7 +178,7 @@ def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_r
     assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
     output = capfd.readouterr()
     text = output.out + output.err + caplog.text  # Airflow's lines may land in caplog
-    assert f"next check of job deferred in {MIN_DEFERRAL_S:.0f}s (in the triggerer)" in text
+    assert f"next check of job deferred-check in {MIN_DEFERRAL_S:.0f}s (in the triggerer)" in text
     assert text.count("[DAG TEST] Trigger completed") >= 1
     # the trigger held its event back for MIN_DEFERRAL_S after the deferral
     assert time.monotonic() - started >= MIN_DEFERRAL_S
