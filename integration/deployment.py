@@ -400,7 +400,12 @@ class Deployment:
 
     def stop(self) -> None:
         """Stop every process group started here, the jobs' ranks, then remove the folder."""
-        airflow_parts = [name for name in self.processes if name not in ("postgres", "redis")]
+        airflow_parts = [
+            name
+            for name in self.processes
+            # a group killed on purpose is gone: never signal its PID again
+            if name not in ("postgres", "redis") and not name.startswith("stopped-")
+        ]
         self._stop_groups(airflow_parts, signal.SIGTERM, grace=20)
         self._stop_ranks()
         # then the services they used; SIGINT is Postgres's fast shutdown
@@ -538,17 +543,17 @@ class Deployment:
         return "\n\n".join(f"== {name}\n{proc.tail(25)}" for name, proc in self.processes.items())
 
 
-def processes_under(jobs_root: Path) -> list[int]:
-    """PIDs of the rank processes of jobs under ``jobs_root`` (by ``IROH_TINKER_JOB_DIR``)."""
-    marker = f"IROH_TINKER_JOB_DIR={jobs_root}/".encode()
+def processes_under(folder: Path) -> list[int]:
+    """PIDs of the rank processes whose ``IROH_TINKER_JOB_DIR`` is ``folder`` or inside it."""
+    exact = f"IROH_TINKER_JOB_DIR={folder}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if marker in environ:
+        if any(item == exact or item.startswith(exact + b"/") for item in environ):
             found.append(int(entry.name))
     return found

@@ -64,8 +64,13 @@ def test_a_deferrable_launch_succeeds(deployment: Deployment):
     launch = deployment.task_instances("it_deferrable_launch", run_id)["launch"]
     assert launch["try_number"] == 1  # resumed after the trigger, not retried
     assert deployment.xcom("it_deferrable_launch", run_id, "launch")["status"] == "done"
-    triggerer_log = deployment.processes["triggerer"].log.read_text(errors="replace")
-    assert "JobStatusTrigger" in triggerer_log  # the wait ran in the triggerer
+    # the wait ran in the triggerer: it wrote the trigger's log beside the task's
+    trigger_logs = list(
+        (deployment.home / "airflow" / "logs").glob(
+            f"dag_id=it_deferrable_launch/run_id={run_id}/task_id=launch/attempt=1.log.trigger.*"
+        )
+    )
+    assert trigger_logs and "trigger it_deferrable_launch/" in trigger_logs[0].read_text()
 
 
 def test_a_deferrable_sensor_with_poke_interval_2_succeeds(deployment: Deployment):
@@ -137,9 +142,9 @@ def test_a_retry_after_kill_9_of_the_worker_attaches_and_a_check_on_the_other_wo
     wait_until("the launch on w1 waiting on its running job", launched_and_waiting, 240, 1)
     launch = deployment.task_instances("it_launch_on_w1", run_id)["launch"]
     assert launch["hostname"] == "w1" and launch["try_number"] == 1
-    ranks = _recorded_rank_pids(deployment, part)
-    processes = set(processes_under(deployment.jobs_root / part))
-    assert ranks <= processes
+    ranks = _recorded_rank_pids(deployment, part)  # iroh-tinker's runner per rank
+    processes = set(processes_under(deployment.jobs_root / part))  # the rank processes
+    assert len(processes) == 2 and all(_alive(pid) for pid in ranks)
 
     deployment.kill_group("worker-w1")  # kill -9 the worker and its task processes
     deployment.processes["stopped-worker-w1"] = deployment.processes.pop("worker-w1")
@@ -198,8 +203,10 @@ def test_ranks_inherit_no_task_descriptor_and_a_non_waiting_launch_frees_its_wor
         if target.startswith(("socket:", "pipe:", "anon_inode:"))
     }
     assert channels, task  # the task talks to its supervisor over sockets
-    ranks = processes_under(deployment.jobs_root / part)
-    assert ranks
+    ranks = set(processes_under(deployment.jobs_root / part)) | _recorded_rank_pids(
+        deployment, part
+    )
+    assert len(ranks) == 2  # the runner and its rank
     shared = {}
     for pid in ranks:
         for fd in os.listdir(f"/proc/{pid}/fd"):
