@@ -11,9 +11,10 @@ nothing else, then removes the folder):
   ``dag-processor``, ``triggerer`` and two ``celery worker`` processes.
   Worker ``w1`` serves queues ``default,w1``, worker ``w2`` serves
   ``default,w2``: a task with ``queue="w1"`` runs on w1 only. Each worker has
-  its own working folder (``AIRFLOW_HOME``, ``HOME``, ``IROH_TINKER_HOME``,
-  logs); the only folder they share is the jobs root, given to every
-  component through the ``elasticgrid_default`` connection.
+  its own working folder (``AIRFLOW_HOME``, its copy of the DAG files,
+  ``HOME``, ``IROH_TINKER_HOME``, logs); the only folder they share is the
+  jobs root, given to every component through the ``elasticgrid_default``
+  connection.
 
 The DAGs folder is a copy of ``example_dags/`` plus ``integration/dags/``.
 """
@@ -181,11 +182,13 @@ class Deployment:
         )
         wait_until("the API server", self._api_is_healthy, timeout=180)
 
-    def _copy_dags(self) -> None:
-        self.dags_folder.mkdir()
+    def _copy_dags(self, folder: Path | None = None) -> None:
+        """The DAG files, copied to ``folder`` (default: the scheduler's DAGs folder)."""
+        folder = folder or self.dags_folder
+        folder.mkdir(parents=True)
         for source in (ROOT / "example_dags", ROOT / "integration" / "dags"):
             for path in source.glob("*.py"):
-                shutil.copy(path, self.dags_folder / path.name)
+                shutil.copy(path, folder / path.name)
 
     def _start_postgres(self) -> None:
         data = self.home / "postgres"
@@ -319,6 +322,7 @@ class Deployment:
         return {
             **self.env,
             "AIRFLOW_HOME": str(own / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(own / "dags"),  # its own copy of the DAG files
             "HOME": str(own),
             "IROH_TINKER_HOME": str(own / "iroh"),  # only the jobs root is shared
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.ports[f"{worker}_logs"]),
@@ -330,7 +334,9 @@ class Deployment:
     def start_worker(self, worker: str) -> Process:
         """Start (or restart) Celery worker ``w1``/``w2`` in its own folder."""
         own = self.worker_home(worker)
-        own.mkdir(exist_ok=True)
+        if not own.exists():
+            own.mkdir()
+            self._copy_dags(own / "dags")
         return self._spawn(
             f"worker-{worker}",
             [
