@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test lint typecheck check bench clean integration bench-resize
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,23 @@ test: $(BIN)/.installed  ## the test suite (real Airflow DB, real iroh-tinker jo
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check elasticgrid_provider tests example_dags scripts benchmarks
-	$(BIN)/ruff format --check elasticgrid_provider tests example_dags scripts benchmarks
+	$(BIN)/ruff check elasticgrid_provider tests example_dags scripts benchmarks integration
+	$(BIN)/ruff format --check elasticgrid_provider tests example_dags scripts benchmarks integration
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+$(BIN)/.integration: $(BIN)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e ".[dev,integration]"
+	touch $@
+
+integration: $(BIN)/.integration  ## a real deployment: Postgres, Redis, Celery workers, triggerer
+	$(BIN)/python -m pytest integration -p no:cacheprovider
+
+bench-resize: $(BIN)/.integration  ## resize gap on the real deployment vs a bare iroh-tinker restart
+	$(BIN)/python benchmarks/bench_resize.py
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_planner.py

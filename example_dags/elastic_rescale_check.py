@@ -1,5 +1,13 @@
 """elastic_rescale_check: every 10 minutes, check a running job and resize it if needed.
 
+**Starting the job it watches.** Trigger this DAG once with
+``{"launch": true}`` in the run conf (add ``"job_name"`` to pick another
+job than ``elastic-rescale-demo``): that run plans 2 nodes and launches the
+job, which keeps running between runs. Every later run (scheduled, or
+triggered without ``launch``) checks that job. A run that finds no job to
+check (never launched, or already ended) is skipped with a message saying
+so and how to start it, instead of failing.
+
 Each run is a separate set of task instances, possibly on different
 workers: the window, the step-log cursors, the cooldown clock and the
 decision history live in the job's state Variable, so a run continues where
@@ -11,11 +19,14 @@ size did not change, so a retry never starts a second copy).
 
 from __future__ import annotations
 
+import logging
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
@@ -32,8 +43,11 @@ DEMO_GRID = [
         "spot": True,
     },
 ]
-JOB_NAME = "{{ dag_run.conf.get('job_name', 'elastic-demo') }}"
+# its own job: elastic_training's default job is "elastic-demo"
+DEFAULT_JOB_NAME = "elastic-rescale-demo"
+JOB_NAME = "{{ params.job_name }}"
 RUN = f"{sys.executable} {TRAIN_SCRIPT} --steps 600 --global-batch 4 --microbatch-seconds 0.2"
+START_NODES = 2
 
 with DAG(
     dag_id="elastic_rescale_check",
@@ -43,7 +57,49 @@ with DAG(
     max_active_runs=1,
     tags=["elasticgrid", "example"],
     doc_md=__doc__,
+    params={
+        "job_name": Param(DEFAULT_JOB_NAME, type="string", description="the job to check"),
+        "launch": Param(
+            False, type="boolean", description="start the job (2 nodes) instead of checking it"
+        ),
+    },
 ) as dag:
+
+    @task.branch(task_id="find_job")
+    def find_job(params: dict[str, Any] | None = None) -> str:
+        """Start the job (``launch``), check it when it runs, or skip the run saying why."""
+        from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+        from elasticgrid_provider.shared_root import unshared_jobs_root_message
+
+        job_name = str((params or {})["job_name"])
+        if (params or {}).get("launch"):
+            return "start_plan"
+        hook = ElasticGridHook()
+        snapshot = hook.job_snapshot(job_name)
+        if snapshot is None:
+            unshared = unshared_jobs_root_message(job_name, hook.jobs_root)
+            if unshared:
+                raise AirflowFailException(unshared)
+            reason = f"job {job_name!r} was never launched under {hook.jobs_root}"
+        elif snapshot.status != "running":
+            reason = f"job {job_name!r} is {snapshot.status}"
+        else:
+            return "scale_check"
+        message = (
+            f"{reason}, so there is nothing to check; "
+            'trigger elastic_rescale_check with {"launch": true} to start it'
+        )
+        logging.getLogger(__name__).warning("%s", message)  # readable in the task log
+        raise AirflowSkipException(message)
+
+    start_plan = PlanPlacementOperator(task_id="start_plan", nodes=START_NODES, providers=DEMO_GRID)
+    start = LaunchOperator(
+        task_id="start",
+        job_name=JOB_NAME,
+        run=RUN,
+        placement=start_plan.output,
+        recovery={"mode": "none"},
+    )
     scale_check = ElasticScaleSensor(
         task_id="scale_check",
         job_name=JOB_NAME,
@@ -65,4 +121,6 @@ with DAG(
         placement=plan.output,
         recovery={"mode": "none"},
     )
+    find_job() >> [start_plan, scale_check]
+    start_plan >> start
     scale_check >> plan >> resize

@@ -1,21 +1,43 @@
-"""The scheduled example DAG, run for real against a job that keeps running between runs."""
+"""The scheduled example DAG, run for real: it starts its job, resizes it, skips when idle."""
 
 from __future__ import annotations
 
 import pytest
 
+from example_dags.elastic_rescale_check import DEFAULT_JOB_NAME
+from example_dags.elastic_training import dag as elastic_training
 from tests.airflow_support import run_dag
 from tests.job_processes import wait_for_lines
 
 pytestmark = pytest.mark.airflow
 
+CHECK_TASKS = ("scale_check", "plan", "resize")
+START_TASKS = ("start_plan", "start")
 
-def test_elastic_rescale_check_resizes_a_queue_bound_job(airflow_db, jobs_root):
-    run_dag("launch_queue_bound", {"job_name": "nightly", "nodes": 2})
+
+def test_its_default_job_is_not_elastic_trainings():
+    training_job = elastic_training.get_task("launch").job_name
+    assert DEFAULT_JOB_NAME not in training_job
+    assert "elastic-demo'" in training_job  # elastic_training's default, for the record
+
+
+def test_a_launch_run_starts_the_job_and_the_next_run_resizes_it(airflow_db, jobs_root):
+    started = run_dag("elastic_rescale_check", {"job_name": "nightly", "launch": True})
+    assert started.task_states == {
+        "find_job": "success",
+        **dict.fromkeys(START_TASKS, "success"),
+        **dict.fromkeys(CHECK_TASKS, "skipped"),
+    }
+    assert started.xcom("start")["nodes"] == 2
     # a scheduled check finds a job that has been running for a while: wait for its first steps
     wait_for_lines(jobs_root / "nightly--onprem" / "steps.jsonl", 3)
-    result = run_dag("elastic_rescale_check", {"job_name": "nightly"})
-    assert result.task_states == {"scale_check": "success", "plan": "success", "resize": "success"}
+    # every param explicit: dag.test() on a DAG object imported once keeps the last run's conf
+    result = run_dag("elastic_rescale_check", {"job_name": "nightly", "launch": False})
+    assert result.task_states == {
+        "find_job": "success",
+        **dict.fromkeys(START_TASKS, "skipped"),
+        **dict.fromkeys(CHECK_TASKS, "success"),
+    }
     decision = result.xcom("scale_check")
     assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
         "scale_up",
@@ -24,3 +46,16 @@ def test_elastic_rescale_check_resizes_a_queue_bound_job(airflow_db, jobs_root):
     )
     resized = result.xcom("resize")
     assert resized["nodes"] == 4 and resized["status"] == "running"
+
+
+def test_with_nothing_launched_a_run_skips_saying_how_to_start_the_job(
+    airflow_db, jobs_root, capfd, caplog
+):
+    never_launched = {"job_name": DEFAULT_JOB_NAME, "launch": False}
+    result = run_dag("elastic_rescale_check", never_launched)
+    assert result.state == "success"
+    assert result.task_states == dict.fromkeys(("find_job", *START_TASKS, *CHECK_TASKS), "skipped")
+    output = capfd.readouterr()
+    text = output.out + output.err + caplog.text
+    assert f"job '{DEFAULT_JOB_NAME}' was never launched under {jobs_root}" in text
+    assert 'trigger elastic_rescale_check with {"launch": true} to start it' in text

@@ -59,7 +59,14 @@ def test_importing_the_provider_and_parsing_the_example_dags_imports_no_heavy_mo
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["dags"] == {
         "elastic_training": ["launch", "plan", "relaunch", "replan", "scale_check"],
-        "elastic_rescale_check": ["plan", "resize", "scale_check"],
+        "elastic_rescale_check": [
+            "find_job",
+            "plan",
+            "resize",
+            "scale_check",
+            "start",
+            "start_plan",
+        ],
     }
     assert report["heavy"] == []
     # the check can see them: importing iroh-tinker does bring both in

@@ -33,7 +33,13 @@ from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook, JobLaunchError
-from elasticgrid_provider.triggers.job import ENDED_STATUSES, JobStatusTrigger, job_event
+from elasticgrid_provider.shared_root import require_shared_jobs_root
+from elasticgrid_provider.triggers.job import (
+    ENDED_STATUSES,
+    MIN_DEFERRAL_S,
+    JobStatusTrigger,
+    job_event,
+)
 
 
 class LaunchOperator(BaseOperator):
@@ -138,6 +144,11 @@ class LaunchOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
         placement, options = self._launch_inputs()
+        try:  # a state Variable but no files here: never start a second copy
+            if self.hook.read_manifest(self.job_name) is None:
+                require_shared_jobs_root(self.job_name, self.hook.jobs_root)
+        except ElasticGridError as exc:
+            raise AirflowFailException(str(exc)) from None
         try:
             outcome = self.hook.launch(self.job_name, placement, options)
         except (JobLaunchError, ElasticGridError) as exc:
@@ -194,6 +205,7 @@ class LaunchOperator(BaseOperator):
                     jobs_root=str(self.hook.jobs_root),
                     poll_interval=self.poll_interval,
                     stop_on_kill=True,
+                    min_wait_s=MIN_DEFERRAL_S,  # a job ending within seconds races the scheduler
                 ),
                 method_name="execute_complete",
             )

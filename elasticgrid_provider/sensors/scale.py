@@ -61,7 +61,8 @@ from elasticgrid_provider.core.step_log import read_step_log
 from elasticgrid_provider.core.validation import check_number, number_from_text
 from elasticgrid_provider.deadlines import resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.triggers.job import JobStatusTrigger
+from elasticgrid_provider.shared_root import unshared_jobs_root_message
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
 # the cursor key of samples handed in through the ``samples`` argument: its value is the
 # next step number to take, so each DAG run may hand in a new, overlapping list
@@ -197,6 +198,17 @@ class ElasticScaleSensor(BaseSensorOperator):
         """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
         if not self.deferrable:
             return super().execute(context)
+        if self._poke_seconds() < MIN_DEFERRAL_S:
+            # a trigger firing this soon after deferral races the scheduler (MIN_DEFERRAL_S)
+            self.log.info(
+                "poke_interval %.0fs is below the %.0fs a deferral must last to be safe on a "
+                "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
+                self._poke_seconds(),
+                MIN_DEFERRAL_S,
+                self.job_name,
+            )
+            self.mode = "poke"
+            return super().execute(context)
         return self._check_or_defer(context, started_at=time.time())
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -217,7 +229,8 @@ class ElasticScaleSensor(BaseSensorOperator):
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
-        wait = min(self._poke_seconds(), remaining)
+        # never shorter than MIN_DEFERRAL_S, even when little time is left before the timeout
+        wait = max(min(self._poke_seconds(), remaining), MIN_DEFERRAL_S)
         self.log.info(
             "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait
         )
@@ -227,6 +240,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 jobs_root=str(self.hook.jobs_root),
                 poll_interval=min(wait, 5.0),
                 wake_after_s=wait,
+                min_wait_s=MIN_DEFERRAL_S,
                 payload={"started_at": started_at},
             ),
             method_name="execute_complete",
@@ -263,7 +277,8 @@ class ElasticScaleSensor(BaseSensorOperator):
             snapshot = hook.job_snapshot(self.job_name)
             if snapshot is None:
                 raise JobFailedError(
-                    f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
+                    unshared_jobs_root_message(self.job_name, hook.jobs_root)
+                    or f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
                     "launch it with LaunchOperator first"
                 )
             if snapshot.status == "failed":

@@ -13,6 +13,7 @@ from airflow.sdk import DAG, AsyncCallback, DeadlineAlert, DeadlineReference
 
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 from tests.dag_settings import JOB, QUEUE_BOUND_RUN
 from tests.dag_settings import TWO_LOCAL_PROVIDERS as GRID
 
@@ -49,7 +50,11 @@ with DAG(dag_id="scale_check_patient", schedule=None, catchup=False):
     check(min_samples=1000, timeout=1, soft_fail=True)
 
 with DAG(dag_id="scale_check_deferrable", schedule=None, catchup=False):
+    # below MIN_DEFERRAL_S: checks in the worker instead of deferring
     check(min_nodes=1, max_nodes=4, min_samples=3, deferrable=True, poke_interval=2)
+
+with DAG(dag_id="scale_check_deferred", schedule=None, catchup=False):
+    check(min_nodes=1, max_nodes=4, min_samples=3, deferrable=True, poke_interval=MIN_DEFERRAL_S)
 
 with DAG(dag_id="scale_check_concurrent", schedule=None, catchup=False, max_active_runs=2):
     scale_check = check(

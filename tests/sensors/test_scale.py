@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from elasticgrid_provider.core.state import state_variable_key
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 from tests.airflow_support import read_variable, run_dag
 from tests.job_processes import wait_for_lines
 
@@ -20,9 +21,9 @@ def _state(job: str) -> dict:
 
 
 def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_root):
-    launch = run_dag("launch_queue_bound", {"job_name": "grow", "nodes": 2})
+    launch = run_dag("launch_queue_bound", {"job_name": "grow-check", "nodes": 2})
     assert launch.task_states["launch"] == "success"
-    result = run_dag("scale_up_then_resize", {"job_name": "grow"})
+    result = run_dag("scale_up_then_resize", {"job_name": "grow-check"})
     assert result.task_states == {"scale_check": "success", "plan": "success", "resize": "success"}
     decision = result.xcom("scale_check")
     assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
@@ -40,7 +41,7 @@ def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_r
         ("onprem", 2),
         ("cloud", 2),
     ]
-    state = _state("grow")
+    state = _state("grow-check")
     assert state["schema_version"] == 1
     assert state["history"][-1]["action"] == "scale_up"
     assert state["cooldown"]["last_action"] == "scale_up"
@@ -152,20 +153,27 @@ def test_a_job_that_was_never_launched_fails_the_check(airflow_db, jobs_root, ca
     assert "job 'ghost' has no manifest" in output.out + output.err
 
 
-def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_root, capfd, caplog):
+def _write_samples_after_the_first_check(step_log, delay_s: float):
+    """Write 3 queue-bound samples ``delay_s`` after now, on a timer thread (started)."""
     import threading
 
-    run_dag("launch_sleeping", {"job_name": "deferred", "nodes": 2})
-    step_log = jobs_root / "deferred--onprem" / "steps.jsonl"
     lines = "".join(
         json.dumps({"step": step, "duration_s": 1.0, "queue_s": 0.6, "nodes": 2}) + "\n"
         for step in range(3)
     )
-    # the samples arrive only after the first check has held and deferred
-    writer = threading.Timer(3.0, lambda: step_log.write_text(lines))
+    writer = threading.Timer(delay_s, lambda: step_log.write_text(lines))
     writer.start()
+    return writer
+
+
+def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_root, capfd, caplog):
+    run_dag("launch_sleeping", {"job_name": "deferred-check", "nodes": 2})
+    step_log = jobs_root / "deferred-check--onprem" / "steps.jsonl"
+    # the samples arrive only after the first check has held and deferred
+    writer = _write_samples_after_the_first_check(step_log, 3.0)
+    started = time.monotonic()
     try:
-        result = run_dag("scale_check_deferrable", {"job_name": "deferred"})
+        result = run_dag("scale_check_deferred", {"job_name": "deferred-check"})
     finally:
         writer.join()
     assert result.task_states == {"scale_check": "success"}
@@ -173,8 +181,31 @@ def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_r
     assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
     output = capfd.readouterr()
     text = output.out + output.err + caplog.text  # Airflow's lines may land in caplog
-    assert "next check of job deferred in 2s (in the triggerer)" in text
+    assert f"next check of job deferred-check in {MIN_DEFERRAL_S:.0f}s (in the triggerer)" in text
     assert text.count("[DAG TEST] Trigger completed") >= 1
+    # the trigger held its event back for MIN_DEFERRAL_S after the deferral
+    assert time.monotonic() - started >= MIN_DEFERRAL_S
+
+
+def test_deferrable_check_below_the_safe_deferral_checks_in_the_worker(
+    airflow_db, jobs_root, capfd, caplog
+):
+    run_dag("launch_sleeping", {"job_name": "undeferred", "nodes": 2})
+    step_log = jobs_root / "undeferred--onprem" / "steps.jsonl"
+    writer = _write_samples_after_the_first_check(step_log, 3.0)
+    try:
+        result = run_dag("scale_check_deferrable", {"job_name": "undeferred"})
+    finally:
+        writer.join()
+    assert result.task_states == {"scale_check": "success"}
+    decision = result.xcom("scale_check")
+    assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
+    output = capfd.readouterr()
+    text = output.out + output.err + caplog.text
+    assert "poke_interval 2s is below the 15s a deferral must last" in text
+    assert "checking job undeferred in the worker instead" in text
+    assert "in the triggerer" not in text
+    assert "[DAG TEST] Trigger completed" not in text
 
 
 def test_a_recorded_decision_replays_to_the_same_decision(airflow_db, jobs_root, tmp_path):

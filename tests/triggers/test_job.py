@@ -31,10 +31,18 @@ def test_serialize_rebuilds_the_same_trigger(tmp_path):
         wake_after_s=3,
         payload={"started_at": 1.5},
         stop_on_kill=True,
+        min_wait_s=15,
     )
     classpath, arguments = trigger.serialize()
     assert classpath == "elasticgrid_provider.triggers.job.JobStatusTrigger"
     assert JobStatusTrigger(**arguments).serialize() == (classpath, arguments)
+
+
+def test_holds_its_event_back_for_min_wait_s_even_when_the_job_already_ended(tmp_path):
+    started = time.monotonic()
+    event = _first_event(JobStatusTrigger("ghost", str(tmp_path), poll_interval=0.1, min_wait_s=2))
+    assert event["status"] == "missing"
+    assert time.monotonic() - started >= 2
 
 
 def test_fires_missing_for_a_job_that_was_never_launched(tmp_path):

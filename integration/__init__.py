@@ -1,0 +1,1 @@
+"""The integration suite: the provider on a real Airflow deployment (make integration)."""

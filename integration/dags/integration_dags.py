@@ -1,0 +1,144 @@
+"""DAGs the integration suite drives through the REST API, on a CeleryExecutor deployment.
+
+Every DAG takes its job name (and the knobs the test needs) from the run
+conf. ``queue="w1"``/``queue="w2"`` routes a task to one of the two Celery
+workers. Copied into the deployment's DAGs folder beside the example DAGs
+and ``train_elastic.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG
+
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.sensors import ElasticScaleSensor
+
+TRAIN = Path(__file__).with_name("train_elastic.py")
+GRID = [
+    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
+    {
+        "name": "cloud",
+        "engine": "local",
+        "region": "it-1",
+        "max_nodes": 4,
+        "cost_per_node_hour": 1.5,
+        "spot": True,
+    },
+]
+JOB = "{{ dag_run.conf['job_name'] }}"
+NODES = "{{ dag_run.conf.get('nodes', 2) }}"
+# 4 micro-batches per step: at 2 ranks half of each step waits for a worker (queue-bound)
+TRAIN_RUN = (
+    f"{sys.executable} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 40) }}}} "
+    "--global-batch 4 --microbatch-seconds {{ dag_run.conf.get('microbatch_seconds', 0.05) }}"
+)
+SLEEPING_RUN = (
+    f"{sys.executable} -c \"import time; time.sleep({{{{ dag_run.conf.get('sleep_s', 300) }}}})\""
+)
+NO_RECOVERY = {"mode": "none"}
+
+
+def plan_and_launch(dag_id: str, run: str, **launch_arguments: Any) -> DAG:
+    """plan -> launch, with the launch arguments under test."""
+    with DAG(dag_id=dag_id, schedule=None, catchup=False, tags=["integration"]) as dag:
+        plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=GRID)
+        plan >> LaunchOperator(
+            task_id="launch",
+            job_name=JOB,
+            run=run,
+            placement=plan.output,
+            recovery=NO_RECOVERY,
+            **launch_arguments,
+        )
+    return dag
+
+
+# a deferrable launch that waits for its (short) job in the triggerer
+plan_and_launch("it_deferrable_launch", TRAIN_RUN, wait_for_completion=True, deferrable=True)
+
+# a launch on worker w1 that waits in the worker: the one the suite kills with -9;
+# its retry must attach to the running job, not start a second copy
+plan_and_launch(
+    "it_launch_on_w1",
+    TRAIN_RUN,
+    wait_for_completion=True,
+    poll_interval=1,
+    queue="w1",
+    retries=2,
+    retry_delay=timedelta(seconds=2),
+)
+
+with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["integration"]):
+    plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=GRID)
+    launch = LaunchOperator(
+        task_id="launch", job_name=JOB, run=TRAIN_RUN, placement=plan.output, recovery=NO_RECOVERY
+    )
+    check = ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        providers=GRID,
+        min_nodes=1,
+        max_nodes=4,
+        min_samples=3,
+        window_size=4,
+        deferrable=True,
+        poke_interval=2,  # below MIN_DEFERRAL_S: the sensor checks in the worker
+        timeout=timedelta(minutes=3),
+    )
+    plan >> launch >> check
+
+with DAG(dag_id="it_check_on_w2", schedule=None, catchup=False, tags=["integration"]):
+    # reads the state of a job launched by it_launch_on_w1, on the other worker
+    ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        providers=GRID,
+        min_nodes=1,
+        max_nodes=4,
+        min_samples=3,
+        window_size=4,
+        mode="poke",
+        poke_interval=2,
+        timeout=timedelta(minutes=3),
+        queue="w2",
+    )
+
+
+class DescriptorRecordingLaunch(LaunchOperator):
+    """A LaunchOperator that first records, to a file, what its task process has open.
+
+    ``/proc/self/fd`` of the task process (run by Airflow's task supervisor) as
+    ``{fd: link target}``; the suite compares the ranks' descriptors with it
+    (issue 12: a rank must inherit none of the task's sockets or pipes).
+    """
+
+    def execute(self, context: Any) -> Any:
+        """Record the descriptors and the task's pid, then launch as usual."""
+        descriptors = {}
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                descriptors[fd] = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+        record = {"pid": os.getpid(), "ppid": os.getppid(), "descriptors": descriptors}
+        Path(context["dag_run"].conf["probe_file"]).write_text(json.dumps(record))
+        return super().execute(context)
+
+
+with DAG(dag_id="it_descriptor_probe", schedule=None, catchup=False, tags=["integration"]):
+    probe_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=GRID, queue="w2")
+    probe_plan >> DescriptorRecordingLaunch(
+        task_id="launch",
+        job_name=JOB,
+        run=SLEEPING_RUN,
+        placement=probe_plan.output,
+        recovery=NO_RECOVERY,
+        queue="w2",
+    )
