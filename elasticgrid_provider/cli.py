@@ -90,7 +90,7 @@ from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.formatting import held_text, placement_table, rule_text
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
@@ -788,8 +788,8 @@ def _held_text(decision: ScaleDecision) -> str:
 
 def _decision_lines(decision: ScaleDecision) -> list[str]:
     pairs = [
-        ("rule", decision.rule),
-        ("held by", _held_text(decision)),
+        ("rule", rule_text(decision.rule, decision.thresholds)),
+        ("held by", held_text(decision.to_dict())),
         ("reason", decision.reason),
         ("decided at", _clock_text(decision.decided_at)),
     ]
