@@ -92,12 +92,13 @@ def rounded(value: Any, digits: int = 3) -> Any:
 
 
 def number_text(value: Any) -> str:
-    """A number for people: integers as is, floats to at most 3 significant decimals."""
+    """A number for people: integers as is, floats to 3 decimals below 1, else 2 (no e-notation)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
     if isinstance(value, int) or float(value).is_integer():
         return str(int(value))
-    return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}".rstrip("0").rstrip(".")
+    text = f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
+    return text.rstrip("0").rstrip(".")
 
 
 def rule_text(rule: str, thresholds: dict[str, Any] | None) -> str:

@@ -107,6 +107,7 @@ def chart_svg(points: list[dict[str, Any]], width: int = 720, panel_height: int 
         high = max(known) if known else 1.0
         high = high if high > 0 else 1.0
         coordinates: list[str] = []
+        dots = []
         for point, value in zip(points, values, strict=True):
             if not isinstance(value, (int, float)):
                 continue
@@ -115,6 +116,10 @@ def chart_svg(points: list[dict[str, Any]], width: int = 720, panel_height: int 
             if coordinates:  # a step: hold the previous value until this time
                 coordinates.append(f"{x:.1f},{coordinates[-1].split(',')[1]}")
             coordinates.append(f"{x:.1f},{y:.1f}")
+            dots.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}">'
+                f"<title>{esc(point['at_iso'])}: {esc(number_text(value))}</title></circle>"
+            )
         parts.append(
             f'<text x="4" y="{top + 12}" font-size="12">{esc(label)}</text>'
             f'<text x="4" y="{top + 28}" font-size="11" fill="#5f6b76">max '
@@ -125,7 +130,7 @@ def chart_svg(points: list[dict[str, Any]], width: int = 720, panel_height: int 
         if coordinates:
             parts.append(
                 f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
-                f'points="{" ".join(coordinates)}"/>'
+                f'points="{" ".join(coordinates)}"/>{"".join(dots)}'
             )
     total = 3 * (panel_height + gap) + 4
     parts.append(
