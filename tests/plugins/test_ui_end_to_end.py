@@ -177,7 +177,9 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
         f"{api_server}/api/v2/dags/scale_up_then_resize/dagRuns/{run}/taskInstances/resize/links",
         token=token,
     )
-    assert resize["extra_links"]["Scale decisions"].startswith(f"{api_server}/elasticgrid/jobs/grow?")
+    assert resize["extra_links"]["Scale decisions"].startswith(
+        f"{api_server}/elasticgrid/jobs/grow?"
+    )
     # the UI lists the plugin's Browse entry and task-instance tab
     plugins = _http(f"{api_server}/api/v2/plugins", token=token)["plugins"]
     views = next(p for p in plugins if p["name"] == "elasticgrid")["external_views"]
