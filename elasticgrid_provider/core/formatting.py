@@ -53,9 +53,12 @@ def placement_table(placement: Placement) -> str:
 
 
 def decision_line(record: dict[str, Any]) -> str:
-    """One line per decision: time, then :func:`decision_summary` (for trails and logs)."""
+    """One short line per decision: time, action, sizes and reason (for the demo's trail)."""
     when = record.get("decided_at_iso") or iso_time(record.get("decided_at"))
-    return f"{when}  {decision_summary(record)}"
+    return (
+        f"{when}  {record['action']:<10}  {record['current_nodes']} -> {record['target_nodes']}  "
+        f"{record['reason']}"
+    )
 
 
 # the scheduler parameters each rule compares against (SPEC 4.2, core/scheduler.py)

@@ -89,3 +89,25 @@ def test_a_version_1_state_written_before_these_fields_still_loads():
     assert DecisionRecord.from_dict(loaded.history[-1]).decision.rule == "queue_bound"
     folded = check(loaded, T0 + 1500, 4, 4, "later")
     assert _shape(folded)[-1] == ("hold", "queue_bound", 2)
+
+
+def test_replaying_a_state_whose_job_ended_replays_the_newest_decision(tmp_path, capsys):
+    """``simulate --state`` skips the end-of-job entry by default and refuses it by index."""
+    from elasticgrid_provider.cli import main
+
+    ended = {
+        "action": "hold",
+        "current_nodes": 4,
+        "target_nodes": 4,
+        "rule": "job_ended",
+        "reason": "job 'audit-job' is done; there is nothing to scale",
+        "decided_at": T0 + 2000,
+    }
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(audited_job().with_job_end(ended).to_dict()))
+    assert main(["--json", "simulate", "--state", str(path)]) == 0
+    replay = json.loads(capsys.readouterr().out)["replay"]
+    assert (replay["index"], replay["matches"]) == (2, True)
+    assert main(["simulate", "--state", str(path), "--decision", "-1"]) == 2
+    error = capsys.readouterr().err
+    assert "history entry 3 records the end of the job; it has no decision to replay" in error
