@@ -9,7 +9,9 @@
 4. it opens the link, and the page shows the decision and its reason;
 5. a screenshot goes to the test's temp folder (and, when the environment
    variable ``ELASTICGRID_DOCS_SCREENSHOT`` names a file, there too: that is how
-   ``docs/job-page.png`` is made).
+   ``docs/job-page.png`` is made);
+6. Browse > Scale decisions (``/plugin/scale-decisions``) lists the job inside
+   the UI's iframe.
 
 The server is a process group of its own and is stopped at the end.
 """
@@ -149,6 +151,8 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     jobs_root: Path, api_server: str, browser: Any, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
     launch = run_dag("launch_queue_bound", {"job_name": "grow", "nodes": 2})
     assert launch.task_states["launch"] == "success"
@@ -205,3 +209,14 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     wanted = os.environ.get("ELASTICGRID_DOCS_SCREENSHOT")
     if wanted:
         shutil.copyfile(screenshot, wanted)
+
+    # Browse > Scale decisions: the UI shows the list in its iframe, signed in by the cookie
+    browser.get(f"{api_server}/plugin/scale-decisions")
+    frame = WebDriverWait(browser, 60).until(
+        expected_conditions.presence_of_element_located((By.TAG_NAME, "iframe"))
+    )
+    browser.switch_to.frame(frame)
+    row = WebDriverWait(browser, 60).until(
+        expected_conditions.presence_of_element_located((By.LINK_TEXT, "grow"))
+    )
+    assert row.get_attribute("href").endswith("/elasticgrid/jobs/grow")
