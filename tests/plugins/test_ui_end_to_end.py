@@ -154,14 +154,14 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    launch = run_dag("launch_queue_bound", {"job_name": "grow", "nodes": 2})
+    launch = run_dag("launch_queue_bound", {"job_name": "audited", "nodes": 2})
     assert launch.task_states["launch"] == "success"
-    result = run_dag("scale_up_then_resize", {"job_name": "grow"})
+    result = run_dag("scale_up_then_resize", {"job_name": "audited"})
     assert result.task_states["scale_check"] == "success"
     decision = result.xcom("scale_check")
     assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
     # a later check of the resized job holds (fresh window, then the cooldown) until it times out
-    later = run_dag("scale_check_cooldown", {"job_name": "grow"})
+    later = run_dag("scale_check_cooldown", {"job_name": "audited"})
     assert later.task_states["scale_check"] == "skipped"
     assert later.xcom("scale_check")["action"] == "hold"
 
@@ -175,14 +175,14 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
         token=token,
     )
     link = links["extra_links"]["Scale decisions"]
-    assert link.startswith(f"{api_server}/elasticgrid/jobs/grow?dag_id=scale_up_then_resize")
+    assert link.startswith(f"{api_server}/elasticgrid/jobs/audited?dag_id=scale_up_then_resize")
     # the launch task links to the same job's page
     resize = _http(
         f"{api_server}/api/v2/dags/scale_up_then_resize/dagRuns/{run}/taskInstances/resize/links",
         token=token,
     )
     assert resize["extra_links"]["Scale decisions"].startswith(
-        f"{api_server}/elasticgrid/jobs/grow?"
+        f"{api_server}/elasticgrid/jobs/audited?"
     )
     # the UI lists the plugin's Browse entry and task-instance tab
     plugins = _http(f"{api_server}/api/v2/plugins", token=token)["plugins"]
@@ -195,7 +195,7 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     _log_in(browser, api_server)
     browser.get(link)
     text = browser.find_element(By.TAG_NAME, "body").text
-    assert "Scale decisions: grow" in text
+    assert "Scale decisions: audited" in text
     assert "scale_up 2 -> 4" in text
     assert decision["reason"] in text
     assert "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)" in text
@@ -217,6 +217,6 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     )
     browser.switch_to.frame(frame)
     row = WebDriverWait(browser, 60).until(
-        expected_conditions.presence_of_element_located((By.LINK_TEXT, "grow"))
+        expected_conditions.presence_of_element_located((By.LINK_TEXT, "audited"))
     )
-    assert row.get_attribute("href").endswith("/elasticgrid/jobs/grow")
+    assert row.get_attribute("href").endswith("/elasticgrid/jobs/audited")
