@@ -90,7 +90,7 @@ from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.formatting import held_text, placement_table, rule_text
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
@@ -111,7 +111,7 @@ from elasticgrid_provider.core.scheduler import (
     ElasticScheduler,
     ScaleDecision,
 )
-from elasticgrid_provider.core.state import DecisionRecord, ScaleState
+from elasticgrid_provider.core.state import JOB_ENDED_RULE, DecisionRecord, ScaleState
 from elasticgrid_provider.core.step_log import sample_fields
 from elasticgrid_provider.core.validation import check_integer, check_number
 
@@ -788,8 +788,8 @@ def _held_text(decision: ScaleDecision) -> str:
 
 def _decision_lines(decision: ScaleDecision) -> list[str]:
     pairs = [
-        ("rule", decision.rule),
-        ("held by", _held_text(decision)),
+        ("rule", rule_text(decision.rule, decision.thresholds)),
+        ("held by", held_text(decision.to_dict())),
         ("reason", decision.reason),
         ("decided at", _clock_text(decision.decided_at)),
     ]
@@ -1005,7 +1005,10 @@ def _replay(args: argparse.Namespace) -> _Result:
     if not history:
         raise ElasticGridError(f"state file {path} has no decisions in its history")
     count = len(history)
-    requested = -1 if args.decision is None else args.decision
+    ended = [isinstance(e, dict) and e.get("rule") == JOB_ENDED_RULE for e in history]
+    requested = args.decision
+    if requested is None:  # the newest decision: an end-of-job entry has none to replay
+        requested = max((i for i, end in enumerate(ended) if not end), default=-1)
     if not -count <= requested < count:
         raise ElasticGridError(
             f"--decision {requested} is out of range: the history holds {count} "
@@ -1013,6 +1016,8 @@ def _replay(args: argparse.Namespace) -> _Result:
         )
     index = requested % count
     where = f"state file {path} history entry {index}"
+    if ended[index]:
+        raise ElasticGridError(f"{where} records the end of the job; it has no decision to replay")
     record = _load_record(history[index], where)
     try:
         replayed = record.replay()

@@ -2,7 +2,9 @@
 
 Airflow imports DAG files (and so the provider's operator, sensor, hook and
 trigger modules) every few seconds in the DAG processor; iroh-tinker pulls in
-numpy and must only be imported when a task needs it.
+numpy and must only be imported when a task needs it. Every component also
+imports the UI plugin module: it must not bring in FastAPI or the plugin's
+app, which is built on the API server's first request.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from tests.conftest import TESTS, airflow_command
 
 EXAMPLE_DAGS = TESTS.parent / "example_dags"
 HEAVY = ("iroh_tinker", "numpy")
+API_ONLY = ("fastapi", "starlette", "elasticgrid_provider.plugins.app")
 
 PARSE_EVERYTHING = """
 import json, runpy, sys
@@ -26,7 +29,12 @@ import elasticgrid_provider.sensors
 import elasticgrid_provider.hooks.elasticgrid
 import elasticgrid_provider.triggers.job
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.plugins.plugin import ElasticGridPlugin
 
+plugin = ElasticGridPlugin()  # what every component's plugins manager does
+api_only = sorted(
+    {"fastapi", "starlette", "elasticgrid_provider.plugins.app"} & set(sys.modules)
+)
 dags = []
 for path in sys.argv[1:]:
     dags.append(runpy.run_path(path, run_name="__dag_file__")["dag"])
@@ -34,10 +42,16 @@ ElasticGridHook(jobs_root="/nowhere")  # building a hook imports nothing either
 heavy = sorted({name.split(".")[0] for name in sys.modules} & {"iroh_tinker", "numpy"})
 import iroh_tinker.cloud  # the control: this import is what the check would catch
 control = sorted({name.split(".")[0] for name in sys.modules} & {"iroh_tinker", "numpy"})
+plugin.fastapi_apps[0]["app"].build()  # the control: building the app imports them
+api_control = sorted(
+    {"fastapi", "starlette", "elasticgrid_provider.plugins.app"} & set(sys.modules)
+)
 print(json.dumps({
     "dags": {dag.dag_id: sorted(dag.task_ids) for dag in dags},
     "heavy": heavy,
     "control": control,
+    "api_only": api_only,
+    "api_control": api_control,
 }))
 """
 
@@ -71,6 +85,9 @@ def test_importing_the_provider_and_parsing_the_example_dags_imports_no_heavy_mo
     assert report["heavy"] == []
     # the check can see them: importing iroh-tinker does bring both in
     assert report["control"] == sorted(HEAVY)
+    # the UI plugin is declared without FastAPI; the app comes on its first request
+    assert report["api_only"] == []
+    assert report["api_control"] == sorted(API_ONLY)
 
 
 def _airflow(dags_folder: Path, *arguments: str) -> subprocess.CompletedProcess[str]:

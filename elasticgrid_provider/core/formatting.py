@@ -1,11 +1,16 @@
-"""Human-readable renderings shared by task logs and the CLI.
+"""Human-readable renderings shared by task logs, the CLI and the UI plugin.
 
 One function per thing shown, so a placement or a decision reads the same in
-an Airflow log and in a terminal.
+an Airflow log, in a terminal and on the "Scale decisions" page. Decision
+helpers take the record's plain JSON (``DecisionRecord.to_dict()`` or a
+history entry) and read optional fields with ``.get``, so records written
+before a field existed still render.
 """
 
 from __future__ import annotations
 
+import math
+from datetime import datetime, timezone
 from typing import Any
 
 from elasticgrid_provider.core.placement import Placement
@@ -48,9 +53,86 @@ def placement_table(placement: Placement) -> str:
 
 
 def decision_line(record: dict[str, Any]) -> str:
-    """One line per decision: time, action, sizes and reason (for trails and logs)."""
-    when = record.get("decided_at_iso") or record.get("decided_at")
+    """One short line per decision: time, action, sizes and reason (for the demo's trail)."""
+    when = record.get("decided_at_iso") or iso_time(record.get("decided_at"))
     return (
         f"{when}  {record['action']:<10}  {record['current_nodes']} -> {record['target_nodes']}  "
         f"{record['reason']}"
     )
+
+
+# the scheduler parameters each rule compares against (SPEC 4.2, core/scheduler.py)
+RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {
+    "min_samples": ("min_samples",),
+    "bounds": ("min_nodes", "max_nodes"),
+    "queue_bound": ("target_queue_fraction", "scale_up_factor"),
+    "deadline_pressure": ("startup_s",),
+    "idle": ("idle_queue_fraction", "idle_step_fraction", "target_step_s", "scale_down_factor"),
+    "balanced": ("target_queue_fraction", "idle_queue_fraction", "target_step_s"),
+    "ceiling": ("max_nodes",),
+    "floor": ("min_nodes",),
+    "cooldown": ("cooldown_s", "scale_down_cooldown_s"),
+    "deadline": ("startup_s",),
+}
+
+
+def iso_time(epoch: Any) -> str | None:
+    """An epoch time as ISO 8601 in UTC to the second; None for a missing or bad value."""
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or not math.isfinite(epoch):
+        return None
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+
+
+def rounded(value: Any, digits: int = 3) -> Any:
+    """``value`` with every float rounded to ``digits`` places (through dicts and lists)."""
+    if isinstance(value, float):
+        return round(value, digits) if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {key: rounded(item, digits) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(item, digits) for item in value]
+    return value
+
+
+def number_text(value: Any) -> str:
+    """A number for people: integers as is, floats to 3 decimals below 1, else 2 (no e-notation)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-" if value is None else str(value)
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    text = f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
+    return text.rstrip("0").rstrip(".")
+
+
+def rule_text(rule: str, thresholds: dict[str, Any] | None) -> str:
+    """A rule with the thresholds it compares against, e.g. ``cooldown (cooldown_s=300)``."""
+    limits = thresholds or {}
+    parts = [
+        f"{name}={number_text(limits[name])}"
+        for name in RULE_THRESHOLDS.get(rule, ())
+        if limits.get(name) is not None
+    ]
+    return f"{rule} ({', '.join(parts)})" if parts else rule
+
+
+def held_text(record: dict[str, Any]) -> str:
+    """The rules that held a decision back, with their thresholds; ``-`` when none."""
+    thresholds = record.get("thresholds")
+    holds = [rule_text(str(hold.get("rule")), thresholds) for hold in record.get("held_by") or ()]
+    return ", ".join(holds) or "-"
+
+
+def decision_summary(record: dict[str, Any]) -> str:
+    """The one decision formatter: action, sizes, rule and holds with thresholds, reason.
+
+    Example: ``hold 16 -> 16; rule queue_bound (target_queue_fraction=0.2,
+    scale_up_factor=2); held by cooldown (cooldown_s=300, scale_down_cooldown_s=300);
+    <reason>``. The sensor logs it, the CLI and the UI show it.
+    """
+    text = (
+        f"{record.get('action')} {record.get('current_nodes')} -> {record.get('target_nodes')}; "
+        f"rule {rule_text(str(record.get('rule')), record.get('thresholds'))}"
+    )
+    if record.get("held_by"):
+        text += f"; held by {held_text(record)}"
+    return f"{text}; {record.get('reason')}"

@@ -11,7 +11,8 @@ Variable per job (:func:`state_variable_key`):
 * ``cooldown``: when the job was last resized, and in which direction;
 * ``current_nodes``: the job's size when the state was written;
 * ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
-  holding the decision *and* its inputs, so it can be replayed exactly;
+  holding the decision *and* its inputs, so it can be replayed exactly (see
+  "History" below);
 * ``skipped_lines``: how many malformed step-log lines were skipped so far;
 * ``revision``: incremented on every write, so a reader can tell states apart;
 * ``schema_version``: the layout of this document; unknown versions are refused.
@@ -20,6 +21,20 @@ Reading refuses a document that is not a whole, valid state of the expected
 job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
 naming another job); the caller must then leave the stored document alone,
 never replace it with a fresh state, or the cooldown and history are lost.
+
+History (:meth:`ScaleState.with_record`, :meth:`ScaleState.with_job_end`):
+
+* every scale change and every end of the job gets its own entry;
+* a hold that repeats the previous entry (same rule, same rules holding it
+  back) replaces it, keeping the newest record (so it still replays) and a
+  ``hold_run`` ``{"count", "first_at", "last_at"}`` (with ISO times): "held 12
+  times by cooldown, 14:00-14:55" instead of twelve entries;
+* past ``limit`` entries the oldest *hold* goes first; changes and ends of the
+  job go only when nothing but them is left.
+
+A record's ``context`` carries ``readable``: the one-line summary, ISO times
+and rounded signals, next to the exact epoch values and floats. ``hold_run``
+and ``readable`` are optional, so states written before them still load.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
 from elasticgrid_provider.core.samples import MetricsWindow
 from elasticgrid_provider.core.scheduler import CooldownClock, ElasticScheduler, ScaleDecision
 from elasticgrid_provider.core.step_log import LogCursor, cut_report
@@ -42,6 +58,10 @@ from elasticgrid_provider.core.validation import (
 
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY_LIMIT = 20
+JOB_ENDED_RULE = "job_ended"
+"""The ``rule`` of the history entry that records the end of the job."""
+# keys of a history entry that annotate the decision and are not decision fields
+RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")
 
 
 @contextmanager
@@ -130,8 +150,10 @@ class DecisionRecord:
     context: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON: the sensor's XCom and one history entry."""
-        return {**self.decision.to_dict(), "context": self.context, "inputs": self.inputs.to_dict()}
+        """Plain JSON: the sensor's XCom and one history entry (``context.readable`` added)."""
+        decision = self.decision.to_dict()
+        context = {**self.context, "readable": readable_fields(decision)}
+        return {**decision, "context": context, "inputs": self.inputs.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Any) -> DecisionRecord:
@@ -142,7 +164,7 @@ class DecisionRecord:
 
     @classmethod
     def _from_checked_dict(cls, data: dict[str, Any]) -> DecisionRecord:
-        decision_fields = {k: v for k, v in data.items() if k not in ("context", "inputs")}
+        decision_fields = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
         return cls(
             decision=ScaleDecision.from_dict(decision_fields),
             inputs=DecisionInputs.from_dict(data.get("inputs")),
@@ -195,9 +217,16 @@ class ScaleState:
         )
 
     def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
-        """A copy with ``record`` appended to the history (the oldest dropped past ``limit``)."""
-        history = (*self.history, record.to_dict())[-limit:]
-        return replace(self, history=history, cooldown=record.decision.cooldown)
+        """A copy with ``record`` in the history (module docstring) and its cooldown clock."""
+        return replace(
+            self,
+            history=_with_entry(self.history, record.to_dict(), limit),
+            cooldown=record.decision.cooldown,
+        )
+
+    def with_job_end(self, entry: dict[str, Any], limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
+        """A copy with the end of the job (an entry whose rule is ``job_ended``) in the history."""
+        return replace(self, history=_with_entry(self.history, entry, limit))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON: the Variable's value."""
@@ -282,3 +311,64 @@ def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
     for position, entry in enumerate(value):
         check_mapping(f"scale state history entry {position}", entry)
     return tuple(value)
+
+
+def readable_fields(decision: dict[str, Any]) -> dict[str, Any]:
+    """The summary line, ISO times and rounded numbers of a decision's plain JSON."""
+    cooldown = decision.get("cooldown") or {}
+    return {
+        "summary": decision_summary(decision),
+        "decided_at": iso_time(decision.get("decided_at")),
+        "deadline_at": iso_time(decision.get("deadline_at")),
+        "last_change_at": iso_time(cooldown.get("last_change_at")),
+        "time_left_s": rounded(decision.get("time_left_s"), 1),
+        "signals": rounded(decision.get("signals")),
+        "projection": rounded(decision.get("projection")),
+    }
+
+
+def hold_run(entry: dict[str, Any]) -> dict[str, Any]:
+    """How often a history entry's hold repeated: ``count``, ``first_at``, ``last_at``."""
+    run = entry.get("hold_run")
+    if isinstance(run, dict) and isinstance(run.get("count"), int):
+        return run
+    at = entry.get("decided_at")
+    return {"count": 1, "first_at": at, "last_at": at}
+
+
+def _hold_key(entry: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What makes two holds "the same hold"; None for a scale change."""
+    if entry.get("action") != "hold":
+        return None
+    held = tuple(sorted(str(hold.get("rule")) for hold in entry.get("held_by") or ()))
+    return (entry.get("rule"), held)
+
+
+def _with_entry(
+    history: tuple[dict[str, Any], ...], entry: dict[str, Any], limit: int
+) -> tuple[dict[str, Any], ...]:
+    """``history`` with ``entry``: repeated holds folded, then bounded (module docstring)."""
+    entries = list(history)
+    key = _hold_key(entry)
+    if key is not None and entries and _hold_key(entries[-1]) == key:
+        run = hold_run(entries.pop())
+        last_at = entry.get("decided_at")
+        entry = {
+            **entry,
+            "hold_run": {
+                "count": run["count"] + 1,
+                "first_at": run.get("first_at"),
+                "first_at_iso": iso_time(run.get("first_at")),
+                "last_at": last_at,
+                "last_at_iso": iso_time(last_at),
+            },
+        }
+    entries.append(entry)
+    while len(entries) > max(limit, 1):
+        holds = [
+            position
+            for position, kept in enumerate(entries[:-1])
+            if kept.get("action") == "hold" and kept.get("rule") != JOB_ENDED_RULE
+        ]
+        del entries[holds[0] if holds else 0]
+    return tuple(entries)

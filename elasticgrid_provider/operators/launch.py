@@ -33,6 +33,7 @@ from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook, JobLaunchError
+from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import require_shared_jobs_root
 from elasticgrid_provider.triggers.job import (
     ENDED_STATUSES,
@@ -76,6 +77,7 @@ class LaunchOperator(BaseOperator):
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"placement": "json", "envs": "json"}
     ui_color = "#fdf1e8"
+    operator_extra_links = (ScaleDecisionsLink(),)
 
     def __init__(
         self,
@@ -163,6 +165,8 @@ class LaunchOperator(BaseOperator):
             )
         job = snapshot.to_dict()
         context["ti"].xcom_push(key="job", value=job)
+        link = ScaleDecisionsLink()  # shown at once, not only when a long wait ends
+        context["ti"].xcom_push(key=link.xcom_key, value=link.get_link(self, ti_key=context["ti"]))
         if outcome.action == "attached":
             self.log.info(
                 "Job %s is already running at this placement (%d nodes, launch %s); "

@@ -19,7 +19,7 @@ Each check (a poke, a reschedule, or a resume from the trigger):
 5. resolves the deadline (:mod:`elasticgrid_provider.deadlines`) and decides
    (:class:`~elasticgrid_provider.core.scheduler.ElasticScheduler`);
 6. writes the state Variable (window, cursors, cooldown, bounded history)
-   and pushes the record to XCom key ``decision``.
+   and leaves one record per check in XCom ``return_value``.
 
 The state Variable is read and written through the hook. A Variable that
 cannot be used (empty, not JSON, ``null``, another job's, malformed) fails
@@ -28,8 +28,13 @@ fresh state would lose the cooldown and the history.
 
 ``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with
 the decision record as its return value, which a PlanPlacementOperator takes
-as ``nodes``. Holds with the same rule as the previous history entry are not
-added to the history again, so the history keeps the decisions that matter.
+as ``nodes`` (``check.output``). A hold's record is pushed to the same key
+(downstream never runs on a hold), so every check leaves exactly one record.
+Repeated holds are folded into one history entry with a count
+(:meth:`ScaleState.with_record`); the end of the job is a history entry too.
+The log line is :func:`~elasticgrid_provider.core.formatting.decision_summary`
+(thresholds included), and the task's extra link opens the job's page in the
+"Scale decisions" view.
 """
 
 from __future__ import annotations
@@ -44,15 +49,18 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk.bases.xcom import BaseXCom
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.formatting import decision_summary
 from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
 from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
+    JOB_ENDED_RULE,
     DecisionInputs,
     DecisionRecord,
     ScaleState,
@@ -61,6 +69,7 @@ from elasticgrid_provider.core.step_log import read_step_log
 from elasticgrid_provider.core.validation import check_number, number_from_text
 from elasticgrid_provider.deadlines import resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
@@ -138,6 +147,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         "samples",
     )
     ui_color = "#eef8e8"
+    operator_extra_links = (ScaleDecisionsLink(),)
 
     def __init__(
         self,
@@ -318,18 +328,11 @@ class ElasticScaleSensor(BaseSensorOperator):
             state = self._remember(state, window, snapshot, record, now)
             hook.write_scale_state(state)
         record_json = record.to_dict()
-        context["ti"].xcom_push(key="decision", value=record_json)
-        self.log.info(
-            "Decision for job %s: %s %d -> %d (rule %s%s). %s",
-            self.job_name,
-            decision.action.value,
-            decision.current_nodes,
-            decision.target_nodes,
-            decision.rule,
-            "".join(f"; held by {held.rule}" for held in decision.held_by),
-            decision.reason,
-        )
-        return None if decision.action is ScaleAction.HOLD else record_json
+        self.log.info("Decision for job %s: %s", self.job_name, decision_summary(record_json))
+        if decision.action is ScaleAction.HOLD:  # a change is the return value itself
+            context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=record_json)
+            return None
+        return record_json
 
     def _take_new_samples(
         self, state: ScaleState, snapshot: JobSnapshot
@@ -439,17 +442,9 @@ class ElasticScaleSensor(BaseSensorOperator):
         now: float,
     ) -> ScaleState:
         """The next state: window, size, history (repeated holds folded), revision."""
-        state = state.after_check(window, snapshot.nodes, now)
-        previous = state.history[-1] if state.history else None
-        repeated_hold = (
-            record.decision.action is ScaleAction.HOLD
-            and previous is not None
-            and previous.get("action") == ScaleAction.HOLD.value
-            and previous.get("rule") == record.decision.rule
+        return state.after_check(window, snapshot.nodes, now).with_record(
+            record, self.history_limit
         )
-        if repeated_hold:
-            return replace(state, cooldown=record.decision.cooldown)
-        return state.with_record(record, self.history_limit)
 
     def _finish_ended_job(
         self,
@@ -460,21 +455,29 @@ class ElasticScaleSensor(BaseSensorOperator):
         now: float,
     ) -> None:
         """A job that ended needs no decision: record that and skip the resize downstream."""
-        self.hook.write_scale_state(state.after_check(window, snapshot.nodes, now))
-        summary = {
+        ti = context["ti"]
+        summary: dict[str, Any] = {
             "action": ScaleAction.HOLD.value,
             "current_nodes": snapshot.nodes,
             "target_nodes": snapshot.nodes,
-            "rule": "job_ended",
+            "rule": JOB_ENDED_RULE,
             "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
             "decided_at": now,
-            "context": {
-                "job_status": snapshot.status,
-                "job_name": self.job_name,
-                "decided_at_iso": pendulum.from_timestamp(now).isoformat(),
-            },
         }
-        context["ti"].xcom_push(key="decision", value=summary)
+        summary["context"] = {
+            "job_status": snapshot.status,
+            "job_name": self.job_name,
+            "decided_at_iso": pendulum.from_timestamp(now).isoformat(),
+            "dag_id": ti.dag_id,
+            "run_id": ti.run_id,
+            "task_id": ti.task_id,
+            "try_number": ti.try_number,
+            "readable": {"summary": decision_summary(summary)},
+        }
+        ended = state.after_check(window, snapshot.nodes, now)
+        self.hook.write_scale_state(ended.with_job_end(summary, self.history_limit))
+        ti.xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=summary)
+        self.log.info("Decision for job %s: %s", self.job_name, decision_summary(summary))
         raise AirflowSkipException(summary["reason"])
 
     def _failure_message(self, report: str | None) -> str:

@@ -1,0 +1,433 @@
+"""What the "Scale decisions" pages show, built from the jobs' state Variables.
+
+:func:`read_scale_states` is the one reader: it loads every
+``elasticgrid_scale_state__<job>`` Variable (:func:`state_variable_key`)
+from the metadata DB on the API server and checks it with
+:meth:`ScaleState.from_dict`; a state that does not load is listed with its
+error instead of breaking the page. :func:`job_view` turns one state into
+plain JSON: the summary (current, desired, min and max nodes), the signals
+against their targets, the conditions, the timeline and the chart points.
+It reads every decision field with ``.get``, so records from before a field
+existed (or fields added since) render without a change here. The JSON route
+serves this dictionary as it is; the HTML pages render it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.formatting import (
+    decision_summary,
+    held_text,
+    iso_time,
+    number_text,
+    rounded,
+    rule_text,
+)
+from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, hold_run, state_variable_key
+
+STATE_PREFIX = state_variable_key("")
+# words that mark the demand/capacity figures a policy may add to a decision
+DEMAND_WORDS = ("demand", "capacity", "arrival", "utilisation", "utilization")
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One job's state Variable: its JSON (None when unreadable) and why it did not load."""
+
+    job_name: str
+    variable_key: str
+    data: dict[str, Any] | None
+    error: str | None = None
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The history entries that are JSON objects (oldest first)."""
+        entries = (self.data or {}).get("history") or []
+        return [entry for entry in entries if isinstance(entry, dict)]
+
+    @property
+    def dag_ids(self) -> list[str]:
+        """The DAGs whose tasks recorded this job's decisions."""
+        found = {(entry.get("context") or {}).get("dag_id") for entry in self.history}
+        return sorted(dag_id for dag_id in found if isinstance(dag_id, str) and dag_id)
+
+
+def parse_state(variable_key: str, text: str | None) -> StoredState:
+    """A state Variable's value, checked; errors become ``StoredState.error``."""
+    job_name = variable_key[len(STATE_PREFIX) :]
+    try:
+        data = json.loads(text or "")
+    except ValueError as exc:
+        return StoredState(job_name, variable_key, None, f"the state is not valid JSON ({exc})")
+    try:
+        ScaleState.from_dict(data)
+    except ElasticGridError as exc:
+        return StoredState(
+            job_name, variable_key, data if isinstance(data, dict) else None, str(exc)
+        )
+    return StoredState(job_name, variable_key, data)
+
+
+def read_scale_states(job_name: str | None = None) -> list[StoredState]:
+    """Every job's state Variable (or just ``job_name``'s), sorted by job name."""
+    from airflow.models.variable import Variable as VariableModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    query = select(VariableModel)
+    if job_name is None:
+        query = query.where(VariableModel.key.startswith(STATE_PREFIX, autoescape=True))
+    else:
+        query = query.where(VariableModel.key == state_variable_key(job_name))
+    with create_session() as session:
+        rows = [(row.key, row.val) for row in session.scalars(query)]
+    return sorted((parse_state(key, value) for key, value in rows), key=lambda s: s.job_name)
+
+
+# -- one job's page --------------------------------------------------------------
+
+
+def _clock(epoch: Any) -> str:
+    """``14:05 UTC`` (with the date when not today's)."""
+    iso = iso_time(epoch)
+    if iso is None:
+        return "-"
+    moment = datetime.fromisoformat(iso)
+    today = datetime.now(timezone.utc).date()
+    text = moment.strftime("%H:%M UTC")
+    return text if moment.date() == today else moment.strftime("%Y-%m-%d ") + text
+
+
+def _span(first: Any, last: Any) -> str:
+    """``14:00-14:55 UTC``: a run of holds (dates added when not today, or spanning days)."""
+    start, end = iso_time(first), iso_time(last)
+    if start is None or end is None:
+        return _clock(first if start else last)
+    begin, finish = datetime.fromisoformat(start), datetime.fromisoformat(end)
+    if begin.date() != finish.date():
+        return f"{begin:%Y-%m-%d %H:%M}-{finish:%Y-%m-%d %H:%M} UTC"
+    day = "" if begin.date() == datetime.now(timezone.utc).date() else f"{begin:%Y-%m-%d} "
+    return f"{day}{begin:%H:%M}-{finish:%H:%M} UTC"
+
+
+def _context(entry: dict[str, Any]) -> dict[str, Any]:
+    context = entry.get("context")
+    return context if isinstance(context, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _last_decision(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest entry that is a real decision (has thresholds), not the end of the job."""
+    for entry in reversed(history):
+        if entry.get("rule") != JOB_ENDED_RULE and isinstance(entry.get("thresholds"), dict):
+            return entry
+    return None
+
+
+def run_links(airflow_root: str, context: dict[str, Any]) -> dict[str, str | None]:
+    """Links to the DAG run and the task instance in the Airflow UI (None when unknown)."""
+    dag_id, run_id, task_id = (context.get(k) for k in ("dag_id", "run_id", "task_id"))
+    if not isinstance(dag_id, str) or not isinstance(run_id, str):
+        return {"run": None, "task": None}
+    run = f"{airflow_root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+    task = f"{run}/tasks/{quote(task_id, safe='')}" if isinstance(task_id, str) else None
+    return {"run": run, "task": task}
+
+
+def timeline_row(entry: dict[str, Any], airflow_root: str) -> dict[str, Any]:
+    """One history entry as a timeline row; a run of holds reads "held N times by ..."."""
+    context = _context(entry)
+    run = hold_run(entry)
+    at = entry.get("decided_at")
+    count = run.get("count", 1)
+    held_rules = [str(hold.get("rule")) for hold in entry.get("held_by") or ()]
+    if count > 1:
+        why = " and ".join(held_rules) or str(entry.get("rule"))
+        headline = f"held {count} times by {why}, {_span(run.get('first_at'), run.get('last_at'))}"
+    else:
+        headline = iso_time(at) or "-"
+    cost_before = _number(context.get("cost_per_hour"))
+    cost_after = _number(context.get("proposed_cost_per_hour"))
+    if cost_after is None and entry.get("action") == "hold":
+        cost_after = cost_before
+    return {
+        "headline": headline,
+        "decided_at": at,
+        "decided_at_iso": iso_time(at),
+        "first_at_iso": iso_time(run.get("first_at")),
+        "last_at_iso": iso_time(run.get("last_at")),
+        "count": count,
+        "action": entry.get("action"),
+        "from_nodes": entry.get("current_nodes"),
+        "to_nodes": entry.get("target_nodes"),
+        "rule": rule_text(str(entry.get("rule")), entry.get("thresholds")),
+        "held_by": held_text(entry),
+        "reason": entry.get("reason"),
+        "summary": decision_summary(entry),
+        "cost_per_hour_before": cost_before,
+        "cost_per_hour_after": cost_after,
+        "dag_id": context.get("dag_id"),
+        "run_id": context.get("run_id"),
+        "task_id": context.get("task_id"),
+        "try_number": context.get("try_number"),
+        "links": run_links(airflow_root, context),
+    }
+
+
+def _signals(last: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The signals of the newest decision against their targets (kubectl's Metrics block)."""
+    if last is None:
+        return []
+    signals = last.get("signals") or {}
+    limits = last.get("thresholds") or {}
+    rows = [
+        {
+            "name": "samples in the window",
+            "current": number_text(signals.get("samples")),
+            "target": f"at least {number_text(limits.get('min_samples'))} to decide",
+        },
+        {
+            "name": "queue fraction",
+            "current": number_text(signals.get("queue_fraction")),
+            "target": f"scale up at >= {number_text(limits.get('target_queue_fraction'))}; "
+            f"idle at <= {number_text(limits.get('idle_queue_fraction'))}",
+        },
+    ]
+    target_step = _number(limits.get("target_step_s"))
+    idle_fraction = _number(limits.get("idle_step_fraction"))
+    idle_step = "-" if target_step is None or idle_fraction is None else target_step * idle_fraction
+    rows.append(
+        {
+            "name": "mean step",
+            "current": f"{number_text(signals.get('mean_step_s'))}s",
+            "target": f"target {number_text(target_step)}s; idle at <= {number_text(idle_step)}s",
+        }
+    )
+    projection = last.get("projection") or {}
+    if projection:
+        rows.append(
+            {
+                "name": "projected finish",
+                "current": f"{number_text(projection.get('current_finish_s'))}s at "
+                f"{number_text(projection.get('current_nodes'))} nodes, "
+                f"{number_text(projection.get('target_finish_s'))}s at "
+                f"{number_text(projection.get('target_nodes'))}",
+                "target": f"deadline {iso_time(last.get('deadline_at')) or '-'}, "
+                f"{number_text(projection.get('time_left_s'))}s left",
+            }
+        )
+    elif last.get("deadline_at") is not None:
+        rows.append(
+            {
+                "name": "deadline",
+                "current": "no projection (remaining work unknown)",
+                "target": f"{iso_time(last.get('deadline_at'))}, "
+                f"{number_text(last.get('time_left_s'))}s left",
+            }
+        )
+    demand = {
+        f"{where}{key}": value
+        for where, block in (("", last), ("signals.", signals), ("projection.", projection))
+        if isinstance(block, dict)
+        for key, value in block.items()
+        if any(word in key for word in DEMAND_WORDS) and not isinstance(value, (dict, list))
+    }
+    if demand:
+        rows.append(
+            {
+                "name": "demand vs capacity",
+                "current": ", ".join(f"{k} {number_text(v)}" for k, v in demand.items()),
+                "target": "capacity covers demand",
+            }
+        )
+    return rows
+
+
+def _conditions(data: dict[str, Any], history: list[dict[str, Any]], now: float) -> list[dict]:
+    """kubectl-style conditions: can it scale now, what limits it, is there enough data."""
+    newest = history[-1] if history else None
+    last = _last_decision(history)
+    conditions: list[dict[str, Any]] = []
+    if newest is not None and newest.get("rule") == JOB_ENDED_RULE:
+        conditions.append(
+            {"type": "JobRunning", "status": False, "message": str(newest.get("reason"))}
+        )
+    if last is None:
+        conditions.append(
+            {"type": "AbleToScale", "status": False, "message": "no decision recorded yet"}
+        )
+        return conditions
+    limits = last.get("thresholds") or {}
+    cooldown = data.get("cooldown") or {}
+    changed_at = _number(cooldown.get("last_change_at"))
+    until = []
+    if changed_at is not None:
+        for kind, name in (("scale-up", "cooldown_s"), ("scale-down", "scale_down_cooldown_s")):
+            length = _number(limits.get(name))
+            if length and changed_at + length > now:
+                until.append((kind, changed_at + length))
+    if not until:
+        conditions.append({"type": "AbleToScale", "status": True, "message": "able to scale"})
+    elif len({at for _, at in until}) == 1:
+        message = f"held by cooldown until {_clock(until[0][1])}"
+        conditions.append({"type": "AbleToScale", "status": False, "message": message})
+    else:
+        message = "; ".join(f"{kind} held by cooldown until {_clock(at)}" for kind, at in until)
+        conditions.append({"type": "AbleToScale", "status": False, "message": message})
+    current = data.get("current_nodes")
+    if not isinstance(current, int):
+        current = last.get("current_nodes")
+    held = {str(hold.get("rule")) for hold in last.get("held_by") or ()}
+    maximum, minimum = limits.get("max_nodes"), limits.get("min_nodes")
+    if "ceiling" in held or (isinstance(current, int) and current >= (maximum or current + 1)):
+        limited = f"limited by ceiling (max_nodes={number_text(maximum)})"
+    elif "floor" in held or (isinstance(current, int) and current <= (minimum or 0)):
+        limited = f"limited by floor (min_nodes={number_text(minimum)})"
+    elif "deadline" in held:
+        limited = "limited by the deadline: " + "; ".join(
+            str(hold.get("reason")) for hold in last.get("held_by") or ()
+        )
+    else:
+        limited = None
+    conditions.append(
+        {
+            "type": "ScalingLimited",
+            "status": limited is not None,
+            "message": limited
+            or f"within bounds ({number_text(minimum)}-{number_text(maximum)} nodes)",
+        }
+    )
+    if last.get("rule") == "min_samples":
+        conditions.append(
+            {"type": "EnoughSamples", "status": False, "message": str(last.get("reason"))}
+        )
+    projection = last.get("projection") or {}
+    if "meets_deadline" in projection:
+        meets = bool(projection.get("meets_deadline"))
+        conditions.append(
+            {
+                "type": "MeetsDeadline",
+                "status": meets,
+                "message": f"{'meets' if meets else 'misses'} the deadline "
+                f"{iso_time(last.get('deadline_at')) or ''}".rstrip(),
+            }
+        )
+    return conditions
+
+
+def chart_points(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Size, queue fraction and cost over time: one point per decision (two per hold run)."""
+    points = []
+    for entry in history:
+        context = _context(entry)
+        run = hold_run(entry)
+        signals = entry.get("signals") or {}
+        cost = _number(context.get("cost_per_hour"))
+        base = {
+            "nodes": entry.get("current_nodes"),
+            "queue_fraction": _number(signals.get("queue_fraction")),
+            "cost_per_hour": cost,
+        }
+        times = [run.get("first_at"), run.get("last_at")] if run.get("count", 1) > 1 else []
+        times = [t for t in times if _number(t) is not None] or [entry.get("decided_at")]
+        for at in times:
+            if _number(at) is not None:
+                points.append({"at": at, "at_iso": iso_time(at), **base})
+        target = entry.get("target_nodes")
+        if entry.get("action") in ("scale_up", "scale_down") and _number(entry.get("decided_at")):
+            after = _number(context.get("proposed_cost_per_hour"))
+            points.append(
+                {
+                    "at": entry["decided_at"],
+                    "at_iso": iso_time(entry["decided_at"]),
+                    "nodes": target,
+                    "queue_fraction": base["queue_fraction"],
+                    "cost_per_hour": after if after is not None else cost,
+                }
+            )
+    return sorted(rounded(points), key=lambda point: point["at"])
+
+
+def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[str, Any]:
+    """Everything one job's page shows, as plain JSON (module docstring)."""
+    data = stored.data or {}
+    history = stored.history
+    newest = history[-1] if history else None
+    last = _last_decision(history)
+    limits = (last or {}).get("thresholds") or {}
+    newest_context = _context(newest or {})
+    current = data.get("current_nodes")
+    return {
+        "job_name": stored.job_name,
+        "variable_key": stored.variable_key,
+        "error": stored.error,
+        "dag_ids": stored.dag_ids,
+        "status": newest_context.get("job_status") or "-",
+        "revision": data.get("revision"),
+        "updated_at": data.get("updated_at"),
+        "updated_at_iso": iso_time(data.get("updated_at")),
+        "summary": {
+            "current_nodes": current,
+            "desired_nodes": (newest or {}).get("target_nodes", current),
+            "min_nodes": limits.get("min_nodes"),
+            "max_nodes": limits.get("max_nodes"),
+            "last_decision": decision_summary(newest) if newest else None,
+            "last_decision_at_iso": iso_time((newest or {}).get("decided_at")),
+            "cost_per_hour": rounded(newest_context.get("cost_per_hour"), 2),
+            "skipped_lines": data.get("skipped_lines"),
+        },
+        "signals": _signals(last),
+        "conditions": _conditions(data, history, now),
+        "timeline": [timeline_row(entry, airflow_root) for entry in reversed(history)],
+        "chart": chart_points(history),
+    }
+
+
+def job_row(stored: StoredState) -> dict[str, Any]:
+    """One line of the jobs list: name, DAG(s), size, last decision, cost per hour, status."""
+    history = stored.history
+    newest = history[-1] if history else {}
+    context = _context(newest)
+    return {
+        "job_name": stored.job_name,
+        "dag_ids": stored.dag_ids,
+        "current_nodes": (stored.data or {}).get("current_nodes"),
+        "last_decision": (
+            f"{newest.get('action')} {newest.get('current_nodes')} -> "
+            f"{newest.get('target_nodes')} ({newest.get('rule')})"
+            if newest
+            else None
+        ),
+        "last_decision_at_iso": iso_time(newest.get("decided_at")),
+        "cost_per_hour": rounded(context.get("cost_per_hour"), 2),
+        "status": context.get("job_status") or ("unreadable" if stored.error else "-"),
+        "error": stored.error,
+    }
+
+
+def find_task_decision(
+    states: list[StoredState], dag_id: str, task_id: str, run_id: str
+) -> tuple[StoredState, int] | None:
+    """The job and history position of the newest decision made by this task instance."""
+    for stored in states:
+        history = stored.history
+        for position in range(len(history) - 1, -1, -1):
+            context = _context(history[position])
+            if (context.get("dag_id"), context.get("task_id"), context.get("run_id")) == (
+                dag_id,
+                task_id,
+                run_id,
+            ):
+                return stored, position
+    return None

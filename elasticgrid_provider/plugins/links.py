@@ -1,0 +1,45 @@
+"""The extra link from a check or a launch to its job's "Scale decisions" page.
+
+Airflow runs :meth:`ScaleDecisionsLink.get_link` on the worker after each try
+(templates rendered) and stores the URL as an XCom; the API server only
+reads it. The URL points at the plugin's own page, which authenticates with
+the browser's Airflow session cookie. It is absolute when ``[api] base_url``
+is set (needed when Airflow is served under a sub-path), else root-relative.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from airflow.sdk import BaseOperatorLink
+
+URL_PREFIX = "/elasticgrid"
+"""Where the plugin's FastAPI app is mounted on the API server."""
+
+
+def job_page_path(job_name: str, **query: str) -> str:
+    """The path of ``job_name``'s page under the API server, with an optional query."""
+    path = f"{URL_PREFIX}/jobs/{quote(job_name, safe='')}"
+    return f"{path}?{urlencode(query)}" if query else path
+
+
+def api_base_url() -> str:
+    """``[api] base_url`` without its trailing slash; empty when unset."""
+    from airflow.sdk.configuration import conf
+
+    return (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+
+
+class ScaleDecisionsLink(BaseOperatorLink):
+    """ "Scale decisions": the page of the operator's ``job_name``, pointing at this task's run."""
+
+    name = "Scale decisions"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        """The job page URL with the DAG, run and task; empty while the job name is unknown."""
+        job_name = getattr(operator, "job_name", None)
+        if not isinstance(job_name, str) or not job_name or "{{" in job_name:
+            return ""
+        query = {"dag_id": ti_key.dag_id, "run_id": ti_key.run_id, "task_id": ti_key.task_id}
+        return api_base_url() + job_page_path(job_name, **query)

@@ -1,0 +1,70 @@
+"""The Airflow plugin: the mounted app, the Browse menu entry and the task-instance tab.
+
+Shipped through the ``airflow.plugins`` entry point (always loaded; the
+provider-info ``plugins`` key alone loads nothing with lazy provider
+discovery, SPEC 6.4). Both views open the plugin's pages in the UI's
+same-origin iframe (``url_route``); every page is server-rendered HTML
+without scripts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+
+from elasticgrid_provider.plugins.links import URL_PREFIX
+
+APP_FACTORY = "elasticgrid_provider.plugins.app:create_app"
+
+
+class LazyApp:
+    """An ASGI app that imports and builds the real FastAPI app on its first request.
+
+    Every Airflow component imports this module; only the API server ever
+    calls the app, so FastAPI and the routes are loaded there and only there.
+    """
+
+    def __init__(self, factory: str = APP_FACTORY) -> None:
+        self.factory = factory
+        self._app: Any = None
+        self._lock = threading.Lock()
+
+    def build(self) -> Any:
+        """The FastAPI app, built once."""
+        with self._lock:
+            if self._app is None:
+                module_name, _, attribute = self.factory.partition(":")
+                self._app = getattr(importlib.import_module(module_name), attribute)()
+            return self._app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Serve one ASGI call with the built app."""
+        app = self._app if self._app is not None else self.build()
+        await app(scope, receive, send)
+
+
+class ElasticGridPlugin(AirflowPlugin):
+    """ElasticGrid's UI: "Scale decisions" in the Browse menu and on each task instance."""
+
+    name = "elasticgrid"
+    fastapi_apps = [  # noqa: RUF012 (AirflowPlugin's attributes are plain lists)
+        {"app": LazyApp(), "url_prefix": URL_PREFIX, "name": "ElasticGrid scale decisions"}
+    ]
+    external_views = [  # noqa: RUF012
+        {
+            "name": "Scale decisions",
+            "href": f"{URL_PREFIX}/jobs",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "scale-decisions",
+        },
+        {
+            "name": "Scale decision",
+            "href": f"{URL_PREFIX}/tasks/{{DAG_ID}}/{{TASK_ID}}/{{RUN_ID}}",
+            "destination": "task_instance",
+            "url_route": "scale-decision",
+        },
+    ]

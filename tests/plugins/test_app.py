@@ -1,0 +1,180 @@
+"""The plugin's routes on Airflow's real API app, with the real simple auth manager.
+
+The app is ``airflow.api_fastapi.app.create_app`` itself: it loads the plugin
+through the ``airflow.plugins`` entry point and mounts it as the API server
+does. Tokens come from the auth manager; a user whose token carries no role
+is refused every DAG by the simple auth manager, which is how a reader who
+may not read the recording DAG is tested.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from elasticgrid_provider.core.state import ScaleState, state_variable_key
+from tests.plugins.recorded import audited_job
+
+pytestmark = pytest.mark.airflow
+
+ROUTES = [
+    "/elasticgrid/jobs",
+    "/elasticgrid/api/jobs",
+    "/elasticgrid/jobs/audit-job",
+    "/elasticgrid/api/jobs/audit-job",
+    "/elasticgrid/tasks/audit_dag/scale_check/grow",
+]
+
+
+def _store(state: ScaleState) -> None:
+    from airflow.models.variable import Variable
+
+    Variable.set(state_variable_key(state.job_name), json.dumps(state.to_dict()))
+
+
+@pytest.fixture(scope="module")
+def client(airflow_db) -> Iterator[Any]:
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from fastapi.testclient import TestClient
+
+    _store(audited_job())
+    # a job whose recorded task id tries to inject markup
+    _store(audited_job("marked-job", task_id='<img src=x onerror="alert(1)">'))
+    # a job with no decision recorded by any DAG yet: guarded by its Variable
+    _store(ScaleState("fresh-job", current_nodes=2))
+    purge_cached_app()
+    with TestClient(create_app(apps="core")) as test_client:
+        yield test_client
+    purge_cached_app()
+
+
+def _token(role: str | None, name: str = "reader") -> dict[str, str]:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    user = SimpleAuthManagerUser(username=name, role=role)
+    return {"Authorization": f"Bearer {get_auth_manager().generate_jwt(user)}"}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_needs_credentials_401_and_refuses_a_bad_token_403(client, route):
+    assert client.get(route).status_code == 401
+    bad = client.get(route, headers={"Authorization": "Bearer not-a-jwt"})
+    assert bad.status_code == 403
+    assert client.get(route, headers=_token("viewer")).status_code == 200
+
+
+def test_the_session_cookie_of_a_logged_in_user_is_enough(client):
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="v", role="viewer"))
+    client.cookies.set("_token", token)
+    try:
+        assert client.get("/elasticgrid/jobs/audit-job").status_code == 200
+    finally:
+        client.cookies.clear()
+
+
+def test_routes_are_get_only(client):
+    for method in ("post", "put", "delete", "patch"):
+        response = getattr(client, method)("/elasticgrid/jobs/audit-job", headers=_token("admin"))
+        assert response.status_code == 405, method
+
+
+def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client):
+    response = client.get("/elasticgrid/jobs/audit-job", headers=_token("viewer"))
+    assert response.status_code == 200
+    assert "script-src" not in response.headers["content-security-policy"]
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    page = response.text
+    assert "<script" not in page
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    for expected in (
+        "Current nodes",
+        "Desired nodes",
+        "Min / max nodes",
+        "1 / 8",
+        "queue fraction",
+        "scale up at >= 0.2; idle at <= 0.05",
+        "mean step",
+        # the cooldown started at the scale-up (00:05 on 2026-01-01) lasts an hour
+        "AbleToScale",
+        "ScalingLimited",
+        "within bounds (1-8 nodes)",
+        "held 3 times by cooldown, 2026-01-01 00:10-00:20 UTC",
+        "held 3 times by min_samples, 2026-01-01 00:00-00:02 UTC",
+        "2026-01-01T00:05:00+00:00",
+        "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
+        "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
+        "60% of the step was spent waiting for a worker",
+        "$3.00/h -> $6.00/h",
+    ):
+        assert expected in text, expected
+    assert '<svg xmlns="http://www.w3.org/2000/svg"' in page
+    assert page.count("<polyline") == 3
+    # the run and task that made the scale-up, opened in the top window
+    assert '<a href="/dags/audit_dag/runs/grow/tasks/scale_check" target="_top">' in page
+
+
+def test_the_json_route_serves_the_same_data(client):
+    data = client.get("/elasticgrid/api/jobs/audit-job", headers=_token("viewer")).json()
+    assert data["summary"]["current_nodes"] == 4
+    assert (data["summary"]["min_nodes"], data["summary"]["max_nodes"]) == (1, 8)
+    timeline = data["timeline"]
+    assert [(row["action"], row["count"]) for row in timeline] == [
+        ("hold", 3),
+        ("scale_up", 1),
+        ("hold", 3),
+    ]
+    assert timeline[1]["decided_at_iso"] == "2026-01-01T00:05:00+00:00"
+    assert (timeline[1]["cost_per_hour_before"], timeline[1]["cost_per_hour_after"]) == (3.0, 6.0)
+    assert [point["nodes"] for point in data["chart"]][:3] == [2, 2, 2]
+    assert max(point["nodes"] for point in data["chart"]) == 4
+    assert len(data["history"]) == 3
+    listing = client.get("/elasticgrid/api/jobs", headers=_token("viewer")).json()["jobs"]
+    row = next(row for row in listing if row["job_name"] == "audit-job")
+    assert row["dag_ids"] == ["audit_dag"]
+    assert row["last_decision"] == "hold 4 -> 4 (queue_bound)"
+
+
+def test_a_user_who_may_not_read_the_dag_gets_404_and_an_empty_list(client):
+    nobody = _token(None, "nobody")
+    assert client.get("/elasticgrid/jobs/audit-job", headers=nobody).status_code == 404
+    assert client.get("/elasticgrid/api/jobs/audit-job", headers=nobody).status_code == 404
+    assert client.get("/elasticgrid/api/jobs", headers=nobody).json() == {"jobs": []}
+    assert "audit-job" not in client.get("/elasticgrid/jobs", headers=nobody).text
+    # the task-instance tab checks the task's DAG itself (Airflow's own dependency)
+    tab = client.get("/elasticgrid/tasks/audit_dag/scale_check/grow", headers=nobody)
+    assert tab.status_code == 403
+
+
+def test_a_job_without_a_recording_dag_needs_read_access_to_its_variable(client):
+    # the simple auth manager lets Op and Admin read Variables, not Viewer
+    assert client.get("/elasticgrid/jobs/fresh-job", headers=_token("viewer")).status_code == 404
+    page = client.get("/elasticgrid/jobs/fresh-job", headers=_token("op"))
+    assert page.status_code == 200
+    assert "no decision recorded yet" in page.text
+    assert client.get("/elasticgrid/jobs/no-such-job", headers=_token("admin")).status_code == 404
+
+
+def test_every_value_is_escaped(client):
+    page = client.get("/elasticgrid/jobs/marked-job", headers=_token("viewer")).text
+    assert "<img" not in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+
+
+def test_the_task_instance_tab_opens_the_checks_job_or_says_there_is_no_decision(client):
+    page = client.get("/elasticgrid/tasks/audit_dag/scale_check/grow", headers=_token("viewer"))
+    assert page.status_code == 200
+    assert "Scale decisions: audit-job" in page.text
+    assert '<tr class="highlight"><td>2026-01-01T00:05:00+00:00' in page.text
+    other = client.get("/elasticgrid/tasks/audit_dag/plan/grow", headers=_token("viewer"))
+    assert other.status_code == 200
+    assert "No scale decision here" in other.text
+    assert "audit-job" not in other.text

@@ -1,0 +1,222 @@
+"""End to end: a real check, a real ``airflow api-server``, a real browser.
+
+1. a real local job is launched, a DAG's check scales it up (``dag.test()``)
+   and a later check holds;
+2. the check's extra link is read through the REST API of an ``airflow
+   api-server`` on a free loopback port (it computed the link on the worker);
+3. headless Chromium (Debian's ``chromium`` + ``chromedriver``, through
+   Selenium) logs in through the UI's login form as a Viewer;
+4. it opens the link, and the page shows the decision and its reason;
+5. a screenshot goes to the test's temp folder (and, when the environment
+   variable ``ELASTICGRID_DOCS_SCREENSHOT`` names a file, there too: that is how
+   ``docs/job-page.png`` is made);
+6. Browse > Scale decisions (``/plugin/scale-decisions``) lists the job inside
+   the UI's iframe.
+
+The server is a process group of its own and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.airflow_support import run_dag
+from tests.conftest import airflow_command
+
+pytestmark = pytest.mark.airflow
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+READER, PASSWORD = "reviewer", "review-the-scale-decisions"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _http(url: str, data: dict[str, Any] | None = None, token: str | None = None) -> Any:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    body = None if data is None else json.dumps(data).encode()
+    request = urllib.request.Request(url, data=body, headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def base_url(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The API server's URL; the worker builds absolute extra links from ``[api] base_url``."""
+    url = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", url)
+    return url
+
+
+@pytest.fixture
+def api_server(airflow_db: Path, base_url: str, tmp_path: Path) -> Iterator[str]:
+    """``airflow api-server`` on the session's metadata DB, with one Viewer user."""
+    passwords = tmp_path / "passwords.json"
+    passwords.write_text(json.dumps({READER: PASSWORD}))
+    port = base_url.rsplit(":", 1)[1]
+    environment = {
+        **os.environ,
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{READER}:viewer",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__API_AUTH__JWT_SECRET": "an-end-to-end-test-secret-that-is-long-enough-" * 2,
+    }
+    log = (tmp_path / "api-server.log").open("w")
+    server = subprocess.Popen(
+        [*airflow_command(), "api-server", "-H", "127.0.0.1", "-p", port, "-w", "1"],
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, (tmp_path / "api-server.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(f"{base_url}/api/v2/monitor/health", timeout=5)
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert time.monotonic() < deadline, "the api-server did not answer in 180 s"
+                time.sleep(1)
+        yield base_url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Chromium driven by chromedriver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    assert CHROMIUM and CHROMEDRIVER, "install Debian's chromium and chromium-driver (.ci/run)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1500",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _log_in(driver: Any, base_url: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{base_url}/auth/login")
+    wait = WebDriverWait(driver, 60)
+    wait.until(expected_conditions.presence_of_element_located((By.NAME, "username")))
+    driver.find_element(By.NAME, "username").send_keys(READER)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
+    wait.until(expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "[type=submit]")))
+    driver.find_element(By.CSS_SELECTOR, "[type=submit]").click()
+    wait.until(lambda d: d.get_cookie("_token") is not None)
+
+
+def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
+    jobs_root: Path, api_server: str, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    launch = run_dag("launch_queue_bound", {"job_name": "audited", "nodes": 2})
+    assert launch.task_states["launch"] == "success"
+    result = run_dag("scale_up_then_resize", {"job_name": "audited"})
+    assert result.task_states["scale_check"] == "success"
+    decision = result.xcom("scale_check")
+    assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
+    # a later check of the resized job holds (fresh window, then the cooldown) until it times out
+    later = run_dag("scale_check_cooldown", {"job_name": "audited"})
+    assert later.task_states["scale_check"] == "skipped"
+    assert later.xcom("scale_check")["action"] == "hold"
+
+    token = _http(f"{api_server}/auth/token", {"username": READER, "password": PASSWORD})[
+        "access_token"
+    ]
+    run = urllib.request.quote(result.run_id, safe="")
+    links = _http(
+        f"{api_server}/api/v2/dags/scale_up_then_resize/dagRuns/{run}"
+        "/taskInstances/scale_check/links",
+        token=token,
+    )
+    link = links["extra_links"]["Scale decisions"]
+    assert link.startswith(f"{api_server}/elasticgrid/jobs/audited?dag_id=scale_up_then_resize")
+    # the launch task links to the same job's page
+    resize = _http(
+        f"{api_server}/api/v2/dags/scale_up_then_resize/dagRuns/{run}/taskInstances/resize/links",
+        token=token,
+    )
+    assert resize["extra_links"]["Scale decisions"].startswith(
+        f"{api_server}/elasticgrid/jobs/audited?"
+    )
+    # the UI lists the plugin's Browse entry and task-instance tab
+    plugins = _http(f"{api_server}/api/v2/plugins", token=token)["plugins"]
+    views = next(p for p in plugins if p["name"] == "elasticgrid")["external_views"]
+    assert {(v["destination"], v["url_route"]) for v in views} == {
+        ("nav", "scale-decisions"),
+        ("task_instance", "scale-decision"),
+    }
+
+    _log_in(browser, api_server)
+    browser.get(link)
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert "Scale decisions: audited" in text
+    assert "scale_up 2 -> 4" in text
+    assert decision["reason"] in text
+    assert "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)" in text
+    assert "DAGs\nscale_check_cooldown, scale_up_then_resize" in text
+    assert "Current nodes\n4" in text
+    highlighted = browser.find_element(By.CSS_SELECTOR, "tr.highlight").text
+    assert "scale_up" in highlighted and "waiting for a worker" in highlighted
+    screenshot = tmp_path / "job-page.png"
+    assert browser.save_screenshot(str(screenshot))
+    assert screenshot.stat().st_size > 10_000
+    wanted = os.environ.get("ELASTICGRID_DOCS_SCREENSHOT")
+    if wanted:
+        shutil.copyfile(screenshot, wanted)
+
+    # Browse > Scale decisions: the UI shows the list in its iframe, signed in by the cookie
+    browser.get(f"{api_server}/plugin/scale-decisions")
+    frame = WebDriverWait(browser, 60).until(
+        expected_conditions.presence_of_element_located((By.TAG_NAME, "iframe"))
+    )
+    browser.switch_to.frame(frame)
+    row = WebDriverWait(browser, 60).until(
+        expected_conditions.presence_of_element_located((By.LINK_TEXT, "audited"))
+    )
+    assert row.get_attribute("href").endswith("/elasticgrid/jobs/audited")
