@@ -11,8 +11,8 @@ consumed. Rules:
   never fatal, and the cursor moves past it so it is reported once;
 * a log shorter than the cursor was replaced or truncated: reading restarts
   at the beginning and the result says so;
-* the reporter's ``time`` field (when the line was written) is not part of
-  a sample and is dropped.
+* the reporter's ``time`` field (when the line was written, i.e. when the
+  step ended) is kept in the sample: the scheduler reads arrival rates from it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
 
-REPORTER_ONLY_FIELDS = frozenset({"time"})
+REPORTER_ONLY_FIELDS: frozenset[str] = frozenset()
+"""Reporter fields that are not part of a sample (none since ``time`` became one)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class StepLogChunk:
 
 
 def sample_fields(entry: Any) -> Any:
-    """A reporter's entry without the fields that are not part of a sample (``time``)."""
+    """A reporter's entry without the fields that are not part of a sample."""
     if isinstance(entry, dict):
         return {key: value for key, value in entry.items() if key not in REPORTER_ONLY_FIELDS}
     return entry
