@@ -275,6 +275,14 @@ class HeldBy:
 
 SCALING_LOSS_CAP = 0.5
 """The largest per-doubling loss a fit may report: beyond it extra nodes would not help."""
+FIT_MIN_SPAN = 1.2
+"""Sizes closer than 20% only fit noise: below this span the prior is used alone."""
+FIT_FULL_SPAN_DOUBLINGS = 1.0
+"""A fit over sizes a factor of 2 apart is trusted fully; closer sizes blend with the prior."""
+TREND_SAMPLES = 3
+"""The queue's trend is read from the newest three steps: a change shows at once."""
+MAX_QUEUE_TREND = 0.9
+"""A queue growing this fast or faster reads as 10 times the capacity (the estimate's cap)."""
 _LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
 
@@ -364,16 +372,19 @@ class CapacityMemory:
     def scaling(self, basis: str, prior: float) -> tuple[float, str]:
         """The per-doubling loss of per-node throughput, and where it comes from."""
         points = [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
-        if len(points) < 2:
+        sizes_known = [nodes for nodes, _ in points]
+        if len(points) < 2 or max(sizes_known) < FIT_MIN_SPAN * min(sizes_known):
             return prior, "prior"
+        trust = min(1.0, math.log2(max(sizes_known) / min(sizes_known)) / FIT_FULL_SPAN_DOUBLINGS)
         xs = [math.log2(nodes) for nodes, _ in points]
         ys = [math.log(rate) for _, rate in points]
         mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
         spread = sum((x - mean_x) ** 2 for x in xs)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-        loss = min(SCALING_LOSS_CAP, max(0.0, 1.0 - math.exp(slope)))
+        fitted = min(SCALING_LOSS_CAP, max(0.0, 1.0 - math.exp(slope)))
+        loss = trust * fitted + (1.0 - trust) * prior
         sizes = ", ".join(str(nodes) for nodes, _ in points)
-        return loss, f"measured at {sizes} nodes"
+        return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
 
     def per_node_rate(self, basis: str, nodes: int, loss: float) -> float:
         """Per-node throughput at ``nodes``: from the nearest measured size, ``loss`` per doubling.
@@ -447,6 +458,13 @@ class LoadEstimate:
     backlog_trend: float
     steps_per_node_s: float
     tokens_per_node_s: float
+    window_demand_per_s: float = 0.0
+    recent_demand_per_s: float = 0.0
+
+    @property
+    def falling(self) -> bool:
+        """The newer half of the window arrives slower than the whole: the load is falling."""
+        return self.recent_demand_per_s < self.window_demand_per_s * 0.9
 
     @property
     def utilisation(self) -> float:
@@ -479,6 +497,8 @@ class LoadEstimate:
             "utilisation": self.utilisation,
             "backlog_s": self.backlog_s,
             "backlog_trend": self.backlog_trend,
+            "window_demand_per_s": self.window_demand_per_s,
+            "recent_demand_per_s": self.recent_demand_per_s,
             "drain_s": _finite_or_none(self.drain_s),
         }
 
@@ -504,6 +524,17 @@ def _is_open_loop(samples: tuple[StepSample, ...]) -> bool:
         if started > ended + slack and sample.queue_s <= slack:
             return True  # the job sat idle waiting for work
     return False
+
+
+def _arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
+    """Work per second between the first and the last arrival (0 without a time span)."""
+    starts = [sample.started_at or 0.0 for sample in samples]
+    span = starts[-1] - starts[0]
+    if span <= 0:
+        return 0.0
+    later = samples[1:]
+    work = math.fsum(s.tokens for s in later) if basis == "tokens" else float(len(later))
+    return work / span
 
 
 def estimate_load(samples: Sequence[StepSample], nodes: int) -> LoadEstimate | None:
@@ -532,13 +563,22 @@ def estimate_load(samples: Sequence[StepSample], nodes: int) -> LoadEstimate | N
     tokens_per_s = total_tokens / busy_s
     capacity = tokens_per_s if basis == "tokens" else steps_per_s
     backlog_s = trend = 0.0
+    recent_demand = window_demand = 0.0
     if open_loop:
-        later = ordered[1:]
-        work = math.fsum(s.tokens for s in later) if basis == "tokens" else float(len(later))
-        demand = work / span
-        backlog_s = ordered[-1].queue_s
-        times = [sample.time or 0.0 for sample in ordered]
-        trend = _slope(times, [sample.queue_s for sample in ordered])
+        window_demand = recent_demand = _arrival_rate(ordered, basis)
+        newer = ordered[count // 2 :] if count >= 4 else ordered
+        if count >= 4:  # a rise shows in the newer half first; a fall waits for the whole window
+            recent_demand = _arrival_rate(newer, basis)
+        newest = ordered[-TREND_SAMPLES:]
+        times = [sample.time or 0.0 for sample in newest]
+        trend = _slope(times, [sample.queue_s for sample in newest])
+        demand = max(window_demand, recent_demand)
+        if trend > 0:
+            # served steps lag behind a growing queue; the wait grows by 1 - capacity/demand
+            # per second, so the queue's growth tells the demand before the steps do
+            demand = max(demand, capacity / (1.0 - min(trend, MAX_QUEUE_TREND)))
+        # the work that arrived while the newest step waited is still waiting behind it
+        backlog_s = ordered[-1].queue_s * min(demand / capacity, 1e6) if capacity > 0 else 0.0
     else:
         queued = math.fsum(sample.queue_s for sample in ordered)
         total = math.fsum(sample.duration_s for sample in ordered)
@@ -554,6 +594,8 @@ def estimate_load(samples: Sequence[StepSample], nodes: int) -> LoadEstimate | N
         busy_s=busy_s,
         backlog_s=backlog_s,
         backlog_trend=trend,
+        window_demand_per_s=window_demand,
+        recent_demand_per_s=recent_demand,
         steps_per_node_s=steps_per_s / nodes,
         tokens_per_node_s=tokens_per_s / nodes,
     )
@@ -649,10 +691,10 @@ class ElasticScheduler:
     min_samples: int = 3
     startup_s: float = 0.0
     horizon_s: float = 3600.0
-    resize_margin: float = 0.5
+    resize_margin: float = 1.0
     headroom: float = 0.25
     tolerance: float = 0.1
-    drain_s: float = 900.0
+    drain_s: float = 1800.0
     scale_down_window_s: float = 600.0
     deadline_margin: float = 0.1
     final_stretch_s: float | None = None
@@ -930,8 +972,16 @@ class ElasticScheduler:
             restart = 0.0 if nodes == current else self.startup_s
             return restart + self._finish_s(situation, work, nodes) <= budget
 
+        shrink_budget = (1.0 - 2.0 * self.deadline_margin) * time_left
+
+        def fits_after_shrink(nodes: int) -> bool:
+            return self.startup_s + self._finish_s(situation, work, nodes) <= shrink_budget
+
         if finish_now <= budget:
-            smallest = self._smallest(fits, self.min_nodes, current - 1)
+            # a shrink must fit with twice the margin, so the next check does not grow it back
+            smallest = self._smallest(fits_after_shrink, self.min_nodes, current - 1)
+            if smallest is not None and smallest > current * (1.0 - self.tolerance):
+                smallest = None
             if smallest is None:
                 return _Verdict(
                     "balanced",
@@ -992,10 +1042,19 @@ class ElasticScheduler:
             f"{_number_text(saved)} node-seconds against a restart price of "
             f"{_number_text(price)}"
         )
+        cost_now = current * self._finish_s(situation, work, current)
+        worth = None
+        if saved < self.tolerance * cost_now:
+            worth = HeldBy(
+                "restart_cost",
+                f"saving {_number_text(saved)} node-seconds is within the "
+                f"{self.tolerance:.0%} tolerance of the {_number_text(cost_now)} node-seconds "
+                "left to pay",
+            )
         held: list[HeldBy | None] = [
             self._floor_hold(current),
             self._final_stretch_hold(situation),
-            self._price_hold(saved, price, "node-seconds"),
+            self._price_hold(saved, price, "node-seconds") or worth,
         ]
         return _Verdict(
             "deadline_slack",
@@ -1024,12 +1083,25 @@ class ElasticScheduler:
                     f"{_seconds(drain or 0.0)}, so it needs no more nodes"
                 )
             else:
-                need += load.backlog_s * capacity / self.drain_s
-                trend = "grows" if load.backlog_trend > 0 else "will not drain"
-                backlog_text = (
-                    f"; the backlog of {_seconds(load.backlog_s)} {trend} within "
-                    f"{_seconds(self.drain_s)}"
-                )
+                # a resize serves nothing for startup_s while work keeps arriving
+                usable_s = max(self.drain_s - self.startup_s, self.drain_s / 2.0)
+                waiting = load.backlog_s * capacity + demand * self.startup_s
+                drain_need = demand + waiting / usable_s
+                grows = load.utilisation >= 1.0 or load.backlog_trend > 0
+                stay_s = math.inf if drain is None else drain
+                after_s = self._drain_after_resize(situation, load, drain_need)
+                if grows or stay_s >= (1.0 + self.resize_margin) * max(after_s, self.drain_s):
+                    need = max(need, drain_need)
+                    trend = "grows" if grows else "will not drain"
+                    backlog_text = (
+                        f"; the backlog of {_seconds(load.backlog_s)} {trend} within "
+                        f"{_seconds(self.drain_s)}"
+                    )
+                else:
+                    backlog_text = (
+                        f"; the backlog of {_seconds(load.backlog_s)} drains in "
+                        f"{_seconds(stay_s)}, and a restart would not clear it much sooner"
+                    )
         target = self._smallest(
             lambda nodes: self._capacity(situation, basis, nodes) >= need,
             self.min_nodes,
@@ -1047,7 +1119,35 @@ class ElasticScheduler:
             f"{_number_text(capacity)} {basis}/s at {current} nodes "
             f"({load.utilisation:.0%} utilised){backlog_text}"
         )
-        return self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
+        verdict = self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
+        previous = situation.recent[-1].nodes if situation.recent else None
+        if verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
+            unconfirmed = HeldBy(
+                "stabilisation",
+                "the first check to find the load above the capacity; the next check confirms "
+                "it with more of the new load measured",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, unconfirmed))
+        if verdict.action is ScaleAction.SCALE_DOWN and load.falling:
+            falling = HeldBy(
+                "stabilisation",
+                f"the load is still falling: the newer half of the window arrives at "
+                f"{_number_text(load.recent_demand_per_s)} {basis}/s, the whole at "
+                f"{_number_text(load.window_demand_per_s)}",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, falling))
+        return verdict
+
+    def _drain_after_resize(self, situation: _Situation, load: LoadEstimate, need: float) -> float:
+        """Seconds to clear the backlog after a resize to the size serving ``need``."""
+        target = self._smallest(
+            lambda nodes: self._capacity(situation, load.basis, nodes) >= need,
+            self.min_nodes,
+            self.max_nodes,
+        )
+        spare = self._capacity(situation, load.basis, target or self.max_nodes) - load.demand_per_s
+        waiting = load.backlog_s * load.capacity_per_s + load.demand_per_s * self.startup_s
+        return self.startup_s + (waiting / spare if spare > 0 else math.inf)
 
     def _closed_loop_rule(self, situation: _Situation, load: LoadEstimate) -> _Verdict:
         signals = situation.signals
@@ -1190,7 +1290,16 @@ class ElasticScheduler:
             window_start = situation.now - self.scale_down_window_s
             wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
             stabilised = max([target, *wanted])
-            if stabilised >= situation.current:
+            newest = verdict.recommended if verdict.recommended is not None else target
+            if stabilised < situation.current and newest < stabilised * (1.0 - self.tolerance):
+                held.append(
+                    HeldBy(
+                        "stabilisation",
+                        f"the recommendations are still falling: {newest} nodes now, "
+                        f"{stabilised} within the last {_seconds(self.scale_down_window_s)}",
+                    )
+                )
+            elif stabilised >= situation.current:
                 held.append(
                     HeldBy(
                         "stabilisation",
