@@ -860,10 +860,18 @@ class ElasticScheduler:
         now = check_number("now", now, minimum=None)
         memory = capacity if load is None else capacity.with_measurement(load.measurement(None))
         work = None
-        if steps is not None and memory.per_node_rate("steps", current, 0.0) > 0:
+        if deadline is None:
+            pass
+        elif steps is not None and memory.per_node_rate("steps", current, 0.0) > 0:
             work = _RemainingWork("steps", steps)
         elif tokens is not None and memory.per_node_rate("tokens", current, 0.0) > 0:
             work = _RemainingWork("tokens", tokens)
+        if work is not None:
+            rate = current * memory.per_node_rate(work.basis, current, 0.0)
+            if not math.isfinite(work.amount / rate):
+                raise ElasticGridError(
+                    f"remaining_{work.basis} {work.amount!r} is too large to project a finish time"
+                )
         return _Situation(
             signals=signals,
             current=current,
@@ -953,6 +961,12 @@ class ElasticScheduler:
         work, time_left = situation.work, situation.time_left_s
         assert work is not None and time_left is not None  # guarded by _policy
         current = situation.current
+        if work.amount <= 0:
+            return _Verdict(
+                "balanced",
+                f"no work is left ({work.phrase}); hold the current size",
+                recommended=current,
+            )
         budget = (1.0 - self.deadline_margin) * time_left
         finish_now = self._finish_s(situation, work, current)
         numbers: dict[str, Any] = {
@@ -1185,9 +1199,20 @@ class ElasticScheduler:
                 f"{self.idle_step_fraction:.0%} of the {_seconds(self.target_step_s)} target and "
                 f"{signals.queue_fraction:.0%} of it was spent waiting for a worker"
             )
+            if current <= self.min_nodes:
+                return _Verdict(
+                    "idle",
+                    why,
+                    ScaleAction.SCALE_DOWN,
+                    current,
+                    (HeldBy("floor", f"already at the node floor of {self.min_nodes}"),),
+                    recommended=current,
+                    numbers=numbers,
+                )
             step_goal = self.target_step_s / (1.0 + self.headroom)
             capacity_now = load.capacity_per_s
-            floor = max(self.min_nodes, math.ceil(current * self.scale_down_factor))
+            deepest = min(current - 1, math.ceil(current * self.scale_down_factor))
+            floor = max(self.min_nodes, deepest)
             smallest = self._smallest(
                 lambda nodes: (
                     signals.mean_step_s
@@ -1222,6 +1247,17 @@ class ElasticScheduler:
         """A demand-sized target, with the tolerance band and the restart price applied."""
         current = situation.current
         numbers["capacity_ratio"] = _finite_or_none(ratio)
+        if target == current and ratio > 1.0 + self.tolerance and current >= self.max_nodes:
+            held_up = (self._ceiling_hold(current), self._startup_hold(situation))
+            return _Verdict(
+                rule,
+                why,
+                ScaleAction.SCALE_UP,
+                current,
+                tuple(h for h in held_up if h is not None),
+                recommended=current,
+                numbers=numbers,
+            )
         if target == current or abs(ratio - 1.0) <= self.tolerance:
             suffix = (
                 f"within the {self.tolerance:.0%} tolerance" if target != current else "it fits"
@@ -1286,7 +1322,7 @@ class ElasticScheduler:
         held = list(verdict.held_by)
         target = verdict.target
         why = verdict.why
-        if verdict.action is ScaleAction.SCALE_DOWN:
+        if verdict.action is ScaleAction.SCALE_DOWN and target < situation.current:
             window_start = situation.now - self.scale_down_window_s
             wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
             stabilised = max([target, *wanted])
@@ -1457,7 +1493,10 @@ class ElasticScheduler:
                     "meets_deadline": target_finish <= time_left,
                 }
             )
-        return numbers
+        return {
+            name: None if isinstance(value, float) and not math.isfinite(value) else value
+            for name, value in numbers.items()
+        }
 
 
 def _verb(action: ScaleAction) -> str:
