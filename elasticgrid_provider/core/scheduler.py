@@ -1170,20 +1170,14 @@ class ElasticScheduler:
         numbers = load.to_dict()
         if signals.queue_fraction >= self.target_queue_fraction:
             why = f"{signals.queue_fraction:.0%} of the step was spent waiting for a worker"
-            if signals.mean_active_s <= 0:
+            if signals.mean_active_s <= 0 or signals.queue_fraction >= 1.0:
                 target = min(self.max_nodes, max(current + 1, int(current * self.scale_up_factor)))
                 why += f" and none of it was active, so grow by {self.scale_up_factor:g}x"
             else:
-                need = load.demand_per_s
-                target = (
-                    self._smallest(
-                        lambda nodes: self._capacity(situation, basis, nodes) >= need * 0.999999,
-                        self.min_nodes,
-                        self.max_nodes,
-                    )
-                    or self.max_nodes
-                )
-                why += f"; {target} nodes would serve it"
+                # the queue counts the workers the step waited for: that many more remove it
+                needed = current / (1.0 - signals.queue_fraction)
+                target = min(self.max_nodes, max(current, math.ceil(round(needed, 9))))
+                why += f"; {math.ceil(round(needed, 9))} nodes would remove the wait"
             numbers["target_capacity_per_s"] = self._capacity(situation, basis, target)
             return self._sized(
                 situation, "queue_bound", why, target, load.utilisation, numbers, basis
