@@ -283,6 +283,8 @@ TREND_SAMPLES = 3
 """The queue's trend is read from the newest three steps: a change shows at once."""
 MAX_QUEUE_TREND = 0.9
 """A queue growing this fast or faster reads as 10 times the capacity (the estimate's cap)."""
+IDLE_GAP_SHARE = 0.2
+"""Idle gaps (nothing queued) this share of the time mean the job waits for arriving work."""
 _LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
 
@@ -513,7 +515,13 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 
 def _is_open_loop(samples: tuple[StepSample, ...]) -> bool:
-    """Work arrived on its own clock: before the previous step ended, or after an idle gap."""
+    """Work arrived on its own clock: before the previous step ended, or after long idle gaps.
+
+    A closed training loop has some time between steps (logging, a checkpoint),
+    so idle gaps count only when, with nothing queued, they add up to
+    ``IDLE_GAP_SHARE`` of the window's time.
+    """
+    idle = busy = 0.0
     for previous, sample in itertools.pairwise(samples):
         started, ended = sample.started_at, previous.time
         if started is None or ended is None:
@@ -521,9 +529,10 @@ def _is_open_loop(samples: tuple[StepSample, ...]) -> bool:
         slack = _LOOP_TOLERANCE * sample.duration_s + 1e-3
         if started < ended - slack:
             return True  # it waited behind the previous step: a backlog
-        if started > ended + slack and sample.queue_s <= slack:
-            return True  # the job sat idle waiting for work
-    return False
+        busy += sample.duration_s
+        if started > ended and sample.queue_s <= slack:
+            idle += started - ended  # the job sat idle waiting for work
+    return idle > 0 and idle >= IDLE_GAP_SHARE * (idle + busy)
 
 
 def _arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
@@ -569,11 +578,12 @@ def estimate_load(samples: Sequence[StepSample], nodes: int) -> LoadEstimate | N
         newer = ordered[count // 2 :] if count >= 4 else ordered
         if count >= 4:  # a rise shows in the newer half first; a fall waits for the whole window
             recent_demand = _arrival_rate(newer, basis)
-        newest = ordered[-TREND_SAMPLES:]
-        times = [sample.time or 0.0 for sample in newest]
-        trend = _slope(times, [sample.queue_s for sample in newest])
+        latest = ordered[-TREND_SAMPLES:]
+        times = [sample.time or 0.0 for sample in latest]
+        trend = _slope(times, [sample.queue_s for sample in latest])
         demand = max(window_demand, recent_demand)
-        if trend > 0:
+        newest = ordered[-1]
+        if trend > 0 and newest.queue_s > _LOOP_TOLERANCE * newest.duration_s:
             # served steps lag behind a growing queue; the wait grows by 1 - capacity/demand
             # per second, so the queue's growth tells the demand before the steps do
             demand = max(demand, capacity / (1.0 - min(trend, MAX_QUEUE_TREND)))

@@ -40,7 +40,7 @@ def test_a_queue_bound_job_is_scaled_up_and_relaunched_larger(airflow_db, jobs_r
         ("cloud", 2),
     ]
     state = _state("grow")
-    assert state["schema_version"] == 1
+    assert state["schema_version"] == 2
     assert state["history"][-1]["action"] == "scale_up"
     assert state["cooldown"]["last_action"] == "scale_up"
 
