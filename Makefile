@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test lint typecheck check bench bench-policy clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ check: lint typecheck test
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_planner.py
+
+bench-policy: $(BIN)/.installed  ## the scale policy against the 0.1.0 rules and a fixed size
+	$(BIN)/python benchmarks/bench_policy.py
 
 clean:
 	rm -rf .demo $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -233,6 +233,11 @@ def run_stream(job: StreamJob, decide: Decider, *, latency_s: float) -> Outcome:
         if in_service is None and index < len(arrivals):
             start = max(clock, arrivals[index], available_at)
             in_service = (start, start + job.batch_tokens / job.capacity(nodes))
+        if in_service is None and end_of_load <= next_check:
+            # nothing left to serve: the job runs until its load ends
+            cost += nodes * max(end_of_load - clock, 0.0)
+            clock = max(clock, end_of_load)
+            break
         finish = in_service[1] if in_service is not None else math.inf
         if finish <= next_check:
             assert in_service is not None
