@@ -30,19 +30,22 @@ when its step ended, so its work became available at ``time - duration_s``.
   between arrivals); capacity is work per second of active time; the backlog
   is the newest ``queue_s`` (seconds of work waiting), its *trend* the slope
   of ``queue_s`` over time, and its drain time ``backlog / (1 - demand /
-  capacity)``. Samples without a ``time`` are taken as a closed loop.
+  capacity)``. Idle gaps count only when they add up to a fifth of the time
+  (a training loop's logging and checkpoints between steps stay below it).
+  Samples without a ``time`` are taken as a closed loop.
 
 Work is counted in tokens when every sample has tokens, else in steps.
 
 **Scaling efficiency.** Nodes do not scale linearly (communication
 overhead). Per-node throughput measured at each size the job ran at is kept
 across resizes (:class:`CapacityMemory`); throughput at another size is
-extrapolated from the nearest measured size, losing ``scaling_loss`` of the
-per-node throughput per doubling. With two or more measured sizes the loss
-is fitted from them (least squares of log throughput on log2 nodes, kept in
-[0, 0.5]); with one, the documented prior ``scaling_loss`` (default 10% per
-doubling, typical of data-parallel training whose all-reduce grows with the
-log of the node count) is used.
+extrapolated from the nearest measured size, losing a share of the per-node
+throughput per doubling. With sizes at least 20% apart the loss is fitted
+from them (least squares of log throughput on log2 nodes, kept in [0, 0.5])
+and blended with the prior, fully trusted once they span a factor of 2;
+otherwise the documented prior ``scaling_loss`` (default 10% per doubling,
+typical of data-parallel training whose all-reduce grows with the log of the
+node count) is used.
 
 Rules, in order; the first that fires decides:
 
@@ -52,49 +55,65 @@ Rules, in order; the first that fires decides:
    up, defect 4.6.4). A configuration fix: neither cooldown nor price holds
    it back; it starts the cooldown.
 3. With a deadline and the remaining work (``remaining_steps``, else
-   ``remaining_tokens``): the target is the smallest size whose projected
-   finish, ``startup_s`` included when it is a resize, fits in ``(1 -
-   deadline_margin)`` of the time left; the smallest, because per-node
-   throughput falls with size, so it is also the cheapest.
-   ``deadline_pressure`` when that is larger than the current size (held by
+   ``remaining_tokens``; none left -> ``balanced``):
+   ``deadline_pressure`` when the current size does not finish within ``(1 -
+   deadline_margin)`` of the time left: the target is the smallest size whose
+   finish, ``startup_s`` included, fits in it (the smallest, because per-node
+   throughput falls with size, so it is also the cheapest). Held by
    ``ceiling``, by ``deadline`` when no more than ``startup_s`` is left, and
-   by ``cooldown``; when even ``max_nodes`` is too few the target is
-   ``max_nodes`` and the reason says the deadline will be missed).
-   ``deadline_slack`` when it is smaller: a shrink, taken only when the
-   node-seconds it saves to the finish, ``n*T(n) - m*T(m)``, beat its restart
-   price by ``resize_margin`` (else ``restart_cost``), never in the last
-   ``final_stretch_s`` before the deadline (``final_stretch``), and after the
-   stabilisation window and cooldown below.
+   by ``cooldown``; when no size fits, the target is ``max_nodes`` and the
+   reason says the deadline will be missed. ``deadline_slack`` when a smaller
+   size fits in ``(1 - 2 * deadline_margin)`` of the time left (twice the
+   margin, so the next check does not grow it back): a shrink, held by
+   ``restart_cost`` unless the node-seconds it saves to the finish, ``n*T(n) -
+   m*T(m)``, beat its restart price by ``resize_margin`` and are more than
+   ``tolerance`` of what is left to pay, by ``final_stretch`` in the last
+   ``final_stretch_s`` before the deadline, and by the stabilisation window
+   and the cooldown below.
 4. ``demand`` (open loop): the target is the smallest size whose capacity
-   covers ``demand * (1 + headroom)``, plus the backlog over ``drain_s`` when
-   the backlog will not drain within ``drain_s`` at the current size, and at
-   least ``demand * (1 + startup_s / drain_s)`` so the backlog a restart
-   leaves drains in time. A backlog that is draining in time adds nothing:
-   the policy reads the trend, not the level, so the backlog left by a
-   restart never triggers another scale-up.
-5. ``queue_bound`` (closed loop, ``queue_fraction >=
-   target_queue_fraction``): the smallest size whose capacity covers the
-   demand; when the queue fills the whole step (no active time to size
-   from) ``current * scale_up_factor``. ``idle`` (closed loop, mean step <=
-   ``idle_step_fraction * target_step_s``, ``queue_fraction <=
-   idle_queue_fraction``): the smallest size whose projected step is at
-   most ``target_step_s / (1 + headroom)``, not below ``current *
-   scale_down_factor`` in one change (step length alone is weak evidence).
-   Both must beat the restart price: a scale-up saves ``H * (1 -
-   capacity(n) / capacity(m))`` seconds over the horizon ``H`` against
-   ``startup_s``; a shrink saves node-seconds over ``H`` (through the
-   better per-node throughput of the smaller size) against ``max(n, m) *
-   startup_s``. ``H`` is the projected time to finish when the remaining work
-   is known, else ``horizon_s``.
+   covers ``demand * (1 + headroom)`` and ``demand * (1 + startup_s /
+   drain_s)`` (so the backlog a restart leaves drains in time). A backlog
+   that drains within ``drain_s`` adds nothing: the policy reads the trend,
+   not the level, so the backlog left by a restart never triggers another
+   scale-up. A backlog that grows, or that will not drain within ``drain_s``
+   while a resize would clear it ``1 + resize_margin`` times sooner, adds
+   what clears it, restart included, within ``drain_s``. Demand is the larger
+   of the window's and its newer half's arrival rate, and, when the queue
+   grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
+   queue). A scale-up waits for a second check that also wants it
+   (``stabilisation``: the first sees a load change half-measured); a
+   scale-down waits while the newer half of the window arrives slower than
+   the whole (the load is still falling).
+5. ``queue_bound`` (closed loop, ``queue_fraction >= target_queue_fraction``):
+   ``ceil(current / (1 - queue_fraction))``, the workers the step waited
+   for; when the queue fills the whole step, ``current * scale_up_factor``.
+   ``idle`` (closed loop, mean step <= ``idle_step_fraction *
+   target_step_s``, ``queue_fraction <= idle_queue_fraction``): the smallest
+   size whose projected step is at most ``target_step_s / (1 + headroom)``,
+   at least ``current * scale_down_factor`` (one change goes no deeper:
+   step length alone is weak evidence), held by ``floor``. Both must beat the
+   restart price (``restart_cost``): a scale-up saves ``H * (1 - capacity(n)
+   / capacity(m))`` seconds over the horizon ``H`` against ``startup_s``; a
+   shrink saves node-seconds over ``H`` (through the better per-node
+   throughput of the smaller size) against ``max(n, m) * startup_s``. ``H``
+   is the projected time to finish when the remaining work is known, else
+   ``horizon_s``.
 6. ``balanced``: hold.
 
 Stabilisation, as Kubernetes' HPA does it: a change within ``tolerance`` of
 the current capacity (demand, queue and idle sizing) is not made; a
 scale-down acts on the *largest* size recommended over the last
-``scale_down_window_s`` (``stabilisation`` when that is the current size);
-scale-ups wait ``cooldown_s`` and scale-downs ``scale_down_cooldown_s``
-(default ``cooldown_s``) after the last change in either direction (a change
-recorded in the future counts as "in cooldown" unless that cooldown is 0).
+``scale_down_window_s``, and waits (``stabilisation``) while that is the
+current size or while the newest recommendation is still more than
+``tolerance`` below it (a falling load is followed in one change, not a
+staircase); scale-ups wait ``cooldown_s`` and scale-downs
+``scale_down_cooldown_s`` (default ``cooldown_s``) after the last change in
+either direction (a change recorded in the future counts as "in cooldown"
+unless that cooldown is 0). Each decision records the size it recommended
+(``recommended_nodes``) and its projection: demand against capacity, the
+backlog and its trend, the scaling loss and where it came from, finish times
+at the current and target sizes, the restart cost, and the gain against
+the price.
 
 Parameters, in terms of the job (none is fitted to a benchmark):
 
@@ -103,14 +122,17 @@ Parameters, in terms of the job (none is fitted to a benchmark):
   the old nodes are paid for until the new ones run.
 * ``horizon_s`` (3600): how long the job is expected to keep running when its
   remaining work is unknown; a resize must pay for itself within it.
-* ``resize_margin`` (0.5): a resize's projected gain must be 1.5 times its
-  restart price, because projections from a short window are noisy.
+* ``resize_margin`` (1.0): a resize's projected gain must be twice its
+  restart price, because it is projected from a short window and a scaling
+  model; a resize that only just pays is as likely to lose.
 * ``headroom`` (0.25): capacity kept above the measured demand, so a 20%
   rise in load or a noisy estimate does not queue work at once, and the
   backlog of a restart drains.
-* ``tolerance`` (0.1): changes within 10% of the current capacity are noise.
-* ``drain_s`` (900): how long a stream may take to clear a backlog (the
-  latency it tolerates); a backlog that clears within it needs no scale-up.
+* ``tolerance`` (0.1): changes within 10% of the current capacity (or
+  saving under 10% of what is left to pay) are noise, not worth a restart.
+* ``drain_s`` (1800): how long a stream may take to clear a backlog (the
+  latency it tolerates after a load change or a restart); a backlog that
+  clears within it needs no scale-up.
 * ``scale_down_window_s`` (600): a shrink must have been wanted for this long,
   longer than the gaps between the bursts of a bursty load.
 * ``deadline_margin`` (0.1): plan to finish with 10% of the time left to
@@ -118,6 +140,9 @@ Parameters, in terms of the job (none is fitted to a benchmark):
 * ``final_stretch_s`` (default ``4 * startup_s``): no shrink this close to the
   deadline; recovering from a wrong shrink would take another restart.
 * ``scaling_loss`` (0.1): the prior per-node throughput lost per doubling.
+* ``scale_up_factor``, ``scale_down_factor``: 0.1.0's factors, kept as the
+  growth when the queue leaves no active time to size from, and as the
+  deepest single idle shrink.
 """
 
 from __future__ import annotations
