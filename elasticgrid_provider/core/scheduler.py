@@ -383,8 +383,15 @@ class CapacityMemory:
     """What the job measured at each size it ran at, kept across resizes (one entry per size)."""
 
     sizes: tuple[SizeMeasurement, ...] = ()
+    arrivals: bool = False
+    """The job's work was once seen arriving on its own clock (a stream): later windows are
+    read as an open loop too, even when the stream runs so busy that no gap shows."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.arrivals, bool):
+            raise ElasticGridError(
+                f"capacity memory arrivals must be a boolean, got {self.arrivals!r}"
+            )
         entries = tuple(self.sizes)
         for entry in entries:
             _require(SizeMeasurement, "capacity memory entry", entry)
@@ -394,7 +401,7 @@ class CapacityMemory:
     def with_measurement(self, measurement: SizeMeasurement) -> CapacityMemory:
         """A copy in which ``measurement`` replaces what was known at its size."""
         kept = tuple(entry for entry in self.sizes if entry.nodes != measurement.nodes)
-        return CapacityMemory((*kept, measurement))
+        return CapacityMemory((*kept, measurement), self.arrivals)
 
     def scaling(self, basis: str, prior: float) -> tuple[float, str]:
         """The per-doubling loss of per-node throughput, and where it comes from."""
@@ -426,7 +433,7 @@ class CapacityMemory:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON; the inverse of :meth:`from_dict`."""
-        return {"sizes": [entry.to_dict() for entry in self.sizes]}
+        return {"sizes": [entry.to_dict() for entry in self.sizes], "arrivals": self.arrivals}
 
     @classmethod
     def from_dict(cls, data: Any) -> CapacityMemory:
@@ -434,11 +441,14 @@ class CapacityMemory:
         if data is None:
             return cls()
         check_mapping("capacity memory", data)
-        reject_unknown_keys("capacity memory", data, {"sizes"})
+        reject_unknown_keys("capacity memory", data, {"sizes", "arrivals"})
         entries = data.get("sizes", [])
         if not isinstance(entries, list):
             raise ElasticGridError(f"capacity memory sizes must be a list, got {entries!r}")
-        return cls(tuple(SizeMeasurement.from_dict(entry) for entry in entries))
+        return cls(
+            tuple(SizeMeasurement.from_dict(entry) for entry in entries),
+            data.get("arrivals", False),
+        )
 
 
 NO_MEASUREMENTS = CapacityMemory()
@@ -571,10 +581,13 @@ def _arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
     return work / span
 
 
-def estimate_load(samples: Sequence[StepSample], nodes: int) -> LoadEstimate | None:
+def estimate_load(
+    samples: Sequence[StepSample], nodes: int, *, arrivals: bool = False
+) -> LoadEstimate | None:
     """Demand, capacity and backlog of ``samples`` measured at ``nodes``; ``None`` without work.
 
-    See the module notes for the closed- and open-loop readings.
+    See the module notes for the closed- and open-loop readings; ``arrivals``
+    (the job was seen to be a stream before) reads timed samples as an open loop.
     """
     ordered = tuple(samples)
     if not ordered:
@@ -582,7 +595,8 @@ def estimate_load(samples: Sequence[StepSample], nodes: int) -> LoadEstimate | N
     count = len(ordered)
     total_tokens = math.fsum(sample.tokens for sample in ordered)
     basis = "tokens" if all(sample.tokens > 0 for sample in ordered) else "steps"
-    open_loop = count >= 2 and _is_open_loop(ordered)
+    timed = all(sample.time is not None for sample in ordered)
+    open_loop = count >= 2 and ((arrivals and timed) or _is_open_loop(ordered))
     if open_loop:
         starts = [sample.started_at or 0.0 for sample in ordered]
         span = starts[-1] - starts[0]
@@ -891,7 +905,11 @@ class ElasticScheduler:
         deadline = _optional_number("deadline_at", deadline_at, minimum=None)
         steps = _optional_number("remaining_steps", remaining_steps, minimum=0.0)
         tokens = _optional_number("remaining_tokens", remaining_tokens, minimum=0.0)
-        load = estimate_load(window.samples, current) if current >= 1 else None
+        load = (
+            estimate_load(window.samples, current, arrivals=capacity.arrivals)
+            if current >= 1
+            else None
+        )
         now = check_number("now", now, minimum=None)
         memory = capacity if load is None else capacity.with_measurement(load.measurement(None))
         work = None
@@ -1177,6 +1195,31 @@ class ElasticScheduler:
                 "it with more of the new load measured",
             )
             verdict = replace(verdict, held_by=(*verdict.held_by, unconfirmed))
+        elif (
+            verdict.action is ScaleAction.SCALE_UP
+            and verdict.recommended is not None
+            and previous is not None
+            and previous < verdict.recommended * (1.0 - self.tolerance)
+            and load.backlog_s < self.drain_s / 2.0
+        ):
+            rising = HeldBy(
+                "stabilisation",
+                f"the load is still rising: {verdict.recommended} nodes now, {previous} at the "
+                "last check; the backlog is short enough to measure it once more",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, rising))
+        if verdict.action is ScaleAction.SCALE_DOWN and verdict.target is not None:
+            spare = self._capacity(situation, basis, verdict.target) - demand
+            waiting = load.backlog_s * capacity + demand * self.startup_s
+            after_s = self.startup_s + (waiting / spare if spare > 0 else math.inf)
+            if after_s > self.drain_s:
+                backlog_hold = HeldBy(
+                    "restart_cost",
+                    f"at {verdict.target} nodes the backlog, with the restart's, would take "
+                    f"{_seconds(min(after_s, sys.float_info.max))} to drain, more than "
+                    f"{_seconds(self.drain_s)}",
+                )
+                verdict = replace(verdict, held_by=(*verdict.held_by, backlog_hold))
         if verdict.action is ScaleAction.SCALE_DOWN and load.falling:
             falling = HeldBy(
                 "stabilisation",

@@ -244,7 +244,9 @@ class ScaleState:
             window = MetricsWindow(window_size)
         window = window.add(*(sample for sample in samples if sample.nodes == current_nodes))
         capacity = self.capacity
-        load = estimate_load(window.samples, current_nodes)
+        load = estimate_load(window.samples, current_nodes, arrivals=capacity.arrivals)
+        if load is not None and load.open_loop and not capacity.arrivals:
+            capacity = replace(capacity, arrivals=True)
         if load is not None:
             known = {entry.nodes: entry for entry in capacity.sizes}.get(current_nodes)
             fresh = load.measurement(now)
