@@ -32,7 +32,10 @@ when its step ended, so its work became available at ``time - duration_s``.
   of ``queue_s`` over time, and its drain time ``backlog / (1 - demand /
   capacity)``. Idle gaps count only when they add up to a fifth of the time
   (a training loop's logging and checkpoints between steps stay below it).
-  Samples without a ``time`` are taken as a closed loop.
+  Once a job showed it is a stream, the capacity memory remembers it
+  (``arrivals``) and its timed windows are read as an open loop even when
+  it runs so busy that no gap shows. Samples without a ``time`` are taken
+  as a closed loop.
 
 Work is counted in tokens when every sample has tokens, else in steps.
 
@@ -80,10 +83,13 @@ Rules, in order; the first that fires decides:
    what clears it, restart included, within ``drain_s``. Demand is the larger
    of the window's and its newer half's arrival rate, and, when the queue
    grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
-   queue). A scale-up waits for a second check that also wants it
-   (``stabilisation``: the first sees a load change half-measured); a
-   scale-down waits while the newer half of the window arrives slower than
-   the whole (the load is still falling).
+   queue). A scale-up waits for a second check that also wants it, and for
+   one more while the recommendation still rises by more than ``tolerance``
+   and the backlog is under ``drain_s / 2`` (``stabilisation``: a load change
+   is first seen half-measured); a scale-down waits while the newer half of
+   the window arrives slower than the whole (the load is still falling), and
+   is held by ``restart_cost`` when the backlog, with the one its restart
+   adds, would not drain within ``drain_s`` at the smaller size.
 5. ``queue_bound`` (closed loop, ``queue_fraction >= target_queue_fraction``):
    ``ceil(current / (1 - queue_fraction))``, the workers the step waited
    for; when the queue fills the whole step, ``current * scale_up_factor``.
