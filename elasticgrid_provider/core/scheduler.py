@@ -131,9 +131,9 @@ Parameters, in terms of the job (none is fitted to a benchmark):
 * ``resize_margin`` (1.0): a resize's projected gain must be twice its
   restart price, because it is projected from a short window and a scaling
   model; a resize that only just pays is as likely to lose.
-* ``headroom`` (0.25): capacity kept above the measured demand, so a 20%
-  rise in load or a noisy estimate does not queue work at once, and the
-  backlog of a restart drains.
+* ``headroom`` (0.2): capacity kept above the measured demand, so the load
+  may rise by a fifth between decisions, or be misread by as much, before
+  work queues, and the backlog of a restart drains.
 * ``tolerance`` (0.1): changes within 10% of the current capacity (or
   saving under 10% of what is left to pay) are noise, not worth a restart.
 * ``drain_s`` (1800): how long a stream may take to clear a backlog (the
@@ -747,7 +747,7 @@ class ElasticScheduler:
     startup_s: float = 0.0
     horizon_s: float = 3600.0
     resize_margin: float = 1.0
-    headroom: float = 0.25
+    headroom: float = 0.2
     tolerance: float = 0.1
     drain_s: float = 1800.0
     scale_down_window_s: float = 600.0
