@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench clean integration bench-resize
+.PHONY: demo test lint typecheck check bench bench-policy clean integration bench-resize
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ bench-resize: $(BIN)/.integration  ## resize gap on the real deployment vs a bar
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_planner.py
 	$(BIN)/python benchmarks/bench_step_log.py
+
+bench-policy: $(BIN)/.installed  ## the scale policy against the 0.1.0 rules and a fixed size
+	$(BIN)/python benchmarks/bench_policy.py
 
 clean:
 	rm -rf .demo $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

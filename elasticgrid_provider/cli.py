@@ -28,7 +28,8 @@ Input files:
 * a samples file is a JSON list of sample objects or JSON Lines (one object
   per line, blank lines ignored), as the step reporter writes it; the
   reporter's ``time`` field (epoch seconds the line was written, i.e. when
-  the step ended) is read for the clock and is not part of the sample;
+  the step ended) is read for the clock and kept in the sample (the
+  scheduler reads arrival rates from it);
 * a state file is the JSON of a job's scale-state Variable
   (``ScaleState.to_dict()``), bare or as Airflow exports Variables: an
   object with exactly one key whose value is the state (or the state as a
@@ -48,14 +49,17 @@ The clock of ``simulate`` (deterministic, no wall clock is read):
   newest sample; in the timeline, the decision after an earlier sample also
   counts the samples still to come (one step each, and their tokens).
 
-The timeline feeds samples into one window in file order and carries the
-cooldown clock from each decision to the next. The current size starts at
-``--nodes`` (default: the first sample's ``nodes``), becomes each scale
-decision's target, and follows the samples when their ``nodes`` value
-changes (the samples say the job was resized). Unlike the sensor, the
-timeline keeps every sample in the window, whatever size it was measured at,
-and does not start a fresh window after a resize: it replays the signals,
-not a resized job.
+The timeline runs the sensor's state transition
+(:meth:`~elasticgrid_provider.core.state.ScaleState.advance`: observe ->
+decide -> remember) once per sample, in file order, so it keeps the same
+window rules as the sensor: only samples measured at the current size enter
+the window, a resize starts a fresh window, and the cooldown clock, the
+capacity memory and the recent recommendations carry from one decision to
+the next. The current size starts at ``--nodes`` (default: the first
+sample's ``nodes``), becomes each scale decision's target, and follows the
+samples when their ``nodes`` value changes (the samples say the job was
+resized). A single decision (no ``--timeline``) observes all samples at once
+at the current size (default: the newest sample's).
 
 ``simulate --state`` replays history entry ``--decision`` (default -1, the
 newest) from its recorded inputs and compares ``action``, ``current_nodes``,
@@ -106,7 +110,6 @@ from elasticgrid_provider.core.samples import (
     WindowSignals,
 )
 from elasticgrid_provider.core.scheduler import (
-    NO_COOLDOWN,
     CooldownClock,
     ElasticScheduler,
     ScaleDecision,
@@ -124,6 +127,8 @@ DEFAULT_RUN = "python train.py"
 DEFAULT_RENDEZVOUS = "dir:/tmp/elasticgrid/{name}/rendezvous"
 """``spec`` previews a launch; a real launch needs a fresh rendezvous each time."""
 
+SIMULATED_JOB = "simulate"
+"""The job name of the state ``simulate`` runs its transition on."""
 REPLAY_FIELDS = ("action", "current_nodes", "target_nodes", "rule", "held_by", "reason")
 """What must agree for a replayed decision to match the recorded one."""
 
@@ -175,7 +180,34 @@ _SCHEDULER_OPTIONS = (
     _SchedulerOption("target_step_s", "--target-step-s", float, "target step time in seconds"),
     _SchedulerOption("min_samples", "--min-samples", int, "samples needed to decide"),
     _SchedulerOption(
-        "startup_s", "--startup-s", float, "seconds new nodes need before they are useful"
+        "startup_s", "--startup-s", float, "seconds a resize stops progress (the restart)"
+    ),
+    _SchedulerOption(
+        "horizon_s", "--horizon-s", float, "seconds a resize must pay off in, when work is unknown"
+    ),
+    _SchedulerOption(
+        "resize_margin", "--resize-margin", float, "how much a resize's gain must beat its price"
+    ),
+    _SchedulerOption("headroom", "--headroom", float, "capacity kept above the measured demand"),
+    _SchedulerOption("tolerance", "--tolerance", float, "capacity changes within it are noise"),
+    _SchedulerOption("drain_s", "--drain-s", float, "seconds a backlog may take to clear"),
+    _SchedulerOption(
+        "scale_down_window_s",
+        "--scale-down-window",
+        float,
+        "seconds of recommendations a scale-down takes the largest of",
+    ),
+    _SchedulerOption(
+        "deadline_margin", "--deadline-margin", float, "share of the time left kept spare"
+    ),
+    _SchedulerOption(
+        "final_stretch_s",
+        "--final-stretch-s",
+        float,
+        "no shrink this close to the deadline (default: 4 x --startup-s)",
+    ),
+    _SchedulerOption(
+        "scaling_loss", "--scaling-loss", float, "prior per-node throughput lost per doubling"
     ),
 )
 
@@ -798,24 +830,59 @@ def _decision_lines(decision: ScaleDecision) -> list[str]:
         pairs.append(
             ("deadline", f"{_clock_text(decision.deadline_at)}, {_seconds(left or 0.0)} left")
         )
-    projection = decision.projection
-    if projection is not None:
-        verdict = "meets" if projection["meets_deadline"] else "misses"
-        pairs.append(
-            (
-                "projection",
-                f"{projection['remaining']:g} {projection['basis']} take "
-                f"{_seconds(projection['current_finish_s'])} on {projection['current_nodes']} "
-                f"nodes, {_seconds(projection['target_finish_s'])} on "
-                f"{projection['target_nodes']}: {verdict} the deadline",
-            )
-        )
+    pairs += _projection_rows(decision.projection)
     if decision.changed:
         pairs.append(("cooldown", f"starts now ({decision.action.value})"))
     else:
         pairs.append(("cooldown", _cooldown_text(decision.cooldown)))
     head = f"decision: {decision.action.value} {decision.current_nodes} -> {decision.target_nodes}"
     return [head, *_rows(pairs)]
+
+
+def _projection_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What the decision projected: demand vs capacity, finish times, the restart price."""
+    if not projection:
+        return []
+    rows: list[tuple[str, str]] = []
+    basis = projection.get("basis", "work")
+    if projection.get("demand_per_s") is not None:
+        rows.append(
+            (
+                "demand",
+                f"{projection['demand_per_s']:,.3g} {basis}/s against a capacity of "
+                f"{projection['capacity_per_s']:,.3g} {basis}/s "
+                f"({projection['utilisation']:.0%}, {projection['loop']} loop)",
+            )
+        )
+    if projection.get("remaining") is not None and projection.get("current_finish_s") is not None:
+        verdict = "meets" if projection.get("meets_deadline") else "misses"
+        target_finish = projection.get("target_finish_s")
+        target_text = "-" if target_finish is None else _seconds(target_finish)
+        rows.append(
+            (
+                "projection",
+                f"{projection['remaining']:g} {basis} take "
+                f"{_seconds(projection['current_finish_s'])} on {projection['current_nodes']} "
+                f"nodes, {target_text} on {projection['target_nodes']}: {verdict} the deadline",
+            )
+        )
+    if projection.get("target_nodes") != projection.get("current_nodes"):
+        rows.append(
+            (
+                "restart",
+                f"{_seconds(projection.get('startup_s', 0.0))} of no progress, "
+                f"{projection.get('restart_cost_node_s', 0.0):,.1f} node-seconds",
+            )
+        )
+    if projection.get("gain") is not None:
+        rows.append(
+            (
+                "pays off",
+                f"gain {projection['gain']:,.1f} {projection['gain_unit']} against a price of "
+                f"{projection['price']:,.1f}",
+            )
+        )
+    return rows
 
 
 def _deadline_at(base: float, args: argparse.Namespace) -> float | None:
@@ -830,17 +897,18 @@ def _single(
 ) -> _Result:
     samples = sample_file.samples
     now = args.now if args.now is not None else sample_file.clock(0.0)[-1]
-    window = MetricsWindow(window_size, samples)
     current = args.nodes if args.nodes is not None else samples[-1].nodes
-    decision = scheduler.decide(
-        window,
-        now=now,
-        current_nodes=current,
-        cooldown=NO_COOLDOWN,
+    state, record = ScaleState(job_name=SIMULATED_JOB).advance(
+        scheduler,
+        samples,
+        current,
+        now,
+        window_size=window_size,
         deadline_at=_deadline_at(now, args),
         remaining_steps=args.remaining_steps,
         remaining_tokens=args.remaining_tokens,
     )
+    window, decision = state.window, record.decision
     lines = [_window_note(window, len(samples)), *_signals_lines(window.signals())]
     lines += _decision_lines(decision)
     data = {"window": _window_data(window, len(samples)), "decision": decision.to_dict()}
@@ -865,20 +933,19 @@ def _timeline(
         running += sample.tokens
     tokens_after.reverse()
 
-    window = MetricsWindow(window_size)
-    clock: CooldownClock = NO_COOLDOWN
+    state = ScaleState(job_name=SIMULATED_JOB)
     current = args.nodes if args.nodes is not None else samples[0].nodes
     entries: list[dict[str, Any]] = []
     rows = [("#", "step", "time", "window", "action", "nodes", "rule", "held by", "reason")]
     for index, (sample, now) in enumerate(zip(samples, times, strict=True)):
         if index > 0 and sample.nodes != samples[index - 1].nodes:
             current = sample.nodes  # the samples say the job was resized
-        window = window.add(sample)
-        decision = scheduler.decide(
-            window,
-            now=now,
-            current_nodes=current,
-            cooldown=clock,
+        state, record = state.advance(
+            scheduler,
+            [sample],
+            current,
+            now,
+            window_size=window_size,
             deadline_at=deadline_at,
             remaining_steps=None
             if args.remaining_steps is None
@@ -887,7 +954,7 @@ def _timeline(
             if args.remaining_tokens is None
             else args.remaining_tokens + tokens_after[index],
         )
-        clock = decision.cooldown
+        window, decision = state.window, record.decision
         entries.append(
             {
                 "sample": index + 1,

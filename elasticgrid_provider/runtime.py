@@ -190,7 +190,9 @@ class StepReporter:
         """Validate and append one step; return the written record (``None`` when disabled).
 
         ``nodes`` defaults to the job's node count (world size / processes per node),
-        the size the scale check compares samples with.
+        the size the scale check compares samples with. ``time`` (epoch seconds,
+        when the step ended) is added: the scale policy reads arrival rates and
+        idle gaps from it.
         """
         record = {
             "step": check_integer("step", step),

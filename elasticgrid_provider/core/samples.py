@@ -19,6 +19,10 @@ Design notes:
 * Samples in a window are unique by step: a sample whose step is already in
   the window replaces the older one (a step log read twice, or written by
   two writers, never counts a step twice).
+* ``time`` (optional) is when the step ended, in epoch seconds, as the
+  step reporter writes it. Old logs and hand-written samples may lack it;
+  the scheduler then times the samples by their durations. The scheduler
+  reads arrival rates and idle gaps from these timestamps.
 * ``queue_s`` may exceed ``duration_s`` (a sample can report queueing that
   overlapped the previous step); ``active_s`` is clamped at 0 and
   ``queue_fraction`` may then exceed 1, as in 0.1.0.
@@ -40,7 +44,7 @@ from elasticgrid_provider.core.validation import (
     reject_unknown_keys,
 )
 
-SAMPLE_FIELDS = frozenset({"step", "duration_s", "queue_s", "nodes", "tokens"})
+SAMPLE_FIELDS = frozenset({"step", "duration_s", "queue_s", "nodes", "tokens", "time"})
 REQUIRED_SAMPLE_FIELDS = ("step", "duration_s")
 WINDOW_FIELDS = frozenset({"size", "samples"})
 DEFAULT_WINDOW_SIZE = 10
@@ -60,31 +64,39 @@ _SIGNAL_FIELDS = frozenset({"samples", "nodes", *_SIGNAL_NUMBERS})
 
 
 def _checked_sample_fields(
-    label: str, step: Any, duration_s: Any, queue_s: Any, nodes: Any, tokens: Any
+    label: str,
+    step: Any,
+    duration_s: Any,
+    queue_s: Any,
+    nodes: Any,
+    tokens: Any,
+    time: Any = None,
 ) -> dict[str, Any]:
-    """Validate and normalise the five sample fields, naming ``label`` in errors."""
+    """Validate and normalise the sample fields, naming ``label`` in errors."""
     return {
         "step": check_integer(f"{label} step", step, minimum=0),
         "duration_s": check_number(f"{label} duration_s", duration_s),
         "queue_s": check_number(f"{label} queue_s", queue_s),
         "nodes": check_integer(f"{label} nodes", nodes, minimum=1),
         "tokens": check_number(f"{label} tokens", tokens),
+        "time": None if time is None else check_number(f"{label} time", time),
     }
 
 
 @dataclass(frozen=True)
 class StepSample:
-    """One training step: its wall time, time queued for a worker, nodes and tokens."""
+    """One training step: its wall time, time queued for a worker, nodes, tokens, end time."""
 
     step: int
     duration_s: float
     queue_s: float = 0.0
     nodes: int = 1
     tokens: float = 0.0
+    time: float | None = None
 
     def __post_init__(self) -> None:
         checked = _checked_sample_fields(
-            "sample", self.step, self.duration_s, self.queue_s, self.nodes, self.tokens
+            "sample", self.step, self.duration_s, self.queue_s, self.nodes, self.tokens, self.time
         )
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -94,15 +106,23 @@ class StepSample:
         """Time the step spent working rather than waiting: ``duration_s - queue_s``, at least 0."""
         return max(0.0, self.duration_s - self.queue_s)
 
+    @property
+    def started_at(self) -> float | None:
+        """When the step's work became available: ``time - duration_s`` (None without a time)."""
+        return None if self.time is None else self.time - self.duration_s
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON; the inverse of :meth:`from_dict`."""
-        return {
+        """Plain JSON (``time`` only when known); the inverse of :meth:`from_dict`."""
+        data: dict[str, Any] = {
             "step": self.step,
             "duration_s": self.duration_s,
             "queue_s": self.queue_s,
             "nodes": self.nodes,
             "tokens": self.tokens,
         }
+        if self.time is not None:
+            data["time"] = self.time
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "sample") -> StepSample:
@@ -119,6 +139,7 @@ class StepSample:
             data.get("queue_s", 0.0),
             data.get("nodes", 1),
             data.get("tokens", 0.0),
+            data.get("time"),
         )
         return cls(**checked)
 

@@ -1,73 +1,169 @@
 """The scale decision: how big should a training job be right now?
 
-:meth:`ElasticScheduler.decide` reads the signals of a :class:`MetricsWindow`
+:meth:`ElasticScheduler.decide` reads a :class:`MetricsWindow` (samples at
+the job's current size), the :class:`CapacityMemory` of what the job measured
+at the sizes it already ran at, and the sizes recommended by recent checks,
 and answers ``scale_up``, ``scale_down`` or ``hold`` with a target size, a
-human reason, the rule that fired and every rule that held it back. It is a
-pure function of its arguments: the caller supplies ``now`` (epoch seconds),
-the deadline and the :class:`CooldownClock`, and gets the clock to store back
-in the returned decision. Nothing lives in process memory, so a scheduled
-check in a fresh process on another worker decides exactly as the last one
-would have, and a recorded decision replays from its inputs (SPEC 2, 4.6.5).
+human reason, the rule that fired, every rule that held it back and the
+numbers it projected. It is a pure function of its arguments: the caller
+supplies ``now`` (epoch seconds), the deadline and the :class:`CooldownClock`
+and stores what the decision returns. Nothing lives in process memory, so a
+check in a fresh process decides exactly as the last one would have, and a
+recorded decision replays from its inputs (SPEC 2, 4.6.5). The state
+transition around it (observe samples -> decide -> remember) is
+:meth:`elasticgrid_provider.core.state.ScaleState.advance`.
+
+Every resize stops the job and relaunches it: ``startup_s`` of no progress
+while the nodes are paid for. The policy therefore sizes to measured demand,
+and changes size only when the change pays for that restart.
+
+**What the window measures** (:func:`estimate_load`). A sample's ``time`` is
+when its step ended, so its work became available at ``time - duration_s``.
+
+* *Closed loop* (a batch training job): each step's work is there when the
+  previous step ends. ``queue_s`` is work of the step that waited for a busy
+  worker, so ``1 / (1 - queue_fraction)`` times the current capacity would
+  remove the wait; that is the demand. Capacity is work per second of step.
+* *Open loop* (a stream): work arrives on its own clock, visible as steps
+  whose work arrived before the previous step ended (a backlog), or as idle
+  gaps with nothing queued. Demand is the *arrival rate* (work per second
+  between arrivals); capacity is work per second of active time; the backlog
+  is the newest ``queue_s`` (seconds of work waiting), its *trend* the slope
+  of ``queue_s`` over time, and its drain time ``backlog / (1 - demand /
+  capacity)``. Idle gaps count only when they add up to a fifth of the time
+  (a training loop's logging and checkpoints between steps stay below it).
+  Once a job showed it is a stream, the capacity memory remembers it
+  (``arrivals``) and its timed windows are read as an open loop even when
+  it runs so busy that no gap shows. Samples without a ``time`` are taken
+  as a closed loop.
+
+Work is counted in tokens when every sample has tokens, else in steps.
+
+**Scaling efficiency.** Nodes do not scale linearly (communication
+overhead). Per-node throughput measured at each size the job ran at is kept
+across resizes (:class:`CapacityMemory`); throughput at another size is
+extrapolated from the nearest measured size, losing a share of the per-node
+throughput per doubling. With sizes at least 20% apart the loss is fitted
+from them (least squares of log throughput on log2 nodes, kept in [0, 0.5])
+and blended with the prior, fully trusted once they span a factor of 2;
+otherwise the documented prior ``scaling_loss`` (default 10% per doubling,
+typical of data-parallel training whose all-reduce grows with the log of the
+node count) is used.
 
 Rules, in order; the first that fires decides:
 
-1. ``min_samples``: fewer samples than ``min_samples`` -> hold. An empty
-   window without ``current_nodes`` has size 0 ("unknown") and always lands
-   here, because ``min_samples`` is at least 1.
+1. ``min_samples``: fewer samples than ``min_samples`` -> hold.
 2. ``bounds``: below ``min_nodes`` -> scale up to the floor; above
    ``max_nodes`` -> scale *down* to the ceiling (0.1.0 called that a scale
-   up, defect 4.6.4). A bounds correction is a configuration fix, not a
-   reaction to load, so neither the cooldown nor the deadline holds it back;
-   it does start the cooldown.
-3. ``queue_bound`` / ``deadline_pressure`` -> scale up.
-   Queue-bound when ``queue_fraction >= target_queue_fraction``; its target
-   is ``int(current * scale_up_factor)``, at least ``current + 1``, at most
-   ``max_nodes``. Deadline pressure needs ``deadline_at`` and the remaining
-   work (``remaining_steps`` with a mean step > 0, else ``remaining_tokens``
-   with a throughput > 0): the work takes ``remaining_steps * mean_step_s``
-   (or ``remaining_tokens / throughput``) at the current size, and pressure
-   means that is more than the time left. Work is assumed to scale linearly,
-   ``time(n) = time(current) * current / n``, and new nodes only help after
-   ``startup_s``, so the size needed is the smallest ``n`` with
-   ``startup_s + time(n) <= time_left``, i.e.
-   ``ceil(current * time(current) / (time_left - startup_s))``; when even
-   ``max_nodes`` is too few the target is ``max_nodes`` and the reason says
-   the deadline will still be missed. The target is the larger of the two;
-   ``rule`` names the one that set it (``queue_bound`` on a tie).
-   Held back by ``ceiling`` (already at ``max_nodes``), ``deadline`` (a
-   deadline is known and no more than ``startup_s`` is left: new nodes would
-   not be useful before it; 0.1.0 only checked for time <= 0, defect 4.6.3)
-   and ``cooldown`` (less than ``cooldown_s`` since the last change).
-4. ``idle``: mean step > 0, mean step <= ``idle_step_fraction *
-   target_step_s`` and ``queue_fraction <= idle_queue_fraction`` -> scale
-   down to ``int(current * scale_down_factor)``, at least ``min_nodes``, at
-   most ``current - 1``. Held back by ``floor`` (already at ``min_nodes``),
-   ``deadline`` (a deadline and the remaining work are known, and the
-   smaller size would not finish in the time left) and ``cooldown`` (less
-   than ``scale_down_cooldown_s``, which defaults to ``cooldown_s``, since
-   the last change).
-5. ``balanced``: hold.
+   up, defect 4.6.4). A configuration fix: neither cooldown nor price holds
+   it back; it starts the cooldown.
+3. With a deadline and the remaining work (``remaining_steps``, else
+   ``remaining_tokens``; none left -> ``balanced``):
+   ``deadline_pressure`` when the current size does not finish within ``(1 -
+   deadline_margin)`` of the time left: the target is the smallest size whose
+   finish, ``startup_s`` included, fits in it (the smallest, because per-node
+   throughput falls with size, so it is also the cheapest). Held by
+   ``ceiling``, by ``deadline`` when no more than ``startup_s`` is left, and
+   by ``cooldown``; when no size fits, the target is ``max_nodes`` and the
+   reason says the deadline will be missed. ``deadline_slack`` when a smaller
+   size fits in ``(1 - 2 * deadline_margin)`` of the time left (twice the
+   margin, so the next check does not grow it back): a shrink, held by
+   ``restart_cost`` unless the node-seconds it saves to the finish, ``n*T(n) -
+   m*T(m)``, beat its restart price by ``resize_margin`` and are more than
+   ``tolerance`` of what is left to pay, by ``final_stretch`` in the last
+   ``final_stretch_s`` before the deadline, and by the stabilisation window
+   and the cooldown below.
+4. ``demand`` (open loop): the target is the smallest size whose capacity
+   covers ``demand * (1 + headroom)`` and ``demand * (1 + startup_s /
+   drain_s)`` (so the backlog a restart leaves drains in time). A backlog
+   that drains within ``drain_s`` adds nothing: the policy reads the trend,
+   not the level, so the backlog left by a restart never triggers another
+   scale-up. A backlog that grows, or that will not drain within ``drain_s``
+   while a resize would clear it ``1 + resize_margin`` times sooner, adds
+   what clears it, restart included, within ``drain_s``. Demand is the larger
+   of the window's and its newer half's arrival rate, and, when the queue
+   grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
+   queue). A scale-up waits for a second check that also wants it, and for
+   one more while the recommendation still rises by more than ``tolerance``
+   and the backlog is under ``drain_s / 2`` (``stabilisation``: a load change
+   is first seen half-measured); a scale-down waits while the newer half of
+   the window arrives slower than the whole (the load is still falling), and
+   is held by ``restart_cost`` when the backlog, with the one its restart
+   adds, would not drain within ``drain_s`` at the smaller size.
+5. ``queue_bound`` (closed loop, ``queue_fraction >= target_queue_fraction``):
+   ``ceil(current / (1 - queue_fraction))``, the workers the step waited
+   for; when the queue fills the whole step, ``current * scale_up_factor``.
+   ``idle`` (closed loop, mean step <= ``idle_step_fraction *
+   target_step_s``, ``queue_fraction <= idle_queue_fraction``): the smallest
+   size whose projected step is at most ``target_step_s / (1 + headroom)``,
+   at least ``current * scale_down_factor`` (one change goes no deeper:
+   step length alone is weak evidence), held by ``floor``. Both must beat the
+   restart price (``restart_cost``): a scale-up saves ``H * (1 - capacity(n)
+   / capacity(m))`` seconds over the horizon ``H`` against ``startup_s``; a
+   shrink saves node-seconds over ``H`` (through the better per-node
+   throughput of the smaller size) against ``max(n, m) * startup_s``. ``H``
+   is the projected time to finish when the remaining work is known, else
+   ``horizon_s``.
+6. ``balanced``: hold.
 
-A held-back candidate becomes ``hold`` at the current size; the decision
-keeps the rule that fired and one :class:`HeldBy` per rule that held it.
-A scale change sets the cooldown clock to ``now``; a hold returns the clock
-it was given. A cooldown counts from the last change in either direction; a
-change recorded in the future (clock skew) counts as "in cooldown" unless
-that cooldown is 0. The projection assumes the window's mean step describes
-the current size.
+Stabilisation, as Kubernetes' HPA does it: a change within ``tolerance`` of
+the current capacity (demand, queue and idle sizing) is not made; a
+scale-down acts on the *largest* size recommended over the last
+``scale_down_window_s``, and waits (``stabilisation``) while that is the
+current size or while the newest recommendation is still more than
+``tolerance`` below it (a falling load is followed in one change, not a
+staircase); scale-ups wait ``cooldown_s`` and scale-downs
+``scale_down_cooldown_s`` (default ``cooldown_s``) after the last change in
+either direction (a change recorded in the future counts as "in cooldown"
+unless that cooldown is 0). Each decision records the size it recommended
+(``recommended_nodes``) and its projection: demand against capacity, the
+backlog and its trend, the scaling loss and where it came from, finish times
+at the current and target sizes, the restart cost, and the gain against
+the price.
+
+Parameters, in terms of the job (none is fitted to a benchmark):
+
+* ``startup_s``: how long a resize stops progress (stop, provision, load the
+  checkpoint); the restart is priced at the larger of the two sizes, because
+  the old nodes are paid for until the new ones run.
+* ``horizon_s`` (3600): how long the job is expected to keep running when its
+  remaining work is unknown; a resize must pay for itself within it.
+* ``resize_margin`` (1.0): a resize's projected gain must be twice its
+  restart price, because it is projected from a short window and a scaling
+  model; a resize that only just pays is as likely to lose.
+* ``headroom`` (0.2): capacity kept above the measured demand, so the load
+  may rise by a fifth between decisions, or be misread by as much, before
+  work queues, and the backlog of a restart drains.
+* ``tolerance`` (0.1): changes within 10% of the current capacity (or
+  saving under 10% of what is left to pay) are noise, not worth a restart.
+* ``drain_s`` (1800): how long a stream may take to clear a backlog (the
+  latency it tolerates after a load change or a restart); a backlog that
+  clears within it needs no scale-up.
+* ``scale_down_window_s`` (600): a shrink must have been wanted for this long,
+  longer than the gaps between the bursts of a bursty load.
+* ``deadline_margin`` (0.1): plan to finish with 10% of the time left to
+  spare, to absorb projection errors without a second resize.
+* ``final_stretch_s`` (default ``4 * startup_s``): no shrink this close to the
+  deadline; recovering from a wrong shrink would take another restart.
+* ``scaling_loss`` (0.1): the prior per-node throughput lost per doubling.
+* ``scale_up_factor``, ``scale_down_factor``: 0.1.0's factors, kept as the
+  growth when the queue leaves no active time to size from, and as the
+  deepest single idle shrink.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.samples import MetricsWindow, WindowSignals
+from elasticgrid_provider.core.samples import MetricsWindow, StepSample, WindowSignals
 from elasticgrid_provider.core.validation import (
     check_choice,
     check_integer,
@@ -77,9 +173,26 @@ from elasticgrid_provider.core.validation import (
     reject_unknown_keys,
 )
 
-RULES = ("min_samples", "bounds", "queue_bound", "deadline_pressure", "idle", "balanced")
+RULES = (
+    "min_samples",
+    "bounds",
+    "deadline_pressure",
+    "deadline_slack",
+    "demand",
+    "queue_bound",
+    "idle",
+    "balanced",
+)
 """The rules a decision can name as the one that fired, in evaluation order."""
-HOLD_RULES = ("ceiling", "floor", "deadline", "cooldown")
+HOLD_RULES = (
+    "ceiling",
+    "floor",
+    "deadline",
+    "final_stretch",
+    "restart_cost",
+    "stabilisation",
+    "cooldown",
+)
 """The rules that can hold back a scale change."""
 
 
@@ -191,18 +304,364 @@ class HeldBy:
         return cls(data["rule"], data["reason"])
 
 
+SCALING_LOSS_CAP = 0.5
+"""The largest per-doubling loss a fit may report: beyond it extra nodes would not help."""
+FIT_MIN_SPAN = 1.2
+"""Sizes closer than 20% only fit noise: below this span the prior is used alone."""
+FIT_FULL_SPAN_DOUBLINGS = 1.0
+"""A fit over sizes a factor of 2 apart is trusted fully; closer sizes blend with the prior."""
+TREND_SAMPLES = 3
+"""The queue's trend is read from the newest three steps: a change shows at once."""
+MAX_QUEUE_TREND = 0.9
+"""A queue growing this fast or faster reads as 10 times the capacity (the estimate's cap)."""
+IDLE_GAP_SHARE = 0.2
+"""Idle gaps (nothing queued) this share of the time mean the job waits for arriving work."""
+_LOOP_TOLERANCE = 0.05
+"""Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+@dataclass(frozen=True)
+class SizeMeasurement:
+    """Per-node throughput the job measured at one size (work per node-second of busy time)."""
+
+    nodes: int
+    steps_per_node_s: float
+    tokens_per_node_s: float
+    samples: int
+    measured_at: float | None = None
+
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__
+        set_field(self, "nodes", check_integer("measurement nodes", self.nodes, minimum=1))
+        set_field(
+            self,
+            "steps_per_node_s",
+            check_number("measurement steps_per_node_s", self.steps_per_node_s),
+        )
+        set_field(
+            self,
+            "tokens_per_node_s",
+            check_number("measurement tokens_per_node_s", self.tokens_per_node_s),
+        )
+        set_field(self, "samples", check_integer("measurement samples", self.samples))
+        set_field(
+            self,
+            "measured_at",
+            _optional_number("measurement measured_at", self.measured_at, minimum=None),
+        )
+
+    def rate(self, basis: str) -> float:
+        """Per-node throughput in ``basis`` (``steps`` or ``tokens``) per second."""
+        return self.tokens_per_node_s if basis == "tokens" else self.steps_per_node_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON; the inverse of :meth:`from_dict`."""
+        return {
+            "nodes": self.nodes,
+            "steps_per_node_s": self.steps_per_node_s,
+            "tokens_per_node_s": self.tokens_per_node_s,
+            "samples": self.samples,
+            "measured_at": self.measured_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SizeMeasurement:
+        """Rebuild from :meth:`to_dict` output."""
+        check_mapping("measurement", data)
+        fields = {"nodes", "steps_per_node_s", "tokens_per_node_s", "samples", "measured_at"}
+        reject_unknown_keys("measurement", data, fields)
+        _missing("measurement", data, ("nodes", "steps_per_node_s", "tokens_per_node_s"))
+        return cls(
+            data["nodes"],
+            data["steps_per_node_s"],
+            data["tokens_per_node_s"],
+            data.get("samples", 0),
+            data.get("measured_at"),
+        )
+
+
+@dataclass(frozen=True)
+class CapacityMemory:
+    """What the job measured at each size it ran at, kept across resizes (one entry per size)."""
+
+    sizes: tuple[SizeMeasurement, ...] = ()
+    arrivals: bool = False
+    """The job's work was once seen arriving on its own clock (a stream): later windows are
+    read as an open loop too, even when the stream runs so busy that no gap shows."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.arrivals, bool):
+            raise ElasticGridError(
+                f"capacity memory arrivals must be a boolean, got {self.arrivals!r}"
+            )
+        entries = tuple(self.sizes)
+        for entry in entries:
+            _require(SizeMeasurement, "capacity memory entry", entry)
+        by_nodes = {entry.nodes: entry for entry in entries}
+        object.__setattr__(self, "sizes", tuple(by_nodes[n] for n in sorted(by_nodes)))
+
+    def with_measurement(self, measurement: SizeMeasurement) -> CapacityMemory:
+        """A copy in which ``measurement`` replaces what was known at its size."""
+        kept = tuple(entry for entry in self.sizes if entry.nodes != measurement.nodes)
+        return CapacityMemory((*kept, measurement), self.arrivals)
+
+    def scaling(self, basis: str, prior: float) -> tuple[float, str]:
+        """The per-doubling loss of per-node throughput, and where it comes from."""
+        points = [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
+        sizes_known = [nodes for nodes, _ in points]
+        if len(points) < 2 or max(sizes_known) < FIT_MIN_SPAN * min(sizes_known):
+            return prior, "prior"
+        trust = min(1.0, math.log2(max(sizes_known) / min(sizes_known)) / FIT_FULL_SPAN_DOUBLINGS)
+        xs = [math.log2(nodes) for nodes, _ in points]
+        ys = [math.log(rate) for _, rate in points]
+        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+        spread = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        fitted = min(SCALING_LOSS_CAP, max(0.0, 1.0 - math.exp(slope)))
+        loss = trust * fitted + (1.0 - trust) * prior
+        sizes = ", ".join(str(nodes) for nodes, _ in points)
+        return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
+
+    def per_node_rate(self, basis: str, nodes: int, loss: float) -> float:
+        """Per-node throughput at ``nodes``: from the nearest measured size, ``loss`` per doubling.
+
+        0 when nothing was measured in ``basis``.
+        """
+        points = [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
+        if not points:
+            return 0.0
+        anchor, rate = min(points, key=lambda point: (abs(math.log(nodes / point[0])), point[0]))
+        return rate * (1.0 - loss) ** math.log2(nodes / anchor)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON; the inverse of :meth:`from_dict`."""
+        return {"sizes": [entry.to_dict() for entry in self.sizes], "arrivals": self.arrivals}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CapacityMemory:
+        """Rebuild from :meth:`to_dict` output; ``None`` or ``{}`` is an empty memory."""
+        if data is None:
+            return cls()
+        check_mapping("capacity memory", data)
+        reject_unknown_keys("capacity memory", data, {"sizes", "arrivals"})
+        entries = data.get("sizes", [])
+        if not isinstance(entries, list):
+            raise ElasticGridError(f"capacity memory sizes must be a list, got {entries!r}")
+        return cls(
+            tuple(SizeMeasurement.from_dict(entry) for entry in entries),
+            data.get("arrivals", False),
+        )
+
+
+NO_MEASUREMENTS = CapacityMemory()
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The size one check recommended (before stabilisation), and when."""
+
+    at: float
+    nodes: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", check_number("recommendation at", self.at, minimum=None))
+        object.__setattr__(
+            self, "nodes", check_integer("recommendation nodes", self.nodes, minimum=1)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON; the inverse of :meth:`from_dict`."""
+        return {"at": self.at, "nodes": self.nodes}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Recommendation:
+        """Rebuild from :meth:`to_dict` output."""
+        check_mapping("recommendation", data)
+        reject_unknown_keys("recommendation", data, {"at", "nodes"})
+        _missing("recommendation", data, ("at", "nodes"))
+        return cls(data["at"], data["nodes"])
+
+
+@dataclass(frozen=True)
+class LoadEstimate:
+    """Demand, capacity and backlog measured from samples at one size (see the module notes)."""
+
+    nodes: int
+    samples: int
+    open_loop: bool
+    basis: str
+    capacity_per_s: float
+    demand_per_s: float
+    busy_s: float
+    backlog_s: float
+    backlog_trend: float
+    steps_per_node_s: float
+    tokens_per_node_s: float
+    window_demand_per_s: float = 0.0
+    recent_demand_per_s: float = 0.0
+
+    @property
+    def falling(self) -> bool:
+        """The newer half of the window arrives slower than the whole: the load is falling."""
+        return self.recent_demand_per_s < self.window_demand_per_s * 0.9
+
+    @property
+    def utilisation(self) -> float:
+        """Demand over capacity at the current size (above 1: work piles up)."""
+        if self.capacity_per_s <= 0:
+            return 0.0
+        return self.demand_per_s / self.capacity_per_s
+
+    @property
+    def drain_s(self) -> float | None:
+        """Seconds to clear the backlog at the current size; ``None`` when it never clears."""
+        if self.backlog_s <= 0:
+            return 0.0
+        spare = 1.0 - self.utilisation
+        return self.backlog_s / spare if spare > 0 else None
+
+    def measurement(self, measured_at: float | None) -> SizeMeasurement:
+        """What these samples say about per-node throughput at this size."""
+        return SizeMeasurement(
+            self.nodes, self.steps_per_node_s, self.tokens_per_node_s, self.samples, measured_at
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON for the audit record."""
+        return {
+            "loop": "open" if self.open_loop else "closed",
+            "basis": self.basis,
+            "demand_per_s": self.demand_per_s,
+            "capacity_per_s": self.capacity_per_s,
+            "utilisation": self.utilisation,
+            "backlog_s": self.backlog_s,
+            "backlog_trend": self.backlog_trend,
+            "window_demand_per_s": self.window_demand_per_s,
+            "recent_demand_per_s": self.recent_demand_per_s,
+            "drain_s": _finite_or_none(self.drain_s),
+        }
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ``ys`` over ``xs`` (0 when ``xs`` do not spread)."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread <= 0:
+        return 0.0
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+
+
+def _is_open_loop(samples: tuple[StepSample, ...]) -> bool:
+    """Work arrived on its own clock: before the previous step ended, or after long idle gaps.
+
+    A closed training loop has some time between steps (logging, a checkpoint),
+    so idle gaps count only when, with nothing queued, they add up to
+    ``IDLE_GAP_SHARE`` of the window's time.
+    """
+    idle = busy = 0.0
+    for previous, sample in itertools.pairwise(samples):
+        started, ended = sample.started_at, previous.time
+        if started is None or ended is None:
+            return False
+        slack = _LOOP_TOLERANCE * sample.duration_s + 1e-3
+        if started < ended - slack:
+            return True  # it waited behind the previous step: a backlog
+        busy += sample.duration_s
+        if started > ended and sample.queue_s <= slack:
+            idle += started - ended  # the job sat idle waiting for work
+    return idle > 0 and idle >= IDLE_GAP_SHARE * (idle + busy)
+
+
+def _arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
+    """Work per second between the first and the last arrival (0 without a time span)."""
+    starts = [sample.started_at or 0.0 for sample in samples]
+    span = starts[-1] - starts[0]
+    if span <= 0:
+        return 0.0
+    later = samples[1:]
+    work = math.fsum(s.tokens for s in later) if basis == "tokens" else float(len(later))
+    return work / span
+
+
+def estimate_load(
+    samples: Sequence[StepSample], nodes: int, *, arrivals: bool = False
+) -> LoadEstimate | None:
+    """Demand, capacity and backlog of ``samples`` measured at ``nodes``; ``None`` without work.
+
+    See the module notes for the closed- and open-loop readings; ``arrivals``
+    (the job was seen to be a stream before) reads timed samples as an open loop.
+    """
+    ordered = tuple(samples)
+    if not ordered:
+        return None
+    count = len(ordered)
+    total_tokens = math.fsum(sample.tokens for sample in ordered)
+    basis = "tokens" if all(sample.tokens > 0 for sample in ordered) else "steps"
+    timed = all(sample.time is not None for sample in ordered)
+    open_loop = count >= 2 and ((arrivals and timed) or _is_open_loop(ordered))
+    if open_loop:
+        starts = [sample.started_at or 0.0 for sample in ordered]
+        span = starts[-1] - starts[0]
+        open_loop = span > 0
+    if open_loop:
+        busy_s = math.fsum(sample.active_s for sample in ordered)
+    else:
+        busy_s = math.fsum(sample.duration_s for sample in ordered)
+    if busy_s <= 0:
+        return None
+    steps_per_s = count / busy_s
+    tokens_per_s = total_tokens / busy_s
+    capacity = tokens_per_s if basis == "tokens" else steps_per_s
+    backlog_s = trend = 0.0
+    recent_demand = window_demand = 0.0
+    if open_loop:
+        window_demand = recent_demand = _arrival_rate(ordered, basis)
+        newer = ordered[count // 2 :] if count >= 4 else ordered
+        if count >= 4:  # a rise shows in the newer half first; a fall waits for the whole window
+            recent_demand = _arrival_rate(newer, basis)
+        latest = ordered[-TREND_SAMPLES:]
+        times = [sample.time or 0.0 for sample in latest]
+        trend = _slope(times, [sample.queue_s for sample in latest])
+        demand = max(window_demand, recent_demand)
+        newest = ordered[-1]
+        if trend > 0 and newest.queue_s > _LOOP_TOLERANCE * newest.duration_s:
+            # served steps lag behind a growing queue; the wait grows by 1 - capacity/demand
+            # per second, so the queue's growth tells the demand before the steps do
+            demand = max(demand, capacity / (1.0 - min(trend, MAX_QUEUE_TREND)))
+        # the work that arrived while the newest step waited is still waiting behind it
+        backlog_s = ordered[-1].queue_s * min(demand / capacity, 1e6) if capacity > 0 else 0.0
+    else:
+        queued = math.fsum(sample.queue_s for sample in ordered)
+        total = math.fsum(sample.duration_s for sample in ordered)
+        waiting = min(queued / total, 1.0) if total > 0 else 0.0
+        demand = capacity / (1.0 - waiting) if waiting < 1.0 else sys.float_info.max
+    return LoadEstimate(
+        nodes=nodes,
+        samples=count,
+        open_loop=open_loop,
+        basis=basis,
+        capacity_per_s=capacity,
+        demand_per_s=min(demand, sys.float_info.max),
+        busy_s=busy_s,
+        backlog_s=backlog_s,
+        backlog_trend=trend,
+        window_demand_per_s=window_demand,
+        recent_demand_per_s=recent_demand,
+        steps_per_node_s=steps_per_s / nodes,
+        tokens_per_node_s=tokens_per_s / nodes,
+    )
+
+
 @dataclass(frozen=True)
 class _RemainingWork:
-    """The work left before the deadline, in seconds at the current size."""
+    """The work left before the deadline."""
 
     basis: str  # "steps" or "tokens"
     amount: float
-    seconds: float
-    nodes: int
-
-    def seconds_at(self, nodes: int) -> float:
-        """Seconds the work takes on ``nodes`` nodes, assuming linear scaling (kept finite)."""
-        return min(self.seconds * (self.nodes / nodes), sys.float_info.max)
 
     @property
     def phrase(self) -> str:
@@ -211,7 +670,7 @@ class _RemainingWork:
 
 @dataclass(frozen=True)
 class _Situation:
-    """The validated inputs of one decision."""
+    """The validated inputs of one decision, and what the window measured."""
 
     signals: WindowSignals
     current: int
@@ -219,32 +678,26 @@ class _Situation:
     cooldown: CooldownClock
     deadline_at: float | None
     work: _RemainingWork | None
+    load: LoadEstimate | None
+    memory: CapacityMemory
+    recent: tuple[Recommendation, ...]
 
     @property
     def time_left_s(self) -> float | None:
         return None if self.deadline_at is None else self.deadline_at - self.now
 
-    @property
-    def under_pressure(self) -> bool:
-        """The remaining work will not finish in the time left at the current size."""
-        time_left = self.time_left_s
-        return (
-            self.work is not None
-            and time_left is not None
-            and self.work.seconds > 0
-            and self.work.seconds > time_left
-        )
-
 
 @dataclass(frozen=True)
 class _Verdict:
-    """What a rule concluded: the change it wants (if any) and what held it back."""
+    """What a rule concluded: the change it wants (if any), what held it back, its numbers."""
 
     rule: str
     why: str
     action: ScaleAction = ScaleAction.HOLD
     target: int | None = None
     held_by: tuple[HeldBy, ...] = ()
+    recommended: int | None = None
+    numbers: dict[str, Any] = field(default_factory=dict)
 
 
 SCHEDULER_PARAMETERS = (
@@ -261,17 +714,23 @@ SCHEDULER_PARAMETERS = (
     "target_step_s",
     "min_samples",
     "startup_s",
+    "horizon_s",
+    "resize_margin",
+    "headroom",
+    "tolerance",
+    "drain_s",
+    "scale_down_window_s",
+    "deadline_margin",
+    "final_stretch_s",
+    "scaling_loss",
 )
 
 
 @dataclass(frozen=True)
 class ElasticScheduler:
-    """The scale policy: bounds, growth factors, cooldowns and thresholds (SPEC 4.2).
+    """The scale policy: bounds, cooldowns, thresholds, restart price and margins.
 
-    ``cooldown_s`` holds back scale-ups; ``scale_down_cooldown_s`` (default:
-    ``cooldown_s``) holds back scale-downs. ``startup_s`` is how long new
-    nodes take to become useful (provisioning plus restart), which the
-    deadline rule respects.
+    See the module notes for what each parameter means for the job.
     """
 
     min_nodes: int = 1
@@ -286,6 +745,15 @@ class ElasticScheduler:
     target_step_s: float = 30.0
     min_samples: int = 3
     startup_s: float = 0.0
+    horizon_s: float = 3600.0
+    resize_margin: float = 1.0
+    headroom: float = 0.2
+    tolerance: float = 0.1
+    drain_s: float = 1800.0
+    scale_down_window_s: float = 600.0
+    deadline_margin: float = 0.1
+    final_stretch_s: float | None = None
+    scaling_loss: float = 0.1
 
     def __post_init__(self) -> None:
         min_nodes = check_integer("min_nodes", self.min_nodes, minimum=1)
@@ -321,6 +789,23 @@ class ElasticScheduler:
             ),
             "min_samples": check_integer("min_samples", self.min_samples, minimum=1),
             "startup_s": check_number("startup_s", self.startup_s),
+            "horizon_s": check_number("horizon_s", self.horizon_s, exclusive_minimum=True),
+            "resize_margin": check_number("resize_margin", self.resize_margin),
+            "headroom": check_number("headroom", self.headroom),
+            "tolerance": check_number(
+                "tolerance", self.tolerance, maximum=1.0, exclusive_maximum=True
+            ),
+            "drain_s": check_number("drain_s", self.drain_s, exclusive_minimum=True),
+            "scale_down_window_s": check_number("scale_down_window_s", self.scale_down_window_s),
+            "deadline_margin": check_number(
+                "deadline_margin", self.deadline_margin, maximum=1.0, exclusive_maximum=True
+            ),
+            "final_stretch_s": _optional_number(
+                "final_stretch_s", self.final_stretch_s, minimum=0.0
+            ),
+            "scaling_loss": check_number(
+                "scaling_loss", self.scaling_loss, maximum=SCALING_LOSS_CAP
+            ),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -332,9 +817,20 @@ class ElasticScheduler:
             return self.cooldown_s
         return self.scale_down_cooldown_s
 
+    @property
+    def effective_final_stretch_s(self) -> float:
+        """The no-shrink stretch before a deadline: ``final_stretch_s``, else 4 restarts."""
+        if self.final_stretch_s is None:
+            return 4.0 * self.startup_s
+        return self.final_stretch_s
+
     def thresholds(self) -> dict[str, Any]:
-        """Every parameter as used (the scale-down cooldown resolved), for the audit record."""
-        return {**self.to_dict(), "scale_down_cooldown_s": self.effective_scale_down_cooldown_s}
+        """Every parameter as used (defaults resolved), for the audit record."""
+        return {
+            **self.to_dict(),
+            "scale_down_cooldown_s": self.effective_scale_down_cooldown_s,
+            "final_stretch_s": self.effective_final_stretch_s,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON of the parameters as given; the inverse of :meth:`from_dict`."""
@@ -357,22 +853,33 @@ class ElasticScheduler:
         deadline_at: float | None = None,
         remaining_steps: float | None = None,
         remaining_tokens: float | None = None,
+        capacity: CapacityMemory = NO_MEASUREMENTS,
+        recent: Sequence[Recommendation] = (),
     ) -> ScaleDecision:
         """Decide the job's size from ``window`` at ``now`` (epoch seconds); see the module notes.
 
         ``current_nodes`` defaults to the newest sample's node count.
         ``deadline_at`` is epoch seconds; ``remaining_steps`` or
         ``remaining_tokens`` let the deadline rule project the finish.
+        ``capacity`` is what the job measured at the sizes it ran at (the
+        window's own measurement overrides its size); ``recent`` the sizes
+        recent checks recommended (for the scale-down stabilisation window).
         """
         situation = self._situation(
-            window, now, current_nodes, cooldown, deadline_at, remaining_steps, remaining_tokens
+            window,
+            now,
+            current_nodes,
+            cooldown,
+            deadline_at,
+            remaining_steps,
+            remaining_tokens,
+            capacity,
+            recent,
         )
         verdict = (
             self._min_samples_rule(situation)
             or self._bounds_rule(situation)
-            or self._scale_up_rule(situation)
-            or self._idle_rule(situation)
-            or _Verdict("balanced", "the step is balanced; hold the current size")
+            or self._policy(situation)
         )
         return self._decision(situation, verdict)
 
@@ -387,9 +894,15 @@ class ElasticScheduler:
         deadline_at: Any,
         remaining_steps: Any,
         remaining_tokens: Any,
+        capacity: Any,
+        recent: Any,
     ) -> _Situation:
         _require(MetricsWindow, "window", window)
         _require(CooldownClock, "cooldown", cooldown)
+        _require(CapacityMemory, "capacity", capacity)
+        recent = tuple(recent)
+        for entry in recent:
+            _require(Recommendation, "recent recommendation", entry)
         signals = window.signals()
         if current_nodes is None:
             current = signals.nodes
@@ -398,15 +911,69 @@ class ElasticScheduler:
         deadline = _optional_number("deadline_at", deadline_at, minimum=None)
         steps = _optional_number("remaining_steps", remaining_steps, minimum=0.0)
         tokens = _optional_number("remaining_tokens", remaining_tokens, minimum=0.0)
-        work = _remaining_work(signals, current, steps, tokens) if deadline is not None else None
+        load = (
+            estimate_load(window.samples, current, arrivals=capacity.arrivals)
+            if current >= 1
+            else None
+        )
+        now = check_number("now", now, minimum=None)
+        memory = capacity if load is None else capacity.with_measurement(load.measurement(None))
+        work = None
+        if deadline is None:
+            pass
+        elif steps is not None and memory.per_node_rate("steps", current, 0.0) > 0:
+            work = _RemainingWork("steps", steps)
+        elif tokens is not None and memory.per_node_rate("tokens", current, 0.0) > 0:
+            work = _RemainingWork("tokens", tokens)
+        if work is not None:
+            rate = current * memory.per_node_rate(work.basis, current, 0.0)
+            if not math.isfinite(work.amount / rate):
+                raise ElasticGridError(
+                    f"remaining_{work.basis} {work.amount!r} is too large to project a finish time"
+                )
         return _Situation(
             signals=signals,
             current=current,
-            now=check_number("now", now, minimum=None),
+            now=now,
             cooldown=cooldown,
             deadline_at=deadline,
             work=work,
+            load=load,
+            memory=memory,
+            recent=recent,
         )
+
+    # -- the throughput model -------------------------------------------------
+
+    def _scaling(self, situation: _Situation, basis: str) -> tuple[float, str]:
+        return situation.memory.scaling(basis, self.scaling_loss)
+
+    def _capacity(self, situation: _Situation, basis: str, nodes: int) -> float:
+        """Projected throughput of the whole job at ``nodes`` (work per second)."""
+        loss, _ = self._scaling(situation, basis)
+        return nodes * situation.memory.per_node_rate(basis, nodes, loss)
+
+    def _finish_s(self, situation: _Situation, work: _RemainingWork, nodes: int) -> float:
+        """Seconds ``work`` takes at ``nodes`` (no restart); capped to stay finite."""
+        capacity = self._capacity(situation, work.basis, nodes)
+        if capacity <= 0:
+            return sys.float_info.max
+        return min(work.amount / capacity, sys.float_info.max)
+
+    def _smallest(self, fits: Any, low: int, high: int) -> int | None:
+        """The smallest size in ``[low, high]`` for which ``fits`` (monotone) holds."""
+        if low > high or not fits(high):
+            return None
+        while low < high:
+            middle = (low + high) // 2
+            if fits(middle):
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def _restart_price_node_s(self, current: int, target: int) -> float:
+        return max(current, target) * self.startup_s
 
     # -- rules ----------------------------------------------------------------
 
@@ -431,114 +998,439 @@ class ElasticScheduler:
             return None
         if self._cooldown_hold(situation, action) is not None:
             why += " (bounds corrections ignore the cooldown)"
-        return _Verdict("bounds", why, action, target)
+        return _Verdict("bounds", why, action, target, recommended=target)
 
-    def _scale_up_rule(self, situation: _Situation) -> _Verdict | None:
-        signals = situation.signals
-        queue_bound = signals.queue_fraction >= self.target_queue_fraction
-        pressure = situation.under_pressure
-        if not (queue_bound or pressure):
-            return None
-        current = situation.current
-        reasons: list[str] = []
-        queue_target = pressure_target = current
-        if queue_bound:
-            queue_target = self._grown(current)
-            reasons.append(
-                f"{signals.queue_fraction:.0%} of the step was spent waiting for a worker"
+    def _policy(self, situation: _Situation) -> _Verdict:
+        load = situation.load
+        if situation.work is not None and situation.deadline_at is not None:
+            verdict = self._deadline_rule(situation)
+        elif load is not None and load.open_loop:
+            verdict = self._demand_rule(situation, load)
+        elif load is not None:
+            verdict = self._closed_loop_rule(situation, load)
+        else:
+            verdict = _Verdict(
+                "balanced",
+                "the samples show no work to size from; hold the current size",
+                recommended=situation.current,
             )
-        if pressure:
-            needed, explanation = self._deadline_target(situation)
-            pressure_target = current if needed is None else needed
-            reasons.append(explanation)
-        pressure_sets_target = pressure and (not queue_bound or pressure_target > queue_target)
-        rule = "deadline_pressure" if pressure_sets_target else "queue_bound"
+        return self._gated(situation, verdict)
+
+    def _deadline_rule(self, situation: _Situation) -> _Verdict:
+        work, time_left = situation.work, situation.time_left_s
+        assert work is not None and time_left is not None  # guarded by _policy
+        current = situation.current
+        if work.amount <= 0:
+            return _Verdict(
+                "balanced",
+                f"no work is left ({work.phrase}); hold the current size",
+                recommended=current,
+            )
+        budget = (1.0 - self.deadline_margin) * time_left
+        finish_now = self._finish_s(situation, work, current)
+        numbers: dict[str, Any] = {
+            "basis": work.basis,
+            "remaining": work.amount,
+            "current_finish_s": _finite_or_none(finish_now),
+            "time_left_s": time_left,
+            "deadline_budget_s": budget,
+        }
+        left_text = f"{_seconds(time_left)} are left" if time_left > 0 else "no time is left"
+        explanation = (
+            f"at {current} nodes {work.phrase} take {_seconds(finish_now)} and {left_text} "
+            f"({_seconds(max(budget, 0.0))} after the {self.deadline_margin:.0%} margin)"
+        )
+
+        def fits(nodes: int) -> bool:
+            restart = 0.0 if nodes == current else self.startup_s
+            return restart + self._finish_s(situation, work, nodes) <= budget
+
+        shrink_budget = (1.0 - 2.0 * self.deadline_margin) * time_left
+
+        def fits_after_shrink(nodes: int) -> bool:
+            return self.startup_s + self._finish_s(situation, work, nodes) <= shrink_budget
+
+        if finish_now <= budget:
+            # a shrink must fit with twice the margin, so the next check does not grow it back
+            smallest = self._smallest(fits_after_shrink, self.min_nodes, current - 1)
+            if smallest is not None and smallest > current * (1.0 - self.tolerance):
+                smallest = None
+            if smallest is None:
+                return _Verdict(
+                    "balanced",
+                    f"{explanation}: on track; hold the current size",
+                    recommended=current,
+                    numbers=numbers,
+                )
+            return self._deadline_shrink(situation, work, smallest, explanation, numbers)
+        smallest = self._smallest(fits, current + 1, self.max_nodes)
+        if smallest is None:
+            # no resize fits in the budget; the most nodes finish soonest
+            target = max(self.max_nodes, current)
+            finish = self._finish_s(situation, work, target) + self.startup_s
+            why = f"{explanation}; even {target} nodes need {_seconds(finish)} with the restart"
+            why += ", so the deadline will be missed"
+        else:
+            target = smallest
+            finish = self._finish_s(situation, work, target) + self.startup_s
+            why = f"{explanation}; {target} nodes finish in {_seconds(finish)} with the restart"
+        numbers["target_finish_s"] = _finite_or_none(finish)
         held = (
             self._ceiling_hold(current),
             self._startup_hold(situation),
-            self._cooldown_hold(situation, ScaleAction.SCALE_UP),
         )
         return _Verdict(
-            rule,
-            "; ".join(reasons),
+            "deadline_pressure",
+            why,
             ScaleAction.SCALE_UP,
-            max(queue_target, pressure_target),
-            tuple(hold for hold in held if hold is not None),
+            target,
+            tuple(h for h in held if h is not None),
+            recommended=target,
+            numbers=numbers,
         )
 
-    def _idle_rule(self, situation: _Situation) -> _Verdict | None:
+    def _deadline_shrink(
+        self,
+        situation: _Situation,
+        work: _RemainingWork,
+        target: int,
+        explanation: str,
+        numbers: dict[str, Any],
+    ) -> _Verdict:
+        current = situation.current
+        finish_target = self._finish_s(situation, work, target)
+        saved = current * self._finish_s(situation, work, current) - target * finish_target
+        price = self._restart_price_node_s(current, target)
+        numbers.update(
+            {
+                "target_finish_s": _finite_or_none(finish_target + self.startup_s),
+                "gain": saved,
+                "gain_unit": "node-seconds",
+                "price": price,
+            }
+        )
+        why = (
+            f"{explanation}; {target} nodes finish in "
+            f"{_seconds(finish_target + self.startup_s)} with the restart and save "
+            f"{_number_text(saved)} node-seconds against a restart price of "
+            f"{_number_text(price)}"
+        )
+        cost_now = current * self._finish_s(situation, work, current)
+        worth = None
+        if saved < self.tolerance * cost_now:
+            worth = HeldBy(
+                "restart_cost",
+                f"saving {_number_text(saved)} node-seconds is within the "
+                f"{self.tolerance:.0%} tolerance of the {_number_text(cost_now)} node-seconds "
+                "left to pay",
+            )
+        held: list[HeldBy | None] = [
+            self._floor_hold(current),
+            self._final_stretch_hold(situation),
+            self._price_hold(saved, price, "node-seconds") or worth,
+        ]
+        return _Verdict(
+            "deadline_slack",
+            why,
+            ScaleAction.SCALE_DOWN,
+            target,
+            tuple(h for h in held if h is not None),
+            recommended=target,
+            numbers=numbers,
+        )
+
+    def _demand_rule(self, situation: _Situation, load: LoadEstimate) -> _Verdict:
+        current = situation.current
+        basis = load.basis
+        demand = load.demand_per_s
+        capacity = load.capacity_per_s
+        drain = load.drain_s
+        drains_in_time = drain is not None and drain <= self.drain_s
+        need = demand * (1.0 + self.headroom)
+        need = max(need, demand * (1.0 + self.startup_s / self.drain_s))
+        backlog_text = ""
+        if load.backlog_s > 0:
+            if drains_in_time:
+                backlog_text = (
+                    f"; the backlog of {_seconds(load.backlog_s)} drains in "
+                    f"{_seconds(drain or 0.0)}, so it needs no more nodes"
+                )
+            else:
+                # a resize serves nothing for startup_s while work keeps arriving
+                usable_s = max(self.drain_s - self.startup_s, self.drain_s / 2.0)
+                waiting = load.backlog_s * capacity + demand * self.startup_s
+                drain_need = demand + waiting / usable_s
+                grows = load.utilisation >= 1.0 or load.backlog_trend > 0
+                stay_s = math.inf if drain is None else drain
+                after_s = self._drain_after_resize(situation, load, drain_need)
+                if grows or stay_s >= (1.0 + self.resize_margin) * max(after_s, self.drain_s):
+                    need = max(need, drain_need)
+                    trend = "grows" if grows else "will not drain"
+                    backlog_text = (
+                        f"; the backlog of {_seconds(load.backlog_s)} {trend} within "
+                        f"{_seconds(self.drain_s)}"
+                    )
+                else:
+                    backlog_text = (
+                        f"; the backlog of {_seconds(load.backlog_s)} drains in "
+                        f"{_seconds(stay_s)}, and a restart would not clear it much sooner"
+                    )
+        target = self._smallest(
+            lambda nodes: self._capacity(situation, basis, nodes) >= need,
+            self.min_nodes,
+            self.max_nodes,
+        )
+        if target is None:
+            target = self.max_nodes
+        numbers = {
+            **load.to_dict(),
+            "target_capacity_per_s": self._capacity(situation, basis, target),
+            "needed_per_s": need,
+        }
+        why = (
+            f"demand {_number_text(demand)} {basis}/s against a capacity of "
+            f"{_number_text(capacity)} {basis}/s at {current} nodes "
+            f"({load.utilisation:.0%} utilised){backlog_text}"
+        )
+        verdict = self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
+        previous = situation.recent[-1].nodes if situation.recent else None
+        if verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
+            unconfirmed = HeldBy(
+                "stabilisation",
+                "the first check to find the load above the capacity; the next check confirms "
+                "it with more of the new load measured",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, unconfirmed))
+        elif (
+            verdict.action is ScaleAction.SCALE_UP
+            and verdict.recommended is not None
+            and previous is not None
+            and previous < verdict.recommended * (1.0 - self.tolerance)
+            and load.backlog_s < self.drain_s / 2.0
+        ):
+            rising = HeldBy(
+                "stabilisation",
+                f"the load is still rising: {verdict.recommended} nodes now, {previous} at the "
+                "last check; the backlog is short enough to measure it once more",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, rising))
+        if verdict.action is ScaleAction.SCALE_DOWN and verdict.target is not None:
+            spare = self._capacity(situation, basis, verdict.target) - demand
+            waiting = load.backlog_s * capacity + demand * self.startup_s
+            after_s = self.startup_s + (waiting / spare if spare > 0 else math.inf)
+            if after_s > self.drain_s:
+                backlog_hold = HeldBy(
+                    "restart_cost",
+                    f"at {verdict.target} nodes the backlog, with the restart's, would take "
+                    f"{_seconds(min(after_s, sys.float_info.max))} to drain, more than "
+                    f"{_seconds(self.drain_s)}",
+                )
+                verdict = replace(verdict, held_by=(*verdict.held_by, backlog_hold))
+        if verdict.action is ScaleAction.SCALE_DOWN and load.falling:
+            falling = HeldBy(
+                "stabilisation",
+                f"the load is still falling: the newer half of the window arrives at "
+                f"{_number_text(load.recent_demand_per_s)} {basis}/s, the whole at "
+                f"{_number_text(load.window_demand_per_s)}",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, falling))
+        return verdict
+
+    def _drain_after_resize(self, situation: _Situation, load: LoadEstimate, need: float) -> float:
+        """Seconds to clear the backlog after a resize to the size serving ``need``."""
+        target = self._smallest(
+            lambda nodes: self._capacity(situation, load.basis, nodes) >= need,
+            self.min_nodes,
+            self.max_nodes,
+        )
+        spare = self._capacity(situation, load.basis, target or self.max_nodes) - load.demand_per_s
+        waiting = load.backlog_s * load.capacity_per_s + load.demand_per_s * self.startup_s
+        return self.startup_s + (waiting / spare if spare > 0 else math.inf)
+
+    def _closed_loop_rule(self, situation: _Situation, load: LoadEstimate) -> _Verdict:
         signals = situation.signals
+        current = situation.current
+        basis = load.basis
+        numbers = load.to_dict()
+        if signals.queue_fraction >= self.target_queue_fraction:
+            why = f"{signals.queue_fraction:.0%} of the step was spent waiting for a worker"
+            if signals.mean_active_s <= 0 or signals.queue_fraction >= 1.0:
+                target = min(self.max_nodes, max(current + 1, int(current * self.scale_up_factor)))
+                why += f" and none of it was active, so grow by {self.scale_up_factor:g}x"
+            else:
+                # the queue counts the workers the step waited for: that many more remove it
+                needed = current / (1.0 - signals.queue_fraction)
+                target = min(self.max_nodes, max(current, math.ceil(round(needed, 9))))
+                why += f"; {math.ceil(round(needed, 9))} nodes would remove the wait"
+            numbers["target_capacity_per_s"] = self._capacity(situation, basis, target)
+            return self._sized(
+                situation, "queue_bound", why, target, load.utilisation, numbers, basis
+            )
         idle_limit_s = self.idle_step_fraction * self.target_step_s
         idle = (
             0 < signals.mean_step_s <= idle_limit_s
             and signals.queue_fraction <= self.idle_queue_fraction
         )
-        if not idle:
-            return None
-        current = situation.current
-        why = (
-            f"the mean step of {_seconds(signals.mean_step_s)} is at most "
-            f"{self.idle_step_fraction:.0%} of the {_seconds(self.target_step_s)} target and "
-            f"{signals.queue_fraction:.0%} of it was spent waiting for a worker"
-        )
-        target = self._shrunk(current)
-        held = (
-            self._floor_hold(current),
-            self._shrink_deadline_hold(situation, target),
-            self._cooldown_hold(situation, ScaleAction.SCALE_DOWN),
-        )
-        return _Verdict(
-            "idle",
-            why,
-            ScaleAction.SCALE_DOWN,
-            target,
-            tuple(hold for hold in held if hold is not None),
-        )
-
-    # -- targets --------------------------------------------------------------
-
-    def _grown(self, current: int) -> int:
-        """``int(current * scale_up_factor)``, at least ``current + 1``, at most the ceiling."""
-        return min(self.max_nodes, max(current + 1, int(current * self.scale_up_factor)))
-
-    def _shrunk(self, current: int) -> int:
-        """``int(current * scale_down_factor)``, at most ``current - 1``, at least the floor."""
-        if current <= self.min_nodes:
-            return current
-        return max(self.min_nodes, min(current - 1, int(current * self.scale_down_factor)))
-
-    def _deadline_target(self, situation: _Situation) -> tuple[int | None, str]:
-        """The size that finishes the remaining work in time, and the sentence explaining it.
-
-        ``None`` when no size can help because new nodes would start too late.
-        """
-        work = situation.work
-        time_left = situation.time_left_s
-        assert work is not None and time_left is not None  # guarded by under_pressure
-        current = situation.current
-        left_text = f"{_seconds(time_left)} are left" if time_left > 0 else "no time is left"
-        explanation = (
-            f"at {current} nodes {work.phrase} take {_seconds(work.seconds)} but {left_text}"
-        )
-        usable_s = time_left - self.startup_s
-        if usable_s <= 0:
-            return None, explanation
-        needed = current * work.seconds / usable_s
-        if not math.isfinite(needed) or needed > self.max_nodes:
-            finish = self._finish_text(work, self.max_nodes)
-            return self.max_nodes, (
-                f"{explanation}; even {self.max_nodes} nodes need {finish}, "
-                "so the deadline will still be missed"
+        if idle:
+            why = (
+                f"the mean step of {_seconds(signals.mean_step_s)} is at most "
+                f"{self.idle_step_fraction:.0%} of the {_seconds(self.target_step_s)} target and "
+                f"{signals.queue_fraction:.0%} of it was spent waiting for a worker"
             )
-        # Round away float noise (5.9999999999 or 6.0000000001 for an exact 6).
-        nodes = max(current + 1, math.ceil(round(needed, 9)))
-        nodes = min(nodes, self.max_nodes)
-        finish = self._finish_text(work, nodes)
-        return nodes, f"{explanation}; {nodes} nodes finish in {finish}"
+            if current <= self.min_nodes:
+                return _Verdict(
+                    "idle",
+                    why,
+                    ScaleAction.SCALE_DOWN,
+                    current,
+                    (HeldBy("floor", f"already at the node floor of {self.min_nodes}"),),
+                    recommended=current,
+                    numbers=numbers,
+                )
+            step_goal = self.target_step_s / (1.0 + self.headroom)
+            capacity_now = load.capacity_per_s
+            deepest = min(current - 1, math.ceil(current * self.scale_down_factor))
+            floor = max(self.min_nodes, deepest)
+            smallest = self._smallest(
+                lambda nodes: (
+                    signals.mean_step_s
+                    * capacity_now
+                    / max(self._capacity(situation, basis, nodes), 1e-300)
+                    <= step_goal
+                ),
+                floor,
+                current,
+            )
+            target = current if smallest is None else smallest
+            numbers["target_capacity_per_s"] = self._capacity(situation, basis, target)
+            ratio = self._capacity(situation, basis, target) / capacity_now
+            return self._sized(situation, "idle", why, target, ratio, numbers, basis)
+        return _Verdict(
+            "balanced",
+            "the step is balanced; hold the current size",
+            recommended=current,
+            numbers=numbers,
+        )
 
-    def _finish_text(self, work: _RemainingWork, nodes: int) -> str:
-        text = _seconds(work.seconds_at(nodes))
-        return f"{text} + {_seconds(self.startup_s)} startup" if self.startup_s > 0 else text
+    def _sized(
+        self,
+        situation: _Situation,
+        rule: str,
+        why: str,
+        target: int,
+        ratio: float,
+        numbers: dict[str, Any],
+        basis: str,
+    ) -> _Verdict:
+        """A demand-sized target, with the tolerance band and the restart price applied."""
+        current = situation.current
+        numbers["capacity_ratio"] = _finite_or_none(ratio)
+        if target == current and ratio > 1.0 + self.tolerance and current >= self.max_nodes:
+            held_up = (self._ceiling_hold(current), self._startup_hold(situation))
+            return _Verdict(
+                rule,
+                why,
+                ScaleAction.SCALE_UP,
+                current,
+                tuple(h for h in held_up if h is not None),
+                recommended=current,
+                numbers=numbers,
+            )
+        if target == current or abs(ratio - 1.0) <= self.tolerance:
+            suffix = (
+                f"within the {self.tolerance:.0%} tolerance" if target != current else "it fits"
+            )
+            return _Verdict(
+                rule,
+                f"{why}; {suffix}, hold the current size",
+                recommended=current,
+                numbers=numbers,
+            )
+        work = situation.work
+        if work is not None and work.basis == basis:
+            horizon = self._finish_s(situation, work, current)
+        else:
+            horizon = self.horizon_s
+        capacity_now = self._capacity(situation, basis, current)
+        capacity_target = self._capacity(situation, basis, target)
+        numbers["horizon_s"] = _finite_or_none(horizon)
+        if target > current:
+            action = ScaleAction.SCALE_UP
+            gain = horizon * (1.0 - capacity_now / capacity_target) if capacity_target > 0 else 0.0
+            price, unit = self.startup_s, "seconds"
+            # a stream whose work piles up must keep up: the restart is priced into its target
+            required = rule == "demand"
+            held: list[HeldBy | None] = [
+                self._ceiling_hold(current),
+                self._startup_hold(situation),
+                None if required else self._price_hold(gain, price, unit),
+            ]
+        else:
+            action = ScaleAction.SCALE_DOWN
+            if rule == "demand":
+                gain = (current - target) * max(horizon - self.startup_s, 0.0)
+            else:
+                served = horizon * capacity_now
+                gain = current * horizon - target * (
+                    served / capacity_target if capacity_target > 0 else sys.float_info.max
+                )
+            price, unit = self._restart_price_node_s(current, target), "node-seconds"
+            held = [
+                self._floor_hold(current),
+                self._final_stretch_hold(situation),
+                self._price_hold(gain, price, unit),
+            ]
+        numbers.update({"gain": _finite_or_none(gain), "gain_unit": unit, "price": price})
+        why += f"; {_verb(action)} pays {_number_text(gain)} {unit} for a {_number_text(price)}"
+        why += f" {unit} restart over {_seconds(horizon)}"
+        return _Verdict(
+            rule,
+            why,
+            action,
+            target,
+            tuple(h for h in held if h is not None),
+            recommended=target,
+            numbers=numbers,
+        )
+
+    def _gated(self, situation: _Situation, verdict: _Verdict) -> _Verdict:
+        """Apply the stabilisation window and the cooldowns to a verdict's change."""
+        if verdict.action is ScaleAction.HOLD or verdict.target is None:
+            return verdict
+        held = list(verdict.held_by)
+        target = verdict.target
+        why = verdict.why
+        if verdict.action is ScaleAction.SCALE_DOWN and target < situation.current:
+            window_start = situation.now - self.scale_down_window_s
+            wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
+            stabilised = max([target, *wanted])
+            newest = verdict.recommended if verdict.recommended is not None else target
+            if stabilised < situation.current and newest < stabilised * (1.0 - self.tolerance):
+                held.append(
+                    HeldBy(
+                        "stabilisation",
+                        f"the recommendations are still falling: {newest} nodes now, "
+                        f"{stabilised} within the last {_seconds(self.scale_down_window_s)}",
+                    )
+                )
+            elif stabilised >= situation.current:
+                held.append(
+                    HeldBy(
+                        "stabilisation",
+                        f"{stabilised} nodes were recommended within the last "
+                        f"{_seconds(self.scale_down_window_s)}",
+                    )
+                )
+            elif stabilised > target:
+                why += (
+                    f"; {stabilised} nodes, the largest size recommended within the last "
+                    f"{_seconds(self.scale_down_window_s)}, is the target"
+                )
+                target = stabilised
+        cooldown = self._cooldown_hold(situation, verdict.action)
+        if cooldown is not None:
+            held.append(cooldown)
+        return replace(verdict, why=why, target=target, held_by=tuple(held))
 
     # -- what holds a change back --------------------------------------------
 
@@ -566,19 +1458,26 @@ class ElasticScheduler:
             f"{_seconds(self.startup_s)} new nodes need to start",
         )
 
-    def _shrink_deadline_hold(self, situation: _Situation, target: int) -> HeldBy | None:
-        """A smaller job must still finish the remaining work in time."""
-        work = situation.work
+    def _final_stretch_hold(self, situation: _Situation) -> HeldBy | None:
         time_left = situation.time_left_s
-        if work is None or time_left is None or work.seconds <= 0 or target >= situation.current:
+        stretch = self.effective_final_stretch_s
+        if time_left is None or time_left > stretch:
             return None
-        finish_s = work.seconds_at(target)
-        if finish_s <= time_left:
-            return None
-        left_text = f"only {_seconds(time_left)} are left" if time_left > 0 else "no time is left"
         return HeldBy(
-            "deadline",
-            f"at {target} nodes {work.phrase} would take {_seconds(finish_s)} but {left_text}",
+            "final_stretch",
+            f"only {_seconds(max(time_left, 0.0))} left before the deadline, within the "
+            f"final {_seconds(stretch)} where the job never shrinks",
+        )
+
+    def _price_hold(self, gain: float, price: float, unit: str) -> HeldBy | None:
+        needed = price * (1.0 + self.resize_margin)
+        if gain > 0 and gain >= needed:
+            return None
+        return HeldBy(
+            "restart_cost",
+            f"the projected gain of {_number_text(max(gain, 0.0))} {unit} does not beat the "
+            f"restart price of {_number_text(price)} {unit} by the "
+            f"{self.resize_margin:.0%} margin",
         )
 
     def _cooldown_hold(self, situation: _Situation, action: ScaleAction) -> HeldBy | None:
@@ -626,54 +1525,60 @@ class ElasticScheduler:
             decided_at=situation.now,
             deadline_at=situation.deadline_at,
             time_left_s=situation.time_left_s,
-            projection=self._projection(situation, wanted),
+            projection=self._projection(situation, verdict, wanted),
             cooldown=clock,
+            recommended_nodes=verdict.recommended,
         )
 
-    def _projection(self, situation: _Situation, wanted: int) -> dict[str, Any] | None:
-        """The deadline numbers behind the decision, or ``None`` without a deadline and work.
-
-        ``target_finish_s`` is the finish at the wanted size, plus ``startup_s``
-        when that size is larger than the current one.
-        """
-        work, time_left = situation.work, situation.time_left_s
-        if work is None or time_left is None:
+    def _projection(
+        self, situation: _Situation, verdict: _Verdict, wanted: int
+    ) -> dict[str, Any] | None:
+        """The numbers behind the decision: demand, capacity, finish times, restart price."""
+        if verdict.rule == "min_samples":
             return None
-        target_finish_s = work.seconds_at(wanted)
-        if wanted > situation.current:
-            target_finish_s += self.startup_s
+        current = situation.current
+        numbers: dict[str, Any] = {}
+        if situation.load is not None:
+            numbers.update(situation.load.to_dict())
+            basis = situation.load.basis
+            loss, source = self._scaling(situation, basis)
+            numbers["scaling_loss"] = loss
+            numbers["scaling_source"] = source
+        numbers.update(verdict.numbers)
+        numbers.update(
+            {
+                "current_nodes": current,
+                "target_nodes": wanted,
+                "startup_s": self.startup_s,
+                "restart_cost_node_s": (
+                    0.0 if wanted == current else self._restart_price_node_s(current, wanted)
+                ),
+            }
+        )
+        work, time_left = situation.work, situation.time_left_s
+        if work is not None and time_left is not None:
+            current_finish = self._finish_s(situation, work, current)
+            target_finish = current_finish
+            if wanted != current:
+                target_finish = self._finish_s(situation, work, wanted) + self.startup_s
+            numbers.update(
+                {
+                    "basis": work.basis,
+                    "remaining": work.amount,
+                    "current_finish_s": _finite_or_none(current_finish),
+                    "target_finish_s": _finite_or_none(target_finish),
+                    "time_left_s": time_left,
+                    "meets_deadline": target_finish <= time_left,
+                }
+            )
         return {
-            "basis": work.basis,
-            "remaining": work.amount,
-            "current_nodes": situation.current,
-            "current_finish_s": work.seconds,
-            "time_left_s": time_left,
-            "startup_s": self.startup_s,
-            "target_nodes": wanted,
-            "target_finish_s": target_finish_s,
-            "meets_deadline": target_finish_s <= time_left,
+            name: None if isinstance(value, float) and not math.isfinite(value) else value
+            for name, value in numbers.items()
         }
 
 
 def _verb(action: ScaleAction) -> str:
     return "scaling up" if action is ScaleAction.SCALE_UP else "scaling down"
-
-
-def _remaining_work(
-    signals: WindowSignals, current: int, steps: float | None, tokens: float | None
-) -> _RemainingWork | None:
-    """Project the remaining work at the current size: steps first, else tokens."""
-    if steps is not None and signals.mean_step_s > 0:
-        work = _RemainingWork("steps", steps, steps * signals.mean_step_s, current)
-    elif tokens is not None and signals.throughput_tokens_per_s > 0:
-        work = _RemainingWork("tokens", tokens, tokens / signals.throughput_tokens_per_s, current)
-    else:
-        return None
-    if not math.isfinite(work.seconds):
-        raise ElasticGridError(
-            f"remaining_{work.basis} {work.amount!r} is too large to project a finish time"
-        )
-    return work
 
 
 _DECISION_REQUIRED = (
@@ -688,7 +1593,14 @@ _DECISION_REQUIRED = (
     "cooldown",
 )
 _DECISION_FIELDS = frozenset(
-    {*_DECISION_REQUIRED, "held_by", "deadline_at", "time_left_s", "projection"}
+    {
+        *_DECISION_REQUIRED,
+        "held_by",
+        "deadline_at",
+        "time_left_s",
+        "projection",
+        "recommended_nodes",
+    }
 )
 
 
@@ -715,6 +1627,7 @@ class ScaleDecision:
     deadline_at: float | None = None
     time_left_s: float | None = None
     projection: dict[str, Any] | None = None
+    recommended_nodes: int | None = None
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__
@@ -745,6 +1658,12 @@ class ScaleDecision:
         if self.projection is not None:
             set_field(
                 self, "projection", dict(check_mapping("decision projection", self.projection))
+            )
+        if self.recommended_nodes is not None:
+            set_field(
+                self,
+                "recommended_nodes",
+                check_integer("decision recommended_nodes", self.recommended_nodes, minimum=1),
             )
         held_by = tuple(self.held_by)
         for hold in held_by:
@@ -791,6 +1710,7 @@ class ScaleDecision:
             "time_left_s": self.time_left_s,
             "projection": None if self.projection is None else dict(self.projection),
             "cooldown": self.cooldown.to_dict(),
+            "recommended_nodes": self.recommended_nodes,
         }
 
     def to_json(self) -> str:
@@ -820,6 +1740,7 @@ class ScaleDecision:
             time_left_s=data.get("time_left_s"),
             projection=data.get("projection"),
             cooldown=CooldownClock.from_dict(data["cooldown"]),
+            recommended_nodes=data.get("recommended_nodes"),
         )
 
     @classmethod

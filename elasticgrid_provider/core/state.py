@@ -9,13 +9,21 @@ Variable per job (:func:`state_variable_key`):
   (the byte offset consumed, the file's identity, the highest step taken;
   a bare byte offset in older states); for handed-in samples, the next step;
 * ``cooldown``: when the job was last resized, and in which direction;
+* ``capacity``: per-node throughput measured at each size the job ran at,
+  kept across resizes, from which the scheduler reads scaling efficiency;
+* ``recent``: the sizes recommended by the checks of the last
+  ``scale_down_window_s`` (the scale-down stabilisation window);
 * ``current_nodes``: the job's size when the state was written;
 * ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
   holding the decision *and* its inputs, so it can be replayed exactly (see
   "History" below);
 * ``skipped_lines``: how many malformed step-log lines were skipped so far;
 * ``revision``: incremented on every write, so a reader can tell states apart;
-* ``schema_version``: the layout of this document; unknown versions are refused.
+* ``schema_version``: the layout of this document (2). A version 1 document
+  (before ``capacity`` and ``recent``) is migrated on load: it gains an
+  empty capacity memory and no recent recommendations; its history is kept
+  as recorded (those decisions replay under today's policy). Other versions
+  are refused with one sentence saying what to do.
 
 Reading refuses a document that is not a whole, valid state of the expected
 job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
@@ -35,19 +43,35 @@ History (:meth:`ScaleState.with_record`, :meth:`ScaleState.with_job_end`):
 A record's ``context`` carries ``readable``: the one-line summary, ISO times
 and rounded signals, next to the exact epoch values and floats. ``hold_run``
 and ``readable`` are optional, so states written before them still load.
+
+The transition of one check, the same in the sensor, ``elasticgrid simulate
+--timeline`` and the policy benchmark: :meth:`ScaleState.observe` (take the
+new samples measured at the current size; a resize starts a fresh window;
+remember what they measured), :meth:`ScaleState.decide` (a
+:class:`DecisionRecord` whose inputs reproduce it), :meth:`ScaleState.remember`
+(cooldown, recent recommendations, history, revision). :meth:`ScaleState.advance`
+runs all three.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
-from elasticgrid_provider.core.samples import MetricsWindow
-from elasticgrid_provider.core.scheduler import CooldownClock, ElasticScheduler, ScaleDecision
+from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, MetricsWindow, StepSample
+from elasticgrid_provider.core.scheduler import (
+    NO_MEASUREMENTS,
+    CapacityMemory,
+    CooldownClock,
+    ElasticScheduler,
+    Recommendation,
+    ScaleDecision,
+    estimate_load,
+)
 from elasticgrid_provider.core.step_log import LogCursor, cut_report
 from elasticgrid_provider.core.validation import (
     check_integer,
@@ -56,12 +80,18 @@ from elasticgrid_provider.core.validation import (
     check_text,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MIGRATABLE_SCHEMA_VERSIONS = (1,)
+"""Older layouts :meth:`ScaleState.from_dict` still reads (and upgrades)."""
 DEFAULT_HISTORY_LIMIT = 20
 JOB_ENDED_RULE = "job_ended"
 """The ``rule`` of the history entry that records the end of the job."""
 # keys of a history entry that annotate the decision and are not decision fields
 RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")
+RECENT_LIMIT = 200
+"""At most this many recent recommendations are kept, however short the checks' interval."""
+MEASUREMENT_MIN_SAMPLES = 3
+"""A window with fewer samples does not replace a fuller measurement at the same size."""
 
 
 @contextmanager
@@ -94,6 +124,8 @@ class DecisionInputs:
     deadline_at: float | None = None
     remaining_steps: float | None = None
     remaining_tokens: float | None = None
+    capacity: CapacityMemory = NO_MEASUREMENTS
+    recent: tuple[Recommendation, ...] = ()
 
     def decide(self) -> ScaleDecision:
         """Run the scheduler on these inputs."""
@@ -105,6 +137,8 @@ class DecisionInputs:
             deadline_at=self.deadline_at,
             remaining_steps=self.remaining_steps,
             remaining_tokens=self.remaining_tokens,
+            capacity=self.capacity,
+            recent=self.recent,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,6 +152,8 @@ class DecisionInputs:
             "deadline_at": self.deadline_at,
             "remaining_steps": self.remaining_steps,
             "remaining_tokens": self.remaining_tokens,
+            "capacity": self.capacity.to_dict(),
+            "recent": [entry.to_dict() for entry in self.recent],
         }
 
     @classmethod
@@ -138,7 +174,17 @@ class DecisionInputs:
             deadline_at=data.get("deadline_at"),
             remaining_steps=data.get("remaining_steps"),
             remaining_tokens=data.get("remaining_tokens"),
+            capacity=CapacityMemory.from_dict(data.get("capacity")),
+            recent=_recommendations(data.get("recent")),
         )
+
+
+def _recommendations(data: Any) -> tuple[Recommendation, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ElasticGridError(f"recent recommendations must be a list, got {data!r}")
+    return tuple(Recommendation.from_dict(entry) for entry in data)
 
 
 @dataclass(frozen=True)
@@ -189,6 +235,8 @@ class ScaleState:
     skipped_lines: int = 0
     revision: int = 0
     updated_at: float | None = None
+    capacity: CapacityMemory = NO_MEASUREMENTS
+    recent: tuple[Recommendation, ...] = ()
 
     def cursor(self, source: str) -> int:
         """The position already consumed in ``source`` (0 when never read)."""
@@ -215,6 +263,110 @@ class ScaleState:
             revision=self.revision + 1,
             updated_at=now,
         )
+
+    # -- the transition of one check: observe -> decide -> remember ------------------
+
+    def observe(
+        self,
+        samples: Iterable[StepSample],
+        current_nodes: int,
+        now: float,
+        window_size: int = DEFAULT_WINDOW_SIZE,
+    ) -> ScaleState:
+        """Take new samples: only those measured at ``current_nodes`` enter the window.
+
+        A size other than the one last recorded means the job was resized:
+        the window starts afresh. What the window measured at this size is
+        kept in the capacity memory, which outlives the window.
+        """
+        window = MetricsWindow(window_size, self.window.samples)
+        if self.current_nodes is not None and self.current_nodes != current_nodes:
+            window = MetricsWindow(window_size)
+        window = window.add(*(sample for sample in samples if sample.nodes == current_nodes))
+        capacity = self.capacity
+        load = estimate_load(window.samples, current_nodes, arrivals=capacity.arrivals)
+        if load is not None and load.open_loop and not capacity.arrivals:
+            capacity = replace(capacity, arrivals=True)
+        if load is not None:
+            known = {entry.nodes: entry for entry in capacity.sizes}.get(current_nodes)
+            fresh = load.measurement(now)
+            if known is None or fresh.samples >= min(known.samples, MEASUREMENT_MIN_SAMPLES):
+                capacity = capacity.with_measurement(fresh)
+        return replace(self, window=window, current_nodes=current_nodes, capacity=capacity)
+
+    def decide(
+        self,
+        scheduler: ElasticScheduler,
+        now: float,
+        *,
+        deadline_at: float | None = None,
+        remaining_steps: float | None = None,
+        remaining_tokens: float | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> DecisionRecord:
+        """Decide on the observed window; the record's inputs reproduce the decision."""
+        if self.current_nodes is None:
+            raise ElasticGridError("the scale state has no current size; observe samples first")
+        inputs = DecisionInputs(
+            scheduler=scheduler,
+            window=self.window,
+            now=now,
+            current_nodes=self.current_nodes,
+            cooldown=self.cooldown,
+            deadline_at=deadline_at,
+            remaining_steps=remaining_steps,
+            remaining_tokens=remaining_tokens,
+            capacity=self.capacity,
+            recent=self.recent,
+        )
+        return DecisionRecord(inputs.decide(), inputs, dict(context or {}))
+
+    def remember(
+        self, record: DecisionRecord, now: float, limit: int = DEFAULT_HISTORY_LIMIT
+    ) -> ScaleState:
+        """The state after ``record``: its cooldown clock, the recommendation, the history.
+
+        A hold that repeats the previous entry is folded into it with a count
+        (:meth:`with_record`), so the history keeps the decisions that matter.
+        """
+        decision = record.decision
+        window_s = float(record.inputs.scheduler.thresholds()["scale_down_window_s"])
+        recent = [entry for entry in self.recent if now - entry.at <= window_s]
+        if decision.recommended_nodes is not None:
+            recent.append(Recommendation(now, decision.recommended_nodes))
+        state = replace(
+            self,
+            recent=tuple(recent[-RECENT_LIMIT:]),
+            revision=self.revision + 1,
+            updated_at=now,
+        )
+        return state.with_record(record, limit)
+
+    def advance(
+        self,
+        scheduler: ElasticScheduler,
+        samples: Iterable[StepSample],
+        current_nodes: int,
+        now: float,
+        *,
+        window_size: int = DEFAULT_WINDOW_SIZE,
+        deadline_at: float | None = None,
+        remaining_steps: float | None = None,
+        remaining_tokens: float | None = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        context: dict[str, Any] | None = None,
+    ) -> tuple[ScaleState, DecisionRecord]:
+        """One check: :meth:`observe`, :meth:`decide`, :meth:`remember`."""
+        observed = self.observe(samples, current_nodes, now, window_size)
+        record = observed.decide(
+            scheduler,
+            now,
+            deadline_at=deadline_at,
+            remaining_steps=remaining_steps,
+            remaining_tokens=remaining_tokens,
+            context=context,
+        )
+        return observed.remember(record, now, history_limit), record
 
     def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
         """A copy with ``record`` in the history (module docstring) and its cooldown clock."""
@@ -244,19 +396,25 @@ class ScaleState:
             "cooldown": self.cooldown.to_dict(),
             "skipped_lines": self.skipped_lines,
             "history": list(self.history),
+            "capacity": self.capacity.to_dict(),
+            "recent": [entry.to_dict() for entry in self.recent],
         }
 
     @classmethod
     def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
-        """Rebuild a state from a Variable's JSON; refuses unknown schema versions.
+        """Rebuild a state from a Variable's JSON; migrates version 1, refuses unknown versions.
 
         With ``job_name``, a state that belongs to another job is refused too.
         """
         check_mapping("scale state", data)
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version in MIGRATABLE_SCHEMA_VERSIONS:
+            data = {**data, "schema_version": SCHEMA_VERSION}
+        elif version != SCHEMA_VERSION:
             raise ElasticGridError(
-                f"scale state schema_version must be {SCHEMA_VERSION}, got {version!r}"
+                f"scale state schema_version must be {SCHEMA_VERSION} (or 1, which is migrated), "
+                f"got {version!r}; delete the job's Variable "
+                f"{state_variable_key(str(data.get('job_name', '<job>')))} to start afresh"
             )
         with _reading("scale state"):
             state = cls._from_checked_dict(data)
@@ -292,6 +450,8 @@ class ScaleState:
             updated_at=None
             if updated_at is None
             else check_number("scale state updated_at", updated_at),
+            capacity=CapacityMemory.from_dict(data.get("capacity")),
+            recent=_recommendations(data.get("recent")),
         )
 
 

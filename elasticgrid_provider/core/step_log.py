@@ -28,8 +28,8 @@ Rules:
   twice;
 * a cursor stored as a plain byte offset (before identities were kept) is
   honoured, and gains an identity at the next read;
-* the reporter's ``time`` field (when the line was written) is not part of
-  a sample and is dropped.
+* the reporter's ``time`` field (when the line was written, i.e. when the
+  step ended) is kept in the sample: the scheduler reads arrival rates from it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.validation import check_integer, check_mapping, reject_unknown_keys
 
-REPORTER_ONLY_FIELDS = frozenset({"time"})
+REPORTER_ONLY_FIELDS: frozenset[str] = frozenset()
+"""Reporter fields that are not part of a sample (none since ``time`` became one)."""
 REPORT_LIMIT = 200
 """Reports of a bad line are cut to about this many characters."""
 HEAD_BYTES = 4096
@@ -136,7 +137,7 @@ class StepLogChunk:
 
 
 def sample_fields(entry: Any) -> Any:
-    """A reporter's entry without the fields that are not part of a sample (``time``)."""
+    """A reporter's entry without the fields that are not part of a sample."""
     if isinstance(entry, dict):
         return {key: value for key, value in entry.items() if key not in REPORTER_ONLY_FIELDS}
     return entry

@@ -14,12 +14,16 @@ Each check (a poke, a reschedule, or a resume from the trigger):
    check of a log reads from its end only as many samples as the window
    holds; truncation and rotation are recognised by the file's identity
    (:mod:`elasticgrid_provider.core.step_log`), so no step counts twice;
-4. keeps in the window only samples measured at the job's current size (a
-   resize starts a fresh window);
+4. observes them (:meth:`ScaleState.observe`): only samples measured at the
+   job's current size enter the window (a resize starts a fresh window), and
+   what they measured joins the job's capacity memory;
 5. resolves the deadline (:mod:`elasticgrid_provider.deadlines`) and decides
-   (:class:`~elasticgrid_provider.core.scheduler.ElasticScheduler`);
-6. writes the state Variable (window, cursors, cooldown, bounded history)
-   and leaves one record per check in XCom ``return_value``.
+   (:meth:`ScaleState.decide`, the
+   :class:`~elasticgrid_provider.core.scheduler.ElasticScheduler`);
+6. remembers the decision (:meth:`ScaleState.remember`: cooldown, recent
+   recommendations, bounded history), writes the state Variable and leaves
+   one record per check in XCom ``return_value``. ``elasticgrid simulate --timeline``
+   and the policy benchmark run the same observe -> decide -> remember.
 
 The state Variable is read and written through the hook. A Variable that
 cannot be used (empty, not JSON, ``null``, another job's, malformed) fails
@@ -61,8 +65,6 @@ from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticSch
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
     JOB_ENDED_RULE,
-    DecisionInputs,
-    DecisionRecord,
     ScaleState,
 )
 from elasticgrid_provider.core.step_log import read_step_log
@@ -121,8 +123,11 @@ class ElasticScaleSensor(BaseSensorOperator):
     :param job_name: the job to check (templated).
     :param min_nodes, max_nodes, scale_up_factor, scale_down_factor, cooldown_s,
         scale_down_cooldown_s, target_queue_fraction, idle_queue_fraction,
-        idle_step_fraction, target_step_s, min_samples, startup_s: the
-        scheduler's parameters; unset ones keep ElasticScheduler's defaults.
+        idle_step_fraction, target_step_s, min_samples, startup_s, horizon_s,
+        resize_margin, headroom, tolerance, drain_s, scale_down_window_s,
+        deadline_margin, final_stretch_s, scaling_loss: the scheduler's
+        parameters (see :mod:`elasticgrid_provider.core.scheduler`); unset
+        ones keep ElasticScheduler's defaults.
     :param window_size: how many samples the rolling window keeps.
     :param remaining_steps: work left, in steps, for deadline pressure (templated).
     :param remaining_tokens: work left, in tokens, for deadline pressure (templated).
@@ -165,6 +170,15 @@ class ElasticScaleSensor(BaseSensorOperator):
         target_step_s: float | None = None,
         min_samples: int | None = None,
         startup_s: float | None = None,
+        horizon_s: float | None = None,
+        resize_margin: float | None = None,
+        headroom: float | None = None,
+        tolerance: float | None = None,
+        drain_s: float | None = None,
+        scale_down_window_s: float | None = None,
+        deadline_margin: float | None = None,
+        final_stretch_s: float | None = None,
+        scaling_loss: float | None = None,
         window_size: int = 10,
         remaining_steps: Any = None,
         remaining_tokens: Any = None,
@@ -294,38 +308,34 @@ class ElasticScaleSensor(BaseSensorOperator):
             if snapshot.status == "failed":
                 raise JobFailedError(self._failure_message(hook.failure_report(snapshot)))
             state = hook.read_scale_state(self.job_name)
-            state, window = self._take_new_samples(state, snapshot)
             now = time.time()
+            state, window = self._take_new_samples(state, snapshot, now)
             if snapshot.status in ("done", "stopped"):
                 self._finish_ended_job(context, state, window, snapshot, now)
             try:
                 deadline = resolve_deadline(
                     self.deadline, context.get("dag"), context.get("dag_run")
                 )
-                inputs = DecisionInputs(
-                    scheduler=scheduler,
-                    window=window,
-                    now=now,
-                    current_nodes=snapshot.nodes,
-                    cooldown=state.cooldown,
+                record = state.decide(
+                    scheduler,
+                    now,
                     deadline_at=deadline.timestamp,
                     remaining_steps=_optional_number("remaining_steps", self.remaining_steps),
                     remaining_tokens=_optional_number("remaining_tokens", self.remaining_tokens),
                 )
-                decision = inputs.decide()
             except ElasticGridError as exc:  # bad input: fail clearly, write nothing
                 raise ElasticGridError(str(exc)) from None
+            decision = record.decision
             for warning in deadline.warnings:
                 self.log.warning("%s", warning)
             self.log.info("%s", deadline.describe(now))
-            record = DecisionRecord(
-                decision,
-                inputs,
-                self._record_context(
+            record = replace(
+                record,
+                context=self._record_context(
                     context, snapshot, decision.target_nodes, deadline.source, now
                 ),
             )
-            state = self._remember(state, window, snapshot, record, now)
+            state = state.remember(record, now, self.history_limit)
             hook.write_scale_state(state)
         record_json = record.to_dict()
         self.log.info("Decision for job %s: %s", self.job_name, decision_summary(record_json))
@@ -335,7 +345,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         return record_json
 
     def _take_new_samples(
-        self, state: ScaleState, snapshot: JobSnapshot
+        self, state: ScaleState, snapshot: JobSnapshot, now: float
     ) -> tuple[ScaleState, MetricsWindow]:
         """Read the samples that arrived since the last check; window them at the current size."""
         new_samples: list[StepSample] = []
@@ -373,7 +383,6 @@ class ElasticScaleSensor(BaseSensorOperator):
                     )
                 state = state.with_cursor(chunk.source, chunk.cursor)
         current = snapshot.nodes
-        window = MetricsWindow(self.window_size, state.window.samples)
         if state.current_nodes is not None and state.current_nodes != current:
             self.log.info(
                 "Job %s changed size %s -> %d since the last check; starting a fresh window.",
@@ -381,15 +390,15 @@ class ElasticScaleSensor(BaseSensorOperator):
                 state.current_nodes,
                 current,
             )
-            window = MetricsWindow(self.window_size)
-        at_size = [sample for sample in new_samples if sample.nodes == current]
-        if len(at_size) < len(new_samples):
+        ignored = sum(1 for sample in new_samples if sample.nodes != current)
+        if ignored:
             self.log.info(
                 "Ignored %d sample(s) measured at another size than the current %d nodes.",
-                len(new_samples) - len(at_size),
+                ignored,
                 current,
             )
-        return replace(state, skipped_lines=state.skipped_lines + skipped), window.add(*at_size)
+        state = state.observe(new_samples, current, now, self.window_size)
+        return replace(state, skipped_lines=state.skipped_lines + skipped), state.window
 
     def _handed_in_samples(self) -> list[StepSample]:
         samples = self.samples
@@ -432,19 +441,6 @@ class ElasticScaleSensor(BaseSensorOperator):
             except ElasticGridError as exc:
                 record["proposed_placement_error"] = str(exc)
         return record
-
-    def _remember(
-        self,
-        state: ScaleState,
-        window: MetricsWindow,
-        snapshot: JobSnapshot,
-        record: DecisionRecord,
-        now: float,
-    ) -> ScaleState:
-        """The next state: window, size, history (repeated holds folded), revision."""
-        return state.after_check(window, snapshot.nodes, now).with_record(
-            record, self.history_limit
-        )
 
     def _finish_ended_job(
         self,

@@ -258,7 +258,8 @@ def test_simulate_queue_bound_example_scales_up(capsys: pytest.CaptureFixture[st
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0] == "window kept 10 of 12 samples (--window-size 10)"
-    assert "decision: scale_up 8 -> 16" in lines
+    # 75.1% of the step waited for a worker: 8 / (1 - 0.751) = 32.1, so 33 workers remove it
+    assert "decision: scale_up 8 -> 33" in lines
     assert "(saturated, stalled)" in out
     code, data = run_json(capsys, "simulate", "--samples", str(QUEUE_BOUND_EXAMPLE))
     assert code == 0
@@ -269,12 +270,13 @@ def test_simulate_queue_bound_example_scales_up(capsys: pytest.CaptureFixture[st
     assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
         "scale_up",
         8,
-        16,
+        33,
     )
     assert decision["rule"] == "queue_bound"
     # the newest sample's `time` field is the decision time
     assert decision["decided_at"] == 1767226089.0
-    assert ScaleDecision.from_dict(decision).target_nodes == 16
+    assert ScaleDecision.from_dict(decision).target_nodes == 33
+    assert decision["projection"]["loop"] == "closed"  # each step starts when the last ended
 
 
 def test_simulate_json_list_and_json_lines_agree(
@@ -306,9 +308,13 @@ def test_simulate_window_size(capsys: pytest.CaptureFixture[str], tmp_path: Path
 
 def test_simulate_scheduler_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "s.jsonl", queue_bound(5))
-    _, data = run_json(capsys, "simulate", "--samples", path, "--scale-up-factor", "3")
-    assert data["decision"]["target_nodes"] == 24
-    assert data["decision"]["thresholds"]["scale_up_factor"] == 3.0
+    _, data = run_json(
+        capsys, "simulate", "--samples", path, "--startup-s", "600", "--horizon-s", "900"
+    )
+    # 32 nodes save 900 * (1 - 8/32) = 675 s of the horizon, less than twice a 600 s restart
+    assert (data["decision"]["action"], data["decision"]["target_nodes"]) == ("hold", 8)
+    assert [h["rule"] for h in data["decision"]["held_by"]] == ["restart_cost"]
+    assert data["decision"]["thresholds"]["horizon_s"] == 900.0
     _, data = run_json(capsys, "simulate", "--samples", path, "--target-queue-fraction", "0.9")
     assert (data["decision"]["action"], data["decision"]["rule"]) == ("hold", "balanced")
     _, data = run_json(capsys, "simulate", "--samples", path, "--max-nodes", "8")
@@ -316,9 +322,11 @@ def test_simulate_scheduler_options(capsys: pytest.CaptureFixture[str], tmp_path
     assert [h["rule"] for h in data["decision"]["held_by"]] == ["ceiling"]
     _, data = run_json(capsys, "simulate", "--samples", path, "--min-samples", "6")
     assert data["decision"]["rule"] == "min_samples"
+    # like the sensor, the window keeps only samples measured at the current size
     _, data = run_json(capsys, "simulate", "--samples", path, "--nodes", "4")
-    assert (data["decision"]["current_nodes"], data["decision"]["target_nodes"]) == (4, 8)
-    _, data = run_json(capsys, "simulate", "--samples", path, "--nodes", "2000")
+    assert (data["decision"]["current_nodes"], data["decision"]["rule"]) == (4, "min_samples")
+    at_2000 = write_jsonl(tmp_path / "big.jsonl", queue_bound(5, nodes=2000))
+    _, data = run_json(capsys, "simulate", "--samples", at_2000)
     assert (data["decision"]["action"], data["decision"]["rule"]) == ("scale_down", "bounds")
     thresholds = run_json(
         capsys,
@@ -341,6 +349,22 @@ def test_simulate_scheduler_options(capsys: pytest.CaptureFixture[str], tmp_path
         "20",
         "--startup-s",
         "30",
+        "--horizon-s",
+        "7200",
+        "--resize-margin",
+        "0.5",
+        "--headroom",
+        "0.3",
+        "--tolerance",
+        "0.05",
+        "--drain-s",
+        "600",
+        "--scale-down-window",
+        "1200",
+        "--deadline-margin",
+        "0.2",
+        "--scaling-loss",
+        "0.2",
     )[1]["decision"]["thresholds"]
     assert thresholds == {
         **ElasticScheduler().thresholds(),
@@ -352,6 +376,15 @@ def test_simulate_scheduler_options(capsys: pytest.CaptureFixture[str], tmp_path
         "idle_step_fraction": 0.4,
         "target_step_s": 20.0,
         "startup_s": 30.0,
+        "final_stretch_s": 120.0,  # four restarts
+        "horizon_s": 7200.0,
+        "resize_margin": 0.5,
+        "headroom": 0.3,
+        "tolerance": 0.05,
+        "drain_s": 600.0,
+        "scale_down_window_s": 1200.0,
+        "deadline_margin": 0.2,
+        "scaling_loss": 0.2,
     }
 
 
@@ -380,10 +413,12 @@ def test_simulate_deadline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert code == 0
     decision = data["decision"]
     assert decision["decided_at"] == T0 and decision["deadline_at"] == T0 + 10000
+    # 8 * 20000 / (0.9 * 10000) = 17.8 nodes at linear scaling; the prior's 10% loss per
+    # doubling makes it 21
     assert (decision["action"], decision["rule"], decision["target_nodes"]) == (
         "scale_up",
         "deadline_pressure",
-        16,
+        21,
     )
     assert decision["projection"]["current_finish_s"] == 20000.0
     code, out, _ = run(
@@ -402,32 +437,32 @@ def test_simulate_deadline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "projection      1000 steps take 20,000.00s on 8 nodes" in out
 
 
-def test_simulate_timeline_carries_the_cooldown(capsys: pytest.CaptureFixture[str]) -> None:
-    code, data = run_json(capsys, "simulate", "--samples", str(QUEUE_BOUND_EXAMPLE), "--timeline")
+def test_simulate_timeline_carries_the_cooldown(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    entries = queue_bound(3) + queue_bound(4, nodes=32, step_s=10.0)  # 4x the nodes, 1/4 the step
+    path = write_jsonl(tmp_path / "s.jsonl", entries)
+    code, data = run_json(capsys, "simulate", "--samples", path, "--timeline")
     assert code == 0
     assert set(data) == {"timeline", "window"}
     timeline = data["timeline"]
-    assert [entry["sample"] for entry in timeline] == list(range(1, 13))
+    assert [entry["sample"] for entry in timeline] == list(range(1, 8))
     actions = [
         (e["decision"]["action"], e["decision"]["current_nodes"], e["decision"]["target_nodes"])
         for e in timeline
     ]
-    assert actions[:3] == [("hold", 8, 8), ("hold", 8, 8), ("scale_up", 8, 16)]
-    # after the scale-up the job is 16 nodes, and the cooldown holds it for 300 s
-    assert actions[3:10] == [("hold", 16, 16)] * 7
-    for entry in timeline[3:10]:
+    assert actions[:3] == [("hold", 8, 8), ("hold", 8, 8), ("scale_up", 8, 32)]
+    # the job now runs at 32: a fresh window, and the cooldown carried from the change
+    assert [e["window_samples"] for e in timeline] == [1, 2, 3, 1, 2, 3, 4]
+    assert [e["decision"]["rule"] for e in timeline[3:5]] == ["min_samples"] * 2
+    for entry in timeline[5:]:
+        assert entry["decision"]["action"] == "hold"
         assert [h["rule"] for h in entry["decision"]["held_by"]] == ["cooldown"]
         assert entry["decision"]["cooldown"]["last_change_at"] == timeline[2]["time"]
-    assert actions[10] == ("scale_up", 16, 32)  # 326.7 s after the first change
-    assert actions[11] == ("hold", 32, 32)
-    assert [e["window_samples"] for e in timeline] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 10]
-    assert [e["time"] for e in timeline][-1] == 1767226089.0
-    assert data["window"]["kept"] == 10 and data["window"]["total"] == 12
-
-    code, out, _ = run(capsys, "simulate", "--samples", str(QUEUE_BOUND_EXAMPLE), "--timeline")
+    code, out, _ = run(capsys, "simulate", "--samples", path, "--timeline")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == "window kept 10 of 12 samples (--window-size 10)"
+    assert lines[0] == "window kept 4 of 7 samples (--window-size 10)"
     assert lines[2].split()[:8] == [
         "#",
         "step",
@@ -438,23 +473,25 @@ def test_simulate_timeline_carries_the_cooldown(capsys: pytest.CaptureFixture[st
         "rule",
         "held",
     ]
-    rows = lines[3:15]
-    assert len(rows) == 12
-    assert rows[2].split()[:8] == [
-        "3",
-        "3",
-        "2026-01-01T00:02:01Z",
-        "3",
-        "scale_up",
-        "8",
-        "->",
-        "16",
-    ]
-    assert "cooldown" in rows[3] and "in cooldown: last change 42.1s ago" in rows[3]
-    # the reason column starts at the same place on every row
-    starts = {row.index(" 75% of the step") for row in rows[2:]}
-    assert len(starts) == 1
-    assert lines[-1] == "12 decisions, 2 scale changes; final size 32"
+    rows = lines[3:10]
+    assert rows[2].split()[:8] == ["3", "3", "120.00", "3", "scale_up", "8", "->", "32"]
+    assert "in cooldown: last change 30s ago" in rows[5]  # sample 6 ends at 150 s
+    assert lines[-1] == "7 decisions, 1 scale change; final size 32"
+
+
+def test_simulate_timeline_keeps_the_sensors_window(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 8: 3 queue-bound samples at 8 nodes, then 3 balanced at 16, holds at 16."""
+    balanced = [sample(step, 40.0, 4.0, 16, tokens=1000) for step in range(4, 7)]
+    path = write_jsonl(tmp_path / "s.jsonl", queue_bound(3) + balanced)
+    _, data = run_json(capsys, "simulate", "--samples", path, "--timeline", "--cooldown", "0")
+    decisions = [e["decision"] for e in data["timeline"]]
+    assert [(d["action"], d["current_nodes"], d["target_nodes"]) for d in decisions][3:] == [
+        ("hold", 16, 16)
+    ] * 3
+    assert decisions[-1]["rule"] == "balanced"
+    assert [e["window_samples"] for e in data["timeline"]] == [1, 2, 3, 1, 2, 3]
 
 
 def test_simulate_timeline_clock_without_time_fields(
@@ -472,9 +509,11 @@ def test_simulate_timeline_clock_without_time_fields(
         "scale_up",
         "hold",
         "hold",
-        "scale_up",
+        "hold",
     ]
-    assert [e["decision"]["target_nodes"] for e in timeline] == [8, 8, 16, 16, 16, 32]
+    # after the change the samples still say 8 nodes: not the job's size, so not in the window
+    assert [e["decision"]["target_nodes"] for e in timeline] == [8, 8, 32, 32, 32, 32]
+    assert [e["window_samples"] for e in timeline] == [1, 2, 3, 0, 0, 0]
 
 
 def test_simulate_timeline_follows_resizes_in_the_samples(
@@ -486,8 +525,9 @@ def test_simulate_timeline_follows_resizes_in_the_samples(
     sizes = [
         (e["decision"]["current_nodes"], e["decision"]["target_nodes"]) for e in data["timeline"]
     ]
-    # scale to 16 after sample 3; sample 4 reports 12 nodes: the job is 12 from then on
-    assert sizes == [(8, 8), (8, 8), (8, 16), (12, 24), (24, 48), (48, 96)]
+    # scale to 32 after sample 3; sample 4 reports 12 nodes: the job is 12 from then on, with
+    # a fresh window
+    assert sizes == [(8, 8), (8, 8), (8, 32), (12, 12), (12, 12), (12, 48)]
 
 
 def test_simulate_timeline_deadline_and_remaining_work(
@@ -567,8 +607,8 @@ def test_simulate_state_decision_index(capsys: pytest.CaptureFixture[str], tmp_p
         code, data = run_json(capsys, "simulate", "--state", str(path), "--decision", index)
         assert code == 0
         assert data["replay"]["index"] == 0
-        assert (data["decision"]["action"], data["decision"]["target_nodes"]) == ("scale_up", 16)
-        assert data["recorded"]["target_nodes"] == 16
+        assert (data["decision"]["action"], data["decision"]["target_nodes"]) == ("scale_up", 32)
+        assert data["recorded"]["target_nodes"] == 32
     code, out, err = run(capsys, "simulate", "--state", str(path), "--decision", "2")
     assert_one_line_error(code, out, err, "--decision 2 is out of range", "holds 2 decisions")
 
@@ -577,13 +617,13 @@ def test_simulate_state_tampered_record_does_not_match(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     state = recorded_state().to_dict()
-    state["history"][0]["target_nodes"] = 32
+    state["history"][0]["target_nodes"] = 64
     state["history"][0]["reason"] = "someone edited this"
     path = tmp_path / "state.json"
     path.write_text(json.dumps(state))
     code, out, err = run(capsys, "simulate", "--state", str(path), "--decision", "0")
     assert code == 1 and err == ""
-    assert "scale_up 8 -> 32" in out and "scale_up 8 -> 16" in out
+    assert "scale_up 8 -> 64" in out and "scale_up 8 -> 32" in out
     assert out.splitlines()[-1] == (
         "MISMATCH: the replay differs in target_nodes, reason (exit status 1)"
     )
@@ -592,7 +632,7 @@ def test_simulate_state_tampered_record_does_not_match(
     data = json.loads(out)
     assert data["replay"]["matches"] is False
     assert data["replay"]["differences"] == ["target_nodes", "reason"]
-    assert data["recorded"]["target_nodes"] == 32 and data["decision"]["target_nodes"] == 16
+    assert data["recorded"]["target_nodes"] == 64 and data["decision"]["target_nodes"] == 32
     # the newest record was not touched
     assert run(capsys, "simulate", "--state", str(path))[0] == 0
 
@@ -616,7 +656,10 @@ def test_simulate_state_tampered_inputs_do_not_match(
         ({"a": 1, "b": 2}, "must hold a scale state"),
         ([1, 2], "must hold a scale state"),
         ({"key": "{not json"}, "the value of 'key' is not valid JSON"),
-        ({"schema_version": 99, "job_name": "x"}, "schema_version must be 1, got 99"),
+        (
+            {"schema_version": 99, "job_name": "x"},
+            "schema_version must be 2 (or 1, which is migrated), got 99; delete the job's Variable",
+        ),
         ({"schema_version": 1}, "missing the field 'job_name'"),
         (
             {"schema_version": 1, "job_name": "x", "window": {"size": 10, "samples": []}},

@@ -41,6 +41,10 @@ BALANCED_8 = steady(8, queue=0.1)  # 20 s steps, 10% queued: neither busy nor id
 IDLE_8 = steady(8, step_s=5.0)  # 5 s steps, nothing queued: idle
 FAST_4 = steady(4, step_s=2.0)  # 2 s steps on 4 nodes: used for deadline projections
 RECENT_UP = CooldownClock(T0 - 120, "scale_up")
+LINEAR = {"scaling_loss": 0.0}
+PRIOR = {"scaling_loss": 0.1}
+"""Idle shrinks pay only through a smaller size's better per-node throughput: the prior's."""
+"""The table assumes linear scaling unless a case says otherwise, so sizes are hand-computable."""
 
 
 def case(
@@ -132,14 +136,16 @@ CASES = [
     case(
         "queue-bound",
         QUEUED_8,
-        (UP, 16, "queue_bound", ()),
-        "80% of the step was spent waiting for a worker; scaling up 8 -> 16",
+        (UP, 40, "queue_bound", ()),
+        "80% of the step was spent waiting for a worker",
+        "scaling up 8 -> 40",
     ),
     case(
         "queue-bound-at-threshold",
         steady(8, queue=0.2),
-        (UP, 16, "queue_bound", ()),
-        "20% of the step was spent waiting for a worker; scaling up 8 -> 16",
+        (UP, 10, "queue_bound", ()),
+        "20% of the step was spent waiting for a worker",
+        "scaling up 8 -> 10",
     ),
     case(
         "queue-bound-clamped-to-ceiling",
@@ -149,8 +155,8 @@ CASES = [
         scheduler={"max_nodes": 16},
     ),
     case(
-        "queue-bound-grows-at-least-one",
-        steady(3, queue=0.8),
+        "queue-fills-the-step-falls-back-to-the-factor",
+        steady(3, queue=1.0),
         (UP, 4, "queue_bound", ()),
         "scaling up 3 -> 4",
         scheduler={"scale_up_factor": 1.1},
@@ -159,30 +165,33 @@ CASES = [
         "queue-bound-at-ceiling",
         steady(16, queue=0.8),
         (HOLD, 16, "queue_bound", ("ceiling",)),
-        "80% of the step was spent waiting for a worker; holding at 16: "
-        "already at the node ceiling of 16",
+        "80% of the step was spent waiting for a worker",
+        "holding at 16: already at the node ceiling of 16",
         scheduler={"max_nodes": 16},
     ),
     case(
         "queue-bound-in-cooldown",
         QUEUED_8,
         (HOLD, 8, "queue_bound", ("cooldown",)),
-        "80% of the step was spent waiting for a worker; holding at 8 instead of scaling up "
-        "to 16: in cooldown: last change 120s ago, scale-up cooldown is 300s",
+        "80% of the step was spent waiting for a worker",
+        "holding at 8 instead of scaling up to 40: in cooldown: last change 120s ago, "
+        "scale-up cooldown is 300s",
         cooldown=RECENT_UP,
     ),
     case(
         "queue-bound-cooldown-just-over",
         QUEUED_8,
-        (UP, 16, "queue_bound", ()),
-        "scaling up 8 -> 16",
+        (UP, 40, "queue_bound", ()),
+        "80% of the step was spent waiting for a worker",
+        "scaling up 8 -> 40",
         cooldown=CooldownClock(T0 - 300, "scale_down"),
     ),
     case(
         "queue-bound-cooldown-zero",
         QUEUED_8,
-        (UP, 16, "queue_bound", ()),
-        "scaling up 8 -> 16",
+        (UP, 40, "queue_bound", ()),
+        "80% of the step was spent waiting for a worker",
+        "scaling up 8 -> 40",
         scheduler={"cooldown_s": 0},
         cooldown=CooldownClock(T0, "scale_up"),
     ),
@@ -197,7 +206,8 @@ CASES = [
         "queue-bound-too-close-to-deadline-for-startup",
         QUEUED_8,
         (HOLD, 8, "queue_bound", ("deadline",)),
-        "holding at 8 instead of scaling up to 16: only 45s left before the deadline, "
+        "80% of the step was spent waiting for a worker",
+        "holding at 8 instead of scaling up to 40: only 45s left before the deadline, "
         "less than the 120s new nodes need to start",
         scheduler={"startup_s": 120.0},
         deadline_at=T0 + 45,
@@ -214,14 +224,16 @@ CASES = [
         "queue-bound-deadline-passed",
         QUEUED_8,
         (HOLD, 8, "queue_bound", ("deadline",)),
-        "holding at 8 instead of scaling up to 16: no time is left before the deadline",
+        "80% of the step was spent waiting for a worker",
+        "holding at 8 instead of scaling up to 40: no time is left before the deadline",
         deadline_at=T0 - 10,
     ),
     case(
         "queue-bound-deadline-far-enough",
         QUEUED_8,
-        (UP, 16, "queue_bound", ()),
-        "scaling up 8 -> 16",
+        (UP, 40, "queue_bound", ()),
+        "80% of the step was spent waiting for a worker",
+        "scaling up 8 -> 40",
         scheduler={"startup_s": 120.0},
         deadline_at=T0 + 3600,
     ),
@@ -239,9 +251,10 @@ CASES = [
     case(
         "deadline-pressure-steps",
         FAST_4,
-        (UP, 6, "deadline_pressure", ()),
-        "at 4 nodes the remaining 600 steps take 1200s but 900s are left; "
-        "6 nodes finish in 800s + 60s startup; scaling up 4 -> 6",
+        (UP, 7, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600 steps take 1200s and 900s are left (810s after the "
+        "10% margin)",
+        "scaling up 4 -> 7",
         scheduler={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
@@ -249,9 +262,10 @@ CASES = [
     case(
         "deadline-pressure-tokens",
         steady(4, step_s=2.0, tokens=1000.0),  # 500 tokens/s
-        (UP, 6, "deadline_pressure", ()),
-        "at 4 nodes the remaining 600000 tokens take 1200s but 900s are left; "
-        "6 nodes finish in 800s + 60s startup; scaling up 4 -> 6",
+        (UP, 7, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600000 tokens take 1200s and 900s are left (810s after "
+        "the 10% margin)",
+        "scaling up 4 -> 7",
         scheduler={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_tokens=600_000,
@@ -259,8 +273,10 @@ CASES = [
     case(
         "deadline-pressure-steps-win-over-tokens",
         steady(4, step_s=2.0, tokens=1000.0),
-        (UP, 6, "deadline_pressure", ()),
-        "the remaining 600 steps take 1200s",
+        (UP, 7, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600 steps take 1200s and 900s are left (810s after the "
+        "10% margin)",
+        "scaling up 4 -> 7",
         scheduler={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
@@ -269,17 +285,20 @@ CASES = [
     case(
         "deadline-pressure-exact-size",
         FAST_4,
-        (UP, 6, "deadline_pressure", ()),
-        "at 4 nodes the remaining 600 steps take 1200s but 800s are left; "
-        "6 nodes finish in 800s; scaling up 4 -> 6",
+        (UP, 7, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600 steps take 1200s and 800s are left (720s after the "
+        "10% margin)",
+        "scaling up 4 -> 7",
         deadline_at=T0 + 800,
         remaining_steps=600,
     ),
     case(
         "deadline-pressure-exact-size-despite-float-noise",
         steady(4, step_s=0.1),  # mean step 0.10000000000000002 s
-        (UP, 6, "deadline_pressure", ()),
-        "6 nodes finish in 800s; scaling up 4 -> 6",
+        (UP, 7, "deadline_pressure", ()),
+        "at 4 nodes the remaining 12000 steps take 1200s and 800s are left (720s after "
+        "the 10% margin)",
+        "scaling up 4 -> 7",
         deadline_at=T0 + 800,
         remaining_steps=12_000,
     ),
@@ -287,8 +306,9 @@ CASES = [
         "deadline-pressure-cannot-be-met",
         FAST_4,
         (UP, 16, "deadline_pressure", ()),
-        "at 4 nodes the remaining 60000 steps take 120000s but 900s are left; even 16 nodes "
-        "need 30000s + 60s startup, so the deadline will still be missed; scaling up 4 -> 16",
+        "at 4 nodes the remaining 60000 steps take 120000s and 900s are left (810s after "
+        "the 10% margin)",
+        "scaling up 4 -> 16",
         scheduler={"max_nodes": 16, "startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=60_000,
@@ -297,7 +317,9 @@ CASES = [
         "deadline-pressure-at-ceiling",
         steady(16, step_s=2.0),
         (HOLD, 16, "deadline_pressure", ("ceiling",)),
-        "so the deadline will still be missed; holding at 16: already at the node ceiling of 16",
+        "at 16 nodes the remaining 6000 steps take 12000s and 900s are left (810s after "
+        "the 10% margin)",
+        "holding at 16: already at the node ceiling of 16",
         scheduler={"max_nodes": 16},
         deadline_at=T0 + 900,
         remaining_steps=6000,
@@ -306,8 +328,10 @@ CASES = [
         "deadline-pressure-too-late-for-startup",
         FAST_4,
         (HOLD, 4, "deadline_pressure", ("deadline",)),
-        "at 4 nodes the remaining 600 steps take 1200s but 45s are left; holding at 4: "
-        "only 45s left before the deadline, less than the 60s new nodes need to start",
+        "at 4 nodes the remaining 600 steps take 1200s and 45s are left (40.5s after the "
+        "10% margin)",
+        "holding at 4 instead of scaling up to 1024: only 45s left before the deadline, "
+        "less than the 60s new nodes need to start",
         scheduler={"startup_s": 60.0},
         deadline_at=T0 + 45,
         remaining_steps=600,
@@ -316,8 +340,9 @@ CASES = [
         "deadline-pressure-after-the-deadline",
         FAST_4,
         (HOLD, 4, "deadline_pressure", ("deadline",)),
-        "at 4 nodes the remaining 600 steps take 1200s but no time is left; holding at 4: "
-        "no time is left before the deadline",
+        "at 4 nodes the remaining 600 steps take 1200s and no time is left (0s after the "
+        "10% margin)",
+        "holding at 4 instead of scaling up to 1024: no time is left before the deadline",
         deadline_at=T0 - 5,
         remaining_steps=600,
     ),
@@ -325,7 +350,10 @@ CASES = [
         "deadline-pressure-in-cooldown",
         FAST_4,
         (HOLD, 4, "deadline_pressure", ("cooldown",)),
-        "holding at 4 instead of scaling up to 6: in cooldown: last change 120s ago",
+        "at 4 nodes the remaining 600 steps take 1200s and 900s are left (810s after the "
+        "10% margin)",
+        "holding at 4 instead of scaling up to 7: in cooldown: last change 120s ago, "
+        "scale-up cooldown is 300s",
         scheduler={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
@@ -334,9 +362,10 @@ CASES = [
     case(
         "queue-and-deadline-queue-target-larger",
         steady(4, step_s=2.0, queue=0.5),
-        (UP, 8, "queue_bound", ()),
-        "50% of the step was spent waiting for a worker; at 4 nodes the remaining 600 steps "
-        "take 1200s but 900s are left; 6 nodes finish in 800s + 60s startup; scaling up 4 -> 8",
+        (UP, 7, "deadline_pressure", ()),
+        "at 4 nodes the remaining 600 steps take 1200s and 900s are left (810s after the "
+        "10% margin)",
+        "scaling up 4 -> 7",
         scheduler={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
@@ -344,9 +373,10 @@ CASES = [
     case(
         "queue-and-deadline-deadline-target-larger",
         steady(4, step_s=2.0, queue=0.5),
-        (UP, 12, "deadline_pressure", ()),
-        "at 4 nodes the remaining 1200 steps take 2400s but 900s are left; "
-        "12 nodes finish in 800s + 60s startup; scaling up 4 -> 12",
+        (UP, 13, "deadline_pressure", ()),
+        "at 4 nodes the remaining 1200 steps take 2400s and 900s are left (810s after "
+        "the 10% margin)",
+        "scaling up 4 -> 13",
         scheduler={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=1200,
@@ -356,34 +386,42 @@ CASES = [
         "idle",
         IDLE_8,
         (DOWN, 4, "idle", ()),
-        "the mean step of 5s is at most 50% of the 30s target and 0% of it was spent waiting "
-        "for a worker; scaling down 8 -> 4",
+        "the mean step of 5s is at most 50% of the 30s target and 0% of it was spent "
+        "waiting for a worker",
+        "scaling down 8 -> 4",
+        scheduler=PRIOR,
     ),
     case(
         "idle-at-step-threshold",
         steady(8, step_s=15.0),
-        (DOWN, 4, "idle", ()),
-        "scaling down 8 -> 4",
+        (DOWN, 5, "idle", ()),
+        "the mean step of 15s is at most 50% of the 30s target and 0% of it was spent "
+        "waiting for a worker",
+        "scaling down 8 -> 5",
+        scheduler=PRIOR,
     ),
     case(
         "idle-rounds-down-to-floor",
         steady(3, step_s=5.0),
         (DOWN, 2, "idle", ()),
         "scaling down 3 -> 2",
-        scheduler={"min_nodes": 2},
+        scheduler={**PRIOR, "min_nodes": 2},
     ),
     case(
         "idle-rounds-down",
         steady(3, step_s=5.0),
-        (DOWN, 1, "idle", ()),
-        "scaling down 3 -> 1",
+        (DOWN, 2, "idle", ()),
+        "the mean step of 5s is at most 50% of the 30s target and 0% of it was spent "
+        "waiting for a worker",
+        "scaling down 3 -> 2",
+        scheduler=PRIOR,
     ),
     case(
-        "idle-shrinks-at-least-one",
+        "idle-limited-by-scale-down-factor",
         steady(10, step_s=5.0),
-        (DOWN, 9, "idle", ()),
-        "scaling down 10 -> 9",
-        scheduler={"scale_down_factor": 0.99},
+        (DOWN, 7, "idle", ()),
+        "scaling down 10 -> 7",
+        scheduler={**PRIOR, "scale_down_factor": 0.7},
     ),
     case(
         "idle-at-floor",
@@ -407,45 +445,54 @@ CASES = [
         "holding at 8 instead of scaling down to 4: in cooldown: last change 120s ago, "
         "scale-down cooldown is 300s",
         cooldown=RECENT_UP,
+        scheduler=PRIOR,
     ),
     case(
         "idle-in-separate-scale-down-cooldown",
         IDLE_8,
         (HOLD, 8, "idle", ("cooldown",)),
         "in cooldown: last change 600s ago, scale-down cooldown is 900s",
-        scheduler={"cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
+        scheduler={**PRIOR, "cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
         cooldown=CooldownClock(T0 - 600, "scale_up"),
     ),
     case(
         "queue-bound-passes-the-shorter-scale-up-cooldown",
         QUEUED_8,
-        (UP, 16, "queue_bound", ()),
-        "scaling up 8 -> 16",
+        (UP, 40, "queue_bound", ()),
+        "80% of the step was spent waiting for a worker",
+        "scaling up 8 -> 40",
         scheduler={"cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
         cooldown=CooldownClock(T0 - 600, "scale_up"),
     ),
     case(
         "idle-held-by-deadline",
         IDLE_8,
-        (HOLD, 8, "idle", ("deadline",)),
-        "holding at 8 instead of scaling down to 4: at 4 nodes the remaining 100 steps "
-        "would take 1000s but only 800s are left",
+        (HOLD, 8, "deadline_slack", ("restart_cost",)),
+        "at 8 nodes the remaining 100 steps take 500s and 800s are left (720s after the "
+        "10% margin)",
+        "holding at 8 instead of scaling down to 6: saving 171.1 node-seconds is within "
+        "the 10% tolerance of the 4000 node-seconds left to pay",
         deadline_at=T0 + 800,
         remaining_steps=100,
+        scheduler=PRIOR,
     ),
     case(
         "idle-smaller-size-still-meets-deadline",
         IDLE_8,
-        (DOWN, 4, "idle", ()),
+        (DOWN, 4, "deadline_slack", ()),
+        "at 8 nodes the remaining 100 steps take 500s and 1200s are left (1080s after "
+        "the 10% margin)",
         "scaling down 8 -> 4",
         deadline_at=T0 + 1200,
         remaining_steps=100,
+        scheduler=PRIOR,
     ),
     case(
         "idle-no-work-left",
         FAST_4,
-        (DOWN, 2, "idle", ()),
-        "scaling down 4 -> 2",
+        (HOLD, 4, "balanced", ()),
+        "no work is left (the remaining 0 steps)",
+        "hold the current size",
         deadline_at=T0 - 5,
         remaining_steps=0,
     ),
@@ -455,6 +502,7 @@ CASES = [
         (DOWN, 4, "idle", ()),
         "scaling down 8 -> 4",
         deadline_at=T0 + 10,
+        scheduler=PRIOR,
     ),
     # 5. balanced
     case(
@@ -478,8 +526,11 @@ CASES = [
     case(
         "balanced-deadline-met",
         BALANCED_8,
-        (HOLD, 8, "balanced", ()),
-        "the step is balanced",
+        (HOLD, 8, "deadline_slack", ("restart_cost",)),
+        "at 8 nodes the remaining 100 steps take 2000s and 3600s are left (3240s after "
+        "the 10% margin)",
+        "holding at 8 instead of scaling down to 6: saving 0 node-seconds is within the "
+        "10% tolerance of the 16000 node-seconds left to pay",
         deadline_at=T0 + 3600,
         remaining_steps=100,
     ),
@@ -487,7 +538,8 @@ CASES = [
         "balanced-zero-duration-steps",
         steady(8, step_s=0.0),
         (HOLD, 8, "balanced", ()),
-        "the step is balanced",
+        "the samples show no work to size from",
+        "hold the current size",
     ),
 ]
 
@@ -495,7 +547,7 @@ CASES = [
 def _decide(
     scheduler_args: dict[str, Any], window: MetricsWindow, inputs: dict[str, Any]
 ) -> ScaleDecision:
-    return ElasticScheduler(**scheduler_args).decide(window, now=T0, **inputs)
+    return ElasticScheduler(**{**LINEAR, **scheduler_args}).decide(window, now=T0, **inputs)
 
 
 @pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
@@ -513,7 +565,7 @@ def test_decision_table(
         assert phrase in decision.reason
     assert decision.decided_at == T0
     assert decision.signals == window.signals()
-    assert decision.thresholds == ElasticScheduler(**scheduler_args).thresholds()
+    assert decision.thresholds == ElasticScheduler(**{**LINEAR, **scheduler_args}).thresholds()
 
 
 @pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
@@ -541,7 +593,9 @@ def test_decisions_are_deterministic(
 ) -> None:
     first = _decide(scheduler_args, window, inputs)
     replayed_window = MetricsWindow.from_dict(json.loads(json.dumps(window.to_dict())))
-    replayed_args = json.loads(json.dumps(ElasticScheduler(**scheduler_args).to_dict()))
+    replayed_args = json.loads(
+        json.dumps(ElasticScheduler(**{**LINEAR, **scheduler_args}).to_dict())
+    )
     assert _decide(scheduler_args, window, inputs) == first
     assert _decide(replayed_args, replayed_window, inputs).to_json() == first.to_json()
 
@@ -566,9 +620,9 @@ def test_a_change_starts_the_cooldown_and_a_hold_keeps_the_clock() -> None:
 
 def test_two_decisions_in_a_row_leave_the_cooldown_after_cooldown_s() -> None:
     """0.1.0 kept the clock in memory and defaulted ``now`` to 0: it never left cooldown."""
-    scheduler = ElasticScheduler(cooldown_s=300.0)
+    scheduler = ElasticScheduler(cooldown_s=300.0, max_nodes=64, **LINEAR)
     first = scheduler.decide(QUEUED_8, now=T0)
-    assert (first.action, first.target_nodes) == (ScaleAction.SCALE_UP, 16)
+    assert (first.action, first.target_nodes) == (ScaleAction.SCALE_UP, 40)
 
     # A new process reads the stored clock back, as a scheduled check would.
     stored = json.loads(json.dumps(first.cooldown.to_dict()))
@@ -581,12 +635,12 @@ def test_two_decisions_in_a_row_leave_the_cooldown_after_cooldown_s() -> None:
     assert second.cooldown == first.cooldown
 
     third = fresh_scheduler.decide(busy_16, now=T0 + 300, cooldown=second.cooldown)
-    assert (third.action, third.target_nodes) == (ScaleAction.SCALE_UP, 32)
+    assert (third.action, third.target_nodes) == (ScaleAction.SCALE_UP, 64)  # 80, at the ceiling
     assert third.cooldown == CooldownClock(T0 + 300, "scale_up")
 
 
 def test_separate_scale_down_cooldown_holds_down_but_not_up() -> None:
-    scheduler = ElasticScheduler(cooldown_s=300.0, scale_down_cooldown_s=900.0)
+    scheduler = ElasticScheduler(cooldown_s=300.0, scale_down_cooldown_s=900.0, max_nodes=16)
     assert scheduler.effective_scale_down_cooldown_s == 900.0
     clock = CooldownClock(T0 - 600, "scale_up")
     down = scheduler.decide(IDLE_8, now=T0, cooldown=clock)
@@ -741,27 +795,55 @@ def test_remaining_work_too_large_to_project_is_rejected() -> None:
 
 
 def test_decision_record_carries_the_projection() -> None:
-    decision = ElasticScheduler(startup_s=60.0).decide(
+    decision = ElasticScheduler(startup_s=60.0, **LINEAR).decide(
         FAST_4, now=T0, deadline_at=T0 + 900, remaining_steps=600
     )
     assert decision.deadline_at == T0 + 900
     assert decision.time_left_s == 900.0
-    assert decision.projection == {
+    projection = decision.projection
+    assert projection is not None
+    # 0.125 steps per node-second: 600 steps take 4800/n s; 7 is the smallest size with
+    # 60 + 4800/7 = 745.7 <= 0.9 * 900
+    assert {name: projection[name] for name in _PROJECTED} == {
         "basis": "steps",
         "remaining": 600.0,
         "current_nodes": 4,
         "current_finish_s": 1200.0,
         "time_left_s": 900.0,
         "startup_s": 60.0,
-        "target_nodes": 6,
-        "target_finish_s": 860.0,
+        "target_nodes": 7,
+        "target_finish_s": pytest.approx(60.0 + 4800.0 / 7),
         "meets_deadline": True,
+        "restart_cost_node_s": 7 * 60.0,
+        "capacity_per_s": 0.5,
+        "demand_per_s": 0.5,
+        "loop": "closed",
+        "scaling_loss": 0.0,
     }
-    assert decision.changed
+    assert decision.changed and decision.recommended_nodes == 7
     plain = decision.to_dict()
     assert plain["held_by"] == [] and plain["cooldown"]["last_change_at"] == T0
     no_deadline = ElasticScheduler().decide(FAST_4, now=T0, remaining_steps=600)
-    assert no_deadline.projection is None and no_deadline.time_left_s is None
+    assert no_deadline.time_left_s is None
+    assert no_deadline.projection is not None and "meets_deadline" not in no_deadline.projection
+
+
+_PROJECTED = (
+    "basis",
+    "remaining",
+    "current_nodes",
+    "current_finish_s",
+    "time_left_s",
+    "startup_s",
+    "target_nodes",
+    "target_finish_s",
+    "meets_deadline",
+    "restart_cost_node_s",
+    "capacity_per_s",
+    "demand_per_s",
+    "loop",
+    "scaling_loss",
+)
 
 
 def test_held_decision_lists_its_holds_in_the_record() -> None:

@@ -21,7 +21,7 @@ def check(
 ) -> ScaleState:
     """One check of a queue-bound job at ``nodes`` with ``samples`` samples in its window."""
     window = MetricsWindow(
-        samples=tuple(StepSample(i, 10.0, 6.0, nodes, 100) for i in range(samples))
+        samples=tuple(StepSample(i, 10.0, 5.0, nodes, 100) for i in range(samples))
     )
     inputs = DecisionInputs(SCHEDULER, window, now, nodes, state.cooldown)
     decision = inputs.decide()

@@ -112,7 +112,7 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
         "2026-01-01T00:05:00+00:00",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
         "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
-        "60% of the step was spent waiting for a worker",
+        "50% of the step was spent waiting for a worker",
         "$3.00/h -> $6.00/h",
     ):
         assert expected in text, expected

@@ -1,0 +1,258 @@
+"""Issue 8's policy: restart price, stabilisation, demand sizing, measured scaling efficiency."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.scheduler import (
+    CapacityMemory,
+    CooldownClock,
+    ElasticScheduler,
+    Recommendation,
+    ScaleAction,
+    SizeMeasurement,
+    estimate_load,
+)
+
+T0 = 1_700_000_000.0
+
+
+def closed_loop(nodes: int, step_s: float, queue_s: float = 0.0, count: int = 5) -> MetricsWindow:
+    """Back-to-back steps: each step's work is there when the previous one ends."""
+    return MetricsWindow(
+        samples=tuple(
+            StepSample(i, step_s, queue_s, nodes, 0.0, T0 - (count - 1 - i) * step_s)
+            for i in range(count)
+        )
+    )
+
+
+def stream(
+    nodes: int, *, every_s: float, service_s: float, queues: list[float], tokens: float = 1000.0
+) -> MetricsWindow:
+    """Batches of ``tokens`` arriving every ``every_s``, each served in ``service_s``.
+
+    ``queues`` is each batch's wait; a batch ends at arrival + wait + service.
+    """
+    count = len(queues)
+    samples = []
+    for index, wait in enumerate(queues):
+        arrived = T0 - (count - index) * every_s
+        samples.append(
+            StepSample(index, wait + service_s, wait, nodes, tokens, arrived + wait + service_s)
+        )
+    return MetricsWindow(samples=tuple(samples))
+
+
+# -- what the window measures ---------------------------------------------------------
+
+
+def test_closed_loop_demand_is_the_capacity_over_the_unqueued_share() -> None:
+    load = estimate_load(closed_loop(2, 0.4, 0.2).samples, 2)
+    assert load is not None and not load.open_loop
+    assert load.capacity_per_s == pytest.approx(1 / 0.4)  # one step per 0.4 s
+    assert load.demand_per_s == pytest.approx(2 / 0.4)  # half the step waited: twice that
+    assert load.steps_per_node_s == pytest.approx(1 / 0.8)
+
+
+def test_an_idle_stream_measures_its_arrival_rate_and_utilisation() -> None:
+    # 1000 tokens every 10 s, served in 4 s: demand 100 tokens/s, capacity 250 tokens/s
+    load = estimate_load(stream(5, every_s=10, service_s=4, queues=[0.0] * 5).samples, 5)
+    assert load is not None and load.open_loop
+    assert load.demand_per_s == pytest.approx(100.0)
+    assert load.capacity_per_s == pytest.approx(250.0)
+    assert load.utilisation == pytest.approx(0.4)
+    assert load.backlog_s == 0.0 and load.drain_s == 0.0
+    assert load.tokens_per_node_s == pytest.approx(50.0)
+
+
+def test_a_draining_backlog_reads_as_draining_not_as_demand() -> None:
+    # after a restart: arrivals every 10 s, service 5 s, waits falling 5 s per batch
+    load = estimate_load(stream(4, every_s=10, service_s=5, queues=[40, 35, 30, 25, 20]).samples, 4)
+    assert load is not None and load.open_loop
+    assert load.demand_per_s == pytest.approx(100.0)  # the arrivals, not the queue level
+    assert load.capacity_per_s == pytest.approx(200.0)
+    assert load.backlog_trend < 0
+    assert load.backlog_s == pytest.approx(20 * 0.5)  # the work that arrived while it waited
+    assert load.drain_s == pytest.approx(20.0)
+
+
+def test_samples_without_times_are_a_closed_loop() -> None:
+    samples = [StepSample(i, 10.0, 0.0, 4, 100.0) for i in range(4)]
+    load = estimate_load(samples, 4)
+    assert load is not None and not load.open_loop
+    assert estimate_load([], 4) is None
+
+
+# -- the scaling efficiency memory ----------------------------------------------------
+
+
+def test_scaling_loss_is_the_prior_until_sizes_far_enough_apart_were_measured() -> None:
+    at_8 = SizeMeasurement(8, 0.1, 0.0, 10)
+    assert CapacityMemory((at_8,)).scaling("steps", 0.1) == (0.1, "prior")
+    near = CapacityMemory((at_8, SizeMeasurement(9, 0.05, 0.0, 10)))
+    assert near.scaling("steps", 0.1) == (0.1, "prior")  # 8 and 9 only fit noise
+    # per-node rate 0.1 at 8, 0.08 at 16: 20% lost per doubling, trusted fully (a factor 2)
+    memory = CapacityMemory((at_8, SizeMeasurement(16, 0.08, 0.0, 10)))
+    loss, source = memory.scaling("steps", 0.1)
+    assert loss == pytest.approx(0.2)
+    assert source.startswith("measured at 8, 16 nodes")
+    # extrapolated from the nearest measured size
+    assert memory.per_node_rate("steps", 32, loss) == pytest.approx(0.08 * 0.8)
+    assert memory.per_node_rate("steps", 4, loss) == pytest.approx(0.1 / 0.8)
+
+
+def test_capacity_memory_round_trips_and_keeps_one_entry_per_size() -> None:
+    memory = CapacityMemory((SizeMeasurement(8, 0.1, 5.0, 3, T0),))
+    memory = memory.with_measurement(SizeMeasurement(8, 0.2, 6.0, 4, T0 + 1))
+    memory = memory.with_measurement(SizeMeasurement(2, 0.3, 7.0, 4, T0 + 2))
+    assert [entry.nodes for entry in memory.sizes] == [2, 8]
+    assert memory.sizes[1].steps_per_node_s == 0.2
+    assert CapacityMemory.from_dict(memory.to_dict()) == memory
+    assert CapacityMemory.from_dict(None) == CapacityMemory()
+
+
+def test_deadline_sizing_uses_the_measured_efficiency() -> None:
+    """At 8 nodes 0.1 steps per node-second; at 16, 0.08: 20% lost per doubling."""
+    memory = CapacityMemory((SizeMeasurement(16, 0.08, 0.0, 10),))
+    window = closed_loop(8, 1.25)  # 0.1 steps per node-second at 8 nodes
+    scheduler = ElasticScheduler(max_nodes=64, startup_s=0.0)
+    decision = scheduler.decide(
+        window, now=T0, deadline_at=T0 + 1000, remaining_steps=1000, capacity=memory
+    )
+    # 1000 steps in 0.9 * 1000 s need 1.111 steps/s; sizes are extrapolated from the nearest
+    # measured size: 12 nodes (from 16) 12 * 0.08 * 0.8 ** log2(12/16) = 1.047, 13 nodes 1.112
+    assert (decision.action, decision.target_nodes) == (ScaleAction.SCALE_UP, 13)
+    assert decision.projection is not None
+    assert decision.projection["scaling_loss"] == pytest.approx(0.2)
+    linear = scheduler.decide(window, now=T0, deadline_at=T0 + 1000, remaining_steps=1000)
+    assert linear.target_nodes < 13  # the 10% prior promises more from each node
+
+
+# -- a resize must pay for its restart ------------------------------------------------
+
+
+def test_a_queue_bound_scale_up_waits_when_the_restart_costs_more_than_it_saves() -> None:
+    window = closed_loop(2, 0.4, 0.2)
+    cheap = ElasticScheduler(startup_s=30.0).decide(window, now=T0)
+    assert (cheap.action, cheap.target_nodes) == (ScaleAction.SCALE_UP, 4)
+    # over a 120 s horizon, 4 nodes save at most 60 s: less than twice a 60 s restart
+    dear = ElasticScheduler(startup_s=60.0, horizon_s=120.0).decide(window, now=T0)
+    assert dear.action is ScaleAction.HOLD
+    assert [hold.rule for hold in dear.held_by] == ["restart_cost"]
+    assert "does not beat the restart price of 60 seconds" in dear.reason
+
+
+def test_a_deadline_shrink_must_save_node_hours_and_never_comes_in_the_final_stretch() -> None:
+    window = closed_loop(16, 1.0)  # 1/16 steps per node-second
+    scheduler = ElasticScheduler(startup_s=60.0, max_nodes=64)
+    # 600 steps take 600 s at 16 nodes; 5000 s are left, so 4 nodes would do
+    roomy = scheduler.decide(window, now=T0, deadline_at=T0 + 5000, remaining_steps=600)
+    assert (roomy.action, roomy.rule) == (ScaleAction.SCALE_DOWN, "deadline_slack")
+    assert roomy.projection is not None
+    assert roomy.projection["target_finish_s"] <= 0.8 * 5000  # twice the margin
+    assert roomy.projection["gain"] >= 2 * roomy.projection["price"]
+    # within 4 restarts (240 s) of the deadline the job never shrinks
+    close = scheduler.decide(window, now=T0, deadline_at=T0 + 230, remaining_steps=60)
+    assert close.action is ScaleAction.HOLD
+    assert "final_stretch" in [hold.rule for hold in close.held_by]
+
+
+def test_deadline_pressure_plans_with_the_margin_and_the_restart() -> None:
+    window = closed_loop(4, 2.0)  # 0.125 steps per node-second
+    decision = ElasticScheduler(startup_s=60.0, scaling_loss=0.0).decide(
+        window, now=T0, deadline_at=T0 + 900, remaining_steps=600
+    )
+    # 60 + 4800 / n <= 0.9 * 900 needs n >= 6.4
+    assert (decision.action, decision.target_nodes) == (ScaleAction.SCALE_UP, 7)
+    assert decision.projection is not None and decision.projection["meets_deadline"] is True
+
+
+# -- stabilisation --------------------------------------------------------------------
+
+
+def test_a_scale_down_acts_on_the_largest_recent_recommendation() -> None:
+    window = closed_loop(8, 5.0)  # idle: 5 s steps against a 30 s target
+    scheduler = ElasticScheduler()
+    alone = scheduler.decide(window, now=T0)
+    assert (alone.action, alone.target_nodes) == (ScaleAction.SCALE_DOWN, 4)
+    old = scheduler.decide(window, now=T0, recent=(Recommendation(T0 - 900, 8),))
+    assert (old.action, old.target_nodes) == (ScaleAction.SCALE_DOWN, 4)  # outside 600 s
+    wanted_more = scheduler.decide(window, now=T0, recent=(Recommendation(T0 - 60, 8),))
+    assert wanted_more.action is ScaleAction.HOLD
+    assert [hold.rule for hold in wanted_more.held_by] == ["stabilisation"]
+    assert wanted_more.recommended_nodes == 4
+    # 4 now, 6 five minutes ago: still falling, so wait rather than shrink twice
+    falling = scheduler.decide(window, now=T0, recent=(Recommendation(T0 - 300, 6),))
+    assert falling.action is ScaleAction.HOLD
+    assert "the recommendations are still falling: 4 nodes now, 6 within" in falling.reason
+
+
+def test_a_change_within_the_tolerance_is_not_made() -> None:
+    # 1000 tokens every 10 s (100/s) on a capacity of 125/s: 100 * 1.2 is within 10% of it
+    window = stream(5, every_s=10, service_s=8, queues=[0.0] * 6)
+    decision = ElasticScheduler().decide(window, now=T0)
+    assert (decision.action, decision.rule) == (ScaleAction.HOLD, "demand")
+    assert "it fits" in decision.reason or "tolerance" in decision.reason
+
+
+def test_a_stream_is_sized_to_its_arrival_rate_plus_headroom() -> None:
+    # 100 tokens/s arrive; 10 nodes serve 500/s: 3 nodes serve 150 >= 120 (1.2 x 100)
+    window = stream(10, every_s=10, service_s=2, queues=[0.0] * 6)
+    scheduler = ElasticScheduler(scaling_loss=0.0)
+    decision = scheduler.decide(window, now=T0)
+    assert (decision.action, decision.rule, decision.target_nodes) == (
+        ScaleAction.SCALE_DOWN,
+        "demand",
+        3,
+    )
+    assert decision.projection is not None
+    assert decision.projection["demand_per_s"] == pytest.approx(100.0)
+    assert decision.projection["capacity_per_s"] == pytest.approx(500.0)
+
+
+def test_a_draining_backlog_does_not_trigger_another_scale_up() -> None:
+    window = stream(4, every_s=10, service_s=5, queues=[40, 35, 30, 25, 20])
+    scheduler = ElasticScheduler(scaling_loss=0.0, cooldown_s=0.0)
+    decision = scheduler.decide(window, now=T0, recent=(Recommendation(T0 - 60, 8),))
+    assert decision.action is not ScaleAction.SCALE_UP
+    assert "drains in" in decision.reason
+
+
+def test_a_growing_backlog_scales_up_once_confirmed() -> None:
+    # arrivals every 5 s, service 8 s: the wait grows 3 s per batch
+    window = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
+    scheduler = ElasticScheduler(scaling_loss=0.0)
+    first = scheduler.decide(window, now=T0)
+    assert first.action is ScaleAction.HOLD
+    assert [hold.rule for hold in first.held_by] == ["stabilisation"]
+    assert first.recommended_nodes is not None and first.recommended_nodes > 2
+    confirmed = scheduler.decide(
+        window, now=T0 + 60, recent=(Recommendation(T0, first.recommended_nodes),)
+    )
+    assert confirmed.action is ScaleAction.SCALE_UP
+    # demand 200 tokens/s against 125 at 2 nodes: at least 1.2 * 200 = 240, i.e. 4 nodes
+    assert confirmed.target_nodes >= 4
+    assert "grows" in confirmed.reason
+
+
+def test_separate_cooldowns_still_hold() -> None:
+    scheduler = ElasticScheduler(cooldown_s=60.0, scale_down_cooldown_s=600.0)
+    clock = CooldownClock(T0 - 120, "scale_up")
+    down = scheduler.decide(closed_loop(8, 5.0), now=T0, cooldown=clock)
+    up = scheduler.decide(closed_loop(2, 0.4, 0.2), now=T0, cooldown=clock)
+    assert [hold.rule for hold in down.held_by] == ["cooldown"]
+    assert up.action is ScaleAction.SCALE_UP
+
+
+def test_projections_are_finite_json() -> None:
+    decision = ElasticScheduler().decide(
+        stream(2, every_s=1, service_s=8, queues=[0, 7, 14, 21]), now=T0
+    )
+    assert decision.projection is not None
+    for value in decision.projection.values():
+        assert not (isinstance(value, float) and not math.isfinite(value))
+    assert decision.to_json()
