@@ -22,10 +22,11 @@ import argparse
 import json
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from elasticgrid_provider.core.step_log import LogCursor, StepLogChunk, read_step_log
+from bench_planner import best_time
+
+from elasticgrid_provider.core.step_log import LogCursor, read_step_log
 
 REPEATS = 3
 
@@ -45,18 +46,6 @@ def write_log(path: Path, lines: int) -> None:
             handle.write(json.dumps(record, separators=(",", ":")) + "\n")
 
 
-def best_of(action: Callable[[], StepLogChunk], repeats: int) -> tuple[float, StepLogChunk]:
-    """The fastest of ``repeats`` runs, in seconds, and the last result."""
-    best = float("inf")
-    result = None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = action()
-        best = min(best, time.perf_counter() - started)
-    assert result is not None
-    return best, result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000, help="lines in the step log")
@@ -71,8 +60,8 @@ def main() -> None:
             f"step log: {args.lines:,} lines, {size / 1e6:.1f} MB "
             f"(written in {time.perf_counter() - started:.1f}s); window {args.window} samples"
         )
-        full_s, full = best_of(lambda: read_step_log(path, LogCursor()), 1)
-        tail_s, tail = best_of(lambda: read_step_log(path, None, tail=args.window), REPEATS)
+        full_s, full = best_time(lambda: read_step_log(path, LogCursor()), 1)
+        tail_s, tail = best_time(lambda: read_step_log(path, None, tail=args.window), REPEATS)
         if tail.cursor.offset != full.cursor.offset:
             raise SystemExit("error: the tail read and the full read end at different offsets")
         if tail.samples != full.samples[-args.window :]:

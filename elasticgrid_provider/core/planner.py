@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider, check_unique_names
 from elasticgrid_provider.core.validation import check_choice, check_integer, check_number
@@ -197,12 +198,7 @@ def _smallest_share_limit(providers: Sequence[Provider], nodes: int, spot_allowa
     def fits(limit: int) -> bool:
         return on_demand_room(limit) + min(spot_allowance, spot_room(limit)) >= nodes
 
-    low = 1
-    high = max(provider.max_nodes for provider in providers)
-    while low < high:
-        middle = (low + high) // 2
-        if fits(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
+    limit = smallest_satisfying(fits, 1, max(provider.max_nodes for provider in providers))
+    if limit is None:  # the caller checked the grid's capacity first
+        raise ElasticGridError(f"nodes {nodes} do not fit the grid")
+    return limit

@@ -163,6 +163,7 @@ from enum import Enum
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample, WindowSignals
 from elasticgrid_provider.core.validation import (
     check_choice,
@@ -960,18 +961,6 @@ class ElasticScheduler:
             return sys.float_info.max
         return min(work.amount / capacity, sys.float_info.max)
 
-    def _smallest(self, fits: Any, low: int, high: int) -> int | None:
-        """The smallest size in ``[low, high]`` for which ``fits`` (monotone) holds."""
-        if low > high or not fits(high):
-            return None
-        while low < high:
-            middle = (low + high) // 2
-            if fits(middle):
-                high = middle
-            else:
-                low = middle + 1
-        return low
-
     def _restart_price_node_s(self, current: int, target: int) -> float:
         return max(current, target) * self.startup_s
 
@@ -1052,7 +1041,7 @@ class ElasticScheduler:
 
         if finish_now <= budget:
             # a shrink must fit with twice the margin, so the next check does not grow it back
-            smallest = self._smallest(fits_after_shrink, self.min_nodes, current - 1)
+            smallest = smallest_satisfying(fits_after_shrink, self.min_nodes, current - 1)
             if smallest is not None and smallest > current * (1.0 - self.tolerance):
                 smallest = None
             if smallest is None:
@@ -1063,7 +1052,7 @@ class ElasticScheduler:
                     numbers=numbers,
                 )
             return self._deadline_shrink(situation, work, smallest, explanation, numbers)
-        smallest = self._smallest(fits, current + 1, self.max_nodes)
+        smallest = smallest_satisfying(fits, current + 1, self.max_nodes)
         if smallest is None:
             # no resize fits in the budget; the most nodes finish soonest
             target = max(self.max_nodes, current)
@@ -1175,7 +1164,7 @@ class ElasticScheduler:
                         f"; the backlog of {_seconds(load.backlog_s)} drains in "
                         f"{_seconds(stay_s)}, and a restart would not clear it much sooner"
                     )
-        target = self._smallest(
+        target = smallest_satisfying(
             lambda nodes: self._capacity(situation, basis, nodes) >= need,
             self.min_nodes,
             self.max_nodes,
@@ -1238,7 +1227,7 @@ class ElasticScheduler:
 
     def _drain_after_resize(self, situation: _Situation, load: LoadEstimate, need: float) -> float:
         """Seconds to clear the backlog after a resize to the size serving ``need``."""
-        target = self._smallest(
+        target = smallest_satisfying(
             lambda nodes: self._capacity(situation, load.basis, nodes) >= need,
             self.min_nodes,
             self.max_nodes,
@@ -1291,7 +1280,7 @@ class ElasticScheduler:
             capacity_now = load.capacity_per_s
             deepest = min(current - 1, math.ceil(current * self.scale_down_factor))
             floor = max(self.min_nodes, deepest)
-            smallest = self._smallest(
+            smallest = smallest_satisfying(
                 lambda nodes: (
                     signals.mean_step_s
                     * capacity_now
