@@ -50,18 +50,17 @@ def job_ranks(job: str) -> dict[int, str]:
         except OSError:
             continue
         variables = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
-        if b"iroh_tinker.cloud.runner" in command and variables.get("ELASTICGRID_JOB") == job:
-            if is_alive(int(entry.name)):
-                ranks[int(entry.name)] = variables.get("ELASTICGRID_LAUNCH_ID", "")
+        is_rank = b"iroh_tinker.cloud.runner" in command
+        if is_rank and variables.get("ELASTICGRID_JOB") == job and is_alive(int(entry.name)):
+            ranks[int(entry.name)] = variables.get("ELASTICGRID_LAUNCH_ID", "")
     return ranks
 
 
 def stop_job_processes(job: str) -> None:
     """Kill every process of ``job`` left on this machine (test clean-up)."""
+    import contextlib
     import signal
 
     for pid in job_ranks(job):
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
