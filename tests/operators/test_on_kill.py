@@ -269,3 +269,25 @@ def test_a_sigkill_in_the_middle_of_a_start_then_a_retry_runs_exactly_one_copy(
         assert sorted(rank_pids(jobs_root, "twice--hang")) == sorted(ranks)
     finally:
         stop_job_processes("twice")
+
+
+def test_killing_a_task_that_attached_leaves_the_job_running(airflow_db, jobs_root, tmp_path):
+    """The job was launched by another run; this task only attached and waited on it."""
+    run_dag("launch_sleeping", {"job_name": "shared", "nodes": 3})
+    ranks = job_ranks("shared")
+    assert len(ranks) == 3
+    log_path = tmp_path / "dags-test.log"
+    with log_path.open("w+") as log:
+        process = _start_dags_test(DAG_ID, {"job_name": "shared", "nodes": 3}, log)
+        try:
+            _wait_for(
+                lambda: "attached, started nothing" in log_path.read_text(), "attach", process
+            )
+            process.send_signal(signal.SIGTERM)
+        finally:
+            output = _finish(process, log)
+
+    assert "was not started by this task" in output
+    assert "which it attached to and left running" in output
+    assert job_ranks("shared") == ranks
+    assert read_run(DAG_ID).task_states == {"plan": "success", "launch": "failed"}
