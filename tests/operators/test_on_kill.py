@@ -62,7 +62,9 @@ def _wait_until_running(
     raise AssertionError(f"job {job} was not running within 90 s")
 
 
-def _start_dags_test(dag_id: str, conf: dict, log) -> subprocess.Popen:
+def _start_dags_test(
+    dag_id: str, conf: dict, log, dag_file: str = "kill_dags.py"
+) -> subprocess.Popen:
     """``airflow dags test`` of a DAG in kill_dags.py, its output going to ``log``.
 
     A file, not a pipe: nobody reads a pipe while the job starts, and a full one blocks.
@@ -76,7 +78,7 @@ def _start_dags_test(dag_id: str, conf: dict, log) -> subprocess.Popen:
             "--conf",
             json.dumps(conf),
             "--dagfile-path",
-            str(TESTS / "dags" / "kill_dags.py"),
+            str(TESTS / "dags" / dag_file),
         ],
         env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
         stdout=log,
@@ -273,7 +275,12 @@ def test_a_sigkill_in_the_middle_of_a_start_then_a_retry_runs_exactly_one_copy(
 
 def test_killing_a_task_that_attached_leaves_the_job_running(airflow_db, jobs_root, tmp_path):
     """The job was launched by another run; this task only attached and waited on it."""
-    run_dag("launch_sleeping", {"job_name": "shared", "nodes": 3})
+    # launched by `airflow dags test` too, so that the run command (sys.executable) is the same
+    with (tmp_path / "first.log").open("w+") as first_log:
+        first = _start_dags_test(
+            "launch_sleeping", {"job_name": "shared", "nodes": 3}, first_log, "launch_dags.py"
+        )
+        _finish(first, first_log)
     ranks = job_ranks("shared")
     assert len(ranks) == 3
     log_path = tmp_path / "dags-test.log"
