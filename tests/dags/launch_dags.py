@@ -69,6 +69,8 @@ PARTLY_STARTING_PROVIDERS = [
         "spot": True,
     }
 ]
+# a generous grace, so that a rank that dies at once is seen dead even on a loaded machine
+launch_dag("launch_dies_at_once", TWO_LOCAL_PROVIDERS, FAILING_RUN, startup_grace_s=8)
 launch_dag("launch_unknown_engine", UNKNOWN_ENGINE_PROVIDERS, TRAIN_RUN)
 launch_dag("launch_missing_engine_module", MISSING_MODULE_PROVIDERS, TRAIN_RUN)
 launch_dag("launch_missing_program", TWO_LOCAL_PROVIDERS, "/nonexistent/bin/train --steps 3")

@@ -177,20 +177,20 @@ def test_a_resize_whose_command_dies_at_once_fails_and_records_the_job_down(
     old_ranks = job_ranks("dies")
     capfd.readouterr()
 
-    result = run_dag("launch_failing_job_no_wait", {"job_name": "dies", "nodes": 3})
+    result = run_dag("launch_dies_at_once", {"job_name": "dies", "nodes": 3})
 
     assert result.task_states == {"plan": "success", "launch": "failed"}
     assert result.xcom("launch", "job") is None  # never reported as launched
     text = _text(capfd, caplog)
     assert (
-        "AirflowException: job 'dies' is down: its ranks were not all up 3 s after the start "
+        "AirflowException: job 'dies' is down: its ranks were not all up 8 s after the start "
         "(part dies--onprem is failed" in text
     )
     assert "boom: corrupt batch" in text  # the failing rank's log, in the task log
     assert "resized" not in text
     manifest = _manifest(jobs_root, "dies")
     assert manifest["state"] == "down"
-    assert manifest["down_reason"].startswith("its ranks were not all up 3 s after the start")
+    assert manifest["down_reason"].startswith("its ranks were not all up 8 s after the start")
     assert not any(is_alive(pid) for pid in old_ranks)  # stopped by step 2
     assert job_ranks("dies") == {}  # and nothing of the new launch runs
 
