@@ -156,6 +156,20 @@ def _part_status(state: Any) -> str:
     return status if status in ("running", "done", "failed", "stopped") else "failed"
 
 
+def _ranks_down(part: PartRecord) -> list[int]:
+    """Ranks iroh-tinker reports down (``down ranks: [..]``) that did not finish successfully.
+
+    iroh-tinker calls every rank whose process is gone "down", including one
+    that finished (it wrote ``done_<rank>``); only the others count.
+    """
+    error = part.last_error or ""
+    if not error.startswith("down ranks: [") or not error.endswith("]"):
+        return []
+    listed = error[len("down ranks: [") : -1]
+    ranks = [int(rank) for rank in listed.split(",") if rank.strip().isdigit()]
+    return [rank for rank in ranks if not (Path(part.job_dir) / f"done_{rank}").exists()]
+
+
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
@@ -562,13 +576,13 @@ class ElasticGridHook(BaseHook):
             if part.status not in ("running", "done"):
                 detail = f" ({part.last_error})" if part.last_error else ""
                 problems.append(f"part {part.name} is {part.status}{detail}")
-            elif part.status == "running" and (part.last_error or "").startswith("down ranks"):
-                problems.append(f"part {part.name} has {part.last_error}")
+            elif part.status == "running" and _ranks_down(part):
+                problems.append(f"part {part.name} has ranks down: {_ranks_down(part)}")
             elif restarted:
                 problems.append(f"part {part.name} had to restart rank(s) {', '.join(restarted)}")
-        self._in_progress = None
         if not problems:
             self._write_manifest(replace(manifest, state=LAUNCH_RUNNING))
+            self._in_progress = None
             confirmed = self.job_snapshot(manifest.job_name)
             assert confirmed is not None
             return confirmed
@@ -578,6 +592,7 @@ class ElasticGridHook(BaseHook):
         self._stop_launch(manifest)
         reason = f"its ranks were not all up {grace_s:g} s after the start ({'; '.join(problems)})"
         self._mark_down(manifest, reason)
+        self._in_progress = None
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
     def _mark_down(self, manifest: JobManifest, reason: str) -> None:

@@ -241,7 +241,7 @@ def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, c
     from sqlalchemy import select
 
     secret = "https://user:pa55w0rd@data.example/shard-17"
-    result = run_dag("launch_with_envs", {"job_name": "secret", "nodes": 2, "data_url": secret})
+    result = run_dag("launch_with_envs", {"job_name": "secret", "nodes": 3, "data_url": secret})
     assert result.task_states["launch"] == "success"
     # the ranks have it
     rank = next(iter(job_ranks("secret")))
@@ -260,9 +260,11 @@ def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, c
     # no file under the jobs root holds it once the job started
     files = [path for path in jobs_root.rglob("*") if path.is_file()]
     assert [path for path in files if secret.encode() in path.read_bytes()] == []
-    specs = list((jobs_root / "secret" / "specs").rglob("*.json")) + list(
-        jobs_root.glob("secret--*/spec.json")
-    )
+    launch_files = list((jobs_root / "secret" / "specs").rglob("*.json"))
+    for path in launch_files:  # the launcher's request and result too
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    specs = [path for path in launch_files if path.name.startswith("secret--")]
+    specs += list(jobs_root.glob("secret--*/spec.json"))
     assert len(specs) >= 4
     for spec in specs:
         assert stat.S_IMODE(spec.stat().st_mode) == 0o600, spec
