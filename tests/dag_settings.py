@@ -45,8 +45,15 @@ FAILING_RUN = (
 )
 # a real job whose step log the test writes itself
 SLEEPING_RUN = f'{sys.executable} -c "import time; time.sleep(600)"'
-# a job whose "cloud" part fails at once while its "onprem" part keeps running
+# a job whose "cloud" part fails (after the launch was confirmed) while its "onprem" part
+# keeps running
 HALF_FAILING_RUN = (
     f'{sys.executable} -c "import os, sys, time; '
-    "sys.exit(3) if os.environ['ELASTICGRID_PART'].endswith('--cloud') else time.sleep(600)\""
+    "(time.sleep(6), sys.exit(3)) if os.environ['ELASTICGRID_PART'].endswith('--cloud') "
+    'else time.sleep(600)"'
+)
+# a job that starts fine and fails 6 s later (after the launch was confirmed)
+LATE_FAILING_RUN = (
+    f"{sys.executable} -c \"import sys, time; time.sleep(6); print('loading shard 7'); "
+    "print('boom: corrupt batch'); sys.exit(3)\""
 )

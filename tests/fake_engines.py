@@ -42,3 +42,32 @@ class SlowLocalEngine(LocalEngine):
     def provision(self, job_dir: str) -> ClusterInfo:
         time.sleep(self.provision_seconds)
         return super().provision(job_dir)
+
+
+def _delay(engine: Engine, name: str) -> float:
+    """A number of seconds the test put in the spec's ``envs`` (0 when absent)."""
+    return float(engine.spec.envs.get(name, "0") or 0)
+
+
+class PartlyStartingEngine(LocalEngine):
+    """A cloud that starts the first node's ranks, then loses the next node and raises.
+
+    The ranks it started run, but iroh-tinker never records them: it saves a
+    part's pids only after the engine's ``start`` returns.
+    """
+
+    def start(self, cluster, commands, env) -> None:
+        first_node = [node for node in cluster.nodes if node.rank < self.spec.procs_per_node]
+        super().start(
+            ClusterInfo(cluster.job_name, cluster.engine, first_node, cluster.meta), commands, env
+        )
+        raise RuntimeError("lost node 1 while starting its ranks")
+
+
+class HangingStartEngine(LocalEngine):
+    """The local engine, whose ``start`` returns only ``FAKE_START_HANG_S`` seconds after the
+    ranks run (a cloud slow to confirm them): a kill in between leaves ranks nobody recorded."""
+
+    def start(self, cluster, commands, env) -> None:
+        super().start(cluster, commands, env)
+        time.sleep(_delay(self, "FAKE_START_HANG_S"))

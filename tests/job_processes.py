@@ -32,3 +32,35 @@ def wait_for_lines(path: Path, count: int, timeout: float = 60.0) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"{path} did not reach {count} lines in {timeout}s")
+
+
+def job_ranks(job: str) -> dict[int, str]:
+    """Every live rank process of ``job`` on this machine, tracked or not: pid -> launch id.
+
+    A rank is an iroh-tinker runner whose environment names the job; found
+    in ``/proc``, not in iroh-tinker's records, so ranks it never recorded count too.
+    """
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        variables = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
+        is_rank = b"iroh_tinker.cloud.runner" in command
+        if is_rank and variables.get("ELASTICGRID_JOB") == job and is_alive(int(entry.name)):
+            ranks[int(entry.name)] = variables.get("ELASTICGRID_LAUNCH_ID", "")
+    return ranks
+
+
+def stop_job_processes(job: str) -> None:
+    """Kill every process of ``job`` left on this machine (test clean-up)."""
+    import contextlib
+    import signal
+
+    for pid in job_ranks(job):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)

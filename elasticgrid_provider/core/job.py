@@ -12,6 +12,13 @@ part's live status into one status word:
 * ``stopped``  when the parts were stopped (by a resize, ``on_kill`` or a user);
 * ``launching`` while the manifest exists but no part has reported yet.
 
+The manifest also records the launch's phase (``state``: ``starting``,
+``running`` once confirmed, ``down`` with ``down_reason``; see
+:mod:`elasticgrid_provider.core.launch_record`) and salted fingerprints of
+what it runs, so attach can compare without keeping ``envs`` values at rest.
+A manifest written before these fields existed reads as a confirmed launch
+with no fingerprints (so the next launch relaunches rather than attaches).
+
 Everything here is plain data that round-trips through JSON, so it can be
 pushed to XCom and shown in logs.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from elasticgrid_provider.core.launch_record import LAUNCH_RUNNING
 from elasticgrid_provider.core.placement import Placement
 
 JOB_STATUSES = ("launching", "running", "done", "failed", "stopped")
@@ -73,6 +81,10 @@ class JobManifest:
     rendezvous: str
     run: str
     parts: tuple[PartRecord, ...] = field(default_factory=tuple)
+    state: str = LAUNCH_RUNNING
+    down_reason: str | None = None
+    fingerprint_salt: str = ""
+    fingerprints: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def nodes(self) -> int:
@@ -91,6 +103,10 @@ class JobManifest:
             "rendezvous": self.rendezvous,
             "run": self.run,
             "parts": [part.to_dict() for part in self.parts],
+            "state": self.state,
+            "down_reason": self.down_reason,
+            "fingerprint_salt": self.fingerprint_salt,
+            "fingerprints": dict(self.fingerprints),
         }
 
     @classmethod
@@ -106,6 +122,10 @@ class JobManifest:
             rendezvous=data["rendezvous"],
             run=data["run"],
             parts=tuple(PartRecord.from_dict(part) for part in data["parts"]),
+            state=data.get("state", LAUNCH_RUNNING),
+            down_reason=data.get("down_reason"),
+            fingerprint_salt=data.get("fingerprint_salt", ""),
+            fingerprints=dict(data.get("fingerprints") or {}),
         )
 
 
@@ -151,6 +171,8 @@ class JobSnapshot:
             "status": self.status,
             "launch_id": self.manifest.launch_id,
             "launched_at": self.manifest.launched_at,
+            "launch_state": self.manifest.state,
+            "down_reason": self.manifest.down_reason,
             "nodes": self.nodes,
             "world_size": self.manifest.world_size,
             "rendezvous": self.manifest.rendezvous,

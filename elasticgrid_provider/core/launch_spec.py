@@ -14,6 +14,8 @@ in the global job through environment variables:
 ``ELASTICGRID_RANK_OFFSET``    global rank of the part's first process
 ``ELASTICGRID_WORLD_SIZE``     processes in the whole job (all parts)
 ``ELASTICGRID_PROCS_PER_NODE`` processes per node
+``ELASTICGRID_LAUNCH_ID``      the launch that started the rank (how a retry
+                               or a kill finds ranks iroh-tinker never recorded)
 =============================  ==============================================
 
 iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
@@ -48,6 +50,7 @@ parses modules that import this one every few seconds.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -75,6 +78,7 @@ ENV_RANK_OFFSET = "ELASTICGRID_RANK_OFFSET"
 ENV_WORLD_SIZE = "ELASTICGRID_WORLD_SIZE"
 ENV_PROCS_PER_NODE = "ELASTICGRID_PROCS_PER_NODE"
 ENV_SHARED_DIR = "ELASTICGRID_SHARED_DIR"
+ENV_LAUNCH_ID = "ELASTICGRID_LAUNCH_ID"
 ELASTICGRID_ENV_NAMES = (
     ENV_JOB,
     ENV_PART,
@@ -82,6 +86,7 @@ ELASTICGRID_ENV_NAMES = (
     ENV_WORLD_SIZE,
     ENV_PROCS_PER_NODE,
     ENV_SHARED_DIR,
+    ENV_LAUNCH_ID,
 )
 """The variables a launch sets on every rank (the contract with runtime.py)."""
 
@@ -230,6 +235,7 @@ class LaunchOptions:
     checkpoint: Mapping[str, Any] | None = field(default=None, hash=False)
     instance_type: str | None = None
     shared_dir: str | None = None
+    launch_id: str | None = None
 
     def __post_init__(self) -> None:
         check_text("run", self.run)
@@ -251,6 +257,8 @@ class LaunchOptions:
             check_text("instance_type", self.instance_type)
         if self.shared_dir is not None:
             check_text("shared_dir", self.shared_dir)
+        if self.launch_id is not None:
+            check_text("launch_id", self.launch_id)
 
 
 def _check_placement(placement: Any) -> Placement:
@@ -321,6 +329,8 @@ def _rank_envs(
     }
     if options.shared_dir is not None:
         envs[ENV_SHARED_DIR] = options.shared_dir
+    if options.launch_id is not None:
+        envs[ENV_LAUNCH_ID] = options.launch_id
     return envs
 
 
@@ -403,11 +413,17 @@ class LaunchPart:
         return validate_spec_dict(self.spec_dict)
 
     def write_spec(self, path: str | Path) -> Path:
-        """Write the spec as JSON to ``path`` (``JobManager.launch`` takes a file path)."""
+        """Write the spec as JSON to ``path`` (``JobManager.launch`` takes a file path).
+
+        The file is created with mode 0600: it holds the ``envs`` values.
+        """
         target = Path(path)
         if target.suffix.lower() != ".json":
             raise ElasticGridError(f"spec file must end in .json, got {str(target)!r}")
-        target.write_text(json.dumps(self.spec_dict, indent=2) + "\n")
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            os.fchmod(handle.fileno(), 0o600)
+            handle.write(json.dumps(self.spec_dict, indent=2) + "\n")
         return target
 
 

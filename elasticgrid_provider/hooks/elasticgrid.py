@@ -11,9 +11,14 @@ Files, under the JobManager root (``jobs_root``)::
     <job>/manifest.json              which parts make up the job (JobManifest)
     <job>/.lock                      held while a task launches, stops or checks the job
     <job>/specs/<launch_id>/*.json   the parts' launch specs, as iroh-tinker reads them
+                                     (0600 in 0700 folders; envs values redacted to
+                                     ``***`` as soon as the launch has started)
+    <job>/specs/<launch_id>/launcher.log          the launcher process's output
+    <job>/specs/<launch_id>/launcher-result.json  which parts it started, what failed
     <job>/rendezvous/<launch_id>/    a fresh rendezvous per launch (stale rank
                                      addresses from a previous size break the socket mesh)
-    <job>--<provider>/               iroh-tinker's own folder for each part
+    <job>--<provider>/               iroh-tinker's own folder for each part (0700; its
+                                     copy of the spec is redacted like ours)
 
 Connections: an explicit ``elasticgrid_conn_id`` that names no connection is
 an error (a typo must not quietly plan on another grid or start a second
@@ -38,10 +43,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shlex
+import shutil
+import signal
+import subprocess
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import cached_property
@@ -53,7 +61,18 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from elasticgrid_provider.core.errors import CorruptStateError, ElasticGridError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
+from elasticgrid_provider.core.launch_record import (
+    LAUNCH_DOWN,
+    LAUNCH_RUNNING,
+    LAUNCH_STARTING,
+    changed_fields,
+    launch_fingerprints,
+    new_launch_id,
+    new_salt,
+)
 from elasticgrid_provider.core.launch_spec import (
+    ENV_JOB,
+    ENV_LAUNCH_ID,
     LaunchOptions,
     LaunchPart,
     build_launch_parts,
@@ -65,12 +84,28 @@ from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, pro
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import check_choice, check_number, number_from_text
+from elasticgrid_provider.hooks.launcher import (
+    is_launcher,
+    launch_processes,
+    log_tail,
+    prepare_part_folder,
+    private_folder,
+    read_result,
+    redact_spec_envs,
+    start_launcher,
+    terminate,
+)
 
 if TYPE_CHECKING:
     from iroh_tinker.cloud import JobManager
 
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".lock"
+DEFAULT_STARTUP_GRACE_S = 3.0
+"""How long a new launch's ranks must stay up before the launch counts as started."""
+STOP_LOCK_WAIT_S = 2.0
+"""How long a killed task waits for the job's lock before it stops its own launch anyway
+(Airflow SIGKILLs 5 s after SIGTERM); only that launch's parts and processes are touched."""
 
 
 class JobLaunchError(RuntimeError):
@@ -96,6 +131,8 @@ class PreparedLaunch:
     placement: Placement
     options: LaunchOptions
     parts: tuple[LaunchPart, ...]
+    fingerprint_salt: str
+    fingerprints: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -133,6 +170,20 @@ def _part_status(state: Any) -> str:
     return status if status in ("running", "done", "failed", "stopped") else "failed"
 
 
+def _ranks_down(part: PartRecord) -> list[int]:
+    """Ranks iroh-tinker reports down (``down ranks: [..]``) that did not finish successfully.
+
+    iroh-tinker calls every rank whose process is gone "down", including one
+    that finished (it wrote ``done_<rank>``); only the others count.
+    """
+    error = part.last_error or ""
+    if not error.startswith("down ranks: [") or not error.endswith("]"):
+        return []
+    listed = error[len("down ranks: [") : -1]
+    ranks = [int(rank) for rank in listed.split(",") if rank.strip().isdigit()]
+    return [rank for rank in ranks if not (Path(part.job_dir) / f"done_{rank}").exists()]
+
+
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
@@ -159,6 +210,8 @@ class ElasticGridHook(BaseHook):
         self._inline_providers = providers
         self._jobs_root = jobs_root
         self._cancelled = False
+        self._in_progress: JobManifest | None = None
+        self._launcher: subprocess.Popen | None = None
 
     # -- configuration ------------------------------------------------------
     # The connection form (fields and hidden fields) is declared in get_provider_info,
@@ -324,58 +377,144 @@ class ElasticGridHook(BaseHook):
         return JobSnapshot(manifest=manifest, parts=tuple(parts))
 
     # -- lifecycle -----------------------------------------------------------
-    def launch(self, job_name: str, placement: Placement, options: LaunchOptions) -> LaunchOutcome:
-        """Run ``placement`` as the job: attach, resize or launch, never two copies.
+    # Every launch is record intent -> act -> confirm (core/launch_record.py). The
+    # task never calls JobManager.launch itself: a launcher child process does
+    # (hooks/launcher.py), so no rank inherits a descriptor of the task.
 
-        * every part running at the same placement: attach, start nothing;
-        * otherwise any part still running is stopped first (a resize when the job
-          ran; the training script resumes from its own checkpoint), then one part
-          per provider share is launched.
+    def launch(
+        self,
+        job_name: str,
+        placement: Placement,
+        options: LaunchOptions,
+        *,
+        startup_grace_s: float = DEFAULT_STARTUP_GRACE_S,
+    ) -> LaunchOutcome:
+        """Run ``placement`` as the job: attach, or launch/resize in five steps, never two copies.
 
-        The new parts are rendered and validated before anything is stopped or
-        written, so a bad input never costs the running job. If a part fails to
-        provision, or :meth:`cancel_launch` is called, the parts already started
-        are stopped and :class:`JobLaunchError` says why.
+        Attach (start nothing) only when the last launch was confirmed, every
+        part runs, the placement is the same and ``run``, ``envs`` and
+        ``setup`` are unchanged (by fingerprint). Otherwise, and the log says why:
+
+        1. prepare: render and validate the parts, resolve every engine, check
+           that the run command's program exists where it can be checked;
+        2. stop the old parts, and any process of the old launch that
+           iroh-tinker never recorded (a launch cut short by a kill);
+        3. record the new launch (state ``starting``), then start its parts;
+        4. after ``startup_grace_s`` seconds, confirm every rank is still up;
+        5. if not, stop the new parts, record the job as ``down`` and raise
+           :class:`JobLaunchError` with one sentence naming what failed.
+
+        Nothing is stopped or written when step 1 fails.
         """
-        launch = self._prepare_launch(job_name, placement, options)
+        startup_grace_s = check_number("startup_grace_s", startup_grace_s)
+        launch = self.prepare_launch(job_name, placement, options)
+        self.log.info("Waiting for the lock of job %s.", job_name)
         with self.job_lock(job_name):
+            if self._cancelled:
+                raise JobLaunchError(
+                    f"job {job_name!r} was not launched: the task was killed while it waited "
+                    "for the job's lock, so nothing was started or stopped"
+                )
             current = self.job_snapshot(job_name)
             previous_nodes = None
             action = "launched"
             if current is not None:
-                running = [part.status == "running" for part in current.parts]
-                same = (
-                    current.manifest.placement.nodes_by_provider() == placement.nodes_by_provider()
-                )
-                if running and all(running) and same:
+                refusal = self._attach_refusal(current, launch)
+                if refusal is None:
                     return LaunchOutcome("attached", current, current.nodes)
-                if any(running):
+                self.log.info("Not attaching to job %s: %s; relaunching it.", job_name, refusal)
+                if any(part.status == "running" for part in current.parts):
                     previous_nodes = current.nodes
                     action = "resized"
-                self._stop_parts(current.manifest.parts)
-            snapshot = self._start_parts(launch)
+                self._stop_launch(current.manifest)
+            manifest = self._start_launch(launch)
+            snapshot = self._confirm_launch(manifest, startup_grace_s)
             return LaunchOutcome(action, snapshot, previous_nodes)
 
-    def _prepare_launch(
+    def prepare_launch(
         self, job_name: str, placement: Placement, options: LaunchOptions
     ) -> PreparedLaunch:
-        """Render and validate the parts of a new launch; nothing is written yet."""
-        launch_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        """Step 1: render and validate the parts, resolve engines, check the program.
+
+        Nothing is written or started; any problem is an :class:`ElasticGridError`.
+        """
+        launch_id = new_launch_id()
         folder = self.job_folder(job_name)
         if options.rendezvous is None:
             options = replace(options, rendezvous=f"dir:{folder / 'rendezvous' / launch_id}")
         if options.shared_dir is None:
             options = replace(options, shared_dir=str(folder / "shared"))
+        options = replace(options, launch_id=launch_id)
         parts = build_launch_parts(placement, job_name, options)
-        return PreparedLaunch(job_name, launch_id, placement, options, parts)
+        for part in parts:
+            self._check_engine(part, options)
+        salt = new_salt()
+        fingerprints = launch_fingerprints(options.run, options.envs, options.setup, salt)
+        return PreparedLaunch(job_name, launch_id, placement, options, parts, salt, fingerprints)
 
-    def _start_parts(self, launch: PreparedLaunch) -> JobSnapshot:
+    @staticmethod
+    def _check_engine(part: LaunchPart, options: LaunchOptions) -> None:
+        """Resolve the part's engine; on the local engine, check that the program exists."""
+        from iroh_tinker.cloud.engines import create_engine
+        from iroh_tinker.cloud.engines.local import LocalEngine
+
+        target = part.engine_target
+        try:
+            engine = create_engine(target, part.to_launch_spec())
+        except Exception as exc:
+            raise ElasticGridError(
+                f"provider {part.provider.name!r} engine {target!r} cannot be used: {exc}"
+            ) from None
+        if not isinstance(engine, LocalEngine):
+            return  # the program lives on machines this worker cannot see
+        try:
+            program = shlex.split(options.run)[0]
+        except (ValueError, IndexError):
+            raise ElasticGridError(
+                f"run is not a valid command line, got {options.run!r}"
+            ) from None
+        search_path = options.envs.get("PATH", os.environ.get("PATH", ""))
+        if "/" in program:
+            found = os.path.isfile(program) and os.access(program, os.X_OK)
+        else:
+            found = shutil.which(program, path=search_path) is not None
+        if not found:
+            raise ElasticGridError(
+                f"run command's program {program!r} is not an executable on this machine "
+                f"(provider {part.provider.name!r}, engine {target!r})"
+            )
+
+    def _attach_refusal(self, current: JobSnapshot, launch: PreparedLaunch) -> str | None:
+        """Why the running job is not this launch (None: attach to it)."""
+        manifest = current.manifest
+        if manifest.state != LAUNCH_RUNNING:
+            reason = f" ({manifest.down_reason})" if manifest.down_reason else ""
+            return f"its launch {manifest.launch_id} is {manifest.state}{reason}"
+        idle = [
+            f"{part.name} is {part.status}" for part in current.parts if part.status != "running"
+        ]
+        if idle or not current.parts:
+            return "not every part runs: " + (", ".join(idle) or "no parts")
+        old, new = manifest.placement.nodes_by_provider(), launch.placement.nodes_by_provider()
+        if old != new:
+            return f"it runs at {old} and the placement is {new}"
+        options = launch.options
+        recomputed = launch_fingerprints(
+            options.run, options.envs, options.setup, manifest.fingerprint_salt
+        )
+        changed = changed_fields(manifest.fingerprints, recomputed)
+        if changed:
+            return f"its {', '.join(changed)} changed"
+        return None
+
+    def _start_launch(self, launch: PreparedLaunch) -> JobManifest:
+        """Step 3: record the launch, then start its parts in the launcher process."""
         folder = self.job_folder(launch.job_name)
         rendezvous = launch.options.rendezvous or ""
         if rendezvous.startswith("dir:"):
             Path(rendezvous[len("dir:") :]).mkdir(parents=True, exist_ok=True)
-        spec_folder = folder / "specs" / launch.launch_id
-        spec_folder.mkdir(parents=True, exist_ok=True)
+        private_folder(folder / "specs")
+        spec_folder = private_folder(folder / "specs" / launch.launch_id)
         records = tuple(self._write_part_spec(part, spec_folder) for part in launch.parts)
         manifest = JobManifest(
             job_name=launch.job_name,
@@ -387,44 +526,165 @@ class ElasticGridHook(BaseHook):
             rendezvous=rendezvous,
             run=launch.options.run,
             parts=records,
+            state=LAUNCH_STARTING,
+            fingerprint_salt=launch.fingerprint_salt,
+            fingerprints=dict(launch.fingerprints),
         )
-        # Written before any part starts: a retry after a crash finds the parts it must own.
+        # the intent, written before anything starts: a retry or a kill reconciles from it
         self._write_manifest(manifest)
-        self._cancelled = False
-        started: list[PartRecord] = []
-        for record in records:
-            failure = None
-            if self._cancelled:
-                failure = "the launch was cancelled (the task was killed)"
-            else:
+        self._in_progress = manifest
+        try:
+            for record in records:
                 self._clear_markers(record.name)
-                try:
-                    self.job_manager.launch(record.spec_path)
-                except Exception as exc:
-                    failure = f"provider {record.provider!r} (part {record.name}) failed: {exc}"
-            if failure is not None:
-                self._stop_parts(started)
-                stopped = ", ".join(part.name for part in started) or "none"
-                raise JobLaunchError(
-                    f"job {launch.job_name!r} could not start: {failure}; "
-                    f"stopped the parts already started: {stopped}"
-                )
-            started.append(record)
-        snapshot = self.job_snapshot(launch.job_name)
-        assert snapshot is not None  # the manifest was just written
-        return snapshot
+                prepare_part_folder(self.jobs_root, record.name)
+            failure = self._run_launcher(manifest, spec_folder)
+        finally:
+            for record in records:  # the launcher redacts too, unless it was killed first
+                redact_spec_envs(Path(record.spec_path))
+                redact_spec_envs(self.jobs_root / record.name / "spec.json")
+        if failure is not None:
+            stopped, untracked = self._stop_launch(manifest)
+            self._mark_down(manifest, failure)
+            self._in_progress = None
+            leftovers = (
+                f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
+                f"recorded (pids {', '.join(map(str, untracked))})"
+                if untracked
+                else ""
+            )
+            raise JobLaunchError(
+                f"job {launch.job_name!r} could not start: {failure}; stopped the parts "
+                f"already started: {', '.join(stopped) or 'none'}{leftovers}"
+            )
+        return manifest
 
-    def cancel_launch(self, job_name: str) -> None:
-        """Stop a launch in progress: called from ``on_kill``, possibly while it holds the lock.
+    def _run_launcher(self, manifest: JobManifest, spec_folder: Path) -> str | None:
+        """Start the parts in a launcher child process and wait; returns what failed, if anything."""
+        request = {
+            "parent_pid": os.getpid(),
+            "jobs_root": str(self.jobs_root),
+            "parts": [{"name": part.name, "spec_path": part.spec_path} for part in manifest.parts],
+        }
+        env = {**os.environ, ENV_JOB: manifest.job_name, ENV_LAUNCH_ID: manifest.launch_id}
+        if self._cancelled:
+            return "the launch was cancelled (the task was killed)"
+        process = start_launcher(request, spec_folder, env)
+        self._launcher = process
+        try:
+            returncode = process.wait()
+        finally:
+            self._launcher = None
+        result = read_result(spec_folder)
+        if self._cancelled:
+            return "the launch was cancelled (the task was killed)"
+        failed = result.get("failed")
+        if failed:
+            provider = next(
+                (part.provider for part in manifest.parts if part.name == failed["part"]), "?"
+            )
+            return f"provider {provider!r} (part {failed['part']}) failed: {failed['error']}"
+        if returncode != 0 or len(result.get("started", [])) != len(manifest.parts):
+            return (
+                f"the launcher process exited with status {returncode} "
+                f"({log_tail(spec_folder) or 'no output'})"
+            )
+        return None
 
-        The launch loop starts no further part, and the parts that already run
-        are stopped now, without the lock, before the supervisor's SIGKILL can
-        leave them orphaned.
+    def _confirm_launch(self, manifest: JobManifest, grace_s: float) -> JobSnapshot:
+        """Steps 4-5: after ``grace_s``, every part runs (or is done) with no rank down."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and not self._cancelled:
+            time.sleep(0.1)
+        snapshot = self.job_snapshot(manifest.job_name)
+        assert snapshot is not None  # the manifest was written by this launch
+        problems = []
+        if self._cancelled:
+            problems.append("the launch was cancelled (the task was killed)")
+        for part in snapshot.parts:
+            restarted = (
+                sorted(m.name.split("_", 1)[1] for m in Path(part.job_dir).glob("attempt_*"))
+                if part.job_dir
+                else []
+            )
+            if part.status not in ("running", "done"):
+                detail = f" ({part.last_error})" if part.last_error else ""
+                problems.append(f"part {part.name} is {part.status}{detail}")
+            elif part.status == "running" and _ranks_down(part):
+                problems.append(f"part {part.name} has ranks down: {_ranks_down(part)}")
+            elif restarted:
+                problems.append(f"part {part.name} had to restart rank(s) {', '.join(restarted)}")
+        if not problems:
+            self._write_manifest(replace(manifest, state=LAUNCH_RUNNING))
+            self._in_progress = None
+            confirmed = self.job_snapshot(manifest.job_name)
+            assert confirmed is not None
+            return confirmed
+        report = self.failure_report(snapshot)
+        if report:
+            self.log.error("Job %s did not start:\n%s", manifest.job_name, report)
+        self._stop_launch(manifest)
+        reason = f"its ranks were not all up {grace_s:g} s after the start ({'; '.join(problems)})"
+        self._mark_down(manifest, reason)
+        self._in_progress = None
+        raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
+
+    def _mark_down(self, manifest: JobManifest, reason: str) -> None:
+        self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
+
+    def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
+        """Stop everything one launch started: its recorded parts, then its unrecorded processes.
+
+        A live launcher of that launch is killed first, so it starts nothing
+        more. Returns the parts stopped and the pids iroh-tinker had not recorded.
+        """
+        job, launch_ids = manifest.job_name, [manifest.launch_id]
+        terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
+        stopped = self._stop_parts(manifest.parts, manifest.launch_id)
+        untracked = terminate(launch_processes(job, launch_ids))
+        if untracked:
+            self.log.info(
+                "Stopped %d process(es) of launch %s that iroh-tinker had not recorded: %s",
+                len(untracked),
+                manifest.launch_id,
+                untracked,
+            )
+        return stopped, untracked
+
+    def cancel_launch(self) -> bool:
+        """Stop the launch this hook is running now (``on_kill``); False when there is none.
+
+        Only what this task started is touched: while the task still waits
+        for the job's lock, or attached to a running job, nothing is stopped
+        (and a launch that gets the lock afterwards starts nothing). The
+        launcher is killed, then the launch's parts and unrecorded ranks are
+        stopped, without the lock, which the task itself holds.
         """
         self._cancelled = True
-        manifest = self.read_manifest(job_name)
-        if manifest is not None:
-            self._stop_parts(manifest.parts)
+        manifest = self._in_progress
+        if manifest is None:
+            return False
+        launcher = self._launcher
+        if launcher is not None and launcher.poll() is None:
+            with suppress(OSError):
+                os.killpg(launcher.pid, signal.SIGKILL)
+        self._stop_launch(manifest)
+        return True
+
+    def stop_launch(self, job_name: str, launch_id: str) -> JobSnapshot | None:
+        """Stop the job only if it still runs ``launch_id`` (what a killed task started).
+
+        A later launch (a resize by another task) is left alone; its parts are
+        told apart by the spec folder iroh-tinker recorded for them.
+        """
+        with self.job_lock(job_name, timeout=STOP_LOCK_WAIT_S) as held:
+            manifest = self.read_manifest(job_name)
+            if manifest is None or manifest.launch_id != launch_id:
+                terminate(launch_processes(job_name, [launch_id]))
+                return None
+            self._stop_launch(manifest)
+            if held:
+                self._mark_down(manifest, "stopped: the task that launched it was killed")
+            return self.job_snapshot(job_name)
 
     def _clear_markers(self, part_name: str) -> None:
         """Remove a previous launch's ``done_*``/``attempt_*`` markers from the part's folder.
@@ -450,16 +710,23 @@ class ElasticGridHook(BaseHook):
             spec_path=str(path),
         )
 
-    def _stop_parts(self, parts: tuple[PartRecord, ...] | list[PartRecord]) -> None:
-        """Stop the parts that still run (a finished or failed part keeps its status)."""
+    def _stop_parts(
+        self, parts: tuple[PartRecord, ...] | list[PartRecord], launch_id: str | None = None
+    ) -> list[str]:
+        """Stop the parts that still run; with ``launch_id``, only those that launch started."""
+        stopped = []
         for part in parts:
             try:
-                running = self.job_manager.status(part.name).status == "running"
+                state = self.job_manager.status(part.name)
             except KeyError:  # never started
                 continue
-            if running:
+            if launch_id is not None and Path(state.spec_path).parent.name != launch_id:
+                continue  # the part now runs another launch's spec
+            if state.status == "running":
                 self.job_manager.stop(part.name)
                 self.log.info("Stopped part %s.", part.name)
+                stopped.append(part.name)
+        return stopped
 
     def stop_job(self, job_name: str) -> JobSnapshot | None:
         """Stop every part of the job; returns the job as it is afterwards (None if unknown)."""
@@ -467,6 +734,7 @@ class ElasticGridHook(BaseHook):
             manifest = self.read_manifest(job_name)
             if manifest is None:
                 return None
+            self._stop_launch(manifest)
             self._stop_parts(manifest.parts)
             return self.job_snapshot(job_name)
 

@@ -4,17 +4,30 @@ A placement of ``a: 64, b: 36`` is launched as one iroh-tinker job part per
 provider share (SPEC 6.3), through :meth:`ElasticGridHook.launch`, which
 makes the task safe to retry:
 
-* the job already runs at this placement: attach, start nothing;
-* it runs at another placement: stop it and relaunch at this one (a resize;
-  the training script resumes from its own checkpoint);
-* a part fails to provision: the parts already started are stopped and the
-  task fails naming each provider's error.
+* the job already runs this placement with the same ``run``, ``envs`` and
+  ``setup`` (its last launch confirmed): attach, start nothing;
+* otherwise resize in five steps (prepare and check everything, stop the old
+  parts, start the new ones, confirm their ranks are up after
+  ``startup_grace_s``, else fail naming what failed and record the job as
+  down): a dead job is never reported as launched;
+* a part fails to provision: the parts already started, and any rank the
+  engine started without iroh-tinker recording it, are stopped and the task
+  fails naming each.
+
+The parts are started by a launcher child process that holds none of the
+task's descriptors (see :mod:`elasticgrid_provider.hooks.launcher`).
 
 The job's identity and state go to XCom (key ``job``) right after the launch.
 With ``wait_for_completion`` the task then waits for the job to end, in the
 worker (polling) or, with ``deferrable``, in the triggerer; a failed job
-fails the task with the tail of the failing rank's log. ``on_kill`` stops
-the job, and a stopped job fails the task rather than passing it.
+fails the task with the tail of the failing rank's log.
+
+``on_kill`` stops only what this task started: the launch in progress, or
+the launch it confirmed. A job it attached to, or was still waiting (on the
+job's lock) to launch or attach to, keeps running. A killed task fails.
+
+Every ``envs`` value is registered with Airflow's secrets masker as soon as
+the fields are rendered, so neither logs nor rendered fields show it.
 """
 
 from __future__ import annotations
@@ -27,12 +40,17 @@ from typing import Any, ClassVar
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.log import mask_secret
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
-from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook, JobLaunchError
+from elasticgrid_provider.hooks.elasticgrid import (
+    DEFAULT_STARTUP_GRACE_S,
+    ElasticGridHook,
+    JobLaunchError,
+)
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import require_shared_jobs_root
 from elasticgrid_provider.triggers.job import (
@@ -60,6 +78,8 @@ class LaunchOperator(BaseOperator):
     :param checkpoint: iroh-tinker checkpoint settings.
     :param wait_for_completion: wait until the job is done or failed.
     :param poll_interval: seconds between status checks while waiting.
+    :param startup_grace_s: how long the new ranks must stay up before the launch
+        counts as started (a run command that dies at once fails the task).
     :param deferrable: wait in the triggerer instead of a worker slot; default
         ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
@@ -95,6 +115,7 @@ class LaunchOperator(BaseOperator):
         checkpoint: dict[str, Any] | None = None,
         wait_for_completion: bool = False,
         poll_interval: float = 5.0,
+        startup_grace_s: float = DEFAULT_STARTUP_GRACE_S,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         elasticgrid_conn_id: str = ElasticGridHook.default_conn_name,
         **kwargs: Any,
@@ -113,15 +134,28 @@ class LaunchOperator(BaseOperator):
         self.checkpoint = checkpoint
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
+        self.startup_grace_s = startup_grace_s
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
-        self._launched: str | None = None
+        self._started_launch_id: str | None = None
         self._killed = False
 
     @cached_property
     def hook(self) -> ElasticGridHook:
         """The hook, built on first use (never at DAG parse time)."""
         return ElasticGridHook(self.elasticgrid_conn_id)
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        """Render, then mask every ``envs`` value before the rendered fields are stored."""
+        super().render_template_fields(context, jinja_env)
+        self._mask_envs()
+
+    def _mask_envs(self) -> None:
+        """Register every ``envs`` value with the secrets masker, whatever its key is called."""
+        if isinstance(self.envs, dict):
+            for value in self.envs.values():
+                if isinstance(value, str) and value:
+                    mask_secret(value)
 
     def _launch_inputs(self) -> tuple[Placement, LaunchOptions]:
         try:
@@ -151,15 +185,27 @@ class LaunchOperator(BaseOperator):
                 require_shared_jobs_root(self.job_name, self.hook.jobs_root)
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None
+        self._mask_envs()
         try:
-            outcome = self.hook.launch(self.job_name, placement, options)
-        except (JobLaunchError, ElasticGridError) as exc:
-            raise AirflowException(str(exc)) from exc
+            outcome = self.hook.launch(
+                self.job_name, placement, options, startup_grace_s=self.startup_grace_s
+            )
+        except JobLaunchError as exc:
+            raise AirflowException(str(exc)) from None
+        except ElasticGridError as exc:  # bad input or an engine that cannot be used
+            raise AirflowFailException(str(exc)) from None
         snapshot = outcome.snapshot
-        self._launched = self.job_name
+        attached = outcome.action == "attached"
+        if not attached:
+            self._started_launch_id = snapshot.manifest.launch_id
         if self._killed:
-            # on_kill came while the launch held the job's lock: stop what was just started
-            self.hook.stop_job(self.job_name)
+            # on_kill came while the launch held the job's lock and had nothing to cancel yet
+            if attached:
+                raise AirflowException(
+                    f"the task was killed; it had attached to job {self.job_name!r}, "
+                    "which keeps running"
+                )
+            self.hook.stop_launch(self.job_name, snapshot.manifest.launch_id)
             raise AirflowException(
                 f"job {self.job_name!r} was stopped: the task was killed while it launched"
             )
@@ -167,7 +213,7 @@ class LaunchOperator(BaseOperator):
         context["ti"].xcom_push(key="job", value=job)
         link = ScaleDecisionsLink()  # shown at once, not only when a long wait ends
         context["ti"].xcom_push(key=link.xcom_key, value=link.get_link(self, ti_key=context["ti"]))
-        if outcome.action == "attached":
+        if attached:
             self.log.info(
                 "Job %s is already running at this placement (%d nodes, launch %s); "
                 "attached, started nothing.",
@@ -182,7 +228,8 @@ class LaunchOperator(BaseOperator):
                 else ""
             )
             self.log.info(
-                "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h\n%s",
+                "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h, "
+                "launch %s; every rank is up.\n%s",
                 self.job_name,
                 resized,
                 snapshot.nodes,
@@ -190,6 +237,7 @@ class LaunchOperator(BaseOperator):
                 len(snapshot.parts),
                 self.hook.jobs_root,
                 placement.cost_per_hour,
+                snapshot.manifest.launch_id,
                 placement_table(placement),
             )
         for part in snapshot.parts:
@@ -208,12 +256,18 @@ class LaunchOperator(BaseOperator):
                     job_name=self.job_name,
                     jobs_root=str(self.hook.jobs_root),
                     poll_interval=self.poll_interval,
-                    stop_on_kill=True,
+                    stop_on_kill=not attached,
+                    launch_id=self._started_launch_id,
                     min_wait_s=MIN_DEFERRAL_S,  # a job ending within seconds races the scheduler
                 ),
                 method_name="execute_complete",
             )
         while True:
+            if self._killed and attached:
+                raise AirflowException(
+                    f"the task was killed while it waited on job {self.job_name!r}, which it "
+                    "attached to and left running"
+                )
             event = job_event(self.hook, self.job_name)
             if event["status"] in ENDED_STATUSES:
                 return self.execute_complete(context, event)
@@ -235,15 +289,23 @@ class LaunchOperator(BaseOperator):
         raise AirflowException(f"job {job_name!r} was {status} before it finished")
 
     def on_kill(self) -> None:
-        """Stop the job this task launched or attached to, or is launching right now."""
+        """Stop only what this task started (see the module docstring)."""
         self._killed = True
-        if self._launched is None:
-            # the launch holds the job's lock: stop the parts it started so far, now, and
-            # let it start no more (execute() also stops the job if the launch still returns)
+        if self.hook.cancel_launch():
             self.log.info(
                 "Task killed while launching job %s: cancelling the launch.", self.job_name
             )
-            self.hook.cancel_launch(self.job_name)
             return
-        self.log.info("Task killed: stopping job %s.", self._launched)
-        self.hook.stop_job(self._launched)
+        if self._started_launch_id is not None:
+            self.log.info(
+                "Task killed: stopping job %s. It runs launch %s, which this task started.",
+                self.job_name,
+                self._started_launch_id,
+            )
+            self.hook.stop_launch(self.job_name, self._started_launch_id)
+            return
+        self.log.info(
+            "Task killed: job %s was not started by this task (it attached to it, or was "
+            "still waiting for the job's lock); leaving the job running.",
+            self.job_name,
+        )

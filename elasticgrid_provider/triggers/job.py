@@ -70,6 +70,8 @@ class JobStatusTrigger(BaseTrigger):
     :param stop_on_kill: stop the job when the deferred task is killed (marked failed or
         cleared); set by LaunchOperator, never by the scale sensor, whose kill must not
         stop the job it watches.
+    :param launch_id: with ``stop_on_kill``, the launch the task started: only that
+        launch is stopped (a later resize by another task is left running).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class JobStatusTrigger(BaseTrigger):
         payload: dict[str, Any] | None = None,
         stop_on_kill: bool = False,
         min_wait_s: float = 0.0,
+        launch_id: str | None = None,
     ) -> None:
         super().__init__()
         self.job_name = job_name
@@ -90,6 +93,7 @@ class JobStatusTrigger(BaseTrigger):
         self.payload = payload or {}
         self.stop_on_kill = stop_on_kill
         self.min_wait_s = min_wait_s
+        self.launch_id = launch_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Classpath and arguments, so the triggerer can rebuild this trigger."""
@@ -103,18 +107,21 @@ class JobStatusTrigger(BaseTrigger):
                 "payload": self.payload,
                 "stop_on_kill": self.stop_on_kill,
                 "min_wait_s": self.min_wait_s,
+                "launch_id": self.launch_id,
             },
         )
 
     async def on_kill(self) -> None:
         """The deferred task was killed: stop the job if this trigger owns it."""
-        if not self.stop_on_kill:
+        if not self.stop_on_kill or self.launch_id is None:
             return
         from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
         hook = ElasticGridHook(jobs_root=self.jobs_root)
-        self.log.info("Deferred task killed: stopping job %s.", self.job_name)
-        await asyncio.to_thread(hook.stop_job, self.job_name)
+        self.log.info(
+            "Deferred task killed: stopping job %s (launch %s).", self.job_name, self.launch_id
+        )
+        await asyncio.to_thread(hook.stop_launch, self.job_name, self.launch_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until the job ends or the wake-up time passes, then fire once."""

@@ -30,3 +30,26 @@ def launch_and_wait(dag_id: str, providers: list) -> None:
 
 launch_and_wait("launch_and_wait_long", TWO_LOCAL_PROVIDERS)
 launch_and_wait("launch_slow_provision", SLOW_PROVIDERS)
+
+HANGING_PROVIDERS = [
+    {
+        "name": "hang",
+        "engine": "module=tests.fake_engines:HangingStartEngine",
+        "max_nodes": 4,
+        "cost_per_node_hour": 1.0,
+        "spot": True,
+    }
+]
+
+# a launch whose engine starts the ranks, then takes FAKE_START_HANG_S seconds to return:
+# a kill in between finds ranks iroh-tinker has not recorded
+with DAG(dag_id="launch_hanging_start", schedule=None, catchup=False):
+    hanging_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=HANGING_PROVIDERS)
+    hanging_plan >> LaunchOperator(
+        task_id="launch",
+        job_name=JOB,
+        run=SLEEPING_RUN,
+        placement=hanging_plan.output,
+        recovery={"mode": "none"},
+        envs={"FAKE_START_HANG_S": "{{ dag_run.conf.get('hang', 0) }}"},
+    )

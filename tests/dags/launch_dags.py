@@ -9,6 +9,7 @@ from tests.dag_settings import (
     FAILING_RUN,
     HALF_FAILING_RUN,
     JOB,
+    LATE_FAILING_RUN,
     NODES,
     ONE_FAILING_PROVIDER,
     QUEUE_BOUND_RUN,
@@ -50,3 +51,35 @@ launch_dag("launch_queue_bound", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN)
 launch_dag("launch_sleeping", TWO_LOCAL_PROVIDERS, SLEEPING_RUN)
 launch_dag("launch_half_failing", TWO_LOCAL_PROVIDERS, HALF_FAILING_RUN)
 launch_dag("launch_queue_bound_two_procs", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN, procs_per_node=2)
+launch_dag(
+    "launch_late_failing_job", TWO_LOCAL_PROVIDERS, LATE_FAILING_RUN, wait_for_completion=True
+)
+
+# -- launch safety: the five-step resize, attach rules, secrets, partial starts ----------
+UNKNOWN_ENGINE_PROVIDERS = [{**TWO_LOCAL_PROVIDERS[0], "engine": "warp-drive"}]
+MISSING_MODULE_PROVIDERS = [
+    {**TWO_LOCAL_PROVIDERS[0], "engine": "module=tests.fake_engines:NoSuchEngine"}
+]
+PARTLY_STARTING_PROVIDERS = [
+    {
+        "name": "flaky",
+        "engine": "module=tests.fake_engines:PartlyStartingEngine",
+        "max_nodes": 4,
+        "cost_per_node_hour": 1.0,
+        "spot": True,
+    }
+]
+# a generous grace, so that a rank that dies at once is seen dead even on a loaded machine
+launch_dag("launch_dies_at_once", TWO_LOCAL_PROVIDERS, FAILING_RUN, startup_grace_s=8)
+launch_dag("launch_unknown_engine", UNKNOWN_ENGINE_PROVIDERS, TRAIN_RUN)
+launch_dag("launch_missing_engine_module", MISSING_MODULE_PROVIDERS, TRAIN_RUN)
+launch_dag("launch_missing_program", TWO_LOCAL_PROVIDERS, "/nonexistent/bin/train --steps 3")
+launch_dag("launch_partly_starting", PARTLY_STARTING_PROVIDERS, SLEEPING_RUN)
+# envs and setup from the run's conf: what attach compares, and what must stay secret
+launch_dag(
+    "launch_with_envs",
+    TWO_LOCAL_PROVIDERS,
+    SLEEPING_RUN,
+    envs={"TRAINING_DATA_URL": "{{ dag_run.conf.get('data_url', 'https://data.example/v1') }}"},
+    setup="{{ dag_run.conf.get('setup', 'true') }}",
+)

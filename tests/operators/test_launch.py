@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import stat
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.airflow_support import run_dag
-from tests.job_processes import is_alive, rank_pids
+from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job_processes
 
 pytestmark = pytest.mark.airflow
 
@@ -17,7 +19,9 @@ def test_launch_runs_a_two_part_job_to_completion(airflow_db, jobs_root):
     result = run_dag("launch_and_wait", {"job_name": "two-parts", "nodes": 3, "steps": 4})
     assert result.task_states == {"plan": "success", "launch": "success"}
     pushed = result.xcom("launch", "job")
-    assert pushed["status"] == "running"  # pushed right after the launch
+    # pushed right after the launch was confirmed (a 4-step job may be done by then)
+    assert pushed["status"] in ("running", "done")
+    assert pushed["launch_state"] == "running"
     assert [(part["name"], part["nodes"], part["rank_offset"]) for part in pushed["parts"]] == [
         ("two-parts--onprem", 2, 0),
         ("two-parts--cloud", 1, 2),
@@ -60,8 +64,9 @@ def test_a_run_at_another_placement_resizes_the_job(airflow_db, jobs_root, capfd
 
 
 def test_waiting_on_a_failing_job_fails_the_task_with_the_log_tail(airflow_db, jobs_root, capfd):
-    result = run_dag("launch_failing_job", {"job_name": "fails", "nodes": 2})
+    result = run_dag("launch_late_failing_job", {"job_name": "fails", "nodes": 2})
     assert result.task_states["launch"] == "failed"
+    assert result.xcom("launch", "job")["launch_state"] == "running"  # it did start
     output = capfd.readouterr()
     text = output.out + output.err
     assert "job 'fails' failed" in text
@@ -119,3 +124,168 @@ def test_a_retry_does_not_attach_to_a_job_with_a_part_down(airflow_db, jobs_root
     job = second.xcom("launch", "job")
     assert job["launch_id"] != first.xcom("launch", "job")["launch_id"]
     assert [part["status"] for part in job["parts"]] == ["running", "running"]
+
+
+# -- the five-step resize: nothing is stopped before the new launch is known to work ------
+
+
+def _manifest(jobs_root: Path, job: str) -> dict:
+    return json.loads((jobs_root / job / "manifest.json").read_text())
+
+
+def _text(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> str:
+    captured = capfd.readouterr()
+    return captured.out + captured.err + caplog.text
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "message"),
+    [
+        ("launch_unknown_engine", "provider 'onprem' engine 'warp-drive' cannot be used: "),
+        (
+            "launch_missing_engine_module",
+            "provider 'onprem' engine 'module=tests.fake_engines:NoSuchEngine' cannot be used: ",
+        ),
+        (
+            "launch_missing_program",
+            "run command's program '/nonexistent/bin/train' is not an executable on this machine",
+        ),
+    ],
+    ids=["unknown-engine", "missing-engine-class", "missing-program"],
+)
+def test_a_resize_that_cannot_start_leaves_the_running_job_alone(
+    airflow_db, jobs_root, capfd, caplog, dag_id, message
+):
+    run_dag("launch_sleeping", {"job_name": "keep", "nodes": 2})
+    before = _manifest(jobs_root, "keep")
+    ranks = job_ranks("keep")
+    assert len(ranks) == 2
+    capfd.readouterr()
+
+    result = run_dag(dag_id, {"job_name": "keep", "nodes": 1})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    assert message in _text(capfd, caplog)
+    assert job_ranks("keep") == ranks  # the same processes, all alive
+    assert _manifest(jobs_root, "keep") == before  # nothing written
+
+
+def test_a_resize_whose_command_dies_at_once_fails_and_records_the_job_down(
+    airflow_db, jobs_root, capfd, caplog
+):
+    run_dag("launch_sleeping", {"job_name": "dies", "nodes": 2})
+    old_ranks = job_ranks("dies")
+    capfd.readouterr()
+
+    result = run_dag("launch_dies_at_once", {"job_name": "dies", "nodes": 3})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    assert result.xcom("launch", "job") is None  # never reported as launched
+    text = _text(capfd, caplog)
+    assert (
+        "AirflowException: job 'dies' is down: its ranks were not all up 8 s after the start "
+        "(part dies--onprem is failed" in text
+    )
+    assert "boom: corrupt batch" in text  # the failing rank's log, in the task log
+    assert "resized" not in text
+    manifest = _manifest(jobs_root, "dies")
+    assert manifest["state"] == "down"
+    assert manifest["down_reason"].startswith("its ranks were not all up 8 s after the start")
+    assert not any(is_alive(pid) for pid in old_ranks)  # stopped by step 2
+    assert job_ranks("dies") == {}  # and nothing of the new launch runs
+
+
+def test_an_engine_that_starts_some_ranks_then_raises_leaves_none_running(
+    airflow_db, jobs_root, capfd, caplog
+):
+    result = run_dag("launch_partly_starting", {"job_name": "partly", "nodes": 2})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    text = _text(capfd, caplog)
+    assert "job 'partly' could not start: provider 'flaky' (part partly--flaky) failed: " in text
+    assert "lost node 1 while starting its ranks" in text
+    # the rank it started is named: iroh-tinker never recorded it
+    assert "process(es) of this launch that iroh-tinker had not recorded (pids " in text
+    assert job_ranks("partly") == {}
+    assert _manifest(jobs_root, "partly")["state"] == "down"
+
+
+def test_attach_needs_the_same_run_envs_and_setup(airflow_db, jobs_root, capfd, caplog):
+    conf = {"job_name": "same", "nodes": 2}
+    first = run_dag("launch_with_envs", conf)
+    ranks = job_ranks("same")
+    assert len(ranks) == 2
+    capfd.readouterr()
+
+    again = run_dag("launch_with_envs", conf)
+    assert again.xcom("launch", "job")["launch_id"] == first.xcom("launch", "job")["launch_id"]
+    assert job_ranks("same") == ranks
+    assert "attached, started nothing" in _text(capfd, caplog)
+
+    changes = (({"data_url": "https://data.example/v2"}, "envs"), ({"setup": "echo"}, "setup"))
+    for changed, field in changes:
+        conf = {**conf, **changed}
+        before = job_ranks("same")
+        result = run_dag("launch_with_envs", conf)
+        assert result.task_states["launch"] == "success"
+        text = _text(capfd, caplog)
+        assert f"Not attaching to job same: its {field} changed; relaunching it." in text
+        after = job_ranks("same")
+        assert len(after) == 2 and not set(after) & set(before)
+        assert not any(is_alive(pid) for pid in before)
+
+
+def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, capfd, caplog):
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    secret = "https://user:pa55w0rd@data.example/shard-17"
+    result = run_dag("launch_with_envs", {"job_name": "secret", "nodes": 3, "data_url": secret})
+    assert result.task_states["launch"] == "success"
+    # the ranks have it
+    rank = next(iter(job_ranks("secret")))
+    assert f"TRAINING_DATA_URL={secret}".encode() in Path(f"/proc/{rank}/environ").read_bytes()
+    # the task's log and its rendered fields do not, although the key does not sound secret
+    assert secret not in _text(capfd, caplog)
+    with create_session() as session:
+        rendered = session.scalars(
+            select(RenderedTaskInstanceFields).where(
+                RenderedTaskInstanceFields.dag_id == "launch_with_envs",
+                RenderedTaskInstanceFields.run_id == result.run_id,
+                RenderedTaskInstanceFields.task_id == "launch",
+            )
+        ).one()
+    assert rendered.rendered_fields["envs"] == {"TRAINING_DATA_URL": "***"}
+    # no file under the jobs root holds it once the job started
+    files = [path for path in jobs_root.rglob("*") if path.is_file()]
+    assert [path for path in files if secret.encode() in path.read_bytes()] == []
+    launch_files = list((jobs_root / "secret" / "specs").rglob("*.json"))
+    for path in launch_files:  # the launcher's request and result too
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    specs = [path for path in launch_files if path.name.startswith("secret--")]
+    specs += list(jobs_root.glob("secret--*/spec.json"))
+    assert len(specs) >= 4
+    for spec in specs:
+        assert stat.S_IMODE(spec.stat().st_mode) == 0o600, spec
+        assert stat.S_IMODE(spec.parent.stat().st_mode) == 0o700, spec.parent
+        assert json.loads(spec.read_text())["envs"]["TRAINING_DATA_URL"] == "***"
+
+
+def test_launch_ids_are_utc_and_every_rank_carries_its_own(airflow_db, jobs_root):
+    result = run_dag("launch_sleeping", {"job_name": "ids", "nodes": 3})
+    launch_id = result.xcom("launch", "job")["launch_id"]
+    stamp = launch_id.split("-", 1)[0]
+    assert stamp.endswith("Z")
+    assert (
+        abs(time.mktime(time.strptime(stamp, "%Y%m%dT%H%M%SZ")) - time.mktime(time.gmtime())) < 300
+    )
+    assert sorted(job_ranks("ids").values()) == [launch_id] * 3
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_ranks():
+    """Ranks iroh-tinker never recorded are not stopped by the jobs_root fixture."""
+    yield
+    for job in ("keep", "dies", "partly", "same", "secret", "ids"):
+        stop_job_processes(job)

@@ -11,6 +11,7 @@ loop must then see the stopped job and fail the task instead of passing it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow_support import read_run
+from tests.airflow_support import read_run, run_dag
 from tests.conftest import TESTS, airflow_command
-from tests.job_processes import is_alive, rank_pids
+from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job_processes
 
 pytestmark = pytest.mark.airflow
 
@@ -61,7 +62,9 @@ def _wait_until_running(
     raise AssertionError(f"job {job} was not running within 90 s")
 
 
-def _start_dags_test(dag_id: str, conf: dict, log) -> subprocess.Popen:
+def _start_dags_test(
+    dag_id: str, conf: dict, log, dag_file: str = "kill_dags.py"
+) -> subprocess.Popen:
     """``airflow dags test`` of a DAG in kill_dags.py, its output going to ``log``.
 
     A file, not a pipe: nobody reads a pipe while the job starts, and a full one blocks.
@@ -75,7 +78,7 @@ def _start_dags_test(dag_id: str, conf: dict, log) -> subprocess.Popen:
             "--conf",
             json.dumps(conf),
             "--dagfile-path",
-            str(TESTS / "dags" / "kill_dags.py"),
+            str(TESTS / "dags" / dag_file),
         ],
         env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
         stdout=log,
@@ -151,6 +154,147 @@ def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs
         "job 'slow' could not start: the launch was cancelled (the task was killed)" in output
         or "job 'slow' was stopped: the task was killed while it launched" in output
     )
-    assert JobManager(root=jobs_root).status("slow--onprem").status == "stopped"
-    assert not [pid for pid in rank_pids(jobs_root, "slow--onprem") if is_alive(pid)]
+    with contextlib.suppress(KeyError):  # killed while it provisioned: never started, or stopped
+        assert JobManager(root=jobs_root).status("slow--onprem").status == "stopped"
+    assert job_ranks("slow") == {}
     assert read_run("launch_slow_provision").task_states == {"plan": "success", "launch": "failed"}
+
+
+def _wait_for(condition, what: str, process: subprocess.Popen | None = None, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process is None or process.poll() is None, f"airflow dags test ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.1)
+
+
+def _finish(process: subprocess.Popen, log) -> str:
+    try:
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log.seek(0)
+    return log.read()
+
+
+def test_a_kill_while_waiting_for_the_lock_leaves_the_running_job_alone(
+    airflow_db, jobs_root, tmp_path
+):
+    """The killed task had started nothing: the job it waited to resize keeps running, and
+    once the lock is free the killed task starts nothing either."""
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+
+    run_dag("launch_sleeping", {"job_name": "waited", "nodes": 2})
+    ranks = job_ranks("waited")
+    manifest = (jobs_root / "waited" / "manifest.json").read_text()
+    assert len(ranks) == 2
+    log_path = tmp_path / "dags-test.log"
+    with log_path.open("w+") as log:
+        with ElasticGridHook(jobs_root=str(jobs_root)).job_lock("waited"):
+            process = _start_dags_test(DAG_ID, {"job_name": "waited", "nodes": 3}, log)
+            _wait_for(
+                lambda: "Waiting for the lock of job waited." in log_path.read_text(),
+                "lock wait",
+                process,
+            )
+            process.send_signal(signal.SIGTERM)
+            _wait_for(
+                lambda: "was not started by this task" in log_path.read_text(), "on_kill", process
+            )
+            assert job_ranks("waited") == ranks  # on_kill stopped nothing
+        output = _finish(process, log)  # the lock is free: the killed launch goes on?
+
+    assert "the task was killed while it waited for the job's lock" in output
+    assert job_ranks("waited") == ranks
+    assert (jobs_root / "waited" / "manifest.json").read_text() == manifest
+    assert read_run(DAG_ID).task_states == {"plan": "success", "launch": "failed"}
+
+
+def test_a_kill_in_the_middle_of_a_start_leaves_no_rank(airflow_db, jobs_root, tmp_path):
+    """SIGTERM while the engine has started the ranks but not returned (iroh-tinker has
+    recorded no pid yet): on_kill finds the ranks by their launch id and stops them."""
+    log_path = tmp_path / "dags-test.log"
+    with log_path.open("w+") as log:
+        process = _start_dags_test(
+            "launch_hanging_start", {"job_name": "hung", "nodes": 2, "hang": 600}, log
+        )
+        try:
+            _wait_for(lambda: len(job_ranks("hung")) == 2, "2 ranks", process)
+            assert not (jobs_root / "hung--hang" / "job.json").exists()  # nothing recorded
+            pids = list(job_ranks("hung"))
+            process.send_signal(signal.SIGTERM)
+        finally:
+            output = _finish(process, log)
+
+    assert "Task killed while launching job hung: cancelling the launch." in output
+    assert "job 'hung' could not start: the launch was cancelled (the task was killed)" in output
+    assert not [pid for pid in pids if is_alive(pid)]
+    assert job_ranks("hung") == {}
+    manifest = json.loads((jobs_root / "hung" / "manifest.json").read_text())
+    assert manifest["state"] == "down"
+    assert read_run("launch_hanging_start").task_states == {"plan": "success", "launch": "failed"}
+
+
+def test_a_sigkill_in_the_middle_of_a_start_then_a_retry_runs_exactly_one_copy(
+    airflow_db, jobs_root, tmp_path
+):
+    """SIGKILL (no on_kill) while the engine's start hangs: the ranks it started are
+    recorded nowhere but in the launch record; the retry stops them and starts once."""
+    log_path = tmp_path / "dags-test.log"
+    conf = {"job_name": "twice", "nodes": 3}
+    try:
+        with log_path.open("w+") as log:
+            process = _start_dags_test("launch_hanging_start", {**conf, "hang": 600}, log)
+            try:
+                _wait_for(lambda: len(job_ranks("twice")) == 3, "3 ranks", process)
+                first = job_ranks("twice")
+                process.kill()
+            finally:
+                _finish(process, log)
+        time.sleep(0.5)
+        assert job_ranks("twice") == first  # orphans: alive, unrecorded
+        intent = json.loads((jobs_root / "twice" / "manifest.json").read_text())
+        assert intent["state"] == "starting"
+        assert set(first.values()) == {intent["launch_id"]}
+
+        retry = run_dag("launch_hanging_start", conf)
+
+        assert retry.task_states["launch"] == "success"
+        job = retry.xcom("launch", "job")
+        assert job["launch_id"] != intent["launch_id"] and job["launch_state"] == "running"
+        assert not [pid for pid in first if is_alive(pid)]
+        ranks = job_ranks("twice")
+        assert len(ranks) == 3  # exactly one copy: 3 ranks, all of the retry's launch
+        assert set(ranks.values()) == {job["launch_id"]}
+        assert sorted(rank_pids(jobs_root, "twice--hang")) == sorted(ranks)
+    finally:
+        stop_job_processes("twice")
+
+
+def test_killing_a_task_that_attached_leaves_the_job_running(airflow_db, jobs_root, tmp_path):
+    """The job was launched by another run; this task only attached and waited on it."""
+    # launched by `airflow dags test` too, so that the run command (sys.executable) is the same
+    with (tmp_path / "first.log").open("w+") as first_log:
+        first = _start_dags_test(
+            "launch_sleeping", {"job_name": "shared", "nodes": 3}, first_log, "launch_dags.py"
+        )
+        _finish(first, first_log)
+    ranks = job_ranks("shared")
+    assert len(ranks) == 3
+    log_path = tmp_path / "dags-test.log"
+    with log_path.open("w+") as log:
+        process = _start_dags_test(DAG_ID, {"job_name": "shared", "nodes": 3}, log)
+        try:
+            _wait_for(
+                lambda: "attached, started nothing" in log_path.read_text(), "attach", process
+            )
+            process.send_signal(signal.SIGTERM)
+        finally:
+            output = _finish(process, log)
+
+    assert "was not started by this task" in output
+    assert "which it attached to and left running" in output
+    assert job_ranks("shared") == ranks
+    assert read_run(DAG_ID).task_states == {"plan": "success", "launch": "failed"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -77,9 +78,16 @@ def test_fires_with_the_failure_report_when_the_job_fails(airflow_db, jobs_root)
 def test_on_kill_stops_the_job_only_when_the_trigger_owns_it(airflow_db, jobs_root):
     run_dag("launch_sleeping", {"job_name": "owned", "nodes": 1})
     pids = rank_pids(jobs_root, "owned--onprem")
+    launch_id = json.loads((jobs_root / "owned" / "manifest.json").read_text())["launch_id"]
     asyncio.run(JobStatusTrigger("owned", str(jobs_root)).on_kill())  # a sensor's trigger
     assert all(is_alive(pid) for pid in pids)
-    asyncio.run(JobStatusTrigger("owned", str(jobs_root), stop_on_kill=True).on_kill())
+    # a launch task's trigger for an earlier launch: that launch no longer runs, this one stays
+    earlier = JobStatusTrigger("owned", str(jobs_root), stop_on_kill=True, launch_id="19700101")
+    asyncio.run(earlier.on_kill())
+    assert all(is_alive(pid) for pid in pids)
+    owner = JobStatusTrigger("owned", str(jobs_root), stop_on_kill=True, launch_id=launch_id)
+    assert owner.serialize()[1]["launch_id"] == launch_id
+    asyncio.run(owner.on_kill())
     deadline = time.monotonic() + 10
     while any(is_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,0 +1,242 @@
+"""Start a launch's parts in a child process, and find the processes a launch left.
+
+Why a child process (issue 12): iroh-tinker's engines start ranks and
+``setup`` commands with the descriptors of the process that calls
+``JobManager.launch`` (the local engine sets no ``stdin``). Inside an
+Airflow task that process holds the supervisor's sockets, so a rank would
+keep the task's channel open for as long as it runs. The launcher runs
+``JobManager.launch`` for each part in a process that owns nothing of the
+task's:
+
+* ``stdin`` is ``/dev/null``; ``stdout``/``stderr`` go to a launch log
+  *file* (a pipe would stay open in every rank); every other descriptor is
+  closed (``close_fds``);
+* it runs in its own session and process group, so the task can kill it
+  (and only it) on ``on_kill``;
+* it dies with the task (``PR_SET_PDEATHSIG``): a SIGKILLed task starts no
+  further part;
+* the task becomes a child subreaper, so ranks orphaned by the launcher's
+  exit are still reaped by the task that waits on them (some hosts' PID 1
+  never reaps, and an unreaped rank would read as running forever).
+
+This holds for every engine, user ``module=`` engines included, without
+patching iroh-tinker. The launcher writes its progress to a result file
+after each part; the task reads it when the launcher exits.
+
+Finding a launch's processes: every rank (and the launcher) carries
+``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its environment, so
+:func:`launch_processes` can find them in ``/proc/*/environ`` even when
+iroh-tinker never recorded their pids (it records them only after the
+engine's ``start`` returns). Only processes of this user, this job and the
+given launch ids match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from elasticgrid_provider.core.launch_spec import ENV_JOB, ENV_LAUNCH_ID
+
+RESULT_NAME = "launcher-result.json"
+LOG_NAME = "launcher.log"
+REQUEST_NAME = "launcher-request.json"
+REDACTED = "***"
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> None:
+    """Linux ``prctl``; a no-op where it is unavailable."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def write_private_json(path: Path, data: Any) -> None:
+    """Write JSON atomically to a file only this user can read (mode 0600)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(json.dumps(data, indent=2) + "\n")
+    temporary.replace(path)
+
+
+def private_folder(path: Path) -> Path:
+    """Create ``path`` (and parents) and make it mode 0700."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def redact_spec_envs(path: Path) -> None:
+    """Replace every ``envs`` value in a spec file by ``***`` (the ranks already have them).
+
+    iroh-tinker needs ``envs`` only to start ranks; its status, stop and logs
+    rebuild the engine from the spec but do not read them.
+    """
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    envs = spec.get("envs")
+    if not isinstance(envs, dict) or all(value == REDACTED for value in envs.values()):
+        return
+    spec["envs"] = dict.fromkeys(envs, REDACTED)
+    write_private_json(path, spec)
+
+
+def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
+    """Make iroh-tinker's folder for a part private before it copies the spec there.
+
+    ``JobManager.launch`` copies the spec (with its ``envs``) to
+    ``<part>/spec.json`` with the default mode; creating the folder 0700 and
+    the file 0600 first keeps that copy private too.
+    """
+    folder = private_folder(jobs_root / part_name)
+    copy = folder / "spec.json"
+    copy.touch(mode=0o600, exist_ok=True)
+    copy.chmod(0o600)
+
+
+def start_launcher(request: dict[str, Any], folder: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start the launcher for ``request`` with none of this process's descriptors."""
+    request_path = folder / REQUEST_NAME
+    write_private_json(request_path, request)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    descriptor = os.open(folder / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "elasticgrid_provider.hooks.launcher", str(request_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=descriptor,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+            start_new_session=True,
+            env=env,
+        )
+    finally:
+        os.close(descriptor)
+
+
+def read_result(folder: Path) -> dict[str, Any]:
+    """What the launcher reported (``started`` parts, ``failed`` part and error), or {}."""
+    try:
+        result: dict[str, Any] = json.loads((folder / RESULT_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+    return result
+
+
+def log_tail(folder: Path, lines: int = 5) -> str:
+    """The last lines of the launcher's log (to explain a launcher that crashed)."""
+    try:
+        text = (folder / LOG_NAME).read_text(errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
+def _environment(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone, or another user's
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def launch_processes(job_name: str, launch_ids: Iterable[str]) -> list[int]:
+    """Pids of live processes started for ``job_name`` by any of ``launch_ids`` (not this one)."""
+    wanted = set(launch_ids)
+    if not wanted:
+        return []
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        environment = _environment(int(entry.name))
+        if environment.get(ENV_JOB) == job_name and environment.get(ENV_LAUNCH_ID) in wanted:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def is_launcher(pid: int) -> bool:
+    """True when ``pid`` is a launcher process (it carries its launch's variables too)."""
+    try:
+        return b"elasticgrid_provider.hooks.launcher" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our (or an adopted) child
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def terminate(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:
+    """SIGTERM the processes (and their process groups), SIGKILL what outlives ``grace_s``.
+
+    Returns the pids that were alive when asked to stop.
+    """
+    targets = [pid for pid in pids if _alive(pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in targets:
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) == pid:  # a session leader (iroh's runner): its whole group
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+        while any(_alive(pid) for pid in targets) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not any(_alive(pid) for pid in targets):
+            break
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Launch each part of the request in order; stop at the first failure."""
+    arguments = sys.argv[1:] if argv is None else argv
+    request_path = Path(arguments[0])
+    request = json.loads(request_path.read_text())
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != request["parent_pid"]:  # the task died before the line above
+        return 1
+    from iroh_tinker.cloud import JobManager
+
+    jobs_root = Path(request["jobs_root"])
+    result_path = request_path.with_name(RESULT_NAME)
+    manager = JobManager(root=jobs_root)
+    result: dict[str, Any] = {"started": [], "failed": None}
+    try:
+        for part in request["parts"]:
+            try:
+                manager.launch(part["spec_path"])
+            except Exception as exc:
+                result["failed"] = {"part": part["name"], "error": str(exc)}
+                return 1
+            finally:
+                redact_spec_envs(Path(part["spec_path"]))
+                redact_spec_envs(jobs_root / part["name"] / "spec.json")
+            result["started"].append(part["name"])
+            write_private_json(result_path, result)
+        return 0
+    finally:
+        write_private_json(result_path, result)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
