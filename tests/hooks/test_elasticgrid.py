@@ -245,7 +245,7 @@ def test_a_missing_explicit_connection_fails_the_launch_and_starts_nothing(
     try:
         result = run_dag("launch_with_missing_connection", {"job_name": "typo", "nodes": 1})
         assert result.task_states == {"plan": "success", "launch": "failed"}
-        assert _failure_line(_output(capfd, caplog), "AirflowException") == MISSING
+        assert _failure_line(_output(capfd, caplog), "AirflowFailException") == MISSING
         for root in (jobs_root, default_root):
             assert not list(root.glob("typo*")), f"a job was started under {root}"
     finally:  # a regression must not leave ranks running under the default root
