@@ -117,7 +117,7 @@ def jobs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     """A private JobManager root, configured through the ``elasticgrid_default`` connection.
 
     Any job still running at the end of the test is stopped, so no test leaves
-    processes behind.
+    processes behind, and the jobs' scale-state Variables are deleted with the root.
     """
     root = tmp_path / "jobs"
     root.mkdir()
@@ -132,6 +132,28 @@ def jobs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     for state in manager.jobs():
         if manager.status(state.name).status == "running":
             manager.stop(state.name)
+    _forget_scale_states()
+
+
+def _forget_scale_states() -> None:
+    """Delete the scale-state Variables: they belong to jobs under a root that is now gone.
+
+    A state Variable without its job's files makes a launch refuse to start a
+    second copy (the jobs root looks unshared), so a later test reusing a job
+    name would otherwise depend on which tests ran before it.
+    """
+    from airflow.models import Variable
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+    from sqlalchemy.exc import OperationalError
+
+    from elasticgrid_provider.core.state import state_variable_key
+
+    try:
+        with create_session() as session:
+            session.execute(delete(Variable).where(Variable.key.like(state_variable_key("%"))))
+    except OperationalError:  # the session's metadata DB was never migrated: nothing to forget
+        pass
 
 
 @pytest.fixture(scope="session", autouse=True)

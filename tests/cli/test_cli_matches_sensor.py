@@ -40,10 +40,12 @@ def test_the_timeline_replays_what_the_sensor_decided(
     airflow_db, jobs_root, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     samples = growing_stream()
-    run_dag("launch_sleeping", {"job_name": "same", "nodes": 2})
+    run_dag("launch_sleeping", {"job_name": "cli-vs-sensor", "nodes": 2})
     sensor_decisions = []
     for count in range(1, len(samples) + 1):
-        result = run_dag("policy_single_check", {"job_name": "same", "samples": samples[:count]})
+        result = run_dag(
+            "policy_single_check", {"job_name": "cli-vs-sensor", "samples": samples[:count]}
+        )
         sensor_decisions.append(result.xcom("scale_check"))
         if sensor_decisions[-1]["action"] != "hold":
             break  # the job was not resized, so the sensor's story ends here
@@ -85,6 +87,6 @@ def test_the_timeline_replays_what_the_sensor_decided(
             field: simulated[field] for field in REPLAY_FIELDS
         }
         assert sensed["projection"] == simulated["projection"]
-    state = read_variable(state_variable_key("same"))
+    state = read_variable(state_variable_key("cli-vs-sensor"))
     assert state["schema_version"] == 2
     assert [entry["nodes"] for entry in state["capacity"]["sizes"]] == [2]
