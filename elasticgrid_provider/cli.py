@@ -115,7 +115,6 @@ from elasticgrid_provider.core.scheduler import (
     ScaleDecision,
 )
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, DecisionRecord, ScaleState
-from elasticgrid_provider.core.step_log import sample_fields
 from elasticgrid_provider.core.validation import check_integer, check_number
 
 EXIT_OK = 0
@@ -541,7 +540,7 @@ def _load_samples(path: str) -> _SampleFile:
             stamped = None
             if isinstance(entry, dict) and "time" in entry:
                 stamped = check_number("sample time", entry["time"], minimum=None)
-            samples.append(StepSample.from_dict(sample_fields(entry)))
+            samples.append(StepSample.from_dict(entry))
             times.append(stamped)
         except ElasticGridError as error:
             raise ElasticGridError(f"{where}: {error}") from None

@@ -30,7 +30,7 @@ job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
 naming another job); the caller must then leave the stored document alone,
 never replace it with a fresh state, or the cooldown and history are lost.
 
-History (:meth:`ScaleState.with_record`, :meth:`ScaleState.with_job_end`):
+History (:meth:`ScaleState.with_record`, :meth:`ScaleState.end_job`):
 
 * every scale change and every end of the job gets its own entry;
 * a hold that repeats the previous entry (same rule, same rules holding it
@@ -376,9 +376,16 @@ class ScaleState:
             cooldown=record.decision.cooldown,
         )
 
-    def with_job_end(self, entry: dict[str, Any], limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
-        """A copy with the end of the job (an entry whose rule is ``job_ended``) in the history."""
-        return replace(self, history=_with_entry(self.history, entry, limit))
+    def end_job(
+        self, entry: dict[str, Any], now: float, limit: int = DEFAULT_HISTORY_LIMIT
+    ) -> ScaleState:
+        """The state a check of an ended job leaves: the ``job_ended`` entry, one revision on."""
+        return replace(
+            self,
+            history=_with_entry(self.history, entry, limit),
+            revision=self.revision + 1,
+            updated_at=now,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON: the Variable's value."""
