@@ -179,6 +179,19 @@ class DecisionInputs:
         )
 
 
+POLICY_V2_INPUT_FIELDS = ("capacity", "recent")
+"""Decision inputs the restart-aware policy records; a record without them is older."""
+
+
+def recorded_by_older_policy(entry: Any) -> bool:
+    """Whether a history entry's inputs predate :data:`POLICY_V2_INPUT_FIELDS` (schema 1).
+
+    Such a record replays under today's rules, which may decide otherwise.
+    """
+    inputs = entry.get("inputs") if isinstance(entry, dict) else None
+    return isinstance(inputs, dict) and any(name not in inputs for name in POLICY_V2_INPUT_FIELDS)
+
+
 def _recommendations(data: Any) -> tuple[Recommendation, ...]:
     if data is None:
         return ()
