@@ -64,7 +64,9 @@ at the current size (default: the newest sample's).
 ``simulate --state`` replays history entry ``--decision`` (default -1, the
 newest) from its recorded inputs and compares ``action``, ``current_nodes``,
 ``target_nodes``, ``rule``, ``held_by`` and ``reason`` with the recorded
-decision: exit 0 when they all agree, 1 when any differs.
+decision: exit 0 when they all agree, 1 when any differs. A record whose
+inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
+older policy; the output says so, since today's rules may decide otherwise.
 
 JSON output (``--json``), keeping 0.1.0's keys:
 
@@ -73,11 +75,13 @@ JSON output (``--json``), keeping 0.1.0's keys:
 * ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
   "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
 * ``simulate``: ``{"window", "decision"}``: the window's signals plus
-  ``size``, ``kept``, ``total`` and ``dropped``, and ``ScaleDecision.to_dict()``;
+  ``size``, ``kept``, ``total`` and ``dropped`` (plus ``other_size``: samples left out
+  for being measured at another size than the current), and ``ScaleDecision.to_dict()``;
 * ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step",
   "time", "window_samples", "decision"}], "window"}``;
 * ``simulate --state``: ``{"replay": {"state_file", "job_name", "index",
-  "history_size", "matches", "differences"}, "window", "recorded", "decision"}``;
+  "history_size", "matches", "differences", "older_policy"}, "window", "recorded",
+  "decision"}``; ``older_policy``: the record predates the restart-aware policy's inputs;
 * errors: ``{"error": "..."}``.
 """
 
@@ -114,8 +118,12 @@ from elasticgrid_provider.core.scheduler import (
     ElasticScheduler,
     ScaleDecision,
 )
-from elasticgrid_provider.core.state import JOB_ENDED_RULE, DecisionRecord, ScaleState
-from elasticgrid_provider.core.step_log import sample_fields
+from elasticgrid_provider.core.state import (
+    JOB_ENDED_RULE,
+    DecisionRecord,
+    ScaleState,
+    recorded_by_older_policy,
+)
 from elasticgrid_provider.core.validation import check_integer, check_number
 
 EXIT_OK = 0
@@ -541,7 +549,7 @@ def _load_samples(path: str) -> _SampleFile:
             stamped = None
             if isinstance(entry, dict) and "time" in entry:
                 stamped = check_number("sample time", entry["time"], minimum=None)
-            samples.append(StepSample.from_dict(sample_fields(entry)))
+            samples.append(StepSample.from_dict(entry))
             times.append(stamped)
         except ElasticGridError as error:
             raise ElasticGridError(f"{where}: {error}") from None
@@ -909,9 +917,17 @@ def _single(
         remaining_tokens=args.remaining_tokens,
     )
     window, decision = state.window, record.decision
-    lines = [_window_note(window, len(samples)), *_signals_lines(window.signals())]
+    other_size = sum(1 for sample in samples if sample.nodes != current)
+    note = _window_note(window, len(samples))
+    if other_size:
+        note += (
+            f"; {other_size} left out for being measured at another size than "
+            f"{'--nodes' if args.nodes is not None else 'the newest sample'} {current}"
+        )
+    lines = [note, *_signals_lines(window.signals())]
     lines += _decision_lines(decision)
-    data = {"window": _window_data(window, len(samples)), "decision": decision.to_dict()}
+    window_data = {**_window_data(window, len(samples)), "other_size": other_size}
+    data = {"window": window_data, "decision": decision.to_dict()}
     return _Result("\n".join(lines), data)
 
 
@@ -1110,6 +1126,12 @@ def _replay(args: argparse.Namespace) -> _Result:
         "replayed",
         *("  " + line for line in _brief(replayed)),
     ]
+    older_policy = recorded_by_older_policy(history[index])
+    if older_policy:
+        lines.append(
+            "note: recorded by an older policy; the replay uses today's rules (its inputs "
+            "have no capacity memory or recent recommendations)"
+        )
     if matches:
         lines.append("match: the replay gives the recorded decision")
     else:
@@ -1124,6 +1146,7 @@ def _replay(args: argparse.Namespace) -> _Result:
             "history_size": count,
             "matches": matches,
             "differences": differences,
+            "older_policy": older_policy,
         },
         "window": _window_data(window, len(window)),
         "recorded": recorded.to_dict(),

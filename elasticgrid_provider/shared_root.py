@@ -7,7 +7,8 @@ files is looking at a jobs root that is not the one the job was launched
 under: most often each worker has its own local folder. Launching there would
 start a second copy of a job that still runs elsewhere, and a check there
 would find "no job"; both fail instead with one sentence saying the jobs root
-must be shared (README "Deploying").
+must be shared (README "Deploying"), or that the Variable can be deleted
+when the job's files are gone for good.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
         return None
     return (
         f"job {job_name!r} has a scale state in Variable {key!r} but no files under "
-        f"{jobs_root} on this worker: the jobs root must be shared by every worker that "
-        "launches or checks the job (a shared filesystem, or its tasks routed to one "
-        "worker queue with queue=), so nothing was started"
+        f"{jobs_root} on this worker, so nothing was started: the jobs root must be shared "
+        "by every worker that launches or checks the job (a shared filesystem, or its tasks "
+        f"routed to one worker queue with queue=), or delete the Variable {key} if the job's "
+        "files are gone for good"
     )
 
 

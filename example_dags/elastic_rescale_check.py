@@ -107,6 +107,9 @@ with DAG(
         min_nodes=2,
         max_nodes=8,
         target_step_s=1.0,
+        # what one resize costs in no progress: stop, relaunch, load the checkpoint (a
+        # long-running job's checkpoint takes longer to save and load than the demo's)
+        startup_s=60,
         cooldown_s=600,
         scale_down_cooldown_s=1800,
         poke_interval=60,

@@ -68,6 +68,9 @@ with DAG(
         min_samples=3,
         window_size=5,
         target_step_s=1.0,
+        # a resize here stops the local ranks and restarts them from the checkpoint: about
+        # 10 s of no progress (on a cloud, with provisioning, minutes); 0 would make it free
+        startup_s=10,
         cooldown_s=120,
         poke_interval=2,
         timeout=timedelta(minutes=3),

@@ -21,6 +21,7 @@ DAG_IDS = [
     "elastic_rescale_check",
     "it_deferrable_launch",
     "it_deferrable_sensor",
+    "it_deferred_sensor",
     "it_launch_on_w1",
     "it_check_on_w2",
     "it_descriptor_probe",

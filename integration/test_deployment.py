@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 from integration.deployment import Deployment, processes_under, wait_until
 
 
@@ -83,6 +84,44 @@ def test_a_deferrable_sensor_with_poke_interval_2_succeeds(deployment: Deploymen
     decision = deployment.xcom("it_deferrable_sensor", run_id, "scale_check")
     assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
     stop_job(deployment, "it-deferred-check")
+
+
+def test_a_deferrable_sensor_defers_to_the_triggerer_and_resumes_to_a_decision(
+    deployment: Deployment,
+):
+    dag_id, job = "it_deferred_sensor", "it-deferral"
+    run_id = deployment.trigger(dag_id, {"job_name": job, "nodes": 2, "sleep_s": 600})
+    # the job writes no samples: the first check holds and defers
+    wait_until(
+        "the scale check to defer",
+        lambda: deployment.task_states(dag_id, run_id).get("scale_check") == "deferred",
+        timeout=240,
+    )
+    # while it waits in the triggerer, three queue-bound steps arrive
+    (deployment.jobs_root / f"{job}--onprem" / "steps.jsonl").write_text(
+        "".join(
+            json.dumps({"step": step, "duration_s": 1.0, "queue_s": 0.6, "nodes": 2}) + "\n"
+            for step in range(3)
+        )
+    )
+    state = deployment.wait_for_run(dag_id, run_id, timeout=240)
+    instances = deployment.task_instances(dag_id, run_id)
+    assert state == "success", (instances, deployment.diagnostics())
+    assert instances["scale_check"]["try_number"] == 1  # resumed after the trigger, not retried
+    decision = deployment.xcom(dag_id, run_id, "scale_check")
+    assert (decision["action"], decision["target_nodes"]) == ("scale_up", 4)
+    log = _task_log(deployment, "w1", dag_id, run_id, "scale_check", 1).read_text(errors="replace")
+    assert f"next check of job {job} in {MIN_DEFERRAL_S:.0f}s (in the triggerer)" in log
+    assert "in the worker instead" not in log
+    # the resumed check (execute_complete) decided: the decision is in the same attempt's log
+    assert f"Decision for job {job}: scale_up 2 -> 4" in log
+    trigger_logs = list(
+        (deployment.home / "airflow" / "logs").glob(
+            f"dag_id={dag_id}/run_id={run_id}/task_id=scale_check/attempt=1.log.trigger.*"
+        )
+    )
+    assert trigger_logs and f"trigger {dag_id}/" in trigger_logs[0].read_text()
+    stop_job(deployment, job)
 
 
 def test_elastic_rescale_check_skips_idle_then_starts_and_resizes_its_job(deployment: Deployment):

@@ -17,6 +17,9 @@ from tests.job_processes import is_alive, rank_pids
 pytestmark = pytest.mark.airflow
 
 SENTENCE = "the jobs root must be shared by every worker that launches or checks the job"
+ALTERNATIVE = (
+    "or delete the Variable elasticgrid_scale_state__elsewhere if the job's files are gone for good"
+)
 
 
 def _use_jobs_root(monkeypatch: pytest.MonkeyPatch, root) -> None:
@@ -40,14 +43,18 @@ def test_a_worker_without_the_jobs_files_fails_and_never_starts_a_second_copy(
 
     launch = run_dag("launch_sleeping", {"job_name": "elsewhere", "nodes": 2})
     assert launch.task_states["launch"] == "failed"
-    assert SENTENCE in capfd.readouterr().out
+    output = capfd.readouterr().out
+    assert SENTENCE in output
+    assert ALTERNATIVE in output
     assert not (other_root / "elsewhere--onprem").exists()  # nothing was started here
     assert not (other_root / "elsewhere" / "manifest.json").exists()
     assert all(is_alive(pid) for pid in pids)  # the job keeps running where it was launched
 
     check = run_dag("scale_check_any", {"job_name": "elsewhere"})
     assert check.task_states == {"scale_check": "failed"}
-    assert SENTENCE in capfd.readouterr().out
+    output = capfd.readouterr().out
+    assert SENTENCE in output
+    assert ALTERNATIVE in output
 
 
 def test_a_new_job_without_state_launches_normally(airflow_db, jobs_root):

@@ -30,7 +30,7 @@ job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
 naming another job); the caller must then leave the stored document alone,
 never replace it with a fresh state, or the cooldown and history are lost.
 
-History (:meth:`ScaleState.with_record`, :meth:`ScaleState.with_job_end`):
+History (:meth:`ScaleState.with_record`, :meth:`ScaleState.end_job`):
 
 * every scale change and every end of the job gets its own entry;
 * a hold that repeats the previous entry (same rule, same rules holding it
@@ -177,6 +177,19 @@ class DecisionInputs:
             capacity=CapacityMemory.from_dict(data.get("capacity")),
             recent=_recommendations(data.get("recent")),
         )
+
+
+POLICY_V2_INPUT_FIELDS = ("capacity", "recent")
+"""Decision inputs the restart-aware policy records; a record without them is older."""
+
+
+def recorded_by_older_policy(entry: Any) -> bool:
+    """Whether a history entry's inputs predate :data:`POLICY_V2_INPUT_FIELDS` (schema 1).
+
+    Such a record replays under today's rules, which may decide otherwise.
+    """
+    inputs = entry.get("inputs") if isinstance(entry, dict) else None
+    return isinstance(inputs, dict) and any(name not in inputs for name in POLICY_V2_INPUT_FIELDS)
 
 
 def _recommendations(data: Any) -> tuple[Recommendation, ...]:
@@ -376,9 +389,16 @@ class ScaleState:
             cooldown=record.decision.cooldown,
         )
 
-    def with_job_end(self, entry: dict[str, Any], limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
-        """A copy with the end of the job (an entry whose rule is ``job_ended``) in the history."""
-        return replace(self, history=_with_entry(self.history, entry, limit))
+    def end_job(
+        self, entry: dict[str, Any], now: float, limit: int = DEFAULT_HISTORY_LIMIT
+    ) -> ScaleState:
+        """The state a check of an ended job leaves: the ``job_ended`` entry, one revision on."""
+        return replace(
+            self,
+            history=_with_entry(self.history, entry, limit),
+            revision=self.revision + 1,
+            updated_at=now,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON: the Variable's value."""

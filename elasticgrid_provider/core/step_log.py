@@ -46,8 +46,6 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.validation import check_integer, check_mapping, reject_unknown_keys
 
-REPORTER_ONLY_FIELDS: frozenset[str] = frozenset()
-"""Reporter fields that are not part of a sample (none since ``time`` became one)."""
 REPORT_LIMIT = 200
 """Reports of a bad line are cut to about this many characters."""
 HEAD_BYTES = 4096
@@ -136,13 +134,6 @@ class StepLogChunk:
     bytes_read: int = 0
 
 
-def sample_fields(entry: Any) -> Any:
-    """A reporter's entry without the fields that are not part of a sample."""
-    if isinstance(entry, dict):
-        return {key: value for key, value in entry.items() if key not in REPORTER_ONLY_FIELDS}
-    return entry
-
-
 def parse_sample_line(line: bytes | str) -> StepSample:
     """Parse one step-log line into a sample, or raise ElasticGridError saying why (cut short)."""
     try:
@@ -150,7 +141,7 @@ def parse_sample_line(line: bytes | str) -> StepSample:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ElasticGridError(cut_report(f"line is not valid JSON ({exc})")) from None
     try:
-        return StepSample.from_dict(sample_fields(data))
+        return StepSample.from_dict(data)
     except ElasticGridError as exc:
         raise ElasticGridError(cut_report(str(exc))) from None
 

@@ -6,7 +6,9 @@ Each check (a poke, a reschedule, or a resume from the trigger):
    one job never interleave: the second waits, then reads what the first
    wrote (its cooldown included) and holds. Airflow has no compare-and-set on
    Variables; the lock makes the read-decide-write of the state one step;
-2. reads the job's status: a failed job fails the sensor with its error, a
+2. reads the job's status: a job whose launch was confirmed down (its
+   manifest's ``state``) fails the sensor with the ``down_reason``, so no
+   decision is made on the samples it left; a failed job fails it with its error, a
    job that ended ends it (skipping the resize downstream) with a record
    saying so, a job that was never launched fails it;
 3. reads only the step-log lines that arrived since the last check (the
@@ -60,7 +62,8 @@ from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary
 from elasticgrid_provider.core.job import JobSnapshot
-from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
+from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
@@ -92,22 +95,6 @@ class JobFailedError(RuntimeError):
     to scale before its timeout) turns Airflow's failures into skips, and a
     failed job or a misconfigured check must never pass as a skip.
     """
-
-
-def load_scale_state(job_name: str) -> ScaleState:
-    """The job's state from its Variable, or a fresh one when there is none yet.
-
-    Kept for callers of earlier versions; :meth:`ElasticGridHook.read_scale_state` does the I/O.
-    """
-    return ElasticGridHook().read_scale_state(job_name)
-
-
-def save_scale_state(state: ScaleState) -> None:
-    """Write the job's state Variable (the caller holds the job's lock).
-
-    Kept for callers of earlier versions; :meth:`ElasticGridHook.write_scale_state` does the I/O.
-    """
-    ElasticGridHook().write_scale_state(state)
 
 
 def _optional_number(field: str, value: Any) -> float | None:
@@ -305,13 +292,15 @@ class ElasticScaleSensor(BaseSensorOperator):
                     or f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
                     "launch it with LaunchOperator first"
                 )
+            if snapshot.manifest.state == LAUNCH_DOWN:  # its samples are stale: nothing to decide
+                raise JobFailedError(self._down_message(snapshot, hook.failure_report(snapshot)))
             if snapshot.status == "failed":
                 raise JobFailedError(self._failure_message(hook.failure_report(snapshot)))
             state = hook.read_scale_state(self.job_name)
             now = time.time()
-            state, window = self._take_new_samples(state, snapshot, now)
+            state = self._take_new_samples(state, snapshot, now)
             if snapshot.status in ("done", "stopped"):
-                self._finish_ended_job(context, state, window, snapshot, now)
+                self._finish_ended_job(context, state, snapshot, now)
             try:
                 deadline = resolve_deadline(
                     self.deadline, context.get("dag"), context.get("dag_run")
@@ -344,9 +333,7 @@ class ElasticScaleSensor(BaseSensorOperator):
             return None
         return record_json
 
-    def _take_new_samples(
-        self, state: ScaleState, snapshot: JobSnapshot, now: float
-    ) -> tuple[ScaleState, MetricsWindow]:
+    def _take_new_samples(self, state: ScaleState, snapshot: JobSnapshot, now: float) -> ScaleState:
         """Read the samples that arrived since the last check; window them at the current size."""
         new_samples: list[StepSample] = []
         skipped = 0
@@ -398,7 +385,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 current,
             )
         state = state.observe(new_samples, current, now, self.window_size)
-        return replace(state, skipped_lines=state.skipped_lines + skipped), state.window
+        return replace(state, skipped_lines=state.skipped_lines + skipped)
 
     def _handed_in_samples(self) -> list[StepSample]:
         samples = self.samples
@@ -446,7 +433,6 @@ class ElasticScaleSensor(BaseSensorOperator):
         self,
         context: Context,
         state: ScaleState,
-        window: MetricsWindow,
         snapshot: JobSnapshot,
         now: float,
     ) -> None:
@@ -470,11 +456,20 @@ class ElasticScaleSensor(BaseSensorOperator):
             "try_number": ti.try_number,
             "readable": {"summary": decision_summary(summary)},
         }
-        ended = state.after_check(window, snapshot.nodes, now)
-        self.hook.write_scale_state(ended.with_job_end(summary, self.history_limit))
+        self.hook.write_scale_state(state.end_job(summary, now, self.history_limit))
         ti.xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=summary)
         self.log.info("Decision for job %s: %s", self.job_name, decision_summary(summary))
         raise AirflowSkipException(summary["reason"])
+
+    def _down_message(self, snapshot: JobSnapshot, report: str | None) -> str:
+        """One sentence with the ``down_reason``; the failed ranks' log tail below it."""
+        manifest = snapshot.manifest
+        reason = manifest.down_reason or "no reason recorded"
+        sentence = (
+            f"job {self.job_name!r} is down, so there is nothing to scale: its launch "
+            f"{manifest.launch_id} was confirmed dead ({reason}); launch it again with LaunchOperator"
+        )
+        return f"{sentence}\n{report or ''}".rstrip()
 
     def _failure_message(self, report: str | None) -> str:
         return f"job {self.job_name!r} failed.\n{report or ''}".rstrip()

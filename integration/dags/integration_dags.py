@@ -19,6 +19,7 @@ from airflow.sdk import DAG
 
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 
 TRAIN = Path(__file__).with_name("train_elastic.py")
 GRID = [
@@ -91,6 +92,32 @@ with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["int
         deferrable=True,
         poke_interval=2,  # below MIN_DEFERRAL_S: the sensor checks in the worker
         timeout=timedelta(minutes=3),
+    )
+    plan >> launch >> check
+
+with DAG(dag_id="it_deferred_sensor", schedule=None, catchup=False, tags=["integration"]):
+    # a job that writes no samples: the first check holds and really defers (the test
+    # writes the samples while the sensor waits in the triggerer)
+    plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=GRID)
+    launch = LaunchOperator(
+        task_id="launch",
+        job_name=JOB,
+        run=SLEEPING_RUN,
+        placement=plan.output,
+        recovery=NO_RECOVERY,
+    )
+    check = ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        providers=GRID,
+        min_nodes=1,
+        max_nodes=4,
+        min_samples=3,
+        window_size=4,
+        deferrable=True,
+        poke_interval=MIN_DEFERRAL_S,  # long enough to defer safely: waits in the triggerer
+        timeout=timedelta(minutes=4),
+        queue="w1",  # its task log is in w1's folder
     )
     plan >> launch >> check
 

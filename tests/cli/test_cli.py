@@ -306,6 +306,23 @@ def test_simulate_window_size(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert (data["window"]["kept"], data["window"]["total"], data["window"]["size"]) == (4, 25, 4)
 
 
+def test_simulate_says_how_many_samples_were_at_another_size(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "s.jsonl", queue_bound(5, nodes=8))
+    code, out, _ = run(capsys, "simulate", "--samples", path, "--nodes", "4")
+    assert code == 0
+    assert out.splitlines()[0] == (
+        "window kept 0 of 5 samples (--window-size 10); 5 left out for being measured "
+        "at another size than --nodes 4"
+    )
+    _, data = run_json(capsys, "simulate", "--samples", path, "--nodes", "4")
+    assert (data["window"]["kept"], data["window"]["other_size"]) == (0, 5)
+    # at the samples' own size nothing is left out, and nothing is said
+    code, out, _ = run(capsys, "simulate", "--samples", path, "--nodes", "8")
+    assert out.splitlines()[0] == "window kept all 5 samples (--window-size 10)"
+
+
 def test_simulate_scheduler_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "s.jsonl", queue_bound(5))
     _, data = run_json(

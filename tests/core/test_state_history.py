@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
-from elasticgrid_provider.core.state import DecisionRecord, ScaleState
+from elasticgrid_provider.core.scheduler import NO_MEASUREMENTS
+from elasticgrid_provider.core.state import POLICY_V2_INPUT_FIELDS, DecisionRecord, ScaleState
 from tests.plugins.recorded import T0, audited_job, check
 
 
@@ -52,14 +53,16 @@ def test_the_bound_drops_holds_before_changes_and_ends_of_the_job():
         "reason": "job 'audit-job' is done; there is nothing to scale",
         "decided_at": T0 + 2000,
     }
-    state = state.with_job_end(ended, limit=3)
+    revision = state.revision
+    state = state.end_job(ended, T0 + 2000, limit=3)
+    assert (state.revision, state.updated_at) == (revision + 1, T0 + 2000)
     # limit 3: the oldest hold run went, the change and the end of the job stayed
     assert _shape(state) == [
         ("scale_up", "queue_bound", 1),
         ("hold", "queue_bound", 3),
         ("hold", "job_ended", 1),
     ]
-    state = state.with_job_end({**ended, "decided_at": T0 + 2100}, limit=2)
+    state = state.end_job({**ended, "decided_at": T0 + 2100}, T0 + 2100, limit=2)
     assert _shape(state) == [("scale_up", "queue_bound", 1), ("hold", "job_ended", 2)]
 
 
@@ -80,17 +83,51 @@ def test_records_carry_iso_times_rounded_signals_and_the_summary_with_thresholds
     )
 
 
-def test_a_version_1_state_written_before_these_fields_still_loads():
-    """A v1 Variable from before ``hold_run`` and ``readable``: it loads and folds on."""
-    state = audited_job()
+def _version_1(state: ScaleState) -> dict:
+    """``state`` as a version 1 Variable: no capacity, recent, hold_run or readable."""
     old = json.loads(json.dumps(state.to_dict()))
+    old["schema_version"] = 1
+    del old["capacity"], old["recent"]
     for entry in old["history"]:
         entry.pop("hold_run", None)
         entry["context"].pop("readable")
+        for name in POLICY_V2_INPUT_FIELDS:
+            del entry["inputs"][name]
+    return old
+
+
+def test_a_version_1_state_is_migrated_on_load_and_folds_on():
+    """A v1 Variable (before capacity, recent, ``hold_run`` and ``readable``) loads as v2."""
+    old = _version_1(audited_job())
+    assert old["schema_version"] == 1 and "capacity" not in old and "recent" not in old
     loaded = ScaleState.from_dict(old)
+    assert (loaded.capacity, loaded.recent) == (NO_MEASUREMENTS, ())
+    assert loaded.to_dict()["schema_version"] == 2
+    assert len(loaded.history) == len(old["history"])  # kept as recorded
     assert DecisionRecord.from_dict(loaded.history[-1]).decision.rule == "queue_bound"
     folded = check(loaded, T0 + 1500, 4, 4, "later")
     assert _shape(folded)[-1] == ("hold", "queue_bound", 2)
+
+
+def test_replaying_a_version_1_decision_says_it_was_recorded_by_an_older_policy(tmp_path, capsys):
+    from elasticgrid_provider.cli import main
+
+    old = _version_1(audited_job())
+    # the older policy worded its reasons without the restart price
+    newest = old["history"][-1]
+    newest["reason"] = newest["reason"].split("; scaling up pays")[0]
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(old))
+    assert main(["simulate", "--state", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("note: recorded by an older policy; the replay uses today's rules")
+    assert lines[-1] == "MISMATCH: the replay differs in reason (exit status 1)"
+    assert main(["--json", "simulate", "--state", str(path)]) == 1
+    assert json.loads(capsys.readouterr().out)["replay"]["older_policy"] is True
+    # a record of today's policy gets no such note
+    path.write_text(json.dumps(audited_job().to_dict()))
+    assert main(["simulate", "--state", str(path)]) == 0
+    assert "older policy" not in capsys.readouterr().out
 
 
 def test_replaying_a_state_whose_job_ended_replays_the_newest_decision(tmp_path, capsys):
@@ -106,7 +143,7 @@ def test_replaying_a_state_whose_job_ended_replays_the_newest_decision(tmp_path,
         "decided_at": T0 + 2000,
     }
     path = tmp_path / "state.json"
-    path.write_text(json.dumps(audited_job().with_job_end(ended).to_dict()))
+    path.write_text(json.dumps(audited_job().end_job(ended, T0 + 2000).to_dict()))
     assert main(["--json", "simulate", "--state", str(path)]) == 0
     replay = json.loads(capsys.readouterr().out)["replay"]
     assert (replay["index"], replay["matches"]) == (2, True)

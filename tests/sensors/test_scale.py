@@ -155,8 +155,36 @@ def test_a_failed_job_fails_the_check_with_its_error(airflow_db, jobs_root, capf
     result = run_dag("scale_check_patient", {"job_name": "broken"})
     assert result.task_states == {"scale_check": "failed"}
     output = capfd.readouterr()
-    assert "job 'broken' failed" in output.out + output.err
+    # its ranks died within the launch's grace period: the launch recorded it down
+    assert "job 'broken' is down, so there is nothing to scale: its launch " in (
+        output.out + output.err
+    )
     assert "boom: corrupt batch" in output.out + output.err
+
+
+def test_a_job_whose_launch_is_confirmed_down_fails_the_check_with_the_reason(
+    airflow_db, jobs_root, capfd, caplog
+):
+    # the "dies at once" drill of tests/operators/test_launch.py: the launch is recorded down
+    launch = run_dag("launch_dies_at_once", {"job_name": "down-check", "nodes": 2})
+    assert launch.task_states == {"plan": "success", "launch": "failed"}
+    manifest = json.loads((jobs_root / "down-check" / "manifest.json").read_text())
+    assert manifest["state"] == "down"
+    capfd.readouterr()
+    caplog.clear()
+
+    result = run_dag("scale_check_patient", {"job_name": "down-check"})
+
+    assert result.task_states == {"scale_check": "failed"}
+    output = capfd.readouterr()
+    text = output.out + output.err + caplog.text
+    assert (
+        f"job 'down-check' is down, so there is nothing to scale: its launch "
+        f"{manifest['launch_id']} was confirmed dead ({manifest['down_reason']}); "
+        "launch it again with LaunchOperator"
+    ) in text
+    assert result.xcom("scale_check") is None  # no decision recorded
+    assert read_variable(state_variable_key("down-check")) is None
 
 
 def test_a_job_that_was_never_launched_fails_the_check(airflow_db, jobs_root, capfd):
