@@ -952,6 +952,11 @@ class ElasticScheduler:
     def _capacity(self, situation: _Situation, basis: str, nodes: int) -> float:
         """Projected throughput of the whole job at ``nodes`` (work per second)."""
         loss, _ = self._scaling(situation, basis)
+        measured = [e.nodes for e in situation.memory.sizes if e.rate(basis) > 0]
+        if measured and nodes < min(measured):
+            # below every measured size the smaller of the fitted and the prior loss projects
+            # the gain of shrinking: a shrink never counts on more than either model promises
+            loss = min(loss, self.scaling_loss)
         return nodes * situation.memory.per_node_rate(basis, nodes, loss)
 
     def _finish_s(self, situation: _Situation, work: _RemainingWork, nodes: int) -> float:
