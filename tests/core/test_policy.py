@@ -256,3 +256,34 @@ def test_projections_are_finite_json() -> None:
     for value in decision.projection.values():
         assert not (isinstance(value, float) and not math.isfinite(value))
     assert decision.to_json()
+
+
+def test_a_steady_stream_grows_with_the_tolerance_as_headroom_and_shrinks_with_all_of_it() -> None:
+    scheduler = ElasticScheduler(scaling_loss=0.0)
+    # steady arrivals every 5 s, a growing wait: the arrival rate does not vary at all
+    growing = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
+    up = scheduler.decide(growing, now=T0, recent=(Recommendation(T0 - 60, 8),))
+    assert up.projection is not None
+    assert up.projection["arrival_spread"] == pytest.approx(0.0)
+    assert up.projection["headroom"] == pytest.approx(scheduler.tolerance)
+    # a shrink keeps the full headroom: 100/s needs 1.2 x 100 = 120/s, 3 nodes of 50/s
+    down = scheduler.decide(stream(10, every_s=10, service_s=2, queues=[0.0] * 6), now=T0)
+    assert (down.action, down.target_nodes) == (ScaleAction.SCALE_DOWN, 3)
+    assert down.projection is not None
+    assert down.projection["headroom"] == pytest.approx(scheduler.headroom)
+
+
+def test_irregular_arrivals_get_more_headroom_than_steady_ones() -> None:
+    # gaps alternate 2 s and 18 s: the same mean rate as every 10 s, far from steady
+    arrivals = [T0 - 100 + offset for offset in (0, 2, 20, 22, 40, 42, 60)]
+    samples = tuple(
+        StepSample(i, 30.0 + 5 * i, 25.0 + 5 * i, 1, 1000.0, at + 30.0 + 5 * i)
+        for i, at in enumerate(arrivals)
+    )
+    irregular = ElasticScheduler(scaling_loss=0.0).decide(
+        MetricsWindow(samples=samples), now=T0 + 60
+    )
+    assert irregular.recommended_nodes is not None and irregular.recommended_nodes > 1  # growth
+    assert irregular.projection is not None
+    assert irregular.projection["arrival_spread"] > 0.1
+    assert irregular.projection["headroom"] == pytest.approx(0.2)
