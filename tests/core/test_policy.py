@@ -287,3 +287,19 @@ def test_irregular_arrivals_get_more_headroom_than_steady_ones() -> None:
     assert irregular.projection is not None
     assert irregular.projection["arrival_spread"] > 0.1
     assert irregular.projection["headroom"] == pytest.approx(0.2)
+
+
+def test_a_shrink_below_every_measured_size_counts_on_no_more_than_the_prior() -> None:
+    """At 8 nodes 0.1 steps per node-second, at 16 0.08: a fitted 20% lost per doubling."""
+    memory = CapacityMemory((SizeMeasurement(16, 0.08, 0.0, 10),))
+    window = closed_loop(8, 1.25)
+    # 1000 steps in 0.8 * 3125 s (twice the margin) need 0.4 steps/s. With the fitted 20%,
+    # 3 nodes would do (3 * 0.1 / 0.8 ** 1.415 = 0.411); with the 10% prior 3 nodes give
+    # 0.348 and 4 give 0.444: the shrink plans 4, not the 3 the larger loss promises
+    decision = ElasticScheduler(startup_s=0.0).decide(
+        window, now=T0, deadline_at=T0 + 3125, remaining_steps=1000, capacity=memory
+    )
+    assert decision.rule == "deadline_slack"
+    assert decision.recommended_nodes == 4
+    assert decision.projection is not None
+    assert decision.projection["scaling_loss"] == pytest.approx(0.2)
