@@ -43,7 +43,11 @@ Work is counted in tokens when every sample has tokens, else in steps.
 overhead). Per-node throughput measured at each size the job ran at is kept
 across resizes (:class:`CapacityMemory`); throughput at another size is
 extrapolated from the nearest measured size, losing a share of the per-node
-throughput per doubling. With sizes at least 20% apart the loss is fitted
+throughput per doubling. Below every measured size the smaller of the fitted
+loss and the prior is used: communication overhead grows with the size, so a
+loss fitted at large sizes overstates what a shrink gains, and a shrink
+counting on it goes too deep and has to grow back (a second and third
+restart). With sizes at least 20% apart the loss is fitted
 from them (least squares of log throughput on log2 nodes, kept in [0, 0.5])
 and blended with the prior, fully trusted once they span a factor of 2;
 otherwise the documented prior ``scaling_loss`` (default 10% per doubling,
@@ -74,8 +78,13 @@ Rules, in order; the first that fires decides:
    ``final_stretch_s`` before the deadline, and by the stabilisation window
    and the cooldown below.
 4. ``demand`` (open loop): the target is the smallest size whose capacity
-   covers ``demand * (1 + headroom)`` and ``demand * (1 + startup_s /
-   drain_s)`` (so the backlog a restart leaves drains in time). A backlog
+   covers ``demand * (1 + h)`` and ``demand * (1 + startup_s / drain_s)``
+   (so the backlog a restart leaves drains in time). ``h`` is two standard
+   deviations of the arrival rate measured over the window (the spread of
+   the gaps between arrivals per unit of work, over the square root of their
+   count), kept between ``tolerance`` and ``headroom``; a shrink is sized with
+   the full ``headroom`` (a band between growing and shrinking, so a steady
+   load is not followed up and down). A backlog
    that drains within ``drain_s`` adds nothing: the policy reads the trend,
    not the level, so the backlog left by a restart never triggers another
    scale-up. A backlog that grows, or that will not drain within ``drain_s``
@@ -131,9 +140,11 @@ Parameters, in terms of the job (none is fitted to a benchmark):
 * ``resize_margin`` (1.0): a resize's projected gain must be twice its
   restart price, because it is projected from a short window and a scaling
   model; a resize that only just pays is as likely to lose.
-* ``headroom`` (0.2): capacity kept above the measured demand, so the load
-  may rise by a fifth between decisions, or be misread by as much, before
-  work queues, and the backlog of a restart drains.
+* ``headroom`` (0.2): the most capacity kept above a stream's measured
+  demand. A scale-up keeps as much as the arrival rate measurably varies
+  (two standard deviations; at least ``tolerance``), so a steady stream is
+  not paid a flat fifth more; a shrink keeps all of it, so the load may rise
+  by a fifth, or be misread by as much, before the job has to grow back.
 * ``tolerance`` (0.1): changes within 10% of the current capacity (or
   saving under 10% of what is left to pay) are noise, not worth a restart.
 * ``drain_s`` (1800): how long a stream may take to clear a backlog (the
@@ -317,6 +328,8 @@ MAX_QUEUE_TREND = 0.9
 """A queue growing this fast or faster reads as 10 times the capacity (the estimate's cap)."""
 IDLE_GAP_SHARE = 0.2
 """Idle gaps (nothing queued) this share of the time mean the job waits for arriving work."""
+ARRIVAL_SPREAD_DEVIATIONS = 2.0
+"""A stream's headroom covers the arrival rate two standard deviations above its mean."""
 _LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
 
@@ -588,6 +601,28 @@ def _arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
     return work / span
 
 
+def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
+    """Relative standard deviation of the arrival rate measured over the window.
+
+    The coefficient of variation of the time between arrivals per unit of
+    work, over the square root of the arrivals counted: a steady stream
+    reads near 0, Poisson arrivals about ``1 / sqrt(n)``.
+    """
+    gaps = []
+    for previous, sample in itertools.pairwise(samples):
+        work = sample.tokens if basis == "tokens" else 1.0
+        if previous.started_at is None or sample.started_at is None or work <= 0:
+            return 0.0
+        gaps.append((sample.started_at - previous.started_at) / work)
+    if len(gaps) < 2:
+        return 0.0
+    mean = math.fsum(gaps) / len(gaps)
+    if mean <= 0:
+        return 0.0
+    spread = math.sqrt(math.fsum((gap - mean) ** 2 for gap in gaps) / (len(gaps) - 1))
+    return spread / mean / math.sqrt(len(gaps))
+
+
 def estimate_load(
     samples: Sequence[StepSample], nodes: int, *, arrivals: bool = False
 ) -> LoadEstimate | None:
@@ -682,6 +717,7 @@ class _Situation:
     load: LoadEstimate | None
     memory: CapacityMemory
     recent: tuple[Recommendation, ...]
+    arrival_spread: float = 0.0
 
     @property
     def time_left_s(self) -> float | None:
@@ -942,6 +978,11 @@ class ElasticScheduler:
             load=load,
             memory=memory,
             recent=recent,
+            arrival_spread=(
+                _arrival_spread(window.samples, load.basis)
+                if load is not None and load.open_loop
+                else 0.0
+            ),
         )
 
     # -- the throughput model -------------------------------------------------
@@ -952,6 +993,11 @@ class ElasticScheduler:
     def _capacity(self, situation: _Situation, basis: str, nodes: int) -> float:
         """Projected throughput of the whole job at ``nodes`` (work per second)."""
         loss, _ = self._scaling(situation, basis)
+        measured = [e.nodes for e in situation.memory.sizes if e.rate(basis) > 0]
+        if measured and nodes < min(measured):
+            # below every measured size the smaller of the fitted and the prior loss projects
+            # the gain of shrinking: a shrink never counts on more than either model promises
+            loss = min(loss, self.scaling_loss)
         return nodes * situation.memory.per_node_rate(basis, nodes, loss)
 
     def _finish_s(self, situation: _Situation, work: _RemainingWork, nodes: int) -> float:
@@ -1135,7 +1181,12 @@ class ElasticScheduler:
         capacity = load.capacity_per_s
         drain = load.drain_s
         drains_in_time = drain is not None and drain <= self.drain_s
-        need = demand * (1.0 + self.headroom)
+        # headroom covers two standard deviations of the measured arrival rate, at least the
+        # tolerance band (a drift inside it is not followed) and at most ``headroom``
+        headroom = min(
+            self.headroom, max(self.tolerance, ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread)
+        )
+        need = demand * (1.0 + headroom)
         need = max(need, demand * (1.0 + self.startup_s / self.drain_s))
         backlog_text = ""
         if load.backlog_s > 0:
@@ -1164,17 +1215,19 @@ class ElasticScheduler:
                         f"; the backlog of {_seconds(load.backlog_s)} drains in "
                         f"{_seconds(stay_s)}, and a restart would not clear it much sooner"
                     )
-        target = smallest_satisfying(
-            lambda nodes: self._capacity(situation, basis, nodes) >= need,
-            self.min_nodes,
-            self.max_nodes,
-        )
-        if target is None:
-            target = self.max_nodes
+        target = self._serving(situation, basis, need)
+        if target < current and headroom < self.headroom:
+            # a shrink keeps the full headroom: the band between growing at the measured
+            # spread and shrinking with the full headroom is what keeps a steady load steady
+            headroom = self.headroom
+            need = max(need, demand * (1.0 + headroom))
+            target = self._serving(situation, basis, need)
         numbers = {
             **load.to_dict(),
             "target_capacity_per_s": self._capacity(situation, basis, target),
             "needed_per_s": need,
+            "headroom": headroom,
+            "arrival_spread": situation.arrival_spread,
         }
         why = (
             f"demand {_number_text(demand)} {basis}/s against a capacity of "
@@ -1224,6 +1277,15 @@ class ElasticScheduler:
             )
             verdict = replace(verdict, held_by=(*verdict.held_by, falling))
         return verdict
+
+    def _serving(self, situation: _Situation, basis: str, need: float) -> int:
+        """The smallest size whose projected capacity covers ``need`` (else ``max_nodes``)."""
+        target = smallest_satisfying(
+            lambda nodes: self._capacity(situation, basis, nodes) >= need,
+            self.min_nodes,
+            self.max_nodes,
+        )
+        return self.max_nodes if target is None else target
 
     def _drain_after_resize(self, situation: _Situation, load: LoadEstimate, need: float) -> float:
         """Seconds to clear the backlog after a resize to the size serving ``need``."""

@@ -256,3 +256,50 @@ def test_projections_are_finite_json() -> None:
     for value in decision.projection.values():
         assert not (isinstance(value, float) and not math.isfinite(value))
     assert decision.to_json()
+
+
+def test_a_steady_stream_grows_with_the_tolerance_as_headroom_and_shrinks_with_all_of_it() -> None:
+    scheduler = ElasticScheduler(scaling_loss=0.0)
+    # steady arrivals every 5 s, a growing wait: the arrival rate does not vary at all
+    growing = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
+    up = scheduler.decide(growing, now=T0, recent=(Recommendation(T0 - 60, 8),))
+    assert up.projection is not None
+    assert up.projection["arrival_spread"] == pytest.approx(0.0)
+    assert up.projection["headroom"] == pytest.approx(scheduler.tolerance)
+    # a shrink keeps the full headroom: 100/s needs 1.2 x 100 = 120/s, 3 nodes of 50/s
+    down = scheduler.decide(stream(10, every_s=10, service_s=2, queues=[0.0] * 6), now=T0)
+    assert (down.action, down.target_nodes) == (ScaleAction.SCALE_DOWN, 3)
+    assert down.projection is not None
+    assert down.projection["headroom"] == pytest.approx(scheduler.headroom)
+
+
+def test_irregular_arrivals_get_more_headroom_than_steady_ones() -> None:
+    # gaps alternate 2 s and 18 s: the same mean rate as every 10 s, far from steady
+    arrivals = [T0 - 100 + offset for offset in (0, 2, 20, 22, 40, 42, 60)]
+    samples = tuple(
+        StepSample(i, 30.0 + 5 * i, 25.0 + 5 * i, 1, 1000.0, at + 30.0 + 5 * i)
+        for i, at in enumerate(arrivals)
+    )
+    irregular = ElasticScheduler(scaling_loss=0.0).decide(
+        MetricsWindow(samples=samples), now=T0 + 60
+    )
+    assert irregular.recommended_nodes is not None and irregular.recommended_nodes > 1  # growth
+    assert irregular.projection is not None
+    assert irregular.projection["arrival_spread"] > 0.1
+    assert irregular.projection["headroom"] == pytest.approx(0.2)
+
+
+def test_a_shrink_below_every_measured_size_counts_on_no_more_than_the_prior() -> None:
+    """At 8 nodes 0.1 steps per node-second, at 16 0.08: a fitted 20% lost per doubling."""
+    memory = CapacityMemory((SizeMeasurement(16, 0.08, 0.0, 10),))
+    window = closed_loop(8, 1.25)
+    # 1000 steps in 0.8 * 3125 s (twice the margin) need 0.4 steps/s. With the fitted 20%,
+    # 3 nodes would do (3 * 0.1 / 0.8 ** 1.415 = 0.411); with the 10% prior 3 nodes give
+    # 0.348 and 4 give 0.444: the shrink plans 4, not the 3 the larger loss promises
+    decision = ElasticScheduler(startup_s=0.0).decide(
+        window, now=T0, deadline_at=T0 + 3125, remaining_steps=1000, capacity=memory
+    )
+    assert decision.rule == "deadline_slack"
+    assert decision.recommended_nodes == 4
+    assert decision.projection is not None
+    assert decision.projection["scaling_loss"] == pytest.approx(0.2)
