@@ -433,8 +433,8 @@ def test_simulate_deadline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         "--remaining-steps",
         "1000",
     )
-    assert "deadline        2026-01-01T02:46:40Z (1767235600.0), 10,000.00s left" in out
-    assert "projection      1000 steps take 20,000.00s on 8 nodes" in out
+    assert "deadline        2026-01-01T02:46:40Z (1767235600.0), 10000s left" in out
+    assert "projection      1000 steps take 20000s on 8 nodes" in out
 
 
 def test_simulate_timeline_carries_the_cooldown(
@@ -474,7 +474,7 @@ def test_simulate_timeline_carries_the_cooldown(
         "held",
     ]
     rows = lines[3:10]
-    assert rows[2].split()[:8] == ["3", "3", "120.00", "3", "scale_up", "8", "->", "32"]
+    assert rows[2].split()[:8] == ["3", "3", "120", "3", "scale_up", "8", "->", "32"]
     assert "in cooldown: last change 30s ago" in rows[5]  # sample 6 ends at 150 s
     assert lines[-1] == "7 decisions, 1 scale change; final size 32"
 

@@ -470,7 +470,7 @@ CASES = [
         (HOLD, 8, "deadline_slack", ("restart_cost",)),
         "at 8 nodes the remaining 100 steps take 500s and 800s are left (720s after the "
         "10% margin)",
-        "holding at 8 instead of scaling down to 6: saving 171.1 node-seconds is within "
+        "holding at 8 instead of scaling down to 6: saving 171.15 node-seconds is within "
         "the 10% tolerance of the 4000 node-seconds left to pay",
         deadline_at=T0 + 800,
         remaining_steps=100,
