@@ -298,7 +298,8 @@ def _conditions(data: dict[str, Any], history: list[dict[str, Any]], now: float)
             held_messages.append(f"held by cooldown until {_clock(until[0][1])}")
         else:
             held_messages += [f"{kind} held by cooldown until {_clock(at)}" for kind, at in until]
-    elif any(hold.get("rule") == "cooldown" for hold in holds):
+    elif changed_at is None and any(hold.get("rule") == "cooldown" for hold in holds):
+        # no clock to say until when: the record's own words
         held_messages.append(f"held by cooldown: {_hold_reason(holds, 'cooldown')}")
     if held_messages:
         conditions.append(

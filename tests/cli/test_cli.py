@@ -954,3 +954,18 @@ def test_console_script(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "8 nodes on 1 provider, $0.00/h" in done.stdout
+
+
+def test_simulate_shows_an_unbounded_demand_in_words(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The queue fills every step: the demand has no bound, said so rather than 1.8e+308."""
+    path = write_jsonl(tmp_path / "s.jsonl", [sample(step, 10.0, 10.0, 4) for step in range(4)])
+    args = ("simulate", "--samples", path, "--now", str(T0), "--max-nodes", "8")
+    code, out, _ = run(capsys, *args, "--deadline-in", "600", "--remaining-steps", "100")
+    assert code == 0
+    assert "demand          unbounded against a capacity of 0.1 steps/s (unbounded" in out
+    assert "e+308" not in out and "inf" not in out
+    code, data = run_json(capsys, *args)
+    assert code == 0
+    assert data["decision"]["projection"]["demand_per_s"] is None

@@ -95,6 +95,8 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
     page = response.text
     assert "<script" not in page
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    # the newest check recommends 8 nodes; the cooldown holds the job at 4
+    assert "Current nodes 4 Desired nodes 8" in " ".join(text.split())
     for expected in (
         "Current nodes",
         "Desired nodes",
@@ -107,11 +109,16 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
         "AbleToScale",
         "ScalingLimited",
         "within bounds (1-8 nodes)",
-        "held 3 times by cooldown, 2026-01-01 00:10-00:20 UTC",
+        "held 2 times by restart_cost and cooldown, 2026-01-01 00:10-00:15 UTC",
         "held 3 times by min_samples, 2026-01-01 00:00-00:02 UTC",
         "2026-01-01T00:05:00+00:00",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
+        "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600)",
         "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
+        "deadline_pressure (deadline_margin=0.1, startup_s=60)",
+        "projected finish",
+        "2000s at 4 nodes, 2060s at 8 with the restart",
+        "deadline 2026-01-01T00:30:00+00:00, 600s left",
         "50% of the step was spent waiting for a worker",
         "$3.00/h -> $6.00/h",
     ):
@@ -128,19 +135,21 @@ def test_the_json_route_serves_the_same_data(client):
     assert (data["summary"]["min_nodes"], data["summary"]["max_nodes"]) == (1, 8)
     timeline = data["timeline"]
     assert [(row["action"], row["count"]) for row in timeline] == [
-        ("hold", 3),
+        ("hold", 1),
+        ("hold", 2),
         ("scale_up", 1),
         ("hold", 3),
     ]
-    assert timeline[1]["decided_at_iso"] == "2026-01-01T00:05:00+00:00"
-    assert (timeline[1]["cost_per_hour_before"], timeline[1]["cost_per_hour_after"]) == (3.0, 6.0)
+    assert data["summary"]["desired_nodes"] == 8
+    assert timeline[2]["decided_at_iso"] == "2026-01-01T00:05:00+00:00"
+    assert (timeline[2]["cost_per_hour_before"], timeline[2]["cost_per_hour_after"]) == (3.0, 6.0)
     assert [point["nodes"] for point in data["chart"]][:3] == [2, 2, 2]
     assert max(point["nodes"] for point in data["chart"]) == 4
-    assert len(data["history"]) == 3
+    assert len(data["history"]) == 4
     listing = client.get("/elasticgrid/api/jobs", headers=_token("viewer")).json()["jobs"]
     row = next(row for row in listing if row["job_name"] == "audit-job")
     assert row["dag_ids"] == ["audit_dag"]
-    assert row["last_decision"] == "hold 4 -> 4 (queue_bound)"
+    assert row["last_decision"] == "hold 4 -> 4 (deadline_pressure)"
 
 
 def test_a_user_who_may_not_read_the_dag_gets_404_and_an_empty_list(client):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
-from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.scheduler import ElasticScheduler
-from elasticgrid_provider.core.state import DecisionInputs, DecisionRecord, ScaleState
+from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.plugins.jobs import job_view, parse_state
 from elasticgrid_provider.plugins.pages import job_page
 from tests.plugins.recorded import T0, audited_job
@@ -20,23 +22,124 @@ def _conditions(view) -> dict[str, str]:
     return {c["type"]: (c["status"], c["message"]) for c in view["conditions"]}
 
 
+def _signals(view) -> dict[str, dict[str, str]]:
+    return {row["name"]: row for row in view["signals"]}
+
+
+def _text(page: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+def _no_missing_seconds(text: str) -> bool:
+    """No "-s" (a missing number of seconds) as a word of the page."""
+    return re.search(r"(^|\s)-s\b", text) is None
+
+
+def _checked(scheduler: ElasticScheduler, nodes: int, queue_s: float, **inputs) -> ScaleState:
+    """A job at ``nodes`` after one real check of four 10 s steps with ``queue_s`` queued."""
+    samples = [StepSample(step, 10.0, queue_s, nodes) for step in range(4)]
+    state, _ = ScaleState("checked").advance(scheduler, samples, nodes, T0, **inputs)
+    return state
+
+
 def test_a_job_at_its_ceiling_with_a_deadline_shows_the_limit_and_the_projection():
     scheduler = ElasticScheduler(min_nodes=1, max_nodes=4, cooldown_s=0, min_samples=3)
-    window = MetricsWindow(samples=tuple(StepSample(i, 10.0, 6.0, 4) for i in range(4)))
-    inputs = DecisionInputs(scheduler, window, T0, 4, deadline_at=T0 + 600, remaining_steps=100)
-    record = DecisionRecord(inputs.decide(), inputs, {"dag_id": "d", "run_id": "r"})
-    state = ScaleState("capped", current_nodes=4).with_record(record)
+    state = _checked(scheduler, 4, 6.0, deadline_at=T0 + 600, remaining_steps=100)
     view = job_view(_stored(state), now=T0 + 10)
     conditions = _conditions(view)
     assert conditions["ScalingLimited"] == (True, "limited by ceiling (max_nodes=4)")
-    assert conditions["AbleToScale"] == (True, "able to scale")  # no cooldown configured
+    assert conditions["AbleToScale"] == (
+        False,
+        "held by ceiling (max_nodes=4): already at the node ceiling of 4",
+    )
     assert conditions["MeetsDeadline"][0] is False
-    signals = {row["name"]: row for row in view["signals"]}
     # 100 steps of 10 s at 4 nodes take 1000 s; 600 s are left
-    assert signals["projected finish"]["current"].startswith("1000s at 4 nodes")
-    assert signals["projected finish"]["target"] == "deadline 2026-01-01T00:10:00+00:00, 600s left"
-    assert view["summary"]["desired_nodes"] == 4
+    assert _signals(view)["projected finish"] == {
+        "name": "projected finish",
+        "current": "1000s at 4 nodes",
+        "target": "deadline 2026-01-01T00:10:00+00:00, 600s left",
+    }
     assert "limited by ceiling (max_nodes=4)" in job_page(view)
+
+
+def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_finish():
+    view = job_view(_stored(audited_job()), now=T0 + 1300)
+    # the newest check: deadline_pressure wants 8 nodes, the cooldown holds it at 4
+    assert (view["summary"]["current_nodes"], view["summary"]["desired_nodes"]) == (4, 8)
+    assert view["summary"]["last_decision"].startswith(
+        "hold 4 -> 4; rule deadline_pressure (deadline_margin=0.1, startup_s=60); "
+        "held by cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
+    )
+    # 200 steps: 2000 s at 4 nodes; at 8, 1 minute of restart and the scaling loss make 2060 s
+    assert _signals(view)["projected finish"] == {
+        "name": "projected finish",
+        "current": "2000s at 4 nodes, 2060s at 8 with the restart",
+        "target": "deadline 2026-01-01T00:30:00+00:00, 600s left",
+    }
+    assert _conditions(view)["MeetsDeadline"] == (
+        False,
+        "misses the deadline 2026-01-01T00:30:00+00:00",
+    )
+    held = view["timeline"][1]
+    assert (
+        held["headline"] == "held 2 times by restart_cost and cooldown, 2026-01-01 00:10-00:15 UTC"
+    )
+    assert held["held_by"] == (
+        "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600), "
+        "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
+    )
+    text = _text(job_page(view))
+    assert "Desired nodes 8" in " ".join(text.split())
+    assert _no_missing_seconds(text)
+    for expected in (
+        "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600)",
+        "deadline_pressure (deadline_margin=0.1, startup_s=60)",
+        "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
+        "2000s at 4 nodes, 2060s at 8 with the restart",
+    ):
+        assert expected in text, expected
+
+
+def test_a_hold_by_the_restart_cost_is_a_condition_not_able_to_scale():
+    # the queue fills 3% of the step: 5 nodes would do, 4 -> 5 does not pay its restart
+    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3, startup_s=600)
+    state = _checked(scheduler, 4, 2.5)
+    record = state.history[-1]
+    assert [hold["rule"] for hold in record["held_by"]] == ["restart_cost"]
+    view = job_view(_stored(state), now=T0 + 10)
+    status, message = _conditions(view)["AbleToScale"]
+    assert status is False
+    assert message.startswith(
+        "held by restart_cost (startup_s=600, resize_margin=1, horizon_s=3600): the projected gain"
+    )
+    assert view["summary"]["desired_nodes"] == record["recommended_nodes"] != 4
+
+
+def test_a_decision_without_finish_times_shows_no_projected_finish_row():
+    # a queue-bound scale-up with no deadline: a projection, but no finish times in it
+    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
+    state = _checked(scheduler, 2, 5.0)
+    assert state.history[-1]["projection"]
+    view = job_view(_stored(state), now=T0)
+    assert "projected finish" not in _signals(view)
+    assert "deadline" not in _signals(view)
+    assert _no_missing_seconds(_text(job_page(view)))
+    # a deadline without the remaining work: the deadline row, no projection
+    view = job_view(_stored(_checked(scheduler, 2, 5.0, deadline_at=T0 + 600)), now=T0)
+    assert _signals(view)["deadline"] == {
+        "name": "deadline",
+        "current": "no projection (remaining work unknown)",
+        "target": "deadline 2026-01-01T00:10:00+00:00, 600s left",
+    }
+
+
+def test_an_unbounded_demand_reads_unbounded():
+    # the queue fills every step: the demand has no bound
+    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
+    view = job_view(_stored(_checked(scheduler, 4, 10.0)), now=T0)
+    demand = _signals(view)["demand vs capacity"]["current"]
+    assert "projection.demand_per_s unbounded" in demand
+    assert "e+308" not in demand and "inf" not in demand
 
 
 def test_the_cooldown_condition_says_until_when():
@@ -50,16 +153,25 @@ def test_the_cooldown_condition_says_until_when():
 
 def test_the_chart_has_one_point_per_decision_and_the_step_after_a_change():
     points = job_view(_stored(audited_job()), now=T0)["chart"]
-    # three holds as a run (first, last), the scale-up (before, after), three holds as a run
+    # holds as a run (first, last), the scale-up (before, after), holds as a run, the last hold
     assert [(p["at"] - T0, p["nodes"]) for p in points] == [
         (0.0, 2),
         (120.0, 2),
         (300.0, 2),
         (300.0, 4),
         (600.0, 4),
+        (900.0, 4),
         (1200.0, 4),
     ]
-    assert [p["cost_per_hour"] for p in points] == [3.0, 3.0, 3.0, 6.0, 6.0, 6.0]
+    assert [p["cost_per_hour"] for p in points] == [3.0, 3.0, 3.0, 6.0, 6.0, 6.0, 6.0]
+
+
+def test_the_page_escapes_each_value_once():
+    view = job_view(_stored(audited_job()), now=T0)
+    view["variable_key"] = "elasticgrid_scale_state__a&b"
+    page = job_page(view)
+    assert "elasticgrid_scale_state__a&amp;b, revision" in page
+    assert "&amp;amp;" not in page
 
 
 def test_a_state_that_does_not_load_is_shown_with_its_error():
