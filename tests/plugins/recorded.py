@@ -1,14 +1,14 @@
 """Real scale states for the plugin tests, made by the real transition ``ScaleState.advance``.
 
 A job checked by a DAG (each record carries the task that made it), under
-the real policy:
+the real policy; a step takes ``20 / nodes`` seconds, half of it queued:
 
 * 00:00, 00:01, 00:02: holds for want of samples (``min_samples``);
 * 00:05: ``queue_bound`` scale-up 2 -> 4 (half of each step waits for a worker);
-* 00:10, 00:15: the queue still fills half the step: 8 nodes recommended,
-  held by ``restart_cost`` and ``cooldown``;
-* 00:20: a deadline 10 minutes away with 200 steps left: ``deadline_pressure``
-  recommends 8 nodes (the deadline is missed even so), held by ``cooldown``,
+* 00:10, 00:15, 00:20: the queue still fills half the step: 8 nodes
+  recommended, held by the ``cooldown``;
+* (:func:`deadline_job`) 00:25: a deadline 10 minutes away with 150 steps
+  left: ``deadline_pressure`` recommends 7 nodes, held by the ``cooldown``,
   with the projected finish times in its ``projection``.
 """
 
@@ -22,7 +22,7 @@ from elasticgrid_provider.core.state import ScaleState
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 SCHEDULER = ElasticScheduler(min_nodes=1, max_nodes=8, cooldown_s=3600, min_samples=3, startup_s=60)
-DEADLINE_AT = T0 + 1800  # 2026-01-01T00:30:00Z
+DEADLINE_AT = T0 + 2100  # 2026-01-01T00:35:00Z
 
 
 def check(
@@ -36,9 +36,14 @@ def check(
     remaining_steps: float | None = None,
     **context: Any,
 ) -> ScaleState:
-    """One check of a queue-bound job at ``nodes``: ``samples`` new steps of 10 s, 5 s queued."""
+    """One check of a queue-bound job at ``nodes``: ``samples`` new steps, half of each queued.
+
+    A step takes ``20 / nodes`` seconds (the job scales linearly), so a bigger
+    size pays for its restart.
+    """
     first = int(now - T0)  # step numbers that grow from check to check
-    new = [StepSample(first + i, 10.0, 5.0, nodes, 100) for i in range(samples)]
+    step_s = 20.0 / nodes
+    new = [StepSample(first + i, step_s, step_s / 2, nodes, 100) for i in range(samples)]
     record_context = {
         "job_name": state.job_name,
         "job_status": "running",
@@ -62,21 +67,26 @@ def check(
 
 
 def audited_job(job_name: str = "audit-job", **context: Any) -> ScaleState:
-    """The job of the module docstring."""
+    """Holds (min_samples) x3, scale_up 2 -> 4 in run ``grow``, holds (cooldown) x3."""
     state = ScaleState(job_name)
     for index, samples in enumerate((0, 1, 1)):
         state = check(state, T0 + 60 * index, 2, samples, f"early{index}", **context)
     # the sensor prices the proposed size before it records the check
     state = check(state, T0 + 300, 2, 2, "grow", proposed_cost_per_hour=6.0, **context)
-    for index, samples in enumerate((3, 1)):
+    for index, samples in enumerate((3, 1, 1)):
         state = check(state, T0 + 600 + 300 * index, 4, samples, f"late{index}", **context)
+    return state
+
+
+def deadline_job(job_name: str = "audit-job", **context: Any) -> ScaleState:
+    """:func:`audited_job`, then a check at 00:25 with a deadline at 00:35 and 150 steps left."""
     return check(
-        state,
-        T0 + 1200,
+        audited_job(job_name, **context),
+        T0 + 1500,
         4,
         1,
         "deadline",
         deadline_at=DEADLINE_AT,
-        remaining_steps=200,
+        remaining_steps=150,
         **context,
     )

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
-from tests.plugins.recorded import audited_job
+from tests.plugins.recorded import deadline_job
 
 pytestmark = pytest.mark.airflow
 
@@ -42,9 +42,9 @@ def client(airflow_db) -> Iterator[Any]:
     from airflow.api_fastapi.app import create_app, purge_cached_app
     from fastapi.testclient import TestClient
 
-    _store(audited_job())
+    _store(deadline_job())
     # a job whose recorded task id tries to inject markup
-    _store(audited_job("marked-job", task_id='<img src=x onerror="alert(1)">'))
+    _store(deadline_job("marked-job", task_id='<img src=x onerror="alert(1)">'))
     # a job with no decision recorded by any DAG yet: guarded by its Variable
     _store(ScaleState("fresh-job", current_nodes=2))
     purge_cached_app()
@@ -95,8 +95,8 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
     page = response.text
     assert "<script" not in page
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
-    # the newest check recommends 8 nodes; the cooldown holds the job at 4
-    assert "Current nodes 4 Desired nodes 8" in " ".join(text.split())
+    # the newest check recommends 7 nodes; the cooldown holds the job at 4
+    assert "Current nodes 4 Desired nodes 7" in " ".join(text.split())
     for expected in (
         "Current nodes",
         "Desired nodes",
@@ -109,16 +109,15 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
         "AbleToScale",
         "ScalingLimited",
         "within bounds (1-8 nodes)",
-        "held 2 times by restart_cost and cooldown, 2026-01-01 00:10-00:15 UTC",
+        "held 3 times by cooldown, 2026-01-01 00:10-00:20 UTC",
         "held 3 times by min_samples, 2026-01-01 00:00-00:02 UTC",
         "2026-01-01T00:05:00+00:00",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
-        "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600)",
         "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
         "deadline_pressure (deadline_margin=0.1, startup_s=60)",
         "projected finish",
-        "2000s at 4 nodes, 2060s at 8 with the restart",
-        "deadline 2026-01-01T00:30:00+00:00, 600s left",
+        "750s at 4 nodes, 488.57s at 7 with the restart",
+        "deadline 2026-01-01T00:35:00+00:00, 600s left",
         "50% of the step was spent waiting for a worker",
         "$3.00/h -> $6.00/h",
     ):
@@ -136,11 +135,11 @@ def test_the_json_route_serves_the_same_data(client):
     timeline = data["timeline"]
     assert [(row["action"], row["count"]) for row in timeline] == [
         ("hold", 1),
-        ("hold", 2),
+        ("hold", 3),
         ("scale_up", 1),
         ("hold", 3),
     ]
-    assert data["summary"]["desired_nodes"] == 8
+    assert data["summary"]["desired_nodes"] == 7
     assert timeline[2]["decided_at_iso"] == "2026-01-01T00:05:00+00:00"
     assert (timeline[2]["cost_per_hour_before"], timeline[2]["cost_per_hour_after"]) == (3.0, 6.0)
     assert [point["nodes"] for point in data["chart"]][:3] == [2, 2, 2]

@@ -11,7 +11,7 @@ from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.plugins.jobs import job_view, parse_state
 from elasticgrid_provider.plugins.pages import job_page
-from tests.plugins.recorded import T0, audited_job
+from tests.plugins.recorded import T0, audited_job, deadline_job
 
 
 def _stored(state: ScaleState):
@@ -63,39 +63,38 @@ def test_a_job_at_its_ceiling_with_a_deadline_shows_the_limit_and_the_projection
 
 
 def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_finish():
-    view = job_view(_stored(audited_job()), now=T0 + 1300)
-    # the newest check: deadline_pressure wants 8 nodes, the cooldown holds it at 4
-    assert (view["summary"]["current_nodes"], view["summary"]["desired_nodes"]) == (4, 8)
+    view = job_view(_stored(deadline_job()), now=T0 + 1600)
+    # the newest check: deadline_pressure wants 7 nodes, the cooldown holds the job at 4
+    assert (view["summary"]["current_nodes"], view["summary"]["desired_nodes"]) == (4, 7)
     assert view["summary"]["last_decision"].startswith(
         "hold 4 -> 4; rule deadline_pressure (deadline_margin=0.1, startup_s=60); "
         "held by cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
     )
-    # 200 steps: 2000 s at 4 nodes; at 8, 1 minute of restart and the scaling loss make 2060 s
+    # 150 steps of 5 s at 4 nodes take 750 s; at 7, 428.57 s and a minute of restart
     assert _signals(view)["projected finish"] == {
         "name": "projected finish",
-        "current": "2000s at 4 nodes, 2060s at 8 with the restart",
-        "target": "deadline 2026-01-01T00:30:00+00:00, 600s left",
+        "current": "750s at 4 nodes, 488.57s at 7 with the restart",
+        "target": "deadline 2026-01-01T00:35:00+00:00, 600s left",
     }
     assert _conditions(view)["MeetsDeadline"] == (
+        True,
+        "meets the deadline 2026-01-01T00:35:00+00:00",
+    )
+    assert _conditions(view)["AbleToScale"] == (
         False,
-        "misses the deadline 2026-01-01T00:30:00+00:00",
+        "held by cooldown until 2026-01-01 01:05 UTC",
     )
     held = view["timeline"][1]
-    assert (
-        held["headline"] == "held 2 times by restart_cost and cooldown, 2026-01-01 00:10-00:15 UTC"
-    )
-    assert held["held_by"] == (
-        "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600), "
-        "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
-    )
+    assert held["headline"] == "held 3 times by cooldown, 2026-01-01 00:10-00:20 UTC"
+    assert held["held_by"] == "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
     text = _text(job_page(view))
-    assert "Desired nodes 8" in " ".join(text.split())
+    assert "Current nodes 4 Desired nodes 7" in " ".join(text.split())
     assert _no_missing_seconds(text)
     for expected in (
-        "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600)",
         "deadline_pressure (deadline_margin=0.1, startup_s=60)",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
-        "2000s at 4 nodes, 2060s at 8 with the restart",
+        "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
+        "750s at 4 nodes, 488.57s at 7 with the restart",
     ):
         assert expected in text, expected
 
@@ -153,17 +152,16 @@ def test_the_cooldown_condition_says_until_when():
 
 def test_the_chart_has_one_point_per_decision_and_the_step_after_a_change():
     points = job_view(_stored(audited_job()), now=T0)["chart"]
-    # holds as a run (first, last), the scale-up (before, after), holds as a run, the last hold
+    # three holds as a run (first, last), the scale-up (before, after), three holds as a run
     assert [(p["at"] - T0, p["nodes"]) for p in points] == [
         (0.0, 2),
         (120.0, 2),
         (300.0, 2),
         (300.0, 4),
         (600.0, 4),
-        (900.0, 4),
         (1200.0, 4),
     ]
-    assert [p["cost_per_hour"] for p in points] == [3.0, 3.0, 3.0, 6.0, 6.0, 6.0, 6.0]
+    assert [p["cost_per_hour"] for p in points] == [3.0, 3.0, 3.0, 6.0, 6.0, 6.0]
 
 
 def test_the_page_escapes_each_value_once():
