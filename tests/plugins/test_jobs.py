@@ -6,8 +6,10 @@ import html
 import json
 import re
 
+import pytest
+
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
+from elasticgrid_provider.core.scheduler import HOLD_RULES, ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.plugins.jobs import job_view, parse_state
 from elasticgrid_provider.plugins.pages import job_page
@@ -183,3 +185,20 @@ def test_a_state_that_does_not_load_is_shown_with_its_error():
     broken = parse_state("elasticgrid_scale_state__odd", "{not json")
     assert broken.data is None and broken.error.startswith("the state is not valid JSON")
     assert "This state does not load" in job_page(job_view(stored, now=T0))
+
+
+@pytest.mark.parametrize("rule", [rule for rule in HOLD_RULES if rule != "cooldown"])
+def test_every_hold_shows_as_a_condition_with_its_thresholds(rule):
+    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3, cooldown_s=0)
+    state = _checked(scheduler, 2, 5.0)
+    # the same record as if ``rule`` had held it back
+    entry = {**state.history[-1], "action": "hold", "target_nodes": 2}
+    entry["held_by"] = [{"rule": rule, "reason": f"the {rule} reason"}]
+    data = {**state.to_dict(), "history": [entry]}
+    stored = parse_state("elasticgrid_scale_state__checked", json.dumps(data))
+    conditions = _conditions(job_view(stored, now=T0 + 10))
+    status, message = conditions["AbleToScale"]
+    assert status is False
+    assert message.startswith(f"held by {rule} (") and message.endswith(f": the {rule} reason")
+    if rule in ("ceiling", "floor", "deadline", "final_stretch"):
+        assert conditions["ScalingLimited"][0] is True
