@@ -94,11 +94,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.formatting import held_text, placement_table, rule_text
+from elasticgrid_provider.core.formatting import (
+    clock_text,
+    held_text,
+    number_text,
+    placement_table,
+    rule_text,
+    seconds_text,
+)
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
@@ -781,19 +787,14 @@ def _window_note(window: MetricsWindow, total: int) -> str:
     return f"window kept all {total} {noun} (--window-size {window.size})"
 
 
-def _seconds(value: float) -> str:
-    return f"{value:,.2f}s"
-
-
 def _clock_text(value: float | None, *, raw: bool = True) -> str:
     """A clock value; epoch-like values as UTC time (with the raw number unless ``raw=False``)."""
     if value is None:
         return "-"
     if value >= _EPOCH_LIKE:
-        moment = datetime.fromtimestamp(value, tz=timezone.utc)
-        iso = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        iso = clock_text(value)
         return f"{iso} ({value:.1f})" if raw else iso
-    return f"{value:,.2f}"
+    return number_text(value)
 
 
 _KEY_WIDTH = 14
@@ -813,17 +814,13 @@ def _signals_lines(signals: WindowSignals) -> list[str]:
     return _rows(
         [
             ("nodes", str(signals.nodes)),
-            ("mean step", _seconds(signals.mean_step_s)),
-            ("mean queue", _seconds(signals.mean_queue_s)),
-            ("mean active", _seconds(signals.mean_active_s)),
+            ("mean step", seconds_text(signals.mean_step_s)),
+            ("mean queue", seconds_text(signals.mean_queue_s)),
+            ("mean active", seconds_text(signals.mean_active_s)),
             ("queue fraction", queue),
             ("throughput", f"{signals.throughput_tokens_per_s:,.1f} tokens/s"),
         ]
     )
-
-
-def _held_text(decision: ScaleDecision) -> str:
-    return ", ".join(hold.rule for hold in decision.held_by) or "-"
 
 
 def _decision_lines(decision: ScaleDecision) -> list[str]:
@@ -836,7 +833,7 @@ def _decision_lines(decision: ScaleDecision) -> list[str]:
     if decision.deadline_at is not None:
         left = decision.time_left_s
         pairs.append(
-            ("deadline", f"{_clock_text(decision.deadline_at)}, {_seconds(left or 0.0)} left")
+            ("deadline", f"{_clock_text(decision.deadline_at)}, {seconds_text(left)} left")
         )
     pairs += _projection_rows(decision.projection)
     if decision.changed:
@@ -853,24 +850,27 @@ def _projection_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]
         return []
     rows: list[tuple[str, str]] = []
     basis = projection.get("basis", "work")
-    if projection.get("demand_per_s") is not None:
+    if "demand_per_s" in projection:
+        demand = projection.get("demand_per_s")
+        utilisation = projection.get("utilisation")
         rows.append(
             (
                 "demand",
-                f"{projection['demand_per_s']:,.3g} {basis}/s against a capacity of "
-                f"{projection['capacity_per_s']:,.3g} {basis}/s "
-                f"({projection['utilisation']:.0%}, {projection['loop']} loop)",
+                f"{'unbounded' if demand is None else f'{number_text(demand)} {basis}/s'} against a "
+                f"capacity of {number_text(projection.get('capacity_per_s'))} {basis}/s "
+                f"({'unbounded' if utilisation is None else f'{utilisation:.0%}'}, "
+                f"{projection.get('loop')} loop)",
             )
         )
     if projection.get("remaining") is not None and projection.get("current_finish_s") is not None:
         verdict = "meets" if projection.get("meets_deadline") else "misses"
         target_finish = projection.get("target_finish_s")
-        target_text = "-" if target_finish is None else _seconds(target_finish)
+        target_text = "-" if target_finish is None else seconds_text(target_finish)
         rows.append(
             (
                 "projection",
-                f"{projection['remaining']:g} {basis} take "
-                f"{_seconds(projection['current_finish_s'])} on {projection['current_nodes']} "
+                f"{number_text(projection['remaining'])} {basis} take "
+                f"{seconds_text(projection['current_finish_s'])} on {projection['current_nodes']} "
                 f"nodes, {target_text} on {projection['target_nodes']}: {verdict} the deadline",
             )
         )
@@ -878,16 +878,16 @@ def _projection_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]
         rows.append(
             (
                 "restart",
-                f"{_seconds(projection.get('startup_s', 0.0))} of no progress, "
-                f"{projection.get('restart_cost_node_s', 0.0):,.1f} node-seconds",
+                f"{seconds_text(projection.get('startup_s', 0.0))} of no progress, "
+                f"{number_text(projection.get('restart_cost_node_s', 0.0))} node-seconds",
             )
         )
     if projection.get("gain") is not None:
         rows.append(
             (
                 "pays off",
-                f"gain {projection['gain']:,.1f} {projection['gain_unit']} against a price of "
-                f"{projection['price']:,.1f}",
+                f"gain {number_text(projection['gain'])} {projection['gain_unit']} against a "
+                f"price of {number_text(projection['price'])}",
             )
         )
     return rows
@@ -989,7 +989,7 @@ def _timeline(
                 decision.action.value,
                 f"{decision.current_nodes} -> {decision.target_nodes}",
                 decision.rule,
-                _held_text(decision),
+                held_text(decision.to_dict()),
                 decision.reason,
             )
         )
@@ -1064,7 +1064,7 @@ def _differences(recorded: ScaleDecision, replayed: ScaleDecision) -> list[str]:
 def _brief(decision: ScaleDecision) -> list[str]:
     return [
         f"{decision.action.value} {decision.current_nodes} -> {decision.target_nodes}  "
-        f"rule {decision.rule}  held by {_held_text(decision)}",
+        f"rule {decision.rule}  held by {held_text(decision.to_dict())}",
         decision.reason,
     ]
 

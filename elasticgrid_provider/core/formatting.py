@@ -10,6 +10,7 @@ before a field existed still render.
 from __future__ import annotations
 
 import math
+import sys
 from datetime import datetime, timezone
 from typing import Any
 
@@ -61,26 +62,47 @@ def decision_line(record: dict[str, Any]) -> str:
     )
 
 
-# the scheduler parameters each rule compares against (SPEC 4.2, core/scheduler.py)
+# the scheduler parameters each rule compares against (SPEC 4.2, core/scheduler.py);
+# names are those of ElasticScheduler.thresholds()
 RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {
     "min_samples": ("min_samples",),
     "bounds": ("min_nodes", "max_nodes"),
+    "deadline_pressure": ("deadline_margin", "startup_s"),
+    "deadline_slack": ("deadline_margin", "final_stretch_s", "startup_s"),
+    "demand": ("headroom", "tolerance", "drain_s"),
     "queue_bound": ("target_queue_fraction", "scale_up_factor"),
-    "deadline_pressure": ("startup_s",),
     "idle": ("idle_queue_fraction", "idle_step_fraction", "target_step_s", "scale_down_factor"),
     "balanced": ("target_queue_fraction", "idle_queue_fraction", "target_step_s"),
     "ceiling": ("max_nodes",),
     "floor": ("min_nodes",),
-    "cooldown": ("cooldown_s", "scale_down_cooldown_s"),
     "deadline": ("startup_s",),
+    "final_stretch": ("final_stretch_s",),
+    "restart_cost": ("startup_s", "resize_margin", "horizon_s"),
+    "stabilisation": ("scale_down_window_s", "tolerance"),
+    "cooldown": ("cooldown_s", "scale_down_cooldown_s"),
 }
+
+
+def bounded_or_none(value: Any) -> Any:
+    """``None`` for a float that stands for infinity, any other value as is.
+
+    The scheduler caps unbounded figures (demand when the queue fills every
+    step, a finish that never comes) at ``sys.float_info.max`` so its
+    arithmetic stays finite; a record keeps JSON finite and says "unknown".
+    """
+    if isinstance(value, float) and (not math.isfinite(value) or abs(value) >= sys.float_info.max):
+        return None
+    return value
 
 
 def iso_time(epoch: Any) -> str | None:
     """An epoch time as ISO 8601 in UTC to the second; None for a missing or bad value."""
     if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or not math.isfinite(epoch):
         return None
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # beyond the calendar (e.g. 1.8e308)
+        return None
 
 
 def rounded(value: Any, digits: int = 3) -> Any:
@@ -95,13 +117,31 @@ def rounded(value: Any, digits: int = 3) -> Any:
 
 
 def number_text(value: Any) -> str:
-    """A number for people: integers as is, floats to 3 decimals below 1, else 2 (no e-notation)."""
+    """A number for people: integers as is, floats to 3 decimals below 1, else 2 (no e-notation).
+
+    ``-`` for a missing value, ``unbounded`` for the scheduler's stand-in for infinity.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
+    if bounded_or_none(value) is None:
+        return "unbounded"
     if isinstance(value, int) or float(value).is_integer():
         return str(int(value))
     text = f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
     return text.rstrip("0").rstrip(".")
+
+
+def seconds_text(value: Any) -> str:
+    """A duration: ``90s``, ``1.25s``; ``-`` when missing, ``never`` when unbounded."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "never" if bounded_or_none(float(value)) is None else f"{number_text(value)}s"
+    return number_text(value)
+
+
+def clock_text(epoch: Any) -> str:
+    """An epoch time as ``2026-01-01T02:46:40Z`` (UTC, to the second); ``-`` when missing."""
+    iso = iso_time(epoch)
+    return "-" if iso is None else iso.replace("+00:00", "Z")
 
 
 def rule_text(rule: str, thresholds: dict[str, Any] | None) -> str:

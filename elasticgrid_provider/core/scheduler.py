@@ -174,6 +174,7 @@ from enum import Enum
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.formatting import bounded_or_none, number_text, seconds_text
 from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample, WindowSignals
 from elasticgrid_provider.core.validation import (
@@ -224,16 +225,6 @@ def _parse_action(field_name: str, value: Any, allowed: tuple[ScaleAction, ...])
 def _optional_number(field_name: str, value: Any, *, minimum: float | None) -> float | None:
     """``None`` stays ``None``; anything else must be a finite number."""
     return None if value is None else check_number(field_name, value, minimum=minimum)
-
-
-def _number_text(value: float) -> str:
-    """A number for a reason sentence: ``1200``, ``857.1``."""
-    text = f"{value:.1f}"
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _seconds(value: float) -> str:
-    return f"{_number_text(value)}s"
 
 
 def _require(kind: type, field_name: str, value: Any) -> None:
@@ -332,10 +323,6 @@ ARRIVAL_SPREAD_DEVIATIONS = 2.0
 """A stream's headroom covers the arrival rate two standard deviations above its mean."""
 _LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else value
 
 
 @dataclass(frozen=True)
@@ -549,14 +536,14 @@ class LoadEstimate:
         return {
             "loop": "open" if self.open_loop else "closed",
             "basis": self.basis,
-            "demand_per_s": self.demand_per_s,
-            "capacity_per_s": self.capacity_per_s,
-            "utilisation": self.utilisation,
+            "demand_per_s": bounded_or_none(self.demand_per_s),
+            "capacity_per_s": bounded_or_none(self.capacity_per_s),
+            "utilisation": bounded_or_none(self.utilisation),
             "backlog_s": self.backlog_s,
             "backlog_trend": self.backlog_trend,
             "window_demand_per_s": self.window_demand_per_s,
             "recent_demand_per_s": self.recent_demand_per_s,
-            "drain_s": _finite_or_none(self.drain_s),
+            "drain_s": bounded_or_none(self.drain_s),
         }
 
 
@@ -701,7 +688,7 @@ class _RemainingWork:
 
     @property
     def phrase(self) -> str:
-        return f"the remaining {_number_text(self.amount)} {self.basis}"
+        return f"the remaining {number_text(self.amount)} {self.basis}"
 
 
 @dataclass(frozen=True)
@@ -1066,14 +1053,14 @@ class ElasticScheduler:
         numbers: dict[str, Any] = {
             "basis": work.basis,
             "remaining": work.amount,
-            "current_finish_s": _finite_or_none(finish_now),
+            "current_finish_s": bounded_or_none(finish_now),
             "time_left_s": time_left,
             "deadline_budget_s": budget,
         }
-        left_text = f"{_seconds(time_left)} are left" if time_left > 0 else "no time is left"
+        left_text = f"{seconds_text(time_left)} are left" if time_left > 0 else "no time is left"
         explanation = (
-            f"at {current} nodes {work.phrase} take {_seconds(finish_now)} and {left_text} "
-            f"({_seconds(max(budget, 0.0))} after the {self.deadline_margin:.0%} margin)"
+            f"at {current} nodes {work.phrase} take {seconds_text(finish_now)} and {left_text} "
+            f"({seconds_text(max(budget, 0.0))} after the {self.deadline_margin:.0%} margin)"
         )
 
         def fits(nodes: int) -> bool:
@@ -1103,13 +1090,13 @@ class ElasticScheduler:
             # no resize fits in the budget; the most nodes finish soonest
             target = max(self.max_nodes, current)
             finish = self._finish_s(situation, work, target) + self.startup_s
-            why = f"{explanation}; even {target} nodes need {_seconds(finish)} with the restart"
+            why = f"{explanation}; even {target} nodes need {seconds_text(finish)} with the restart"
             why += ", so the deadline will be missed"
         else:
             target = smallest
             finish = self._finish_s(situation, work, target) + self.startup_s
-            why = f"{explanation}; {target} nodes finish in {_seconds(finish)} with the restart"
-        numbers["target_finish_s"] = _finite_or_none(finish)
+            why = f"{explanation}; {target} nodes finish in {seconds_text(finish)} with the restart"
+        numbers["target_finish_s"] = bounded_or_none(finish)
         held = (
             self._ceiling_hold(current),
             self._startup_hold(situation),
@@ -1138,7 +1125,7 @@ class ElasticScheduler:
         price = self._restart_price_node_s(current, target)
         numbers.update(
             {
-                "target_finish_s": _finite_or_none(finish_target + self.startup_s),
+                "target_finish_s": bounded_or_none(finish_target + self.startup_s),
                 "gain": saved,
                 "gain_unit": "node-seconds",
                 "price": price,
@@ -1146,17 +1133,17 @@ class ElasticScheduler:
         )
         why = (
             f"{explanation}; {target} nodes finish in "
-            f"{_seconds(finish_target + self.startup_s)} with the restart and save "
-            f"{_number_text(saved)} node-seconds against a restart price of "
-            f"{_number_text(price)}"
+            f"{seconds_text(finish_target + self.startup_s)} with the restart and save "
+            f"{number_text(saved)} node-seconds against a restart price of "
+            f"{number_text(price)}"
         )
         cost_now = current * self._finish_s(situation, work, current)
         worth = None
         if saved < self.tolerance * cost_now:
             worth = HeldBy(
                 "restart_cost",
-                f"saving {_number_text(saved)} node-seconds is within the "
-                f"{self.tolerance:.0%} tolerance of the {_number_text(cost_now)} node-seconds "
+                f"saving {number_text(saved)} node-seconds is within the "
+                f"{self.tolerance:.0%} tolerance of the {number_text(cost_now)} node-seconds "
                 "left to pay",
             )
         held: list[HeldBy | None] = [
@@ -1192,8 +1179,8 @@ class ElasticScheduler:
         if load.backlog_s > 0:
             if drains_in_time:
                 backlog_text = (
-                    f"; the backlog of {_seconds(load.backlog_s)} drains in "
-                    f"{_seconds(drain or 0.0)}, so it needs no more nodes"
+                    f"; the backlog of {seconds_text(load.backlog_s)} drains in "
+                    f"{seconds_text(drain or 0.0)}, so it needs no more nodes"
                 )
             else:
                 # a resize serves nothing for startup_s while work keeps arriving
@@ -1207,13 +1194,13 @@ class ElasticScheduler:
                     need = max(need, drain_need)
                     trend = "grows" if grows else "will not drain"
                     backlog_text = (
-                        f"; the backlog of {_seconds(load.backlog_s)} {trend} within "
-                        f"{_seconds(self.drain_s)}"
+                        f"; the backlog of {seconds_text(load.backlog_s)} {trend} within "
+                        f"{seconds_text(self.drain_s)}"
                     )
                 else:
                     backlog_text = (
-                        f"; the backlog of {_seconds(load.backlog_s)} drains in "
-                        f"{_seconds(stay_s)}, and a restart would not clear it much sooner"
+                        f"; the backlog of {seconds_text(load.backlog_s)} drains in "
+                        f"{seconds_text(stay_s)}, and a restart would not clear it much sooner"
                     )
         target = self._serving(situation, basis, need)
         if target < current and headroom < self.headroom:
@@ -1230,8 +1217,8 @@ class ElasticScheduler:
             "arrival_spread": situation.arrival_spread,
         }
         why = (
-            f"demand {_number_text(demand)} {basis}/s against a capacity of "
-            f"{_number_text(capacity)} {basis}/s at {current} nodes "
+            f"demand {number_text(demand)} {basis}/s against a capacity of "
+            f"{number_text(capacity)} {basis}/s at {current} nodes "
             f"({load.utilisation:.0%} utilised){backlog_text}"
         )
         verdict = self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
@@ -1264,16 +1251,16 @@ class ElasticScheduler:
                 backlog_hold = HeldBy(
                     "restart_cost",
                     f"at {verdict.target} nodes the backlog, with the restart's, would take "
-                    f"{_seconds(min(after_s, sys.float_info.max))} to drain, more than "
-                    f"{_seconds(self.drain_s)}",
+                    f"{seconds_text(min(after_s, sys.float_info.max))} to drain, more than "
+                    f"{seconds_text(self.drain_s)}",
                 )
                 verdict = replace(verdict, held_by=(*verdict.held_by, backlog_hold))
         if verdict.action is ScaleAction.SCALE_DOWN and load.falling:
             falling = HeldBy(
                 "stabilisation",
                 f"the load is still falling: the newer half of the window arrives at "
-                f"{_number_text(load.recent_demand_per_s)} {basis}/s, the whole at "
-                f"{_number_text(load.window_demand_per_s)}",
+                f"{number_text(load.recent_demand_per_s)} {basis}/s, the whole at "
+                f"{number_text(load.window_demand_per_s)}",
             )
             verdict = replace(verdict, held_by=(*verdict.held_by, falling))
         return verdict
@@ -1324,8 +1311,8 @@ class ElasticScheduler:
         )
         if idle:
             why = (
-                f"the mean step of {_seconds(signals.mean_step_s)} is at most "
-                f"{self.idle_step_fraction:.0%} of the {_seconds(self.target_step_s)} target and "
+                f"the mean step of {seconds_text(signals.mean_step_s)} is at most "
+                f"{self.idle_step_fraction:.0%} of the {seconds_text(self.target_step_s)} target and "
                 f"{signals.queue_fraction:.0%} of it was spent waiting for a worker"
             )
             if current <= self.min_nodes:
@@ -1375,7 +1362,7 @@ class ElasticScheduler:
     ) -> _Verdict:
         """A demand-sized target, with the tolerance band and the restart price applied."""
         current = situation.current
-        numbers["capacity_ratio"] = _finite_or_none(ratio)
+        numbers["capacity_ratio"] = bounded_or_none(ratio)
         if target == current and ratio > 1.0 + self.tolerance and current >= self.max_nodes:
             held_up = (self._ceiling_hold(current), self._startup_hold(situation))
             return _Verdict(
@@ -1404,7 +1391,7 @@ class ElasticScheduler:
             horizon = self.horizon_s
         capacity_now = self._capacity(situation, basis, current)
         capacity_target = self._capacity(situation, basis, target)
-        numbers["horizon_s"] = _finite_or_none(horizon)
+        numbers["horizon_s"] = bounded_or_none(horizon)
         if target > current:
             action = ScaleAction.SCALE_UP
             gain = horizon * (1.0 - capacity_now / capacity_target) if capacity_target > 0 else 0.0
@@ -1431,9 +1418,9 @@ class ElasticScheduler:
                 self._final_stretch_hold(situation),
                 self._price_hold(gain, price, unit),
             ]
-        numbers.update({"gain": _finite_or_none(gain), "gain_unit": unit, "price": price})
-        why += f"; {_verb(action)} pays {_number_text(gain)} {unit} for a {_number_text(price)}"
-        why += f" {unit} restart over {_seconds(horizon)}"
+        numbers.update({"gain": bounded_or_none(gain), "gain_unit": unit, "price": price})
+        why += f"; {_verb(action)} pays {number_text(gain)} {unit} for a {number_text(price)}"
+        why += f" {unit} restart over {seconds_text(horizon)}"
         return _Verdict(
             rule,
             why,
@@ -1461,7 +1448,7 @@ class ElasticScheduler:
                     HeldBy(
                         "stabilisation",
                         f"the recommendations are still falling: {newest} nodes now, "
-                        f"{stabilised} within the last {_seconds(self.scale_down_window_s)}",
+                        f"{stabilised} within the last {seconds_text(self.scale_down_window_s)}",
                     )
                 )
             elif stabilised >= situation.current:
@@ -1469,13 +1456,13 @@ class ElasticScheduler:
                     HeldBy(
                         "stabilisation",
                         f"{stabilised} nodes were recommended within the last "
-                        f"{_seconds(self.scale_down_window_s)}",
+                        f"{seconds_text(self.scale_down_window_s)}",
                     )
                 )
             elif stabilised > target:
                 why += (
                     f"; {stabilised} nodes, the largest size recommended within the last "
-                    f"{_seconds(self.scale_down_window_s)}, is the target"
+                    f"{seconds_text(self.scale_down_window_s)}, is the target"
                 )
                 target = stabilised
         cooldown = self._cooldown_hold(situation, verdict.action)
@@ -1505,8 +1492,8 @@ class ElasticScheduler:
         comparison = "less than" if time_left < self.startup_s else "no more than"
         return HeldBy(
             "deadline",
-            f"only {_seconds(time_left)} left before the deadline, {comparison} the "
-            f"{_seconds(self.startup_s)} new nodes need to start",
+            f"only {seconds_text(time_left)} left before the deadline, {comparison} the "
+            f"{seconds_text(self.startup_s)} new nodes need to start",
         )
 
     def _final_stretch_hold(self, situation: _Situation) -> HeldBy | None:
@@ -1516,8 +1503,8 @@ class ElasticScheduler:
             return None
         return HeldBy(
             "final_stretch",
-            f"only {_seconds(max(time_left, 0.0))} left before the deadline, within the "
-            f"final {_seconds(stretch)} where the job never shrinks",
+            f"only {seconds_text(max(time_left, 0.0))} left before the deadline, within the "
+            f"final {seconds_text(stretch)} where the job never shrinks",
         )
 
     def _price_hold(self, gain: float, price: float, unit: str) -> HeldBy | None:
@@ -1526,8 +1513,8 @@ class ElasticScheduler:
             return None
         return HeldBy(
             "restart_cost",
-            f"the projected gain of {_number_text(max(gain, 0.0))} {unit} does not beat the "
-            f"restart price of {_number_text(price)} {unit} by the "
+            f"the projected gain of {number_text(max(gain, 0.0))} {unit} does not beat the "
+            f"restart price of {number_text(price)} {unit} by the "
             f"{self.resize_margin:.0%} margin",
         )
 
@@ -1540,11 +1527,11 @@ class ElasticScheduler:
         if elapsed is None or cooldown_s <= 0 or elapsed >= cooldown_s:
             return None
         if elapsed >= 0:
-            since = f"last change {_seconds(elapsed)} ago"
+            since = f"last change {seconds_text(elapsed)} ago"
         else:
-            since = f"last change is recorded {_seconds(-elapsed)} in the future"
+            since = f"last change is recorded {seconds_text(-elapsed)} in the future"
         return HeldBy(
-            "cooldown", f"in cooldown: {since}, {kind} cooldown is {_seconds(cooldown_s)}"
+            "cooldown", f"in cooldown: {since}, {kind} cooldown is {seconds_text(cooldown_s)}"
         )
 
     # -- the decision ---------------------------------------------------------
@@ -1616,16 +1603,13 @@ class ElasticScheduler:
                 {
                     "basis": work.basis,
                     "remaining": work.amount,
-                    "current_finish_s": _finite_or_none(current_finish),
-                    "target_finish_s": _finite_or_none(target_finish),
+                    "current_finish_s": bounded_or_none(current_finish),
+                    "target_finish_s": bounded_or_none(target_finish),
                     "time_left_s": time_left,
                     "meets_deadline": target_finish <= time_left,
                 }
             )
-        return {
-            name: None if isinstance(value, float) and not math.isfinite(value) else value
-            for name, value in numbers.items()
-        }
+        return {name: bounded_or_none(value) for name, value in numbers.items()}
 
 
 def _verb(action: ScaleAction) -> str:

@@ -28,6 +28,7 @@ from elasticgrid_provider.core.formatting import (
     number_text,
     rounded,
     rule_text,
+    seconds_text,
 )
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, hold_run, state_variable_key
 
@@ -215,25 +216,32 @@ def _signals(last: dict[str, Any] | None) -> list[dict[str, str]]:
         }
     )
     projection = last.get("projection") or {}
-    if projection:
+    deadline = iso_time(last.get("deadline_at"))
+    time_left = projection.get("time_left_s", last.get("time_left_s"))
+    deadline_text = f"deadline {deadline}, {seconds_text(time_left)} left" if deadline else ""
+    if projection.get("current_finish_s") is not None:
+        finish = (
+            f"{seconds_text(projection['current_finish_s'])} at "
+            f"{number_text(projection.get('current_nodes'))} nodes"
+        )
+        if projection.get("target_nodes") != projection.get("current_nodes"):
+            finish += (
+                f", {seconds_text(projection.get('target_finish_s'))} at "
+                f"{number_text(projection.get('target_nodes'))} with the restart"
+            )
         rows.append(
             {
                 "name": "projected finish",
-                "current": f"{number_text(projection.get('current_finish_s'))}s at "
-                f"{number_text(projection.get('current_nodes'))} nodes, "
-                f"{number_text(projection.get('target_finish_s'))}s at "
-                f"{number_text(projection.get('target_nodes'))}",
-                "target": f"deadline {iso_time(last.get('deadline_at')) or '-'}, "
-                f"{number_text(projection.get('time_left_s'))}s left",
+                "current": finish,
+                "target": deadline_text or "no deadline",
             }
         )
-    elif last.get("deadline_at") is not None:
+    elif deadline:
         rows.append(
             {
                 "name": "deadline",
                 "current": "no projection (remaining work unknown)",
-                "target": f"{iso_time(last.get('deadline_at'))}, "
-                f"{number_text(last.get('time_left_s'))}s left",
+                "target": deadline_text,
             }
         )
     demand = {
@@ -247,7 +255,9 @@ def _signals(last: dict[str, Any] | None) -> list[dict[str, str]]:
         rows.append(
             {
                 "name": "demand vs capacity",
-                "current": ", ".join(f"{k} {number_text(v)}" for k, v in demand.items()),
+                "current": ", ".join(
+                    f"{k} {'unbounded' if v is None else number_text(v)}" for k, v in demand.items()
+                ),
                 "target": "capacity covers demand",
             }
         )
@@ -277,27 +287,39 @@ def _conditions(data: dict[str, Any], history: list[dict[str, Any]], now: float)
             length = _number(limits.get(name))
             if length and changed_at + length > now:
                 until.append((kind, changed_at + length))
-    if not until:
-        conditions.append({"type": "AbleToScale", "status": True, "message": "able to scale"})
-    elif len({at for _, at in until}) == 1:
-        message = f"held by cooldown until {_clock(until[0][1])}"
-        conditions.append({"type": "AbleToScale", "status": False, "message": message})
+    holds = [hold for hold in last.get("held_by") or () if isinstance(hold, dict)]
+    held_messages = [
+        f"held by {rule_text(str(hold.get('rule')), limits)}: {hold.get('reason')}"
+        for hold in holds
+        if hold.get("rule") != "cooldown"
+    ]
+    if until:
+        if len({at for _, at in until}) == 1:
+            held_messages.append(f"held by cooldown until {_clock(until[0][1])}")
+        else:
+            held_messages += [f"{kind} held by cooldown until {_clock(at)}" for kind, at in until]
+    elif changed_at is None and any(hold.get("rule") == "cooldown" for hold in holds):
+        # no clock to say until when: the record's own words
+        held_messages.append(f"held by cooldown: {_hold_reason(holds, 'cooldown')}")
+    if held_messages:
+        conditions.append(
+            {"type": "AbleToScale", "status": False, "message": "; ".join(held_messages)}
+        )
     else:
-        message = "; ".join(f"{kind} held by cooldown until {_clock(at)}" for kind, at in until)
-        conditions.append({"type": "AbleToScale", "status": False, "message": message})
+        conditions.append({"type": "AbleToScale", "status": True, "message": "able to scale"})
     current = data.get("current_nodes")
     if not isinstance(current, int):
         current = last.get("current_nodes")
-    held = {str(hold.get("rule")) for hold in last.get("held_by") or ()}
+    held = {str(hold.get("rule")) for hold in holds}
     maximum, minimum = limits.get("max_nodes"), limits.get("min_nodes")
     if "ceiling" in held or (isinstance(current, int) and current >= (maximum or current + 1)):
         limited = f"limited by ceiling (max_nodes={number_text(maximum)})"
     elif "floor" in held or (isinstance(current, int) and current <= (minimum or 0)):
         limited = f"limited by floor (min_nodes={number_text(minimum)})"
     elif "deadline" in held:
-        limited = "limited by the deadline: " + "; ".join(
-            str(hold.get("reason")) for hold in last.get("held_by") or ()
-        )
+        limited = "limited by the deadline: " + _hold_reason(holds, "deadline")
+    elif "final_stretch" in held:
+        limited = "limited by the final stretch: " + _hold_reason(holds, "final_stretch")
     else:
         limited = None
     conditions.append(
@@ -324,6 +346,11 @@ def _conditions(data: dict[str, Any], history: list[dict[str, Any]], now: float)
             }
         )
     return conditions
+
+
+def _hold_reason(holds: list[dict[str, Any]], rule: str) -> str:
+    """The reasons of the holds by ``rule``, joined."""
+    return "; ".join(str(hold.get("reason")) for hold in holds if hold.get("rule") == rule)
 
 
 def chart_points(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -379,7 +406,7 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
         "updated_at_iso": iso_time(data.get("updated_at")),
         "summary": {
             "current_nodes": current,
-            "desired_nodes": (newest or {}).get("target_nodes", current),
+            "desired_nodes": _desired_nodes(newest, current),
             "min_nodes": limits.get("min_nodes"),
             "max_nodes": limits.get("max_nodes"),
             "last_decision": decision_summary(newest) if newest else None,
@@ -392,6 +419,14 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
         "timeline": [timeline_row(entry, airflow_root) for entry in reversed(history)],
         "chart": chart_points(history),
     }
+
+
+def _desired_nodes(newest: dict[str, Any] | None, current: Any) -> Any:
+    """The size the policy wants: its recommendation (before holds), else the decision's target."""
+    if not newest:
+        return current
+    recommended = newest.get("recommended_nodes")
+    return recommended if recommended is not None else newest.get("target_nodes", current)
 
 
 def job_row(stored: StoredState) -> dict[str, Any]:

@@ -154,11 +154,14 @@ def job_page(view: dict[str, Any], highlight: dict[str, Any] | None = None) -> s
         ("Status", view["status"]),
         ("Current nodes", summary["current_nodes"]),
         ("Desired nodes", summary["desired_nodes"]),
-        ("Min / max nodes", f"{esc(summary['min_nodes'])} / {esc(summary['max_nodes'])}"),
+        (
+            "Min / max nodes",
+            f"{number_text(summary['min_nodes'])} / {number_text(summary['max_nodes'])}",
+        ),
         ("Cost per hour", _money(summary["cost_per_hour"])),
         ("Last decision", summary["last_decision"]),
         ("Decided at", summary["last_decision_at_iso"]),
-        ("State", f"{view['variable_key']}, revision {esc(view['revision'])}"),
+        ("State", f"{view['variable_key']}, revision {number_text(view['revision'])}"),
     ]
     parts = [f"<h1>Scale decisions: {esc(view['job_name'])}</h1>"]
     if view.get("error"):

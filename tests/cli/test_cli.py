@@ -450,8 +450,8 @@ def test_simulate_deadline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         "--remaining-steps",
         "1000",
     )
-    assert "deadline        2026-01-01T02:46:40Z (1767235600.0), 10,000.00s left" in out
-    assert "projection      1000 steps take 20,000.00s on 8 nodes" in out
+    assert "deadline        2026-01-01T02:46:40Z (1767235600.0), 10000s left" in out
+    assert "projection      1000 steps take 20000s on 8 nodes" in out
 
 
 def test_simulate_timeline_carries_the_cooldown(
@@ -491,7 +491,7 @@ def test_simulate_timeline_carries_the_cooldown(
         "held",
     ]
     rows = lines[3:10]
-    assert rows[2].split()[:8] == ["3", "3", "120.00", "3", "scale_up", "8", "->", "32"]
+    assert rows[2].split()[:8] == ["3", "3", "120", "3", "scale_up", "8", "->", "32"]
     assert "in cooldown: last change 30s ago" in rows[5]  # sample 6 ends at 150 s
     assert lines[-1] == "7 decisions, 1 scale change; final size 32"
 
@@ -971,3 +971,18 @@ def test_console_script(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "8 nodes on 1 provider, $0.00/h" in done.stdout
+
+
+def test_simulate_shows_an_unbounded_demand_in_words(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The queue fills every step: the demand has no bound, said so rather than 1.8e+308."""
+    path = write_jsonl(tmp_path / "s.jsonl", [sample(step, 10.0, 10.0, 4) for step in range(4)])
+    args = ("simulate", "--samples", path, "--now", str(T0), "--max-nodes", "8")
+    code, out, _ = run(capsys, *args, "--deadline-in", "600", "--remaining-steps", "100")
+    assert code == 0
+    assert "demand          unbounded against a capacity of 0.1 steps/s (unbounded" in out
+    assert "e+308" not in out and "inf" not in out
+    code, data = run_json(capsys, *args)
+    assert code == 0
+    assert data["decision"]["projection"]["demand_per_s"] is None

@@ -470,7 +470,7 @@ CASES = [
         (HOLD, 8, "deadline_slack", ("restart_cost",)),
         "at 8 nodes the remaining 100 steps take 500s and 800s are left (720s after the "
         "10% margin)",
-        "holding at 8 instead of scaling down to 6: saving 171.1 node-seconds is within "
+        "holding at 8 instead of scaling down to 6: saving 171.15 node-seconds is within "
         "the 10% tolerance of the 4000 node-seconds left to pay",
         deadline_at=T0 + 800,
         remaining_steps=100,
@@ -1007,3 +1007,17 @@ def test_decision_invariants(
         assert decision.cooldown == inputs["cooldown"]
     assert ScaleDecision.from_json(decision.to_json()) == decision
     assert scheduler.decide(window, **inputs) == decision
+
+
+def test_an_unbounded_demand_is_recorded_as_none_not_the_float_maximum():
+    # the queue fills every step: the closed-loop demand has no bound
+    window = MetricsWindow(samples=tuple(StepSample(i, 10.0, 10.0, 4) for i in range(4)))
+    decision = ElasticScheduler(max_nodes=8, min_samples=3).decide(
+        window, now=1e9, deadline_at=1e9 + 600, remaining_steps=100
+    )
+    projection = decision.projection or {}
+    assert projection["demand_per_s"] is None
+    assert projection["utilisation"] is None
+    assert projection["current_finish_s"] == 1000.0
+    text = json.dumps(decision.to_dict(), allow_nan=False)
+    assert "e+308" not in text

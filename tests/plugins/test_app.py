@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
-from tests.plugins.recorded import audited_job
+from tests.plugins.recorded import deadline_job
 
 pytestmark = pytest.mark.airflow
 
@@ -42,9 +42,9 @@ def client(airflow_db) -> Iterator[Any]:
     from airflow.api_fastapi.app import create_app, purge_cached_app
     from fastapi.testclient import TestClient
 
-    _store(audited_job())
+    _store(deadline_job())
     # a job whose recorded task id tries to inject markup
-    _store(audited_job("marked-job", task_id='<img src=x onerror="alert(1)">'))
+    _store(deadline_job("marked-job", task_id='<img src=x onerror="alert(1)">'))
     # a job with no decision recorded by any DAG yet: guarded by its Variable
     _store(ScaleState("fresh-job", current_nodes=2))
     purge_cached_app()
@@ -95,6 +95,8 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
     page = response.text
     assert "<script" not in page
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    # the newest check recommends 7 nodes; the cooldown holds the job at 4
+    assert "Current nodes 4 Desired nodes 7" in " ".join(text.split())
     for expected in (
         "Current nodes",
         "Desired nodes",
@@ -112,6 +114,10 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
         "2026-01-01T00:05:00+00:00",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
         "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
+        "deadline_pressure (deadline_margin=0.1, startup_s=60)",
+        "projected finish",
+        "750s at 4 nodes, 488.57s at 7 with the restart",
+        "deadline 2026-01-01T00:35:00+00:00, 600s left",
         "50% of the step was spent waiting for a worker",
         "$3.00/h -> $6.00/h",
     ):
@@ -128,19 +134,21 @@ def test_the_json_route_serves_the_same_data(client):
     assert (data["summary"]["min_nodes"], data["summary"]["max_nodes"]) == (1, 8)
     timeline = data["timeline"]
     assert [(row["action"], row["count"]) for row in timeline] == [
+        ("hold", 1),
         ("hold", 3),
         ("scale_up", 1),
         ("hold", 3),
     ]
-    assert timeline[1]["decided_at_iso"] == "2026-01-01T00:05:00+00:00"
-    assert (timeline[1]["cost_per_hour_before"], timeline[1]["cost_per_hour_after"]) == (3.0, 6.0)
+    assert data["summary"]["desired_nodes"] == 7
+    assert timeline[2]["decided_at_iso"] == "2026-01-01T00:05:00+00:00"
+    assert (timeline[2]["cost_per_hour_before"], timeline[2]["cost_per_hour_after"]) == (3.0, 6.0)
     assert [point["nodes"] for point in data["chart"]][:3] == [2, 2, 2]
     assert max(point["nodes"] for point in data["chart"]) == 4
-    assert len(data["history"]) == 3
+    assert len(data["history"]) == 4
     listing = client.get("/elasticgrid/api/jobs", headers=_token("viewer")).json()["jobs"]
     row = next(row for row in listing if row["job_name"] == "audit-job")
     assert row["dag_ids"] == ["audit_dag"]
-    assert row["last_decision"] == "hold 4 -> 4 (queue_bound)"
+    assert row["last_decision"] == "hold 4 -> 4 (deadline_pressure)"
 
 
 def test_a_user_who_may_not_read_the_dag_gets_404_and_an_empty_list(client):

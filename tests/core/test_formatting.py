@@ -1,0 +1,49 @@
+"""The shared renderings: every rule names its thresholds; unbounded numbers read as words."""
+
+from __future__ import annotations
+
+import sys
+
+from elasticgrid_provider.core.formatting import (
+    RULE_THRESHOLDS,
+    bounded_or_none,
+    clock_text,
+    iso_time,
+    number_text,
+    rule_text,
+    seconds_text,
+)
+from elasticgrid_provider.core.scheduler import HOLD_RULES, RULES, ElasticScheduler
+
+
+def test_every_rule_the_scheduler_can_name_has_its_thresholds():
+    parameters = ElasticScheduler().thresholds()
+    for rule in (*RULES, *HOLD_RULES):
+        assert RULE_THRESHOLDS.get(rule), rule
+        unknown = set(RULE_THRESHOLDS[rule]) - set(parameters)
+        assert not unknown, (rule, unknown)
+
+
+def test_the_new_rules_show_the_parameters_they_compare_against():
+    limits = ElasticScheduler(startup_s=60).thresholds()
+    assert rule_text("restart_cost", limits) == (
+        "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600)"
+    )
+    assert rule_text("demand", limits) == "demand (headroom=0.2, tolerance=0.1, drain_s=1800)"
+    assert rule_text("deadline_pressure", limits) == (
+        "deadline_pressure (deadline_margin=0.1, startup_s=60)"
+    )
+    assert rule_text("final_stretch", limits) == "final_stretch (final_stretch_s=240)"
+
+
+def test_the_float_maximum_stands_for_unbounded():
+    assert bounded_or_none(sys.float_info.max) is None
+    assert bounded_or_none(float("inf")) is None
+    assert bounded_or_none(1e300) == 1e300
+    assert number_text(sys.float_info.max) == "unbounded"
+    assert seconds_text(sys.float_info.max) == "never"
+    assert seconds_text(None) == "-"
+    assert seconds_text(90.0) == "90s"
+    assert iso_time(sys.float_info.max) is None
+    assert clock_text(sys.float_info.max) == "-"
+    assert clock_text(1_767_225_600.0) == "2026-01-01T00:00:00Z"
