@@ -7,3 +7,5 @@ provider discovery stays cheap.
 """
 
 __version__ = "0.2.0"
+"""The one place the version is written: ``pyproject.toml`` reads it (setuptools ``dynamic``),
+and the provider info and ``elasticgrid --version`` report it."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from elasticgrid_provider import __version__
+
 
 def get_provider_info() -> dict[str, Any]:
     """Describe the provider's hooks, operators, sensors, triggers and connection type."""
@@ -15,7 +17,7 @@ def get_provider_info() -> dict[str, Any]:
         "name": "ElasticGrid",
         "description": "Elastic, cross-cloud distributed training on iroh-tinker: "
         "placement, launch and audited scale decisions.",
-        "versions": ["0.2.0"],
+        "versions": [__version__],
         "integrations": [
             {
                 "integration-name": "ElasticGrid",

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.launch_spec import (
     ENV_JOB,
     ENV_PART,
@@ -44,6 +44,7 @@ from elasticgrid_provider.core.launch_spec import (
     ENV_SHARED_DIR,
     ENV_WORLD_SIZE,
 )
+from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.validation import check_integer, check_number
 
 ENV_RANK = "RANK"
@@ -101,20 +102,7 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None, minimum: in
 def _rendezvous_dir(raw: str | None) -> str | None:
     if not raw or not raw.strip():
         return None
-    value = raw.strip()
-    if value.startswith("dir:"):
-        path = value[len("dir:") :]
-        if not path:
-            raise ValueError(f"environment variable {ENV_RENDEZVOUS} has no path, got {raw!r}")
-        return path
-    if value.startswith(("s3://", "gs://")):
-        return None
-    if "://" in value:
-        raise ValueError(
-            f"environment variable {ENV_RENDEZVOUS} must be dir:<path>, a path, s3:// or gs://, "
-            f"got {raw!r}"
-        )
-    return value
+    return parse_rendezvous(raw, f"environment variable {ENV_RENDEZVOUS}").local_dir
 
 
 def distributed_context(environ: Mapping[str, str] | None = None) -> DistributedContext:
@@ -202,7 +190,7 @@ class StepReporter:
                 "nodes", self.context.nodes if nodes is None else nodes, minimum=1
             ),
             "tokens": check_number("tokens", tokens),
-            "time": time.time(),
+            "time": epoch_now(),
         }
         if not self.enabled or self.path is None:
             return None

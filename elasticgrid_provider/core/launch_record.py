@@ -27,7 +27,9 @@ import hashlib
 import json
 import secrets
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
+
+from elasticgrid_provider.core.clock import as_utc, utc_now
 
 LAUNCH_STARTING = "starting"
 LAUNCH_RUNNING = "running"
@@ -40,8 +42,12 @@ FINGERPRINT_FIELDS = ("run", "envs", "setup")
 
 
 def new_launch_id(now: datetime | None = None) -> str:
-    """A unique, sortable launch id: UTC time to the second plus 6 random hex digits."""
-    moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    """A unique, sortable launch id: UTC time to the second plus 6 random hex digits.
+
+    ``now`` (default: :func:`~elasticgrid_provider.core.clock.utc_now`) must carry its
+    time zone; any zone is turned into UTC, a naive time is refused.
+    """
+    moment = utc_now() if now is None else as_utc(now)
     return moment.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 

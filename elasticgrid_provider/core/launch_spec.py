@@ -26,7 +26,8 @@ Rules:
 
 * Rendezvous URIs are ``dir:/path``, a plain path (= ``dir``),
   ``s3://bucket[/prefix]`` or ``gs://bucket[/prefix]``; any other scheme is an
-  error (0.1.0 silently mapped everything to ``dir``, SPEC 4.6.8).
+  error (0.1.0 silently mapped everything to ``dir``, SPEC 4.6.8). They are
+  parsed by :func:`elasticgrid_provider.core.rendezvous.parse_rendezvous`.
 * **Every launch needs a fresh rendezvous.** iroh's socket transport publishes
   ``rank-<n>.json`` in the rendezvous directory and trusts whatever it finds
   there; files left by an earlier launch (at another world size) make ranks
@@ -61,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.validation import (
     check_choice,
     check_integer,
@@ -99,8 +101,6 @@ PART_SEPARATOR = "--"
 MAX_NAME_LENGTH = 128
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_URI_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
-_OBJECT_STORE_SCHEMES = ("s3", "gs")
 RECOVERY_MODES = ("restart", "none")
 
 
@@ -135,33 +135,12 @@ def part_name(job_name: str, provider: Provider) -> str:
 
 
 def rendezvous_spec_fields(uri: Any) -> dict[str, str]:
-    """Map a rendezvous URI to iroh-tinker ``RendezvousSpec`` fields.
+    """Map a rendezvous URI to iroh-tinker ``RendezvousSpec`` fields (see :mod:`.rendezvous`).
 
     ``dir:/x`` and ``/x`` give ``{"mode": "dir", "uri": "/x"}``; ``s3://b/p``
-    and ``gs://b/p`` keep the full URI as ``uri`` (iroh's ``env_uri`` then
-    hands ranks exactly that URI; a bare ``b/p`` would reach ranks as
-    ``s3:b/p``, which iroh reads as a directory). Anything else raises.
+    and ``gs://b/p`` keep the full URI as ``uri``. Anything else raises.
     """
-    check_text("rendezvous", uri)
-    text = uri.strip()
-    if text.startswith("dir:"):
-        path = text[len("dir:") :]
-        if not path.strip():
-            raise ElasticGridError(f"rendezvous dir: URI needs a path, got {uri!r}")
-        return {"mode": "dir", "uri": path}
-    scheme = _URI_SCHEME.match(text)
-    if scheme is None:
-        return {"mode": "dir", "uri": text}
-    mode = scheme.group(1).lower()
-    if mode in _OBJECT_STORE_SCHEMES:
-        prefix = f"{mode}://"
-        if not text.lower().startswith(prefix) or not text[len(prefix) :].split("/", 1)[0]:
-            raise ElasticGridError(f"rendezvous must look like {prefix}bucket/prefix, got {uri!r}")
-        return {"mode": mode, "uri": prefix + text[len(prefix) :]}
-    raise ElasticGridError(
-        "rendezvous must be 'dir:/path', a plain path, 's3://bucket/prefix' or "
-        f"'gs://bucket/prefix', got {uri!r}"
-    )
+    return parse_rendezvous(uri).spec_fields()
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

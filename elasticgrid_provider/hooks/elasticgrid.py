@@ -51,7 +51,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook, Variable
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from elasticgrid_provider.core.clock import utc_iso_now
 from elasticgrid_provider.core.errors import CorruptStateError, ElasticGridError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
 from elasticgrid_provider.core.launch_record import (
@@ -81,6 +81,7 @@ from elasticgrid_provider.core.launch_spec import (
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
 from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
+from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import check_choice, check_number, number_from_text
@@ -158,10 +159,6 @@ def _acquire(descriptor: int, timeout: float | None) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)
-
-
-def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _part_status(state: Any) -> str:
@@ -511,15 +508,16 @@ class ElasticGridHook(BaseHook):
         """Step 3: record the launch, then start its parts in the launcher process."""
         folder = self.job_folder(launch.job_name)
         rendezvous = launch.options.rendezvous or ""
-        if rendezvous.startswith("dir:"):
-            Path(rendezvous[len("dir:") :]).mkdir(parents=True, exist_ok=True)
+        local_dir = parse_rendezvous(rendezvous).local_dir if rendezvous else None
+        if local_dir is not None:
+            Path(local_dir).mkdir(parents=True, exist_ok=True)
         private_folder(folder / "specs")
         spec_folder = private_folder(folder / "specs" / launch.launch_id)
         records = tuple(self._write_part_spec(part, spec_folder) for part in launch.parts)
         manifest = JobManifest(
             job_name=launch.job_name,
             launch_id=launch.launch_id,
-            launched_at=_utc_now(),
+            launched_at=utc_iso_now(),
             placement=launch.placement,
             world_size=launch.parts[0].world_size,
             procs_per_node=launch.options.procs_per_node,

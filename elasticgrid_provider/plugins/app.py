@@ -16,7 +16,6 @@ first request. Rules:
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from airflow.api_fastapi.app import get_auth_manager
@@ -29,6 +28,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.plugins.jobs import (
     StoredState,
     find_task_decision,
@@ -114,7 +114,7 @@ def create_app() -> FastAPI:
     ) -> HTMLResponse:
         """One job's page; the decisions of ``dag_id``/``run_id``/``task_id`` highlighted."""
         stored = _readable_job(user, job_name)
-        view = job_view(stored, time.time(), _airflow_root(request))
+        view = job_view(stored, epoch_now(), _airflow_root(request))
         wanted = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
         highlight = {key: value for key, value in wanted.items() if value is not None}
         return _html(job_page(view, highlight or None))
@@ -123,7 +123,7 @@ def create_app() -> FastAPI:
     def show_job_json(request: Request, user: GetUserDep, job_name: str) -> JSONResponse:
         """One job's page data as JSON, with the raw history for scripts."""
         stored = _readable_job(user, job_name)
-        view = job_view(stored, time.time(), _airflow_root(request))
+        view = job_view(stored, epoch_now(), _airflow_root(request))
         return JSONResponse({**view, "history": stored.history}, headers=SECURITY_HEADERS)
 
     @app.get(
@@ -139,7 +139,7 @@ def create_app() -> FastAPI:
         found = find_task_decision(read_scale_states(), dag_id, task_id, run_id)
         if found is None or not may_read(user, found[0]):
             return _html(no_decision_page(dag_id, task_id, run_id, f"{root}{URL_PREFIX}/jobs"))
-        view = job_view(found[0], time.time(), root)
+        view = job_view(found[0], epoch_now(), root)
         highlight = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id}
         return _html(job_page(view, highlight))
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from elasticgrid_provider.core.clock import utc_now
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import (
     decision_summary,
@@ -100,7 +101,7 @@ def _clock(epoch: Any) -> str:
     if iso is None:
         return "-"
     moment = datetime.fromisoformat(iso)
-    today = datetime.now(timezone.utc).date()
+    today = utc_now().date()
     text = moment.strftime("%H:%M UTC")
     return text if moment.date() == today else moment.strftime("%Y-%m-%d ") + text
 
@@ -113,7 +114,7 @@ def _span(first: Any, last: Any) -> str:
     begin, finish = datetime.fromisoformat(start), datetime.fromisoformat(end)
     if begin.date() != finish.date():
         return f"{begin:%Y-%m-%d %H:%M}-{finish:%Y-%m-%d %H:%M} UTC"
-    day = "" if begin.date() == datetime.now(timezone.utc).date() else f"{begin:%Y-%m-%d} "
+    day = "" if begin.date() == utc_now().date() else f"{begin:%Y-%m-%d} "
     return f"{day}{begin:%H:%M}-{finish:%H:%M} UTC"
 
 

@@ -53,14 +53,14 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-import pendulum
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.bases.xcom import BaseXCom
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
+from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.formatting import decision_summary
+from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
 from elasticgrid_provider.core.samples import StepSample
@@ -297,7 +297,7 @@ class ElasticScaleSensor(BaseSensorOperator):
             if snapshot.status == "failed":
                 raise JobFailedError(self._failure_message(hook.failure_report(snapshot)))
             state = hook.read_scale_state(self.job_name)
-            now = time.time()
+            now = epoch_now()
             state = self._take_new_samples(state, snapshot, now)
             if snapshot.status in ("done", "stopped"):
                 self._finish_ended_job(context, state, snapshot, now)
@@ -408,7 +408,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         ti = context["ti"]
         placement = snapshot.manifest.placement
         record: dict[str, Any] = {
-            "decided_at_iso": pendulum.from_timestamp(now).isoformat(),
+            "decided_at_iso": iso_time(now),
             "job_name": self.job_name,
             "job_status": snapshot.status,
             "launch_id": snapshot.manifest.launch_id,
@@ -449,7 +449,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         summary["context"] = {
             "job_status": snapshot.status,
             "job_name": self.job_name,
-            "decided_at_iso": pendulum.from_timestamp(now).isoformat(),
+            "decided_at_iso": iso_time(now),
             "dag_id": ti.dag_id,
             "run_id": ti.run_id,
             "task_id": ti.task_id,

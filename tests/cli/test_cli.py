@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from elasticgrid_provider.cli import REPLAY_FIELDS, main
+from elasticgrid_provider.core.formatting import decision_summary
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
 from elasticgrid_provider.core.scheduler import NO_COOLDOWN, ElasticScheduler, ScaleDecision
 from elasticgrid_provider.core.state import DecisionInputs, DecisionRecord, ScaleState
@@ -600,7 +601,15 @@ def test_simulate_state_replays_the_newest_decision(
     code, out, err = run(capsys, "simulate", "--state", str(path))
     assert (code, err) == (0, "")
     assert out.startswith("job demo: history entry 1 of 2 (0 = the oldest)")
-    assert out.count("hold 16 -> 16  rule queue_bound  held by cooldown") == 2
+    # recorded and replayed read as the sensor's log line: rule and holds with their thresholds
+    assert (
+        out.count(
+            "  hold 16 -> 16; rule queue_bound (target_queue_fraction=0.2, scale_up_factor=2); "
+            "held by cooldown (cooldown_s=600, scale_down_cooldown_s=600); 75% of the step"
+        )
+        == 2
+    )
+    assert out.count("  " + decision_summary(state["history"][1]) + "\n") == 2
     assert out.splitlines()[-1] == "match: the replay gives the recorded decision"
     code, data = run_json(capsys, "simulate", "--state", str(path))
     assert code == 0

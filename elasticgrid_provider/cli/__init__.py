@@ -1,0 +1,180 @@
+"""The ``elasticgrid`` command: the grid, placements, launch parts and scale decisions.
+
+Synopsis::
+
+    elasticgrid [--json] providers [--providers FILE]
+    elasticgrid [--json] plan --nodes N [--providers FILE] [--max-spot-fraction F]
+                              [--prefer cost|balance]
+    elasticgrid [--json] spec --nodes N [--name NAME] [--run CMD] [--providers FILE]
+                              [--max-spot-fraction F] [--prefer cost|balance]
+                              [--procs-per-node P] [--rendezvous URI]
+    elasticgrid [--json] simulate --samples FILE [--nodes N] [--window-size W]
+                              [--now T] [--deadline-in S]
+                              [--remaining-steps R | --remaining-tokens R]
+                              [scheduler options] [--timeline]
+    elasticgrid [--json] simulate --state FILE [--decision I]
+    elasticgrid --version
+
+``--json`` is accepted before or after the command. Exit status: 0 on
+success; 1 when ``simulate --state`` replays a decision that differs from the
+recorded one; 2 on any user error (missing or unreadable file, bad JSON, a
+missing or wrong-typed field, NaN, an impossible size, a bad option), printed
+as one line, ``error: ...`` on stderr (``{"error": "..."}`` on stdout with
+``--json``), never a traceback.
+
+Input files:
+
+* a providers file is a JSON list of providers or ``{"providers": [...]}``;
+  without one the built-in grid of SPEC 4.5 is used;
+* a samples file is a JSON list of sample objects or JSON Lines (one object
+  per line, blank lines ignored), as the step reporter writes it; the
+  reporter's ``time`` field (epoch seconds the line was written, i.e. when
+  the step ended) is read for the clock and kept in the sample (the
+  scheduler reads arrival rates from it);
+* a state file is the JSON of a job's scale-state Variable
+  (``ScaleState.to_dict()``), bare or as Airflow exports Variables: an
+  object with exactly one key whose value is the state (or the state as a
+  JSON string).
+
+The clock of ``simulate`` (deterministic, no wall clock is read):
+
+* each sample has a time: its ``time`` field when present, else the previous
+  sample's time plus its own ``duration_s``; the time before the first
+  sample is 0 (``--now`` with ``--timeline``);
+* a single decision is made at ``--now``, default the newest sample's time;
+* ``--timeline`` decides after every sample, at that sample's time;
+* ``--deadline-in S`` puts the deadline S seconds after the single
+  decision's time; with ``--timeline``, S seconds after the newest sample's
+  time, so every decision of the timeline works to the same deadline;
+* ``--remaining-steps`` / ``--remaining-tokens`` are the work left after the
+  newest sample; in the timeline, the decision after an earlier sample also
+  counts the samples still to come (one step each, and their tokens).
+
+The timeline runs the sensor's state transition
+(:meth:`~elasticgrid_provider.core.state.ScaleState.advance`: observe ->
+decide -> remember) once per sample, in file order, so it keeps the same
+window rules as the sensor: only samples measured at the current size enter
+the window, a resize starts a fresh window, and the cooldown clock, the
+capacity memory and the recent recommendations carry from one decision to
+the next. The current size starts at ``--nodes`` (default: the first
+sample's ``nodes``), becomes each scale decision's target, and follows the
+samples when their ``nodes`` value changes (the samples say the job was
+resized). A single decision (no ``--timeline``) observes all samples at once
+at the current size (default: the newest sample's).
+
+``simulate --state`` replays history entry ``--decision`` (default -1, the
+newest) from its recorded inputs and compares ``action``, ``current_nodes``,
+``target_nodes``, ``rule``, ``held_by`` and ``reason`` with the recorded
+decision: exit 0 when they all agree, 1 when any differs. A record whose
+inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
+older policy; the output says so, since today's rules may decide otherwise.
+
+JSON output (``--json``), keeping 0.1.0's keys:
+
+* ``providers``: ``{"providers": [Provider.to_dict(), ...]}``;
+* ``plan``: ``Placement.to_dict()``;
+* ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
+  "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
+* ``simulate``: ``{"window", "decision"}``: the window's signals plus
+  ``size``, ``kept``, ``total`` and ``dropped`` (plus ``other_size``: samples left out
+  for being measured at another size than the current), and ``ScaleDecision.to_dict()``;
+* ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step",
+  "time", "window_samples", "decision"}], "window"}``;
+* ``simulate --state``: ``{"replay": {"state_file", "job_name", "index",
+  "history_size", "matches", "differences", "older_policy"}, "window", "recorded",
+  "decision"}``; ``older_policy``: the record predates the restart-aware policy's inputs;
+* errors: ``{"error": "..."}``.
+
+The package, one rule per module:
+
+* :mod:`~elasticgrid_provider.cli.parsing`: the command line (argparse only);
+* :mod:`~elasticgrid_provider.cli.inputs`: the files (providers, samples, states);
+* :mod:`~elasticgrid_provider.cli.commands` and
+  :mod:`~elasticgrid_provider.cli.simulate`: run a command, return a ``Result``;
+* :mod:`~elasticgrid_provider.cli.rendering`: text, JSON and errors.
+
+To add a command: an ``add_<name>_arguments`` in ``parsing``, a ``run_<name>``
+returning a ``Result`` (in ``commands`` or its own module), and one
+:class:`~elasticgrid_provider.cli.parsing.Command` line in :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from elasticgrid_provider.cli import commands, parsing, simulate
+from elasticgrid_provider.cli.parsing import Command, UsageError
+from elasticgrid_provider.cli.rendering import (
+    EXIT_OK,
+    EXIT_REPLAY_MISMATCH,
+    EXIT_USAGE,
+    Result,
+    emit,
+    fail,
+)
+from elasticgrid_provider.cli.simulate import REPLAY_FIELDS
+from elasticgrid_provider.core.errors import ElasticGridError
+
+__all__ = [
+    "COMMANDS",
+    "EXIT_OK",
+    "EXIT_REPLAY_MISMATCH",
+    "EXIT_USAGE",
+    "REPLAY_FIELDS",
+    "build_parser",
+    "main",
+]
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "providers",
+        "show the grid of providers",
+        parsing.add_providers_arguments,
+        commands.run_providers,
+    ),
+    Command(
+        "plan",
+        "place N nodes on the grid and cost it",
+        parsing.add_plan_arguments,
+        commands.run_plan,
+    ),
+    Command(
+        "spec",
+        "plan, then render the iroh-tinker launch parts (one per provider)",
+        parsing.add_spec_arguments,
+        commands.run_spec,
+    ),
+    Command(
+        "simulate",
+        "decide the size from step samples, or replay a recorded decision",
+        parsing.add_simulate_arguments,
+        simulate.run_simulate,
+        description=parsing.SIMULATE_DESCRIPTION,
+    ),
+)
+"""Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``elasticgrid`` argument parser (all of :data:`COMMANDS`)."""
+    return parsing.build_parser(COMMANDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``elasticgrid`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    options_part = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    want_json = "--json" in options_part
+    try:
+        args = build_parser().parse_args(arguments)
+        want_json = bool(args.json)
+        result: Result = args.handler(args)
+    except SystemExit as exit_request:  # --help, --version
+        code = exit_request.code
+        return code if isinstance(code, int) else EXIT_OK
+    except (UsageError, ElasticGridError, OSError, json.JSONDecodeError) as error:
+        return fail(str(error), want_json)
+    return emit(result, want_json)

@@ -1,0 +1,160 @@
+"""The files the ``elasticgrid`` command reads: providers, samples and scale states.
+
+Rules:
+
+* A file is read whole, as UTF-8, and parsed here; every problem (missing,
+  a directory, not UTF-8, bad JSON, a bad field) is an :class:`ElasticGridError`
+  of one sentence naming the file, and the line or entry where it went wrong.
+* A providers file is a JSON list or ``{"providers": [...]}``; no file means
+  the built-in grid.
+* A samples file is a JSON list or JSON Lines (blank lines ignored); a
+  sample's ``time`` field is kept for the simulation clock.
+* A state file is a scale-state Variable's JSON, bare or as Airflow exports
+  Variables (one key whose value is the state, or the state as a JSON string).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.providers import (
+    DEFAULT_PROVIDERS,
+    Provider,
+    providers_from_dicts,
+)
+from elasticgrid_provider.core.samples import StepSample
+from elasticgrid_provider.core.state import DecisionRecord, ScaleState
+from elasticgrid_provider.core.validation import check_number
+
+
+def read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise ElasticGridError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ElasticGridError(f"{what} {path} is a directory, not a file") from None
+    except UnicodeDecodeError as error:
+        raise ElasticGridError(f"{what} {path} is not UTF-8 text ({error.reason})") from None
+    except OSError as error:
+        raise ElasticGridError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ElasticGridError(
+            f"{where} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise ElasticGridError(f"{where} is nested too deeply to read") from None
+
+
+def load_json(path: str, what: str) -> Any:
+    return parse_json(read_text(path, what), f"{what} {path}")
+
+
+def load_grid(path: str | None) -> tuple[Provider, ...]:
+    if path is None:
+        return DEFAULT_PROVIDERS
+    data = load_json(path, "providers file")
+    try:
+        return providers_from_dicts(data)
+    except ElasticGridError as error:
+        raise ElasticGridError(f"{path}: {error}") from None
+
+
+@dataclass(frozen=True)
+class SampleFile:
+    """The samples of a file, oldest first, with each one's time on the simulation clock."""
+
+    path: str
+    samples: tuple[StepSample, ...]
+    times: tuple[float | None, ...]  # each sample's own ``time`` field, if any
+
+    def clock(self, start: float) -> list[float]:
+        """Each sample's time: its ``time`` field, else the previous time plus its duration."""
+        times: list[float] = []
+        previous = start
+        for sample, stamped in zip(self.samples, self.times, strict=True):
+            previous = stamped if stamped is not None else previous + sample.duration_s
+            times.append(previous)
+        return times
+
+
+def load_samples(path: str) -> SampleFile:
+    text = read_text(path, "samples file")
+    entries: list[tuple[str, Any]] = []
+    if text.lstrip().startswith("["):
+        data = parse_json(text, f"samples file {path}")
+        entries = [(f"{path} index {position}", entry) for position, entry in enumerate(data)]
+    else:
+        for number, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ElasticGridError(
+                    f"{path} line {number}: not valid JSON: {error.msg} at column {error.colno}"
+                ) from None
+            entries.append((f"{path} line {number}", entry))
+    if not entries:
+        raise ElasticGridError(f"samples file {path} holds no samples")
+    samples: list[StepSample] = []
+    times: list[float | None] = []
+    for where, entry in entries:
+        try:
+            stamped = None
+            if isinstance(entry, dict) and "time" in entry:
+                stamped = check_number("sample time", entry["time"], minimum=None)
+            samples.append(StepSample.from_dict(entry))
+            times.append(stamped)
+        except ElasticGridError as error:
+            raise ElasticGridError(f"{where}: {error}") from None
+    return SampleFile(path, tuple(samples), tuple(times))
+
+
+def _unwrap_state(data: Any, path: str) -> dict[str, Any]:
+    """The state dict: bare, or the one value of an Airflow export ``{"key": state}``."""
+    if isinstance(data, dict) and "schema_version" not in data and len(data) == 1:
+        key, value = next(iter(data.items()))
+        if isinstance(value, str):
+            value = parse_json(value, f"state file {path}: the value of {key!r}")
+        data = value
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ElasticGridError(
+            f"state file {path} must hold a scale state (a JSON object with 'schema_version'), "
+            "or an object with exactly one key whose value is one"
+        )
+    return data
+
+
+def load_state(path: str) -> ScaleState:
+    data = _unwrap_state(load_json(path, "state file"), path)
+    try:
+        return ScaleState.from_dict(data)
+    except ElasticGridError as error:
+        raise ElasticGridError(f"state file {path}: {error}") from None
+    except KeyError as error:
+        raise ElasticGridError(
+            f"state file {path}: the state is missing the field {error}"
+        ) from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise ElasticGridError(f"state file {path}: the state is malformed ({error})") from None
+
+
+def load_record(entry: Any, where: str) -> DecisionRecord:
+    try:
+        return DecisionRecord.from_dict(entry)
+    except ElasticGridError as error:
+        raise ElasticGridError(f"{where}: {error}") from None
+    except KeyError as error:
+        raise ElasticGridError(f"{where}: the record is missing the field {error}") from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise ElasticGridError(f"{where}: the record is malformed ({error})") from None

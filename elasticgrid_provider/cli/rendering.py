@@ -1,0 +1,403 @@
+"""What the ``elasticgrid`` command prints: text tables and blocks, JSON, errors.
+
+Rules:
+
+* Pure presentation: values in, text out. Nothing here reads a file or makes
+  a decision; a command builds a :class:`Result` with both its text and its
+  JSON-ready data, and :func:`emit` prints one of them.
+* The one-line decision (``simulate --state``'s recorded and replayed
+  decisions) is :func:`~elasticgrid_provider.core.formatting.decision_summary`,
+  the same line the sensor logs and the UI shows; numbers, durations, clock
+  times, rules and holds go through :mod:`elasticgrid_provider.core.formatting`
+  too, so the terminal reads like the task log and the "Scale decisions" page.
+* Tables are aligned columns two spaces apart; key/value blocks share one key
+  width so the window and decision blocks line up.
+* An error is one line: ``error: ...`` on stderr, or ``{"error": "..."}`` on
+  stdout with ``--json``; exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from elasticgrid_provider.core.formatting import (
+    clock_text,
+    decision_summary,
+    held_text,
+    number_text,
+    rule_text,
+    seconds_text,
+)
+from elasticgrid_provider.core.launch_spec import LaunchPart
+from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.samples import MetricsWindow, WindowSignals
+from elasticgrid_provider.core.scheduler import CooldownClock, ScaleDecision
+from elasticgrid_provider.core.state import DecisionRecord
+
+EXIT_OK = 0
+EXIT_REPLAY_MISMATCH = 1
+EXIT_USAGE = 2
+
+_EPOCH_LIKE = 1e9
+"""Clock values from here on are shown as UTC times too (from 2001-09-09 on)."""
+_KEY_WIDTH = 14
+"""Key column of the ``simulate`` blocks, so the window and decision blocks line up."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command prints (text or JSON) and its exit status."""
+
+    text: str
+    data: dict[str, Any]
+    code: int = EXIT_OK
+
+
+def emit(result: Result, want_json: bool) -> int:
+    """Print ``result`` as JSON or text; return its exit status."""
+    try:
+        if want_json:
+            print(json.dumps(result.data, indent=2, allow_nan=False))
+        else:
+            print(result.text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `elasticgrid ... | head`: stop quietly
+        _silence_stdout()
+    return result.code
+
+
+def fail(message: str, want_json: bool) -> int:
+    """Print a user error as one line; return exit status 2."""
+    line = " ".join(message.split())  # one line, whatever the message holds
+    if want_json:
+        print(json.dumps({"error": line}))
+    else:
+        print(f"error: {line}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+# -- building blocks --------------------------------------------------------------------
+
+
+def table(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """Aligned columns, two spaces apart; ``right`` lists right-aligned columns."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def key_rows(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> list[str]:
+    """A key/value block, keys padded to a shared width."""
+    width = max(_KEY_WIDTH, *(len(key) for key, _ in pairs))
+    return [f"{indent}{key.ljust(width)}  {value}" for key, value in pairs]
+
+
+def time_text(value: float | None, *, raw: bool = True) -> str:
+    """A clock value; epoch-like values as UTC time (with the raw number unless ``raw=False``)."""
+    if value is None:
+        return "-"
+    if value >= _EPOCH_LIKE:
+        iso = clock_text(value)
+        return f"{iso} ({value:.1f})" if raw else iso
+    return number_text(value)
+
+
+def cooldown_text(clock: CooldownClock) -> str:
+    """When the last change was, or that there was none."""
+    if clock.last_change_at is None:
+        return "no change yet"
+    return f"last change ({clock.last_action}) at {time_text(clock.last_change_at)}"
+
+
+# -- providers, plan, spec --------------------------------------------------------------
+
+
+def providers_text(grid: Sequence[Provider], source: str) -> str:
+    """The grid as a table, then its capacity on-demand and on spot."""
+    rows = [("name", "region", "max_nodes", "$/node/h", "accelerator", "spot", "engine")]
+    for provider in grid:
+        rows.append(
+            (
+                provider.name,
+                provider.region or "-",
+                str(provider.max_nodes),
+                f"{provider.cost_per_node_hour:.2f}",
+                provider.accelerator or "-",
+                "yes" if provider.spot else "no",
+                provider.engine_name,
+            )
+        )
+    capacity = sum(provider.max_nodes for provider in grid)
+    on_demand = sum(provider.max_nodes for provider in grid if not provider.spot)
+    summary = (
+        f"{len(grid)} providers ({source}): capacity {capacity} nodes, "
+        f"{on_demand} on-demand and {capacity - on_demand} spot"
+    )
+    return table(rows, right=(2, 3)) + "\n\n" + summary
+
+
+def plan_summary(planner: GridPlanner, placement: Placement) -> str:
+    """Sizes, cost and spot share; a note when the spot cap had to bend; failover order."""
+    count = len(placement.assignments)
+    if count == 0:
+        return "0 nodes: an empty placement, nothing to run"
+    nodes = placement.total_nodes
+    allowance = planner.spot_allowance(nodes)
+    # The policy is bent when the spot nodes the job must use, N - on-demand capacity (a
+    # whole number), exceed floor(fraction * N); the slack absorbs float error in the product.
+    bent = nodes - planner.on_demand_capacity > planner.max_spot_fraction * nodes + 1e-9
+    policy = f"max spot fraction {planner.max_spot_fraction:g}, prefer {planner.prefer}"
+    line = (
+        f"{placement.total_nodes} nodes on {count} provider{'s' if count != 1 else ''}, "
+        f"${placement.cost_per_hour:,.2f}/h, {placement.spot_nodes} on spot ({policy})"
+    )
+    if bent:
+        line += (
+            f"\nnote: only {planner.on_demand_capacity} nodes are on-demand, so {allowance} go to "
+            "spot despite the cap: a job that cannot start is worse than one that breaks the policy"
+        )
+    return line + "\nfailover order: " + ", ".join(placement.infra_refs)
+
+
+def spec_text(
+    job_name: str,
+    placement: Placement,
+    parts: Sequence[LaunchPart],
+    procs_per_node: int,
+    rendezvous: str,
+    default_rendezvous: bool,
+) -> str:
+    """The launch parts as a table, then each part's iroh-tinker spec."""
+    rows = [("part", "provider", "nodes", "ranks", "infra", "spot")]
+    for part in parts:
+        last_rank = part.rank_offset + part.nodes * procs_per_node - 1
+        rows.append(
+            (
+                part.part_name,
+                part.provider.name,
+                str(part.nodes),
+                f"{part.rank_offset}-{last_rank}"
+                if last_rank > part.rank_offset
+                else str(part.rank_offset),
+                part.engine_target,
+                "yes" if part.provider.spot else "no",
+            )
+        )
+    default_note = " (default; a launch needs a fresh one)" if default_rendezvous else ""
+    header = [
+        f"job {job_name}: {placement.total_nodes} nodes in {len(parts)} "
+        f"part{'s' if len(parts) != 1 else ''}, world size {parts[0].world_size} "
+        f"({procs_per_node} per node), ${placement.cost_per_hour:,.2f}/h",
+        f"rendezvous {rendezvous}{default_note}",
+        "",
+        table(rows, right=(2, 3)),
+    ]
+    blocks = ["\n".join(header)]
+    for part in parts:
+        spec_json = json.dumps(part.spec_dict, indent=2)
+        blocks.append(
+            f"{part.part_name} (rank offset {part.rank_offset}):\n"
+            + "\n".join("  " + line for line in spec_json.splitlines())
+        )
+    return "\n\n".join(blocks)
+
+
+# -- simulate ---------------------------------------------------------------------------
+
+
+def window_data(window: MetricsWindow, total: int) -> dict[str, Any]:
+    """The window's signals plus how many of ``total`` samples it kept."""
+    kept = len(window)
+    return {
+        **window.signals().to_dict(),
+        "size": window.size,
+        "kept": kept,
+        "total": total,
+        "dropped": total - kept,
+    }
+
+
+def window_note(window: MetricsWindow, total: int) -> str:
+    """How many samples the window kept, and its size."""
+    kept = len(window)
+    if kept < total:
+        return f"window kept {kept} of {total} samples (--window-size {window.size})"
+    noun = "sample" if total == 1 else "samples"
+    return f"window kept all {total} {noun} (--window-size {window.size})"
+
+
+def signals_lines(signals: WindowSignals) -> list[str]:
+    """The window's signals as a key/value block."""
+    flags = [
+        name for name, on in (("saturated", signals.saturated), ("stalled", signals.stalled)) if on
+    ]
+    queue = f"{signals.queue_fraction:.1%}" + (f"  ({', '.join(flags)})" if flags else "")
+    return key_rows(
+        [
+            ("nodes", str(signals.nodes)),
+            ("mean step", seconds_text(signals.mean_step_s)),
+            ("mean queue", seconds_text(signals.mean_queue_s)),
+            ("mean active", seconds_text(signals.mean_active_s)),
+            ("queue fraction", queue),
+            ("throughput", f"{signals.throughput_tokens_per_s:,.1f} tokens/s"),
+        ]
+    )
+
+
+def decision_lines(decision: ScaleDecision) -> list[str]:
+    """A decision in full: rule, holds, reason, times, projection and cooldown."""
+    pairs = [
+        ("rule", rule_text(decision.rule, decision.thresholds)),
+        ("held by", held_text(decision.to_dict())),
+        ("reason", decision.reason),
+        ("decided at", time_text(decision.decided_at)),
+    ]
+    if decision.deadline_at is not None:
+        left = decision.time_left_s
+        pairs.append(("deadline", f"{time_text(decision.deadline_at)}, {seconds_text(left)} left"))
+    pairs += projectionkey_rows(decision.projection)
+    if decision.changed:
+        pairs.append(("cooldown", f"starts now ({decision.action.value})"))
+    else:
+        pairs.append(("cooldown", cooldown_text(decision.cooldown)))
+    head = f"decision: {decision.action.value} {decision.current_nodes} -> {decision.target_nodes}"
+    return [head, *key_rows(pairs)]
+
+
+def projectionkey_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What the decision projected: demand vs capacity, finish times, the restart price."""
+    if not projection:
+        return []
+    rows: list[tuple[str, str]] = []
+    basis = projection.get("basis", "work")
+    if "demand_per_s" in projection:
+        demand = projection.get("demand_per_s")
+        utilisation = projection.get("utilisation")
+        rows.append(
+            (
+                "demand",
+                f"{'unbounded' if demand is None else f'{number_text(demand)} {basis}/s'} against a "
+                f"capacity of {number_text(projection.get('capacity_per_s'))} {basis}/s "
+                f"({'unbounded' if utilisation is None else f'{utilisation:.0%}'}, "
+                f"{projection.get('loop')} loop)",
+            )
+        )
+    if projection.get("remaining") is not None and projection.get("current_finish_s") is not None:
+        verdict = "meets" if projection.get("meets_deadline") else "misses"
+        target_finish = projection.get("target_finish_s")
+        target_text = "-" if target_finish is None else seconds_text(target_finish)
+        rows.append(
+            (
+                "projection",
+                f"{number_text(projection['remaining'])} {basis} take "
+                f"{seconds_text(projection['current_finish_s'])} on {projection['current_nodes']} "
+                f"nodes, {target_text} on {projection['target_nodes']}: {verdict} the deadline",
+            )
+        )
+    if projection.get("target_nodes") != projection.get("current_nodes"):
+        rows.append(
+            (
+                "restart",
+                f"{seconds_text(projection.get('startup_s', 0.0))} of no progress, "
+                f"{number_text(projection.get('restart_cost_node_s', 0.0))} node-seconds",
+            )
+        )
+    if projection.get("gain") is not None:
+        rows.append(
+            (
+                "pays off",
+                f"gain {number_text(projection['gain'])} {projection['gain_unit']} against a "
+                f"price of {number_text(projection['price'])}",
+            )
+        )
+    return rows
+
+
+def timeline_row(
+    number: int, step: int, now: float, window_samples: int, decision: ScaleDecision
+) -> tuple[str, ...]:
+    """One row of ``simulate --timeline``: the sample, the window and the decision after it."""
+    return (
+        str(number),
+        str(step),
+        time_text(now, raw=False),
+        str(window_samples),
+        decision.action.value,
+        f"{decision.current_nodes} -> {decision.target_nodes}",
+        decision.rule,
+        held_text(decision.to_dict()),
+        decision.reason,
+    )
+
+
+def timeline_text(note: str, rows: Sequence[tuple[str, ...]], changes: int, final: int) -> str:
+    """The window note, the timeline table and a one-line summary."""
+    header = ("#", "step", "time", "window", "action", "nodes", "rule", "held by", "reason")
+    summary = (
+        f"{len(rows)} decisions, {changes} scale change{'s' if changes != 1 else ''}; "
+        f"final size {final}"
+    )
+    return "\n".join([note, "", table([header, *rows], right=(0, 1, 3)), "", summary])
+
+
+def replay_text(
+    job_name: str,
+    index: int,
+    count: int,
+    record: DecisionRecord,
+    replayed: ScaleDecision,
+    differences: Sequence[str],
+    older_policy: bool,
+) -> str:
+    """``simulate --state``: the recorded inputs, both decisions, and whether they match."""
+    recorded = record.decision
+    window = record.inputs.window
+    lines = [
+        f"job {job_name}: history entry {index} of {count} (0 = the oldest), "
+        f"decided at {time_text(recorded.decided_at)}",
+        *key_rows(
+            [
+                ("window", f"{len(window)} samples (size {window.size})"),
+                ("current nodes", str(record.inputs.current_nodes)),
+                ("cooldown", cooldown_text(record.inputs.cooldown)),
+                ("deadline", time_text(record.inputs.deadline_at)),
+            ]
+        ),
+        "recorded",
+        "  " + decision_summary(recorded.to_dict()),
+        "replayed",
+        "  " + decision_summary(replayed.to_dict()),
+    ]
+    if older_policy:
+        lines.append(
+            "note: recorded by an older policy; the replay uses today's rules (its inputs "
+            "have no capacity memory or recent recommendations)"
+        )
+    if differences:
+        lines.append(
+            "MISMATCH: the replay differs in " + ", ".join(differences) + " (exit status 1)"
+        )
+    else:
+        lines.append("match: the replay gives the recorded decision")
+    return "\n".join(lines)

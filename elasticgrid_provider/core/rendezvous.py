@@ -1,0 +1,74 @@
+"""The one parser of rendezvous URIs: where the ranks of a launch find each other.
+
+Rules:
+
+* ``dir:/path`` and a plain path (no scheme) are a directory: mode ``dir``,
+  the path as is (relative paths stay relative);
+* ``s3://bucket[/prefix]`` and ``gs://bucket[/prefix]`` are object stores:
+  the mode is the scheme and the full URI is kept (iroh-tinker hands ranks
+  exactly that URI; a bare ``bucket/prefix`` would reach them as ``s3:b/p``,
+  which iroh reads as a directory);
+* anything else (another scheme, ``s3:bucket`` without ``//``, a missing
+  bucket, ``dir:`` without a path, an empty or non-string value) is bad input:
+  one sentence naming the field and the value (0.1.0 silently mapped every
+  scheme to ``dir``, SPEC 4.6.8).
+
+The launch spec, the hook (which creates a ``dir`` rendezvous before a launch)
+and the rank runtime (which reads ``IROH_TINKER_RENDEZVOUS``) all call
+:func:`parse_rendezvous`. Pure: standard library only, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.validation import check_text
+
+DIR_MODE = "dir"
+OBJECT_STORE_MODES = ("s3", "gs")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """A parsed rendezvous: its mode (``dir``, ``s3``, ``gs``) and what iroh-tinker is given."""
+
+    mode: str
+    uri: str
+    """The directory for ``dir``; the full ``s3://``/``gs://`` URI for an object store."""
+
+    @property
+    def local_dir(self) -> str | None:
+        """The directory ranks share, or ``None`` for an object store."""
+        return self.uri if self.mode == DIR_MODE else None
+
+    def spec_fields(self) -> dict[str, str]:
+        """The fields of iroh-tinker's ``RendezvousSpec``."""
+        return {"mode": self.mode, "uri": self.uri}
+
+
+def parse_rendezvous(uri: Any, field: str = "rendezvous") -> Rendezvous:
+    """Parse a rendezvous URI, or raise :class:`ElasticGridError` naming ``field`` and the value."""
+    check_text(field, uri)
+    text = uri.strip()
+    if text.startswith("dir:"):
+        path = text[len("dir:") :]
+        if not path.strip():
+            raise ElasticGridError(f"{field} dir: URI needs a path, got {uri!r}")
+        return Rendezvous(DIR_MODE, path)
+    scheme = _SCHEME.match(text)
+    if scheme is None:
+        return Rendezvous(DIR_MODE, text)
+    mode = scheme.group(1).lower()
+    if mode in OBJECT_STORE_MODES:
+        prefix = f"{mode}://"
+        if not text.lower().startswith(prefix) or not text[len(prefix) :].split("/", 1)[0]:
+            raise ElasticGridError(f"{field} must look like {prefix}bucket/prefix, got {uri!r}")
+        return Rendezvous(mode, prefix + text[len(prefix) :])
+    raise ElasticGridError(
+        f"{field} must be 'dir:/path', a plain path, 's3://bucket/prefix' or "
+        f"'gs://bucket/prefix', got {uri!r}"
+    )
