@@ -91,6 +91,7 @@ def queue_fraction_by_size(jobs_root: Path, job: str) -> list[tuple[int, int, fl
 
 def main(argv: list[str] | None = None) -> int:
     """Set up the demo folder, run the DAG, print the summary; non-zero if anything failed."""
+    from elasticgrid_provider.core.clock import utc_now
     from elasticgrid_provider.core.formatting import decision_line, placement_table
     from elasticgrid_provider.core.placement import Placement
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for folder in (demo / "airflow", jobs_root, demo / "logs"):
         folder.mkdir(parents=True, exist_ok=True)
     environment = demo_environment(demo)
-    job = time.strftime("elastic-demo-%Y%m%d%H%M%S")
+    job = utc_now().strftime("elastic-demo-%Y%m%d%H%M%S")
 
     print(f"Airflow home: {demo / 'airflow'} (SQLite); jobs: {jobs_root}")
     if airflow(["db", "migrate"], environment, demo / "logs" / "db-migrate.log") != 0:

@@ -23,7 +23,8 @@ def test_the_demo_scales_a_real_job_up_and_the_queue_fraction_drops(tmp_path):
     )
     output = demo.stdout + demo.stderr
     assert demo.returncode == 0, output
-    assert re.search(r"scale_up\s+2 -> 4\s+\d+% of the step was spent waiting", output)
+    # the trail line is the sensor's decision_summary: sizes, rule with thresholds, reason
+    assert re.search(r"scale_up 2 -> 4; rule .*?; \d+% of the step was spent waiting", output)
     fractions = dict(re.findall(r"(\d) nodes: .* queue fraction (\d+)%", output))
     assert int(fractions["2"]) >= 20 and int(fractions["4"]) < int(fractions["2"])
     assert "Placement at the decided size: $2.40/h" in output

@@ -1,7 +1,10 @@
 """Human-readable renderings shared by task logs, the CLI and the UI plugin.
 
 One function per thing shown, so a placement or a decision reads the same in
-an Airflow log, in a terminal and on the "Scale decisions" page. Decision
+an Airflow log, in a terminal and on the "Scale decisions" page. A decision
+on one line is always :func:`decision_summary`: the sensor logs it, the CLI
+prints it (``simulate --state``), the UI shows it, and :func:`decision_line`
+only puts the time in front of it. Decision
 helpers take the record's plain JSON (``DecisionRecord.to_dict()`` or a
 history entry) and read optional fields with ``.get``, so records written
 before a field existed still render.
@@ -54,12 +57,9 @@ def placement_table(placement: Placement) -> str:
 
 
 def decision_line(record: dict[str, Any]) -> str:
-    """One short line per decision: time, action, sizes and reason (for the demo's trail)."""
+    """One line per decision for a trail (the demo's): the UTC time, then :func:`decision_summary`."""
     when = record.get("decided_at_iso") or iso_time(record.get("decided_at"))
-    return (
-        f"{when}  {record['action']:<10}  {record['current_nodes']} -> {record['target_nodes']}  "
-        f"{record['reason']}"
-    )
+    return f"{when}  {decision_summary(record)}"
 
 
 # the scheduler parameters each rule compares against (SPEC 4.2, core/scheduler.py);
