@@ -16,8 +16,9 @@ Rules:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.providers import (
@@ -29,8 +30,10 @@ from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.state import DecisionRecord, ScaleState
 from elasticgrid_provider.core.validation import check_number
 
+T = TypeVar("T")
 
-def read_text(path: str, what: str) -> str:
+
+def _read_text(path: str, what: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read()
@@ -44,7 +47,7 @@ def read_text(path: str, what: str) -> str:
         raise ElasticGridError(f"cannot read {what} {path}: {error.strerror or error}") from None
 
 
-def parse_json(text: str, where: str) -> Any:
+def _parse_json(text: str, where: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
@@ -55,14 +58,15 @@ def parse_json(text: str, where: str) -> Any:
         raise ElasticGridError(f"{where} is nested too deeply to read") from None
 
 
-def load_json(path: str, what: str) -> Any:
-    return parse_json(read_text(path, what), f"{what} {path}")
+def _load_json(path: str, what: str) -> Any:
+    return _parse_json(_read_text(path, what), f"{what} {path}")
 
 
 def load_grid(path: str | None) -> tuple[Provider, ...]:
+    """The providers of a providers file; the built-in grid when there is none."""
     if path is None:
         return DEFAULT_PROVIDERS
-    data = load_json(path, "providers file")
+    data = _load_json(path, "providers file")
     try:
         return providers_from_dicts(data)
     except ElasticGridError as error:
@@ -88,10 +92,11 @@ class SampleFile:
 
 
 def load_samples(path: str) -> SampleFile:
-    text = read_text(path, "samples file")
+    """The samples of a samples file (a JSON list or JSON Lines), oldest first."""
+    text = _read_text(path, "samples file")
     entries: list[tuple[str, Any]] = []
     if text.lstrip().startswith("["):
-        data = parse_json(text, f"samples file {path}")
+        data = _parse_json(text, f"samples file {path}")
         entries = [(f"{path} index {position}", entry) for position, entry in enumerate(data)]
     else:
         for number, line in enumerate(text.split("\n"), start=1):
@@ -125,7 +130,7 @@ def _unwrap_state(data: Any, path: str) -> dict[str, Any]:
     if isinstance(data, dict) and "schema_version" not in data and len(data) == 1:
         key, value = next(iter(data.items()))
         if isinstance(value, str):
-            value = parse_json(value, f"state file {path}: the value of {key!r}")
+            value = _parse_json(value, f"state file {path}: the value of {key!r}")
         data = value
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ElasticGridError(
@@ -136,25 +141,23 @@ def _unwrap_state(data: Any, path: str) -> dict[str, Any]:
 
 
 def load_state(path: str) -> ScaleState:
-    data = _unwrap_state(load_json(path, "state file"), path)
-    try:
-        return ScaleState.from_dict(data)
-    except ElasticGridError as error:
-        raise ElasticGridError(f"state file {path}: {error}") from None
-    except KeyError as error:
-        raise ElasticGridError(
-            f"state file {path}: the state is missing the field {error}"
-        ) from None
-    except (TypeError, ValueError, AttributeError) as error:
-        raise ElasticGridError(f"state file {path}: the state is malformed ({error})") from None
+    """The scale state of a state file (bare or as Airflow exports it)."""
+    data = _unwrap_state(_load_json(path, "state file"), path)
+    return _from_dict(ScaleState.from_dict, data, f"state file {path}", "state")
 
 
 def load_record(entry: Any, where: str) -> DecisionRecord:
+    """A history entry as a :class:`DecisionRecord`; ``where`` names it in errors."""
+    return _from_dict(DecisionRecord.from_dict, entry, where, "record")
+
+
+def _from_dict(build: Callable[[Any], T], data: Any, where: str, what: str) -> T:
+    """``build(data)``; whatever it raises becomes one sentence starting with ``where``."""
     try:
-        return DecisionRecord.from_dict(entry)
+        return build(data)
     except ElasticGridError as error:
         raise ElasticGridError(f"{where}: {error}") from None
     except KeyError as error:
-        raise ElasticGridError(f"{where}: the record is missing the field {error}") from None
+        raise ElasticGridError(f"{where}: the {what} is missing the field {error}") from None
     except (TypeError, ValueError, AttributeError) as error:
-        raise ElasticGridError(f"{where}: the record is malformed ({error})") from None
+        raise ElasticGridError(f"{where}: the {what} is malformed ({error})") from None

@@ -169,73 +169,48 @@ class SchedulerOption:
     help: str
 
 
-SCHEDULER_OPTIONS = (
-    SchedulerOption("min_nodes", "--min-nodes", int, "smallest size"),
-    SchedulerOption("max_nodes", "--max-nodes", int, "largest size"),
-    SchedulerOption("cooldown_s", "--cooldown", float, "seconds after a change before a scale-up"),
+_SCHEDULER_FIELDS = {field.name: field for field in dataclasses.fields(ElasticScheduler)}
+_RENAMED_FLAGS = {
+    "cooldown_s": "--cooldown",
+    "scale_down_cooldown_s": "--scale-down-cooldown",
+    "scale_down_window_s": "--scale-down-window",
+}
+"""Scheduler options whose flag is not the field name with dashes."""
+_SCHEDULER_HELP = {
+    "min_nodes": "smallest size",
+    "max_nodes": "largest size",
+    "cooldown_s": "seconds after a change before a scale-up",
+    "scale_down_cooldown_s": "seconds after a change before a scale-down (default: --cooldown)",
+    "scale_up_factor": "growth factor, > 1",
+    "scale_down_factor": "shrink factor, in (0, 1)",
+    "target_queue_fraction": "queue fraction at which to scale up",
+    "idle_queue_fraction": "queue fraction at or below which the job may be idle",
+    "idle_step_fraction": "idle when the mean step is at most this share of --target-step-s",
+    "target_step_s": "target step time in seconds",
+    "min_samples": "samples needed to decide",
+    "startup_s": "seconds a resize stops progress (the restart)",
+    "horizon_s": "seconds a resize must pay off in, when work is unknown",
+    "resize_margin": "how much a resize's gain must beat its price",
+    "headroom": "capacity kept above the measured demand",
+    "tolerance": "capacity changes within it are noise",
+    "drain_s": "seconds a backlog may take to clear",
+    "scale_down_window_s": "seconds of recommendations a scale-down takes the largest of",
+    "deadline_margin": "share of the time left kept spare",
+    "final_stretch_s": "no shrink this close to the deadline (default: 4 x --startup-s)",
+    "scaling_loss": "prior per-node throughput lost per doubling",
+}
+"""Each scheduler parameter the command exposes, in ``--help`` order, with its help."""
+
+SCHEDULER_OPTIONS = tuple(
     SchedulerOption(
-        "scale_down_cooldown_s",
-        "--scale-down-cooldown",
-        float,
-        "seconds after a change before a scale-down (default: --cooldown)",
-    ),
-    SchedulerOption("scale_up_factor", "--scale-up-factor", float, "growth factor, > 1"),
-    SchedulerOption("scale_down_factor", "--scale-down-factor", float, "shrink factor, in (0, 1)"),
-    SchedulerOption(
-        "target_queue_fraction",
-        "--target-queue-fraction",
-        float,
-        "queue fraction at which to scale up",
-    ),
-    SchedulerOption(
-        "idle_queue_fraction",
-        "--idle-queue-fraction",
-        float,
-        "queue fraction at or below which the job may be idle",
-    ),
-    SchedulerOption(
-        "idle_step_fraction",
-        "--idle-step-fraction",
-        float,
-        "idle when the mean step is at most this share of --target-step-s",
-    ),
-    SchedulerOption("target_step_s", "--target-step-s", float, "target step time in seconds"),
-    SchedulerOption("min_samples", "--min-samples", int, "samples needed to decide"),
-    SchedulerOption(
-        "startup_s", "--startup-s", float, "seconds a resize stops progress (the restart)"
-    ),
-    SchedulerOption(
-        "horizon_s", "--horizon-s", float, "seconds a resize must pay off in, when work is unknown"
-    ),
-    SchedulerOption(
-        "resize_margin", "--resize-margin", float, "how much a resize's gain must beat its price"
-    ),
-    SchedulerOption("headroom", "--headroom", float, "capacity kept above the measured demand"),
-    SchedulerOption("tolerance", "--tolerance", float, "capacity changes within it are noise"),
-    SchedulerOption("drain_s", "--drain-s", float, "seconds a backlog may take to clear"),
-    SchedulerOption(
-        "scale_down_window_s",
-        "--scale-down-window",
-        float,
-        "seconds of recommendations a scale-down takes the largest of",
-    ),
-    SchedulerOption(
-        "deadline_margin", "--deadline-margin", float, "share of the time left kept spare"
-    ),
-    SchedulerOption(
-        "final_stretch_s",
-        "--final-stretch-s",
-        float,
-        "no shrink this close to the deadline (default: 4 x --startup-s)",
-    ),
-    SchedulerOption(
-        "scaling_loss", "--scaling-loss", float, "prior per-node throughput lost per doubling"
-    ),
+        field,
+        _RENAMED_FLAGS.get(field, "--" + field.replace("_", "-")),
+        int if _SCHEDULER_FIELDS[field].type in ("int", int) else float,
+        text,
+    )
+    for field, text in _SCHEDULER_HELP.items()
 )
-
-"""The scheduler's parameters, each with the flag that sets it."""
-
-_SCHEDULER_DEFAULTS = {field.name: field.default for field in dataclasses.fields(ElasticScheduler)}
+"""The scheduler's parameters, each with the flag that sets it (type and default from it)."""
 
 SIMULATE_ONLY_FOR_SAMPLES = (
     ("nodes", "--nodes"),
@@ -310,7 +285,7 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     )
     scheduler = parser.add_argument_group("scheduler (with --samples)")
     for option in SCHEDULER_OPTIONS:
-        default = _SCHEDULER_DEFAULTS[option.field]
+        default = _SCHEDULER_FIELDS[option.field].default
         shown = "" if default is None else f" (default {default:g})"
         scheduler.add_argument(
             option.flag,

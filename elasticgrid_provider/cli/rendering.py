@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticgrid_provider.core.formatting import (
+    aligned_table,
     clock_text,
     decision_summary,
     held_text,
@@ -94,19 +95,6 @@ def _silence_stdout() -> None:
 # -- building blocks --------------------------------------------------------------------
 
 
-def table(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
-    """Aligned columns, two spaces apart; ``right`` lists right-aligned columns."""
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(width) if column in right else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
 def key_rows(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> list[str]:
     """A key/value block, keys padded to a shared width."""
     width = max(_KEY_WIDTH, *(len(key) for key, _ in pairs))
@@ -154,7 +142,7 @@ def providers_text(grid: Sequence[Provider], source: str) -> str:
         f"{len(grid)} providers ({source}): capacity {capacity} nodes, "
         f"{on_demand} on-demand and {capacity - on_demand} spot"
     )
-    return table(rows, right=(2, 3)) + "\n\n" + summary
+    return aligned_table(rows, right=(2, 3)) + "\n\n" + summary
 
 
 def plan_summary(planner: GridPlanner, placement: Placement) -> str:
@@ -211,7 +199,7 @@ def spec_text(
         f"({procs_per_node} per node), ${placement.cost_per_hour:,.2f}/h",
         f"rendezvous {rendezvous}{default_note}",
         "",
-        table(rows, right=(2, 3)),
+        aligned_table(rows, right=(2, 3)),
     ]
     blocks = ["\n".join(header)]
     for part in parts:
@@ -358,7 +346,7 @@ def timeline_text(note: str, rows: Sequence[tuple[str, ...]], changes: int, fina
         f"{len(rows)} decisions, {changes} scale change{'s' if changes != 1 else ''}; "
         f"final size {final}"
     )
-    return "\n".join([note, "", table([header, *rows], right=(0, 1, 3)), "", summary])
+    return "\n".join([note, "", aligned_table([header, *rows], right=(0, 1, 3)), "", summary])
 
 
 def replay_text(

@@ -16,7 +16,7 @@ Rules (the clock and the window are described in :mod:`elasticgrid_provider.cli`
 
 from __future__ import annotations
 
-import argparse
+from argparse import Namespace
 from typing import Any
 
 from elasticgrid_provider.cli.inputs import SampleFile, load_record, load_samples, load_state
@@ -45,7 +45,7 @@ REPLAY_FIELDS = ("action", "current_nodes", "target_nodes", "rule", "held_by", "
 """What must agree for a replayed decision to match the recorded one."""
 
 
-def run_simulate(args: argparse.Namespace) -> Result:
+def run_simulate(args: Namespace) -> Result:
     """``simulate``: one decision, a timeline of decisions, or a replay (``--state``)."""
     if args.state is not None:
         return _replay(args)
@@ -87,7 +87,7 @@ def run_simulate(args: argparse.Namespace) -> Result:
     return _single(args, scheduler, window_size, sample_file)
 
 
-def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
+def _scheduler(args: Namespace) -> ElasticScheduler:
     parameters = {
         option.field: getattr(args, option.field)
         for option in SCHEDULER_OPTIONS
@@ -104,25 +104,20 @@ def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
         raise ElasticGridError(message) from None
 
 
-def _deadline_at(base: float, args: argparse.Namespace) -> float | None:
+def _deadline_at(base: float, args: Namespace) -> float | None:
     return None if args.deadline_in is None else base + args.deadline_in
 
 
-def _single(
-    args: argparse.Namespace,
-    scheduler: ElasticScheduler,
-    window_size: int,
-    sample_file: SampleFile,
-) -> Result:
-    samples = sample_file.samples
-    now = args.now if args.now is not None else sample_file.clock(0.0)[-1]
+def _single(args: Namespace, scheduler: ElasticScheduler, size: int, file: SampleFile) -> Result:
+    samples = file.samples
+    now = args.now if args.now is not None else file.clock(0.0)[-1]
     current = args.nodes if args.nodes is not None else samples[-1].nodes
     state, record = ScaleState(job_name=SIMULATED_JOB).advance(
         scheduler,
         samples,
         current,
         now,
-        window_size=window_size,
+        window_size=size,
         deadline_at=_deadline_at(now, args),
         remaining_steps=args.remaining_steps,
         remaining_tokens=args.remaining_tokens,
@@ -140,14 +135,9 @@ def _single(
     return Result("\n".join(lines), {"window": window_json, "decision": decision.to_dict()})
 
 
-def _timeline(
-    args: argparse.Namespace,
-    scheduler: ElasticScheduler,
-    window_size: int,
-    sample_file: SampleFile,
-) -> Result:
-    samples = sample_file.samples
-    times = sample_file.clock(0.0 if args.now is None else args.now)
+def _timeline(args: Namespace, scheduler: ElasticScheduler, size: int, file: SampleFile) -> Result:
+    samples = file.samples
+    times = file.clock(0.0 if args.now is None else args.now)
     deadline_at = _deadline_at(times[-1], args)
     # Work left after each sample: what is left after the newest, plus the samples to come.
     steps_after = [len(samples) - 1 - index for index in range(len(samples))]
@@ -170,7 +160,7 @@ def _timeline(
             [sample],
             current,
             now,
-            window_size=window_size,
+            window_size=size,
             deadline_at=deadline_at,
             remaining_steps=None
             if args.remaining_steps is None
@@ -205,7 +195,7 @@ def _differences(recorded: ScaleDecision, replayed: ScaleDecision) -> list[str]:
     return [name for name in REPLAY_FIELDS if before[name] != after[name]]
 
 
-def _replay(args: argparse.Namespace) -> Result:
+def _replay(args: Namespace) -> Result:
     if args.samples is not None:
         raise ElasticGridError(
             "--state replays a recorded decision from its recorded window; "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,11 +46,16 @@ def placement_table(placement: Placement) -> str:
             f"{placement.cost_per_hour:.2f}",
         )
     )
+    return aligned_table(rows, right=(3, 4, 5))
+
+
+def aligned_table(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """Aligned columns, two spaces apart; ``right`` lists the right-aligned columns."""
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = []
     for row in rows:
         cells = [
-            cell.ljust(width) if column < 3 else cell.rjust(width)
+            cell.rjust(width) if column in right else cell.ljust(width)
             for column, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
