@@ -22,52 +22,8 @@ missing or wrong-typed field, NaN, an impossible size, a bad option), printed
 as one line, ``error: ...`` on stderr (``{"error": "..."}`` on stdout with
 ``--json``), never a traceback.
 
-Input files:
-
-* a providers file is a JSON list of providers or ``{"providers": [...]}``;
-  without one the built-in grid of SPEC 4.5 is used;
-* a samples file is a JSON list of sample objects or JSON Lines (one object
-  per line, blank lines ignored), as the step reporter writes it; the
-  reporter's ``time`` field (epoch seconds the line was written, i.e. when
-  the step ended) is read for the clock and kept in the sample (the
-  scheduler reads arrival rates from it);
-* a state file is the JSON of a job's scale-state Variable
-  (``ScaleState.to_dict()``), bare or as Airflow exports Variables: an
-  object with exactly one key whose value is the state (or the state as a
-  JSON string).
-
-The clock of ``simulate`` (deterministic, no wall clock is read):
-
-* each sample has a time: its ``time`` field when present, else the previous
-  sample's time plus its own ``duration_s``; the time before the first
-  sample is 0 (``--now`` with ``--timeline``);
-* a single decision is made at ``--now``, default the newest sample's time;
-* ``--timeline`` decides after every sample, at that sample's time;
-* ``--deadline-in S`` puts the deadline S seconds after the single
-  decision's time; with ``--timeline``, S seconds after the newest sample's
-  time, so every decision of the timeline works to the same deadline;
-* ``--remaining-steps`` / ``--remaining-tokens`` are the work left after the
-  newest sample; in the timeline, the decision after an earlier sample also
-  counts the samples still to come (one step each, and their tokens).
-
-The timeline runs the sensor's state transition
-(:meth:`~elasticgrid_provider.core.state.ScaleState.advance`: observe ->
-decide -> remember) once per sample, in file order, so it keeps the same
-window rules as the sensor: only samples measured at the current size enter
-the window, a resize starts a fresh window, and the cooldown clock, the
-capacity memory and the recent recommendations carry from one decision to
-the next. The current size starts at ``--nodes`` (default: the first
-sample's ``nodes``), becomes each scale decision's target, and follows the
-samples when their ``nodes`` value changes (the samples say the job was
-resized). A single decision (no ``--timeline``) observes all samples at once
-at the current size (default: the newest sample's).
-
-``simulate --state`` replays history entry ``--decision`` (default -1, the
-newest) from its recorded inputs and compares ``action``, ``current_nodes``,
-``target_nodes``, ``rule``, ``held_by`` and ``reason`` with the recorded
-decision: exit 0 when they all agree, 1 when any differs. A record whose
-inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
-older policy; the output says so, since today's rules may decide otherwise.
+Input files are described in :mod:`~elasticgrid_provider.cli.inputs`, the clock,
+the timeline and the replay of ``simulate`` in :mod:`~elasticgrid_provider.cli.simulate`.
 
 JSON output (``--json``), keeping 0.1.0's keys:
 
@@ -107,26 +63,9 @@ from collections.abc import Sequence
 
 from elasticgrid_provider.cli import commands, parsing, simulate
 from elasticgrid_provider.cli.parsing import Command, UsageError
-from elasticgrid_provider.cli.rendering import (
-    EXIT_OK,
-    EXIT_REPLAY_MISMATCH,
-    EXIT_USAGE,
-    Result,
-    emit,
-    fail,
-)
-from elasticgrid_provider.cli.simulate import REPLAY_FIELDS
+from elasticgrid_provider.cli.rendering import EXIT_OK, Result, emit, fail
+from elasticgrid_provider.cli.simulate import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.core.errors import ElasticGridError
-
-__all__ = [
-    "COMMANDS",
-    "EXIT_OK",
-    "EXIT_REPLAY_MISMATCH",
-    "EXIT_USAGE",
-    "REPLAY_FIELDS",
-    "build_parser",
-    "main",
-]
 
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -152,7 +91,7 @@ COMMANDS: tuple[Command, ...] = (
         "decide the size from step samples, or replay a recorded decision",
         parsing.add_simulate_arguments,
         simulate.run_simulate,
-        description=parsing.SIMULATE_DESCRIPTION,
+        parsing.SIMULATE_DESCRIPTION,
     ),
 )
 """Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""

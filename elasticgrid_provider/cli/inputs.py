@@ -1,16 +1,22 @@
 """The files the ``elasticgrid`` command reads: providers, samples and scale states.
 
-Rules:
+A file is read whole, as UTF-8, and parsed here; every problem (missing, a
+directory, not UTF-8, bad JSON, a bad field) is an :class:`ElasticGridError`
+of one sentence naming the file, and the line or entry where it went wrong.
 
-* A file is read whole, as UTF-8, and parsed here; every problem (missing,
-  a directory, not UTF-8, bad JSON, a bad field) is an :class:`ElasticGridError`
-  of one sentence naming the file, and the line or entry where it went wrong.
-* A providers file is a JSON list or ``{"providers": [...]}``; no file means
-  the built-in grid.
-* A samples file is a JSON list or JSON Lines (blank lines ignored); a
-  sample's ``time`` field is kept for the simulation clock.
-* A state file is a scale-state Variable's JSON, bare or as Airflow exports
-  Variables (one key whose value is the state, or the state as a JSON string).
+Input files:
+
+* a providers file is a JSON list of providers or ``{"providers": [...]}``;
+  without one the built-in grid of SPEC 4.5 is used;
+* a samples file is a JSON list of sample objects or JSON Lines (one object
+  per line, blank lines ignored), as the step reporter writes it; the
+  reporter's ``time`` field (epoch seconds the line was written, i.e. when
+  the step ended) is read for the clock and kept in the sample (the
+  scheduler reads arrival rates from it);
+* a state file is the JSON of a job's scale-state Variable
+  (``ScaleState.to_dict()``), bare or as Airflow exports Variables: an
+  object with exactly one key whose value is the state (or the state as a
+  JSON string).
 """
 
 from __future__ import annotations

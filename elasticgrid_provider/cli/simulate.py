@@ -1,17 +1,41 @@
 """``simulate``: decide from step samples as the sensor would, or replay a recorded decision.
 
-Rules (the clock and the window are described in :mod:`elasticgrid_provider.cli`):
+The clock of ``simulate`` (deterministic, no wall clock is read):
 
-* No wall clock is read: every time comes from the samples or the options,
-  so the same file gives the same decisions anywhere.
-* Decisions run the sensor's own state transition,
-  :meth:`~elasticgrid_provider.core.state.ScaleState.advance` (observe ->
-  decide -> remember); this module only feeds it and collects the records.
-* ``--state`` replays a history entry from its recorded inputs and compares
-  :data:`REPLAY_FIELDS`; any difference is exit status 1, not an error.
-* Options are checked before any file is read, naming the flag typed
-  (``--cooldown``, not ``cooldown_s``); options that make no sense together
-  are refused in one sentence.
+* each sample has a time: its ``time`` field when present, else the previous
+  sample's time plus its own ``duration_s``; the time before the first
+  sample is 0 (``--now`` with ``--timeline``);
+* a single decision is made at ``--now``, default the newest sample's time;
+* ``--timeline`` decides after every sample, at that sample's time;
+* ``--deadline-in S`` puts the deadline S seconds after the single
+  decision's time; with ``--timeline``, S seconds after the newest sample's
+  time, so every decision of the timeline works to the same deadline;
+* ``--remaining-steps`` / ``--remaining-tokens`` are the work left after the
+  newest sample; in the timeline, the decision after an earlier sample also
+  counts the samples still to come (one step each, and their tokens).
+
+The timeline runs the sensor's state transition
+(:meth:`~elasticgrid_provider.core.state.ScaleState.advance`: observe ->
+decide -> remember) once per sample, in file order, so it keeps the same
+window rules as the sensor: only samples measured at the current size enter
+the window, a resize starts a fresh window, and the cooldown clock, the
+capacity memory and the recent recommendations carry from one decision to
+the next. The current size starts at ``--nodes`` (default: the first
+sample's ``nodes``), becomes each scale decision's target, and follows the
+samples when their ``nodes`` value changes (the samples say the job was
+resized). A single decision (no ``--timeline``) observes all samples at once
+at the current size (default: the newest sample's).
+
+``simulate --state`` replays history entry ``--decision`` (default -1, the
+newest) from its recorded inputs and compares ``action``, ``current_nodes``,
+``target_nodes``, ``rule``, ``held_by`` and ``reason`` with the recorded
+decision: exit 0 when they all agree, 1 when any differs. A record whose
+inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
+older policy; the output says so, since today's rules may decide otherwise.
+
+Options are checked before any file is read, naming the flag typed
+(``--cooldown``, not ``cooldown_s``); options that make no sense together are
+refused in one sentence.
 """
 
 from __future__ import annotations
