@@ -189,18 +189,8 @@ def test_simulate_idle_scales_down(capsys: pytest.CaptureFixture[str], tmp_path:
 def test_simulate_deadline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Balanced steps, but 1000 more steps of 20 s on 8 nodes cannot finish in 10000 s."""
     path = write_jsonl(tmp_path / "s.jsonl", [sample(step, 20.0, 2.0, 8) for step in range(4)])
-    code, data = run_json(
-        capsys,
-        "simulate",
-        "--samples",
-        path,
-        "--now",
-        str(T0),
-        "--deadline-in",
-        "10000",
-        "--remaining-steps",
-        "1000",
-    )
+    args = ("simulate", "--samples", path, "--now", str(T0), "--deadline-in", "10000")
+    code, data = run_json(capsys, *args, "--remaining-steps", "1000")
     assert code == 0
     decision = data["decision"]
     assert decision["decided_at"] == T0 and decision["deadline_at"] == T0 + 10000
@@ -212,18 +202,7 @@ def test_simulate_deadline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         21,
     )
     assert decision["projection"]["current_finish_s"] == 20000.0
-    code, out, _ = run(
-        capsys,
-        "simulate",
-        "--samples",
-        path,
-        "--now",
-        str(T0),
-        "--deadline-in",
-        "10000",
-        "--remaining-steps",
-        "1000",
-    )
+    code, out, _ = run(capsys, *args, "--remaining-steps", "1000")
     assert "deadline        2026-01-01T02:46:40Z (1767235600.0), 10000s left" in out
     assert "projection      1000 steps take 20000s on 8 nodes" in out
 
