@@ -1,4 +1,4 @@
-"""The ``elasticgrid`` entry: user errors (exit 2, one line), help, version, console scripts.
+"""The ``elasticgrid`` entry (``cli/__init__``): user errors (exit 2, one line), help, version.
 
 Most tests call :func:`main` in-process; one test runs the installed console
 script and ``python -m elasticgrid_provider`` to prove the entry points work.
