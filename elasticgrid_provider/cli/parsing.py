@@ -11,9 +11,10 @@ Rules:
 * A bad command line raises :class:`UsageError` (one line, exit status 2)
   instead of argparse's usage dump and ``SystemExit``; ``--help`` and
   ``--version`` still print and exit 0.
-* Options only check their type here; ranges and combinations are checked by
-  the command (with :mod:`~elasticgrid_provider.core.validation`), so a message
-  names the flag the user typed.
+* argparse checks only types, choices and mutually exclusive options; ranges
+  and other combinations are checked by the command (with
+  :mod:`~elasticgrid_provider.core.validation`), so a message names the flag
+  the user typed.
 """
 
 from __future__ import annotations
