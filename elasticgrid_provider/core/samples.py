@@ -38,12 +38,10 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 from pydantic import (
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
+    Field,
     ValidationInfo,
     computed_field,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -76,7 +74,7 @@ class StepSample(JsonModel):
     queue_s: NonNegative = 0.0
     nodes: Positive = 1
     tokens: NonNegative = 0.0
-    time: NonNegative | None = None
+    time: NonNegative | None = Field(default=None, exclude_if=lambda time: time is None)
 
     @property
     def active_s(self) -> float:
@@ -87,15 +85,6 @@ class StepSample(JsonModel):
     def started_at(self) -> float | None:
         """When the step's work became available: ``time - duration_s`` (None without a time)."""
         return None if self.time is None else self.time - self.duration_s
-
-    @model_serializer(mode="wrap")
-    def _without_unknown_time(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("time") is None:
-            data.pop("time", None)
-        return data
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "sample") -> StepSample:

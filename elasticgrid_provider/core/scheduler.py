@@ -275,7 +275,7 @@ class HeldBy(JsonModel):
 
     WHERE = "held_by"
 
-    rule: Annotated[HoldRule, choice(HoldRule)]
+    rule: Annotated[str, choice(HoldRule)]  # str: the rules pass their names
     reason: Text
 
 
@@ -1452,7 +1452,7 @@ class ScaleDecision(JsonModel):
     current_nodes: Count
     target_nodes: Count
     reason: Text
-    rule: Annotated[DecisionRule, choice(DecisionRule)]
+    rule: Annotated[str, choice(DecisionRule)]  # str: the rules pass their names
     signals: WindowSignals
     thresholds: dict[str, Any]
     decided_at: Finite

@@ -40,13 +40,9 @@ from typing_extensions import Self, dataclass_transform
 
 from elasticgrid_provider.core.errors import ElasticGridError
 
-REPR_LIMIT = 80
-"""Longer values are cut in messages, so one sentence stays one line."""
-
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= REPR_LIMIT else text[: REPR_LIMIT - 3] + "..."
+    return repr(value)  # callers that log cut long reports (step_log.cut_report)
 
 
 def _refuse(phrase: str) -> PydanticCustomError:
@@ -383,8 +379,8 @@ def model(cls: type[ModelT]) -> type[ModelT]:
             validated_init(self, *args, **kwargs)
         except ValidationError as error:
             names = tuple(field.name for field in dataclasses.fields(built))[: len(args)]
-            where = built._where({**dict(zip(names, args)), **kwargs})
+            where = built._where({**dict(zip(names, args, strict=False)), **kwargs})
             raise model_error(error, where, built.OWNER, names) from None
 
     built.__init__ = __init__
-    return built  # type: ignore[no-any-return]
+    return built
