@@ -235,6 +235,19 @@ def choice(kind: type[ChoiceT], *allowed: ChoiceT) -> BeforeValidator:
     return BeforeValidator(pick)
 
 
+def one_of(words: tuple[str, ...]) -> BeforeValidator:
+    """Metadata for ``Annotated[str, one_of(words)]``: one of a fixed tuple of words."""
+
+    def pick(value: Any) -> str:
+        for word in words:
+            if value == word:
+                return word
+        allowed = ", ".join(repr(word) for word in words)
+        raise _refuse(f"must be one of {allowed}, got {_shown(value)}")
+
+    return BeforeValidator(pick)
+
+
 Finite = Annotated[float, finite(None)]
 """Any finite number (a time, a trend)."""
 NonNegative = Annotated[float, finite()]
