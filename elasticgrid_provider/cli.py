@@ -124,6 +124,7 @@ from elasticgrid_provider.core.scheduler import (
     ElasticScheduler,
     ScaleDecision,
 )
+from elasticgrid_provider.core.schemas import SCHEMA_KINDS, json_schema
 from elasticgrid_provider.core.state import (
     JOB_ENDED_RULE,
     DecisionRecord,
@@ -411,7 +412,18 @@ def build_parser() -> argparse.ArgumentParser:
         )
     _add_json(simulate, top=False)
     simulate.set_defaults(handler=_cmd_simulate)
+
+    schema = commands.add_parser("schema", help="print the JSON Schema of a stored document")
+    schema.add_argument("kind", choices=SCHEMA_KINDS, help="the scale state or a decision record")
+    _add_json(schema, top=False)
+    schema.set_defaults(handler=_cmd_schema)
     return parser
+
+
+def _cmd_schema(args: argparse.Namespace) -> _Result:
+    """``elasticgrid schema state|decision``: the document's JSON Schema (always JSON)."""
+    schema = json_schema(args.kind)
+    return _Result(json.dumps(schema, indent=2), schema)
 
 
 # -- running ----------------------------------------------------------------------------

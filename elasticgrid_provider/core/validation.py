@@ -33,9 +33,16 @@ from enum import Enum
 from functools import wraps
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BeforeValidator, ConfigDict, TypeAdapter, ValidationError
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic import dataclasses as pydantic_dataclasses
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, core_schema
 from typing_extensions import Self, dataclass_transform
 
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -221,31 +228,45 @@ class Choice(str, Enum):
 ChoiceT = TypeVar("ChoiceT", bound=Choice)
 
 
-def choice(kind: type[ChoiceT], *allowed: ChoiceT) -> BeforeValidator:
-    """Metadata for ``Annotated[kind, choice(kind, ...)]``: one of ``allowed`` (default: all)."""
-    members = allowed or tuple(kind)
+class OneOf:
+    """Metadata for ``Annotated[str, OneOf(words)]``: one of a fixed set of words.
 
-    def pick(value: Any) -> ChoiceT:
-        for member in members:
-            if value == member.value:
-                return member
-        words = ", ".join(repr(member.value) for member in members)
-        raise _refuse(f"must be one of {words}, got {_shown(value)}")
+    The JSON Schema lists the words (``enum``); a member of a :class:`Choice`
+    is accepted as its word.
+    """
 
-    return BeforeValidator(pick)
+    def __init__(self, words: tuple[str, ...], members: tuple[Any, ...] | None = None) -> None:
+        self.words = words
+        self.members = members or words
 
-
-def one_of(words: tuple[str, ...]) -> BeforeValidator:
-    """Metadata for ``Annotated[str, one_of(words)]``: one of a fixed tuple of words."""
-
-    def pick(value: Any) -> str:
-        for word in words:
+    def pick(self, value: Any) -> Any:
+        """The member whose word ``value`` is, or a refusal listing the words."""
+        for word, member in zip(self.words, self.members, strict=True):
             if value == word:
-                return word
-        allowed = ", ".join(repr(word) for word in words)
+                return member
+        allowed = ", ".join(repr(word) for word in self.words)
         raise _refuse(f"must be one of {allowed}, got {_shown(value)}")
 
-    return BeforeValidator(pick)
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self.pick, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        return {**handler(schema), "enum": list(self.words)}
+
+
+def choice(kind: type[ChoiceT], *allowed: ChoiceT) -> OneOf:
+    """Metadata for ``Annotated[kind, choice(kind, ...)]``: one of ``allowed`` (default: all)."""
+    members = allowed or tuple(kind)
+    return OneOf(tuple(member.value for member in members), members)
+
+
+def one_of(words: tuple[str, ...]) -> OneOf:
+    """Metadata for ``Annotated[str, one_of(words)]``: one of a fixed tuple of words."""
+    return OneOf(words)
 
 
 Finite = Annotated[float, finite(None)]
