@@ -675,6 +675,11 @@ class ElasticScheduler(JsonModel):
             return 4.0 * self.startup_s
         return self.final_stretch_s
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON of the parameters as given; :meth:`model_dump`'s output, built directly
+        because every check reads it (measured: the policy benchmark)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
     def thresholds(self) -> dict[str, Any]:
         """Every parameter as used (defaults resolved), for the audit record."""
         return {

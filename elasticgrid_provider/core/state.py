@@ -57,10 +57,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     Field,
+    PlainSerializer,
+    PlainValidator,
     ValidationInfo,
     computed_field,
     field_serializer,
@@ -208,6 +210,17 @@ class DecisionRecord(JsonModel):
         return self.inputs.decide()
 
 
+def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
+    """The stored decision history: a list of decision objects (kept as they are, not copied)."""
+    if not isinstance(value, (list, tuple)):
+        raise ElasticGridError(
+            f"scale state history must be a list of decisions, got {cut_report(repr(value), 80)}"
+        )
+    for position, entry in enumerate(value):
+        check_mapping(f"scale state history entry {position}", entry)
+    return tuple(value)
+
+
 @model
 class ScaleState(JsonModel):
     """One job's window, cursors, cooldown clock and decision history (see module docstring)."""
@@ -219,7 +232,11 @@ class ScaleState(JsonModel):
     cursors: tuple[tuple[str, int | LogCursor], ...] = ()
     cooldown: CooldownClock = Field(default_factory=CooldownClock)
     current_nodes: Positive | None = None
-    history: tuple[dict[str, Any], ...] = ()
+    history: Annotated[
+        tuple[dict[str, Any], ...],
+        PlainValidator(_stored_history, json_schema_input_type=list[dict[str, Any]]),
+        PlainSerializer(list, return_type=list[dict[str, Any]]),
+    ] = ()
     skipped_lines: Count = 0
     revision: Count = 0
     updated_at: Finite | None = None
@@ -257,19 +274,6 @@ class ScaleState(JsonModel):
                 for source, cursor in value.items()
             )
         )
-
-    @field_validator("history", mode="before")
-    @classmethod
-    def _stored_history(cls, value: Any) -> Any:
-        """The stored decision history: a list of decision objects."""
-        if not isinstance(value, (list, tuple)):
-            raise ElasticGridError(
-                "scale state history must be a list of decisions, "
-                f"got {cut_report(repr(value), 80)}"
-            )
-        for position, entry in enumerate(value):
-            check_mapping(f"scale state history entry {position}", entry)
-        return value
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable
 from enum import Enum
 from functools import wraps
@@ -46,6 +47,9 @@ from pydantic_core import PydanticCustomError, core_schema
 from typing_extensions import Self, dataclass_transform
 
 from elasticgrid_provider.core.errors import ElasticGridError
+
+_LARGEST = sys.float_info.max
+"""Integers beyond a float are refused like infinity."""
 
 
 def _shown(value: Any) -> str:
@@ -208,14 +212,33 @@ def finite(
     exclusive_maximum: bool = False,
 ) -> BeforeValidator:
     """Metadata for ``Annotated[float, finite(...)]``: a finite, non-bool number in bounds."""
-    return BeforeValidator(
-        lambda value: _bounded_number(value, minimum, maximum, exclusive_minimum, exclusive_maximum)
-    )
+    low = -math.inf if minimum is None else minimum
+    high = math.inf if maximum is None else maximum
+
+    def check(value: Any) -> float:
+        kind = type(value)
+        if kind is float or kind is int:  # the common case, without building a message
+            number = float(value) if -_LARGEST < value < _LARGEST else math.nan
+            if (low < number if exclusive_minimum else low <= number) and (
+                number < high if exclusive_maximum else number <= high
+            ):
+                return number
+        return _bounded_number(value, minimum, maximum, exclusive_minimum, exclusive_maximum)
+
+    return BeforeValidator(check)
 
 
 def whole(minimum: int | None = 0, maximum: int | None = None) -> BeforeValidator:
     """Metadata for ``Annotated[int, whole(...)]``: a whole number (3.0 is 3; "3" is refused)."""
-    return BeforeValidator(lambda value: _whole_number(value, minimum, maximum))
+    low = -math.inf if minimum is None else minimum
+    high = math.inf if maximum is None else maximum
+
+    def check(value: Any) -> int:
+        if type(value) is int and low <= value <= high and -_LARGEST < value < _LARGEST:
+            return value
+        return _whole_number(value, minimum, maximum)
+
+    return BeforeValidator(check)
 
 
 class Choice(str, Enum):
