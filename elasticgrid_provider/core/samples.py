@@ -52,6 +52,7 @@ from elasticgrid_provider.core.validation import (
     NonNegative,
     Positive,
     model,
+    trusted,
     whole,
 )
 
@@ -151,7 +152,8 @@ class WindowSignals(JsonModel):
         total_duration = _total("duration_s", (sample.duration_s for sample in ordered))
         total_queue = _total("queue_s", (sample.queue_s for sample in ordered))
         total_tokens = _total("tokens", (sample.tokens for sample in ordered))
-        return cls(
+        return trusted(  # means and ratios of checked samples: finite and >= 0
+            cls,
             samples=count,
             mean_step_s=total_duration / count,
             mean_queue_s=total_queue / count,

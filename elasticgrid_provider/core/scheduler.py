@@ -192,6 +192,7 @@ from elasticgrid_provider.core.validation import (
     choice,
     finite,
     model,
+    trusted,
 )
 
 
@@ -334,7 +335,8 @@ class CapacityMemory(JsonModel):
     def with_measurement(self, measurement: SizeMeasurement) -> CapacityMemory:
         """A copy in which ``measurement`` replaces what was known at its size."""
         kept = tuple(entry for entry in self.sizes if entry.nodes != measurement.nodes)
-        return CapacityMemory((*kept, measurement), self.arrivals)
+        sizes = tuple(sorted((*kept, measurement), key=lambda entry: entry.nodes))
+        return trusted(CapacityMemory, sizes=sizes, arrivals=self.arrivals)
 
     def scaling(self, basis: str, prior: float) -> tuple[float, str]:
         """The per-doubling loss of per-node throughput, and where it comes from."""
