@@ -13,6 +13,7 @@ Synopsis::
                               [--remaining-steps R | --remaining-tokens R]
                               [scheduler options] [--timeline]
     elasticgrid [--json] simulate --state FILE [--decision I]
+    elasticgrid schema state|decision
     elasticgrid --version
 
 ``--json`` is accepted before or after the command. Exit status: 0 on
@@ -92,6 +93,12 @@ COMMANDS: tuple[Command, ...] = (
         parsing.add_simulate_arguments,
         simulate.run_simulate,
         parsing.SIMULATE_DESCRIPTION,
+    ),
+    Command(
+        "schema",
+        "print the JSON Schema of a stored document (the scale state, a decision record)",
+        parsing.add_schema_arguments,
+        commands.run_schema,
     ),
 )
 """Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""

@@ -1,4 +1,4 @@
-"""The grid commands, ``providers``, ``plan`` and ``spec``: read inputs, compute, build a Result.
+"""The grid commands, ``providers``, ``plan`` and ``spec``, and ``schema``: read inputs, compute, build a Result.
 
 Rules:
 
@@ -17,6 +17,7 @@ Rules:
 from __future__ import annotations
 
 import argparse
+import json
 
 from elasticgrid_provider.cli.inputs import load_grid
 from elasticgrid_provider.cli.parsing import DEFAULT_RENDEZVOUS
@@ -25,6 +26,7 @@ from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.schemas import json_schema
 
 
 def run_providers(args: argparse.Namespace) -> Result:
@@ -83,3 +85,9 @@ def run_spec(args: argparse.Namespace) -> Result:
         ],
     }
     return Result(text, data)
+
+
+def run_schema(args: argparse.Namespace) -> Result:
+    """``schema state|decision``: the stored document's JSON Schema (always JSON)."""
+    schema = json_schema(args.kind)
+    return Result(json.dumps(schema, indent=2), schema)

@@ -149,21 +149,17 @@ def _unwrap_state(data: Any, path: str) -> dict[str, Any]:
 def load_state(path: str) -> ScaleState:
     """The scale state of a state file (bare or as Airflow exports it)."""
     data = _unwrap_state(_load_json(path, "state file"), path)
-    return _from_dict(ScaleState.from_dict, data, f"state file {path}", "state")
+    return _from_dict(ScaleState.from_dict, data, f"state file {path}")
 
 
 def load_record(entry: Any, where: str) -> DecisionRecord:
     """A history entry as a :class:`DecisionRecord`; ``where`` names it in errors."""
-    return _from_dict(DecisionRecord.from_dict, entry, where, "record")
+    return _from_dict(DecisionRecord.from_dict, entry, where)
 
 
-def _from_dict(build: Callable[[Any], T], data: Any, where: str, what: str) -> T:
-    """``build(data)``; whatever it raises becomes one sentence starting with ``where``."""
+def _from_dict(build: Callable[[Any], T], data: Any, where: str) -> T:
+    """``build(data)``; its one-sentence error is prefixed with ``where`` (the file)."""
     try:
         return build(data)
     except ElasticGridError as error:
         raise ElasticGridError(f"{where}: {error}") from None
-    except KeyError as error:
-        raise ElasticGridError(f"{where}: the {what} is missing the field {error}") from None
-    except (TypeError, ValueError, AttributeError) as error:
-        raise ElasticGridError(f"{where}: the {what} is malformed ({error})") from None

@@ -29,6 +29,7 @@ from elasticgrid_provider import __version__
 from elasticgrid_provider.core.planner import PREFER_CHOICES
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE
 from elasticgrid_provider.core.scheduler import ElasticScheduler
+from elasticgrid_provider.core.schemas import SCHEMA_KINDS
 
 if TYPE_CHECKING:
     from elasticgrid_provider.cli.rendering import Result
@@ -95,6 +96,11 @@ def _add_json(parser: argparse.ArgumentParser, *, top: bool) -> None:
         default=False if top else argparse.SUPPRESS,
         help="print JSON instead of text (also accepted before the command)",
     )
+
+
+def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    """``schema state|decision``."""
+    parser.add_argument("kind", choices=SCHEMA_KINDS, help="the scale state or a decision record")
 
 
 # -- providers, plan, spec --------------------------------------------------------------

@@ -21,136 +21,152 @@ with no fingerprints (so the next launch relaunches rather than attaches).
 
 Everything here is plain data that round-trips through JSON, so it can be
 pushed to XCom and shown in logs.
+
+Manifest versions: ``manifest.json`` carries ``schema_version``
+(:data:`MANIFEST_SCHEMA_VERSION`); a manifest without one is version 1 (the
+layout before the field existed, which is the same). A field may only be
+added with a new version. A worker refuses a manifest of a newer version
+with one sentence naming both versions (upgrade the worker); within a
+version an unknown field is refused as a malformed manifest (``extra`` is
+forbidden), so a worker never half-understands a launch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import dataclasses
+from typing import Annotated, Any
 
-from elasticgrid_provider.core.launch_record import LAUNCH_RUNNING
+from pydantic import computed_field, model_serializer, model_validator
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.launch_record import LAUNCH_RUNNING, LAUNCH_STATES
 from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.validation import (
+    AnyText,
+    Choice,
+    Count,
+    JsonModel,
+    Positive,
+    Text,
+    choice,
+    model,
+    one_of,
+)
 
-JOB_STATUSES = ("launching", "running", "done", "failed", "stopped")
+MANIFEST_SCHEMA_VERSION = 1
+"""The layout of ``manifest.json`` this worker writes and reads (module docstring)."""
 
 
-@dataclass(frozen=True)
-class PartRecord:
+class JobStatus(Choice):
+    """A job's (or one part's) status word (module docstring)."""
+
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the job has ended: nothing more will change without a new launch."""
+        return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.STOPPED)
+
+
+JOB_STATUSES = tuple(status.value for status in JobStatus)
+
+
+@model
+class PartRecord(JsonModel):
     """One iroh-tinker job that runs one provider's share of the nodes."""
 
-    name: str
-    provider: str
-    engine_target: str
-    nodes: int
-    rank_offset: int
-    spec_path: str
-    status: str = "launching"
-    job_dir: str = ""
-    last_error: str | None = None
+    WHERE = "job part"
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON for the manifest and XCom."""
-        return {
-            "name": self.name,
-            "provider": self.provider,
-            "engine_target": self.engine_target,
-            "nodes": self.nodes,
-            "rank_offset": self.rank_offset,
-            "spec_path": self.spec_path,
-            "status": self.status,
-            "job_dir": self.job_dir,
-            "last_error": self.last_error,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PartRecord:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**data)
+    name: Text
+    provider: Text
+    engine_target: Text
+    nodes: Positive
+    rank_offset: Count
+    spec_path: AnyText
+    status: Annotated[str, choice(JobStatus)] = JobStatus.LAUNCHING
+    job_dir: AnyText = ""
+    last_error: AnyText | None = None
 
 
-@dataclass(frozen=True)
-class JobManifest:
+@model
+class JobManifest(JsonModel):
     """Which parts make up a job, at which placement, from which launch."""
 
-    job_name: str
-    launch_id: str
-    launched_at: str
+    WHERE = "job manifest"
+
+    job_name: Text
+    launch_id: Text
+    launched_at: Text
     placement: Placement
-    world_size: int
-    procs_per_node: int
-    rendezvous: str
-    run: str
-    parts: tuple[PartRecord, ...] = field(default_factory=tuple)
-    state: str = LAUNCH_RUNNING
-    down_reason: str | None = None
-    fingerprint_salt: str = ""
-    fingerprints: dict[str, str] = field(default_factory=dict, hash=False)
+    world_size: Positive
+    procs_per_node: Positive
+    rendezvous: AnyText
+    run: AnyText
+    parts: tuple[PartRecord, ...] = ()
+    state: Annotated[str, one_of(LAUNCH_STATES)] = LAUNCH_RUNNING
+    down_reason: AnyText | None = None
+    fingerprint_salt: AnyText = ""
+    fingerprints: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _versioned(cls, data: Any) -> Any:
+        """Refuse a newer layout in one sentence; read a manifest without a version as 1."""
+        if not isinstance(data, dict):
+            return data
+        version = data.get("schema_version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ElasticGridError(
+                f"job manifest schema_version must be a whole number >= 1, got {version!r}"
+            )
+        if version > MANIFEST_SCHEMA_VERSION:
+            raise ElasticGridError(
+                f"job manifest schema_version {version} is newer than this worker reads "
+                f"({MANIFEST_SCHEMA_VERSION}); upgrade elasticgrid-provider on this worker"
+            )
+        fields = {key: value for key, value in data.items() if key != "schema_version"}
+        if fields.get("fingerprints") is None:
+            fields.pop("fingerprints", None)
+        return fields
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def schema_version(self) -> int:
+        """The layout of ``manifest.json`` (module docstring)."""
+        return MANIFEST_SCHEMA_VERSION
 
     @property
     def nodes(self) -> int:
         """The job's size in nodes (what the scheduler calls the current size)."""
         return self.placement.total_nodes
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON, written as ``manifest.json`` in the job's folder."""
-        return {
-            "job_name": self.job_name,
-            "launch_id": self.launch_id,
-            "launched_at": self.launched_at,
-            "placement": self.placement.to_dict(),
-            "world_size": self.world_size,
-            "procs_per_node": self.procs_per_node,
-            "rendezvous": self.rendezvous,
-            "run": self.run,
-            "parts": [part.to_dict() for part in self.parts],
-            "state": self.state,
-            "down_reason": self.down_reason,
-            "fingerprint_salt": self.fingerprint_salt,
-            "fingerprints": dict(self.fingerprints),
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobManifest:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            job_name=data["job_name"],
-            launch_id=data["launch_id"],
-            launched_at=data["launched_at"],
-            placement=Placement.from_dict(data["placement"]),
-            world_size=int(data["world_size"]),
-            procs_per_node=int(data["procs_per_node"]),
-            rendezvous=data["rendezvous"],
-            run=data["run"],
-            parts=tuple(PartRecord.from_dict(part) for part in data["parts"]),
-            state=data.get("state", LAUNCH_RUNNING),
-            down_reason=data.get("down_reason"),
-            fingerprint_salt=data.get("fingerprint_salt", ""),
-            fingerprints=dict(data.get("fingerprints") or {}),
-        )
-
-
-def overall_status(part_statuses: list[str]) -> str:
+def overall_status(part_statuses: list[str]) -> JobStatus:
     """Fold the parts' status words into the job's (rules in the module docstring)."""
     if not part_statuses:
-        return "launching"
-    if "failed" in part_statuses:
-        return "failed"
-    if "running" in part_statuses or "launching" in part_statuses:
-        return "running"
-    if all(status == "done" for status in part_statuses):
-        return "done"
-    return "stopped"
+        return JobStatus.LAUNCHING
+    if JobStatus.FAILED in part_statuses:
+        return JobStatus.FAILED
+    if JobStatus.RUNNING in part_statuses or JobStatus.LAUNCHING in part_statuses:
+        return JobStatus.RUNNING
+    if all(status == JobStatus.DONE for status in part_statuses):
+        return JobStatus.DONE
+    return JobStatus.STOPPED
 
 
-@dataclass(frozen=True)
-class JobSnapshot:
+@model
+class JobSnapshot(JsonModel):
     """A manifest joined with its parts' live status: what XCom and logs show."""
 
     manifest: JobManifest
     parts: tuple[PartRecord, ...]
 
     @property
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         """The job's status word (see the module docstring)."""
         return overall_status([part.status for part in self.parts])
 
@@ -164,11 +180,12 @@ class JobSnapshot:
         """The job's size in nodes."""
         return self.manifest.nodes
 
-    def to_dict(self) -> dict[str, Any]:
+    @model_serializer(mode="plain")
+    def _as_json(self) -> dict[str, Any]:
         """The job's identity and state as plain JSON (the launch task's XCom)."""
         return {
             "job_name": self.job_name,
-            "status": self.status,
+            "status": self.status.value,
             "launch_id": self.manifest.launch_id,
             "launched_at": self.manifest.launched_at,
             "launch_state": self.manifest.state,

@@ -53,21 +53,28 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import PlainValidator, field_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.validation import (
+    Choice,
+    JsonModel,
+    Positive,
+    Text,
     check_choice,
     check_integer,
     check_mapping,
     check_text,
+    model,
     reject_unknown_keys,
 )
 
@@ -101,7 +108,16 @@ PART_SEPARATOR = "--"
 MAX_NAME_LENGTH = 128
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-RECOVERY_MODES = ("restart", "none")
+
+
+class RecoveryMode(Choice):
+    """What iroh-tinker does when a rank dies: restart the ranks, or let the job fail."""
+
+    RESTART = "restart"
+    NONE = "none"
+
+
+RECOVERY_MODES = tuple(mode.value for mode in RecoveryMode)
 
 
 def check_job_name(name: Any) -> str:
@@ -167,7 +183,9 @@ def _check_recovery(recovery: Any) -> dict[str, Any]:
     check_mapping("recovery", recovery)
     reject_unknown_keys("recovery", recovery, {"mode", "max_restarts", "signal_grace_s"})
     checked: dict[str, Any] = {
-        "mode": check_choice("recovery mode", recovery.get("mode", "restart"), RECOVERY_MODES)
+        "mode": check_choice(
+            "recovery mode", recovery.get("mode", RecoveryMode.RESTART), RECOVERY_MODES
+        )
     }
     if "max_restarts" in recovery:
         checked["max_restarts"] = check_integer("recovery max_restarts", recovery["max_restarts"])
@@ -193,8 +211,17 @@ def _check_checkpoint(checkpoint: Any) -> dict[str, Any]:
     return checked
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
+def _read_only(check: Callable[[Any], dict[str, Any]]) -> PlainValidator:
+    """A mapping field checked by ``check`` and stored read-only."""
+    return PlainValidator(lambda value: _frozen(check(value)))
+
+
+def _no_mapping() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@model
+class LaunchOptions(JsonModel):
     """What to run and how, independent of where: everything a spec needs but the placement.
 
     ``envs``, ``recovery`` and ``checkpoint`` are stored as read-only
@@ -203,41 +230,33 @@ class LaunchOptions:
     and must be fresh for every launch.
     """
 
-    run: str
-    workdir: str = "."
-    procs_per_node: int = 1
-    backend: str = "numpy"
-    envs: Mapping[str, str] = field(default_factory=dict, hash=False)
-    setup: str | None = None
-    rendezvous: str | None = None
-    recovery: Mapping[str, Any] | None = field(default=None, hash=False)
-    checkpoint: Mapping[str, Any] | None = field(default=None, hash=False)
-    instance_type: str | None = None
-    shared_dir: str | None = None
-    launch_id: str | None = None
+    OWNER = "launch options"
 
-    def __post_init__(self) -> None:
-        check_text("run", self.run)
-        check_text("workdir", self.workdir)
-        object.__setattr__(
-            self, "procs_per_node", check_integer("procs_per_node", self.procs_per_node, minimum=1)
-        )
-        check_text("backend", self.backend)
-        object.__setattr__(self, "envs", _frozen(_check_envs(self.envs)))
-        if self.setup is not None:
-            check_text("setup", self.setup)
-        if self.rendezvous is not None:
-            rendezvous_spec_fields(self.rendezvous)
-        if self.recovery is not None:
-            object.__setattr__(self, "recovery", _frozen(_check_recovery(self.recovery)))
-        if self.checkpoint is not None:
-            object.__setattr__(self, "checkpoint", _frozen(_check_checkpoint(self.checkpoint)))
-        if self.instance_type is not None:
-            check_text("instance_type", self.instance_type)
-        if self.shared_dir is not None:
-            check_text("shared_dir", self.shared_dir)
-        if self.launch_id is not None:
-            check_text("launch_id", self.launch_id)
+    run: Text
+    workdir: Text = "."
+    procs_per_node: Positive = 1
+    backend: Text = "numpy"
+    envs: Annotated[Mapping[str, str], _read_only(_check_envs)] = field(
+        default_factory=_no_mapping, hash=False
+    )
+    setup: Text | None = None
+    rendezvous: Text | None = None
+    recovery: Annotated[Mapping[str, Any], _read_only(_check_recovery)] | None = field(
+        default=None, hash=False
+    )
+    checkpoint: Annotated[Mapping[str, Any], _read_only(_check_checkpoint)] | None = field(
+        default=None, hash=False
+    )
+    instance_type: Text | None = None
+    shared_dir: Text | None = None
+    launch_id: Text | None = None
+
+    @field_validator("rendezvous")
+    @classmethod
+    def _known_rendezvous(cls, rendezvous: str | None) -> str | None:
+        if rendezvous is not None:
+            rendezvous_spec_fields(rendezvous)
+        return rendezvous
 
 
 def _check_placement(placement: Any) -> Placement:

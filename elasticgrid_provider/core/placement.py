@@ -12,28 +12,36 @@ provider details so the launch layer needs nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import model_serializer, model_validator
+from pydantic_core import ArgsKwargs
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.providers import PROVIDER_FIELDS, Provider, provider_from_dict
-from elasticgrid_provider.core.validation import check_integer, check_mapping
+from elasticgrid_provider.core.validation import JsonModel, Positive, check_mapping, model
 
 
-@dataclass(frozen=True)
-class Assignment:
+@model
+class Assignment(JsonModel):
     """One provider's share of a placement."""
 
     provider: Provider
-    nodes: int
+    nodes: Positive
 
-    def __post_init__(self) -> None:
-        check_integer(f"assignment {self.provider.name!r} nodes", self.nodes, minimum=1)
+    @classmethod
+    def _where(cls, data: Any) -> str:
+        provider = data.get("provider") if isinstance(data, dict) else None
+        return f"assignment {provider.name!r}" if isinstance(provider, Provider) else "assignment"
+
+    @model_validator(mode="after")
+    def _within_capacity(self) -> Assignment:
         if self.nodes > self.provider.max_nodes:
             raise ElasticGridError(
                 f"assignment {self.provider.name!r} nodes {self.nodes} exceeds its "
                 f"max_nodes {self.provider.max_nodes}"
             )
+        return self
 
     @property
     def cost_per_hour(self) -> float:
@@ -41,11 +49,34 @@ class Assignment:
         return self.nodes * self.provider.cost_per_node_hour
 
 
-@dataclass(frozen=True)
-class Placement:
+@model
+class Placement(JsonModel):
     """Per-provider shares in failover order; totals and costs are derived."""
 
+    WHERE = "placement"
+
     assignments: tuple[Assignment, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_json(cls, data: Any) -> Any:
+        """Rebuild the shares of :meth:`to_dict` output (for example an XCom)."""
+        if not isinstance(data, dict):
+            return data if isinstance(data, ArgsKwargs) else check_mapping("placement", data)
+        entries = data.get("assignments")
+        if not isinstance(entries, list):
+            raise ElasticGridError(f"placement assignments must be a list, got {entries!r}")
+        shares = []
+        for position, entry in enumerate(entries):
+            check_mapping(f"placement assignment {position}", entry)
+            fields = {key: value for key, value in entry.items() if key in PROVIDER_FIELDS}
+            fields.setdefault("name", entry.get("provider"))
+            if "nodes" not in entry:
+                raise ElasticGridError(
+                    f"placement assignment {position} is missing the field 'nodes'"
+                )
+            shares.append(Assignment(provider_from_dict(fields, position), entry["nodes"]))
+        return {"assignments": tuple(shares)}
 
     @property
     def total_nodes(self) -> int:
@@ -77,7 +108,8 @@ class Placement:
         """``{provider name: nodes}``: what two placements are compared by."""
         return {share.provider.name: share.nodes for share in self.assignments}
 
-    def to_dict(self) -> dict[str, Any]:
+    @model_serializer(mode="plain")
+    def _as_json(self) -> dict[str, Any]:
         """Plain JSON for XCom and ``--json``; the inverse of :meth:`from_dict`."""
         return {
             "assignments": [
@@ -89,22 +121,3 @@ class Placement:
             "spot_fraction": round(self.spot_fraction, 6),
             "infra_refs": self.infra_refs,
         }
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Placement:
-        """Rebuild a placement from :meth:`to_dict` output (for example an XCom)."""
-        check_mapping("placement", data)
-        entries = data.get("assignments")
-        if not isinstance(entries, list):
-            raise ElasticGridError(f"placement assignments must be a list, got {entries!r}")
-        shares = []
-        for position, entry in enumerate(entries):
-            check_mapping(f"placement assignment {position}", entry)
-            fields = {key: value for key, value in entry.items() if key in PROVIDER_FIELDS}
-            fields.setdefault("name", entry.get("provider"))
-            if "nodes" not in entry:
-                raise ElasticGridError(
-                    f"placement assignment {position} is missing the field 'nodes'"
-                )
-            shares.append(Assignment(provider_from_dict(fields, position), entry["nodes"]))
-        return cls(tuple(shares))

@@ -48,10 +48,18 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider, check_unique_names
-from elasticgrid_provider.core.validation import check_choice, check_integer, check_number
+from elasticgrid_provider.core.validation import Choice, check_choice, check_integer, check_number
 
-PREFER_CHOICES: tuple[str, ...] = ("cost", "balance")
-"""The placement preferences :class:`GridPlanner` understands."""
+
+class Prefer(Choice):
+    """The placement preferences :class:`GridPlanner` understands (module docstring)."""
+
+    COST = "cost"
+    BALANCE = "balance"
+
+
+PREFER_CHOICES: tuple[str, ...] = tuple(prefer.value for prefer in Prefer)
+"""The placement preferences as plain strings (argument choices)."""
 
 _RELATIVE_TOLERANCE = 1e-12
 """Slack for ``fraction * nodes`` so 0.7 * 10 counts as 7, not 6.999...; far
@@ -106,7 +114,7 @@ class GridPlanner:
         spot_allowance = self.spot_allowance(nodes)
         ordered = _cheapest_first(self.providers)
         share_limit = None
-        if self.prefer == "balance":
+        if self.prefer == Prefer.BALANCE:
             share_limit = _smallest_share_limit(ordered, nodes, spot_allowance)
         return Placement(_fill_cheapest_first(ordered, nodes, spot_allowance, share_limit))
 

@@ -13,52 +13,44 @@ Rules: names are unique and non-empty; ``max_nodes`` is a whole number
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.validation import (
-    check_integer,
+    AnyText,
+    Count,
+    Flag,
+    JsonModel,
+    NonNegative,
+    Text,
     check_mapping,
-    check_number,
-    check_text,
-    reject_unknown_keys,
-)
-
-PROVIDER_FIELDS = frozenset(
-    {"name", "region", "max_nodes", "cost_per_node_hour", "accelerator", "spot", "engine"}
+    model,
 )
 
 
-@dataclass(frozen=True)
-class Provider:
+@model
+class Provider(JsonModel):
     """One pool of nodes with a capacity, a price per node-hour and a spot flag."""
 
-    name: str
-    max_nodes: int
-    cost_per_node_hour: float
-    region: str = ""
-    accelerator: str | None = None
-    spot: bool = True
-    engine: str | None = None
+    name: Text
+    max_nodes: Count
+    cost_per_node_hour: NonNegative
+    region: AnyText = ""
+    accelerator: AnyText | None = None
+    spot: Flag = True
+    engine: Text | None = Field(default=None, validate_default=True)
 
-    def __post_init__(self) -> None:
-        label = f"provider {self.name!r}" if isinstance(self.name, str) else "provider"
-        check_text("provider name", self.name)
-        object.__setattr__(self, "max_nodes", check_integer(f"{label} max_nodes", self.max_nodes))
-        object.__setattr__(
-            self,
-            "cost_per_node_hour",
-            check_number(f"{label} cost_per_node_hour", self.cost_per_node_hour),
-        )
-        check_text(f"{label} region", self.region, allow_empty=True)
-        if self.accelerator is not None:
-            check_text(f"{label} accelerator", self.accelerator, allow_empty=True)
-        if not isinstance(self.spot, bool):
-            raise ElasticGridError(f"{label} spot must be true or false, got {self.spot!r}")
-        if self.engine is None:
-            object.__setattr__(self, "engine", self.name)
-        check_text(f"{label} engine", self.engine)
+    @classmethod
+    def _where(cls, data: Any) -> str:
+        name = data.get("name") if isinstance(data, dict) else None
+        return f"provider {name!r}" if isinstance(name, str) and name.strip() else "provider"
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_defaults_to_name(cls, engine: str | None, info: ValidationInfo) -> str | None:
+        return info.data.get("name") if engine is None else engine
 
     @property
     def infra_ref(self) -> str:
@@ -75,17 +67,8 @@ class Provider:
         """The iroh-tinker ``resources.infra`` entry: ``engine/region`` or ``engine``."""
         return f"{self.engine_name}/{self.region}" if self.region else self.engine_name
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON, the inverse of :func:`provider_from_dict`."""
-        return {
-            "name": self.name,
-            "region": self.region,
-            "max_nodes": self.max_nodes,
-            "cost_per_node_hour": self.cost_per_node_hour,
-            "accelerator": self.accelerator,
-            "spot": self.spot,
-            "engine": self.engine_name,
-        }
+
+PROVIDER_FIELDS = frozenset(field.name for field in Provider.__dataclass_fields__.values())
 
 
 def provider_from_dict(data: Any, position: int | None = None) -> Provider:
@@ -94,20 +77,7 @@ def provider_from_dict(data: Any, position: int | None = None) -> Provider:
     check_mapping(where, data)
     if "name" not in data:
         raise ElasticGridError(f"{where} is missing the field 'name'")
-    label = f"provider {data['name']!r}"
-    reject_unknown_keys(label, data, PROVIDER_FIELDS)
-    for required in ("max_nodes", "cost_per_node_hour"):
-        if required not in data:
-            raise ElasticGridError(f"{label} is missing the field {required!r}")
-    return Provider(
-        name=data["name"],
-        region=data.get("region") or "",
-        max_nodes=data["max_nodes"],
-        cost_per_node_hour=data["cost_per_node_hour"],
-        accelerator=data.get("accelerator"),
-        spot=data.get("spot", True),
-        engine=data.get("engine"),
-    )
+    return Provider.model_validate({**data, "region": data.get("region") or ""})
 
 
 def providers_from_dicts(data: Any) -> tuple[Provider, ...]:

@@ -55,10 +55,21 @@ runs all three.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Annotated, Any
+
+from pydantic import (
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationInfo,
+    computed_field,
+    field_serializer,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
@@ -69,22 +80,28 @@ from elasticgrid_provider.core.scheduler import (
     CooldownClock,
     ElasticScheduler,
     Recommendation,
+    ScaleAction,
     ScaleDecision,
     estimate_load,
 )
 from elasticgrid_provider.core.step_log import LogCursor, cut_report
 from elasticgrid_provider.core.validation import (
+    Count,
+    Finite,
+    JsonModel,
+    NonNegative,
+    Positive,
+    Text,
     check_integer,
     check_mapping,
-    check_number,
-    check_text,
+    model,
 )
 
 SCHEMA_VERSION = 2
 MIGRATABLE_SCHEMA_VERSIONS = (1,)
 """Older layouts :meth:`ScaleState.from_dict` still reads (and upgrades)."""
 DEFAULT_HISTORY_LIMIT = 20
-JOB_ENDED_RULE = "job_ended"
+JOB_ENDED_RULE = "job_ended"  # a history entry's rule, not a decision rule
 """The ``rule`` of the history entry that records the end of the job."""
 # keys of a history entry that annotate the decision and are not decision fields
 RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")
@@ -94,38 +111,39 @@ MEASUREMENT_MIN_SAMPLES = 3
 """A window with fewer samples does not replace a fuller measurement at the same size."""
 
 
-@contextmanager
-def _reading(what: str) -> Iterator[None]:
-    """Turn a missing or malformed field of a stored document into one clear sentence."""
-    try:
-        yield
-    except KeyError as exc:
-        raise ElasticGridError(f"{what} is missing the field {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, ElasticGridError):
-            raise
-        raise ElasticGridError(f"{what} is malformed: {exc}") from None
-
-
 def state_variable_key(job_name: str) -> str:
     """The Airflow Variable that holds ``job_name``'s scale state."""
     return f"elasticgrid_scale_state__{job_name}"
 
 
-@dataclass(frozen=True)
-class DecisionInputs:
+def _none_as_default(data: Any, *names: str) -> Any:
+    """``data`` without the ``names`` stored as null (older documents): they take their defaults."""
+    if isinstance(data, dict) and any(name in data and data[name] is None for name in names):
+        return {key: value for key, value in data.items() if key not in names or value is not None}
+    return data
+
+
+@model
+class DecisionInputs(JsonModel):
     """Everything a decision was computed from; :meth:`decide` reproduces it exactly."""
+
+    WHERE = "decision inputs"
 
     scheduler: ElasticScheduler
     window: MetricsWindow
-    now: float
-    current_nodes: int
-    cooldown: CooldownClock = field(default_factory=CooldownClock)
-    deadline_at: float | None = None
-    remaining_steps: float | None = None
-    remaining_tokens: float | None = None
+    now: Finite
+    current_nodes: Positive
+    cooldown: CooldownClock = Field(default_factory=CooldownClock)
+    deadline_at: Finite | None = None
+    remaining_steps: NonNegative | None = None
+    remaining_tokens: NonNegative | None = None
     capacity: CapacityMemory = NO_MEASUREMENTS
     recent: tuple[Recommendation, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_nulls(cls, data: Any) -> Any:
+        return _none_as_default(data, "cooldown", "capacity", "recent")
 
     def decide(self) -> ScaleDecision:
         """Run the scheduler on these inputs."""
@@ -139,43 +157,6 @@ class DecisionInputs:
             remaining_tokens=self.remaining_tokens,
             capacity=self.capacity,
             recent=self.recent,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON; the inverse of :meth:`from_dict`."""
-        return {
-            "scheduler": self.scheduler.to_dict(),
-            "window": self.window.to_dict(),
-            "now": self.now,
-            "current_nodes": self.current_nodes,
-            "cooldown": self.cooldown.to_dict(),
-            "deadline_at": self.deadline_at,
-            "remaining_steps": self.remaining_steps,
-            "remaining_tokens": self.remaining_tokens,
-            "capacity": self.capacity.to_dict(),
-            "recent": [entry.to_dict() for entry in self.recent],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any) -> DecisionInputs:
-        """Rebuild recorded inputs (for replay)."""
-        check_mapping("decision inputs", data)
-        with _reading("decision inputs"):
-            return cls._from_checked_dict(data)
-
-    @classmethod
-    def _from_checked_dict(cls, data: dict[str, Any]) -> DecisionInputs:
-        return cls(
-            scheduler=ElasticScheduler.from_dict(data["scheduler"]),
-            window=MetricsWindow.from_dict(data["window"]),
-            now=data["now"],
-            current_nodes=data["current_nodes"],
-            cooldown=CooldownClock.from_dict(data.get("cooldown") or {}),
-            deadline_at=data.get("deadline_at"),
-            remaining_steps=data.get("remaining_steps"),
-            remaining_tokens=data.get("remaining_tokens"),
-            capacity=CapacityMemory.from_dict(data.get("capacity")),
-            recent=_recommendations(data.get("recent")),
         )
 
 
@@ -192,64 +173,119 @@ def recorded_by_older_policy(entry: Any) -> bool:
     return isinstance(inputs, dict) and any(name not in inputs for name in POLICY_V2_INPUT_FIELDS)
 
 
-def _recommendations(data: Any) -> tuple[Recommendation, ...]:
-    if data is None:
-        return ()
-    if not isinstance(data, list):
-        raise ElasticGridError(f"recent recommendations must be a list, got {data!r}")
-    return tuple(Recommendation.from_dict(entry) for entry in data)
+@model
+class DecisionRecord(JsonModel):
+    """A decision, its inputs, and what surrounded it (job, deadline source, placements).
 
+    Its JSON is the decision's fields with ``context`` (``readable`` added)
+    and ``inputs`` beside them: the sensor's XCom and one history entry.
+    """
 
-@dataclass(frozen=True)
-class DecisionRecord:
-    """A decision, its inputs, and what surrounded it (job, deadline source, placements)."""
+    OWNER = "decision record"  # its fields' errors name their own path: decision.rule, inputs.now
 
     decision: ScaleDecision
     inputs: DecisionInputs
-    context: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = Field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON: the sensor's XCom and one history entry (``context.readable`` added)."""
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "decision" in data:
+            return data
+        decision = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
+        return {
+            "decision": decision,
+            "inputs": data.get("inputs"),
+            "context": data.get("context") or {},
+        }
+
+    @model_serializer(mode="plain")
+    def _flat(self) -> dict[str, Any]:
         decision = self.decision.to_dict()
         context = {**self.context, "readable": readable_fields(decision)}
         return {**decision, "context": context, "inputs": self.inputs.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: Any) -> DecisionRecord:
-        """Inverse of :meth:`to_dict`."""
-        check_mapping("decision record", data)
-        with _reading("decision record"):
-            return cls._from_checked_dict(data)
-
-    @classmethod
-    def _from_checked_dict(cls, data: dict[str, Any]) -> DecisionRecord:
-        decision_fields = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
-        return cls(
-            decision=ScaleDecision.from_dict(decision_fields),
-            inputs=DecisionInputs.from_dict(data.get("inputs")),
-            context=dict(data.get("context") or {}),
-        )
 
     def replay(self) -> ScaleDecision:
         """Recompute the decision from its recorded inputs."""
         return self.inputs.decide()
 
 
-@dataclass(frozen=True)
-class ScaleState:
+def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
+    """The stored decision history: a list of decision objects (kept as they are, not copied)."""
+    if not isinstance(value, (list, tuple)):
+        raise ElasticGridError(
+            f"scale state history must be a list of decisions, got {cut_report(repr(value), 80)}"
+        )
+    for position, entry in enumerate(value):
+        check_mapping(f"scale state history entry {position}", entry)
+    return tuple(value)
+
+
+@model
+class ScaleState(JsonModel):
     """One job's window, cursors, cooldown clock and decision history (see module docstring)."""
 
-    job_name: str
-    window: MetricsWindow = field(default_factory=MetricsWindow)
+    WHERE = "scale state"
+
+    job_name: Text
+    window: MetricsWindow = Field(default_factory=MetricsWindow)
     cursors: tuple[tuple[str, int | LogCursor], ...] = ()
-    cooldown: CooldownClock = field(default_factory=CooldownClock)
-    current_nodes: int | None = None
-    history: tuple[dict[str, Any], ...] = ()
-    skipped_lines: int = 0
-    revision: int = 0
-    updated_at: float | None = None
+    cooldown: CooldownClock = Field(default_factory=CooldownClock)
+    current_nodes: Positive | None = None
+    history: Annotated[
+        tuple[dict[str, Any], ...],
+        PlainValidator(_stored_history, json_schema_input_type=list[dict[str, Any]]),
+        PlainSerializer(list, return_type=list[dict[str, Any]]),
+    ] = ()
+    skipped_lines: Count = 0
+    revision: Count = 0
+    updated_at: Finite | None = None
     capacity: CapacityMemory = NO_MEASUREMENTS
     recent: tuple[Recommendation, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrated(cls, data: Any) -> Any:
+        """Check the stored layout's version; a version 1 document gains the defaults."""
+        if not isinstance(data, dict) or "schema_version" not in data:
+            return data
+        version = data["schema_version"]
+        if version != SCHEMA_VERSION and version not in MIGRATABLE_SCHEMA_VERSIONS:
+            raise ElasticGridError(
+                f"scale state schema_version must be {SCHEMA_VERSION} (or 1, which is migrated), "
+                f"got {version!r}; delete the job's Variable "
+                f"{state_variable_key(str(data.get('job_name', '<job>')))} to start afresh"
+            )
+        fields = {key: value for key, value in data.items() if key != "schema_version"}
+        return _none_as_default(fields, "cooldown", "capacity", "recent")
+
+    @field_validator("cursors", mode="before")
+    @classmethod
+    def _stored_cursors(cls, value: Any, info: ValidationInfo) -> Any:
+        """Stored as ``{source: cursor}``, a cursor a bare number (a next step, an older
+        byte offset) or a LogCursor object; built in code, as ``(source, cursor)`` pairs."""
+        if not isinstance(value, dict):
+            if info.context is None:
+                return value
+            check_mapping("scale state cursors", value)
+        return tuple(
+            sorted(
+                (str(source), _stored_cursor(f"scale state cursor {source!r}", cursor))
+                for source, cursor in value.items()
+            )
+        )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def schema_version(self) -> int:
+        """The layout of this document (module docstring)."""
+        return SCHEMA_VERSION
+
+    @field_serializer("cursors")
+    def _cursors_by_source(
+        self, cursors: tuple[tuple[str, int | LogCursor], ...]
+    ) -> dict[str, int | LogCursor]:
+        return dict(cursors)
 
     def cursor(self, source: str) -> int:
         """The position already consumed in ``source`` (0 when never read)."""
@@ -400,26 +436,6 @@ class ScaleState:
             updated_at=now,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON: the Variable's value."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "job_name": self.job_name,
-            "revision": self.revision,
-            "updated_at": self.updated_at,
-            "current_nodes": self.current_nodes,
-            "window": self.window.to_dict(),
-            "cursors": {
-                source: value.to_dict() if isinstance(value, LogCursor) else value
-                for source, value in self.cursors
-            },
-            "cooldown": self.cooldown.to_dict(),
-            "skipped_lines": self.skipped_lines,
-            "history": list(self.history),
-            "capacity": self.capacity.to_dict(),
-            "recent": [entry.to_dict() for entry in self.recent],
-        }
-
     @classmethod
     def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
         """Rebuild a state from a Variable's JSON; migrates version 1, refuses unknown versions.
@@ -427,17 +443,9 @@ class ScaleState:
         With ``job_name``, a state that belongs to another job is refused too.
         """
         check_mapping("scale state", data)
-        version = data.get("schema_version")
-        if version in MIGRATABLE_SCHEMA_VERSIONS:
-            data = {**data, "schema_version": SCHEMA_VERSION}
-        elif version != SCHEMA_VERSION:
-            raise ElasticGridError(
-                f"scale state schema_version must be {SCHEMA_VERSION} (or 1, which is migrated), "
-                f"got {version!r}; delete the job's Variable "
-                f"{state_variable_key(str(data.get('job_name', '<job>')))} to start afresh"
-            )
-        with _reading("scale state"):
-            state = cls._from_checked_dict(data)
+        if "schema_version" not in data:
+            data = {**data, "schema_version": None}  # refused: a state always names its layout
+        state = cls.model_validate(data)
         if job_name is not None and state.job_name != job_name:
             raise ElasticGridError(
                 f"scale state job_name must be {job_name!r} (the job checked), "
@@ -445,52 +453,12 @@ class ScaleState:
             )
         return state
 
-    @classmethod
-    def _from_checked_dict(cls, data: dict[str, Any]) -> ScaleState:
-        current_nodes = data.get("current_nodes")
-        updated_at = data.get("updated_at")
-        return cls(
-            job_name=check_text("scale state job_name", data["job_name"]),
-            window=MetricsWindow.from_dict(data["window"]),
-            cursors=tuple(
-                sorted(
-                    (str(source), _stored_cursor(f"scale state cursor {source!r}", value))
-                    for source, value in check_mapping(
-                        "scale state cursors", data.get("cursors", {})
-                    ).items()
-                )
-            ),
-            cooldown=CooldownClock.from_dict(data.get("cooldown") or {}),
-            current_nodes=None
-            if current_nodes is None
-            else check_integer("scale state current_nodes", current_nodes, minimum=1),
-            history=_stored_history(data.get("history", [])),
-            skipped_lines=check_integer("scale state skipped_lines", data.get("skipped_lines", 0)),
-            revision=check_integer("scale state revision", data.get("revision", 0)),
-            updated_at=None
-            if updated_at is None
-            else check_number("scale state updated_at", updated_at),
-            capacity=CapacityMemory.from_dict(data.get("capacity")),
-            recent=_recommendations(data.get("recent")),
-        )
-
 
 def _stored_cursor(where: str, value: Any) -> int | LogCursor:
     """A stored cursor: a bare number (a next step, or an older state's byte offset) or a LogCursor."""
     if isinstance(value, dict):
         return LogCursor.from_value(where, value)
     return check_integer(where, value)
-
-
-def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
-    """The stored decision history: a list of decision objects."""
-    if not isinstance(value, list):
-        raise ElasticGridError(
-            f"scale state history must be a list of decisions, got {cut_report(repr(value), 80)}"
-        )
-    for position, entry in enumerate(value):
-        check_mapping(f"scale state history entry {position}", entry)
-    return tuple(value)
 
 
 def readable_fields(decision: dict[str, Any]) -> dict[str, Any]:
@@ -518,7 +486,7 @@ def hold_run(entry: dict[str, Any]) -> dict[str, Any]:
 
 def _hold_key(entry: dict[str, Any]) -> tuple[Any, ...] | None:
     """What makes two holds "the same hold"; None for a scale change."""
-    if entry.get("action") != "hold":
+    if entry.get("action") != ScaleAction.HOLD:
         return None
     held = tuple(sorted(str(hold.get("rule")) for hold in entry.get("held_by") or ()))
     return (entry.get("rule"), held)

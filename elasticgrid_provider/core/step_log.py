@@ -44,7 +44,13 @@ from typing import IO, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.validation import check_integer, check_mapping, reject_unknown_keys
+from elasticgrid_provider.core.validation import (
+    AnyText,
+    Count,
+    JsonModel,
+    check_integer,
+    model,
+)
 
 REPORT_LIMIT = 200
 """Reports of a bad line are cut to about this many characters."""
@@ -54,7 +60,6 @@ ROTATED_SUFFIXES = (".1",)
 """Where a rotated step log is looked for: ``steps.jsonl.1`` (logrotate's and Python's name)."""
 _FIRST_BLOCK = 16 * 1024
 _LARGEST_BLOCK = 4 * 1024 * 1024
-_CURSOR_FIELDS = frozenset({"offset", "inode", "head", "last_step"})
 
 
 def cut_report(text: str, limit: int = REPORT_LIMIT) -> str:
@@ -64,8 +69,8 @@ def cut_report(text: str, limit: int = REPORT_LIMIT) -> str:
     return f"{text[:limit]}... ({len(text)} characters in all)"
 
 
-@dataclass(frozen=True)
-class LogCursor:
+@model
+class LogCursor(JsonModel):
     """Where the previous read stopped in one step log, and which file that was.
 
     ``offset``: bytes consumed; ``inode`` and ``head`` (a fingerprint of the
@@ -73,36 +78,19 @@ class LogCursor:
     highest step taken from this log so far.
     """
 
-    offset: int = 0
-    inode: int | None = None
-    head: str | None = None
-    last_step: int | None = None
+    WHERE = "cursor"
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON, as kept in the scale state."""
-        return {
-            "offset": self.offset,
-            "inode": self.inode,
-            "head": self.head,
-            "last_step": self.last_step,
-        }
+    offset: Count = 0
+    inode: Count | None = None
+    head: AnyText | None = None
+    last_step: Count | None = None
 
     @classmethod
     def from_value(cls, where: str, value: Any) -> LogCursor:
         """A cursor from its stored form: an object, or a bare byte offset (older states)."""
         if not isinstance(value, dict):
             return cls(offset=check_integer(where, value))
-        check_mapping(where, value)
-        reject_unknown_keys(where, value, _CURSOR_FIELDS)
-        inode, head, last_step = value.get("inode"), value.get("head"), value.get("last_step")
-        if head is not None and not isinstance(head, str):
-            raise ElasticGridError(f"{where} head must be a string, got {head!r}")
-        return cls(
-            offset=check_integer(f"{where} offset", value.get("offset", 0)),
-            inode=None if inode is None else check_integer(f"{where} inode", inode),
-            head=head,
-            last_step=None if last_step is None else check_integer(f"{where} last_step", last_step),
-        )
+        return cls.model_validate(value, where=where)
 
 
 @dataclass(frozen=True)

@@ -2,28 +2,133 @@
 
 Rules: booleans are not numbers; NaN and infinity are never accepted; a
 field declared as an integer must hold a whole number (``3.0`` is accepted
-as 3, ``3.5`` is not). Every failure is an :class:`ElasticGridError` naming
-the field and the value, so callers never need their own wording.
+as 3, ``3.5`` and ``"2"`` are not). Every failure is an
+:class:`ElasticGridError` naming the field and the value, so callers never
+need their own wording.
+
+The same rules serve two kinds of caller:
+
+* the ``check_*`` functions, for a single value with a field name;
+* the reusable ``Annotated`` types (:data:`Finite`, :data:`NonNegative`,
+  :data:`Count`, :data:`Text`, ..., and :func:`finite` / :func:`whole` for
+  other bounds), for the fields of the pydantic models declared with
+  :func:`model`. A model refuses unknown fields (``extra="forbid"``) and
+  is frozen; :func:`model_error` turns pydantic's ``ValidationError`` into
+  the one-sentence error, naming the field by its dotted path
+  (``window samples.0.queue_s must be a finite number, got nan``).
+
+The models are pydantic *dataclasses*, so they keep positional
+construction, ``dataclasses.replace`` and ``dataclasses.fields``, which
+code outside ``core/`` uses; :class:`JsonModel` gives them pydantic's
+``model_dump`` / ``model_validate`` / ``model_json_schema`` and keeps
+``to_dict`` / ``from_dict`` as thin aliases.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+import sys
+from collections.abc import Callable
+from enum import Enum
+from functools import wraps
+from typing import Annotated, Any, ClassVar, TypeVar
+
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic import dataclasses as pydantic_dataclasses
+from pydantic_core import PydanticCustomError, core_schema
+from typing_extensions import Self, dataclass_transform
 
 from elasticgrid_provider.core.errors import ElasticGridError
 
+_LARGEST = sys.float_info.max
+"""Integers beyond a float are refused like infinity."""
 
-def _number(field: str, value: Any) -> float:
+
+def _shown(value: Any) -> str:
+    return repr(value)  # callers that log cut long reports (step_log.cut_report)
+
+
+def _refuse(phrase: str) -> PydanticCustomError:
+    """A refusal without the field's name: ``must be ..., got X`` (the caller names the field)."""
+    return PydanticCustomError("elasticgrid", "{phrase}", {"phrase": phrase})
+
+
+def _phrase(error: PydanticCustomError) -> str:
+    return str((error.context or {}).get("phrase", error.message()))
+
+
+def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ElasticGridError(f"{field} must be a number, got {value!r}")
+        raise _refuse(f"must be a number, got {_shown(value)}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond any float
-        raise ElasticGridError(f"{field} must be a finite number, got {value!r}") from None
+        raise _refuse(f"must be a finite number, got {_shown(value)}") from None
     if not math.isfinite(number):
-        raise ElasticGridError(f"{field} must be a finite number, got {value!r}")
+        raise _refuse(f"must be a finite number, got {_shown(value)}")
     return number
+
+
+def _bounded_number(
+    value: Any,
+    minimum: float | None,
+    maximum: float | None,
+    exclusive_minimum: bool,
+    exclusive_maximum: bool,
+) -> float:
+    number = _number(value)
+    if minimum is not None:
+        if exclusive_minimum and not number > minimum:
+            raise _refuse(f"must be greater than {minimum:g}, got {value!r}")
+        if not exclusive_minimum and not number >= minimum:
+            raise _refuse(f"must be at least {minimum:g}, got {value!r}")
+    if maximum is not None:
+        if exclusive_maximum and not number < maximum:
+            raise _refuse(f"must be less than {maximum:g}, got {value!r}")
+        if not exclusive_maximum and not number <= maximum:
+            raise _refuse(f"must be at most {maximum:g}, got {value!r}")
+    return number
+
+
+def _whole_number(value: Any, minimum: int | None, maximum: int | None) -> int:
+    number = _number(value)
+    if not number.is_integer():
+        raise _refuse(f"must be a whole number, got {value!r}")
+    whole = int(number)
+    if minimum is not None and whole < minimum:
+        raise _refuse(f"must be at least {minimum}, got {value!r}")
+    if maximum is not None and whole > maximum:
+        raise _refuse(f"must be at most {maximum}, got {value!r}")
+    return whole
+
+
+def _text(value: Any, allow_empty: bool) -> str:
+    if not isinstance(value, str):
+        raise _refuse(f"must be a string, got {_shown(value)}")
+    if not allow_empty and not value.strip():
+        raise _refuse(f"must not be empty, got {value!r}")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _refuse(f"must be true or false, got {_shown(value)}")
+    return value
+
+
+def _named(field: str, check: Callable[[], Any]) -> Any:
+    try:
+        return check()
+    except PydanticCustomError as error:
+        raise ElasticGridError(f"{field} {_phrase(error)}") from None
 
 
 def check_number(
@@ -40,42 +145,24 @@ def check_number(
     The default ``minimum=0`` makes "non-negative" the norm; pass ``None``
     for no lower bound.
     """
-    number = _number(field, value)
-    if minimum is not None:
-        if exclusive_minimum and not number > minimum:
-            raise ElasticGridError(f"{field} must be greater than {minimum:g}, got {value!r}")
-        if not exclusive_minimum and not number >= minimum:
-            raise ElasticGridError(f"{field} must be at least {minimum:g}, got {value!r}")
-    if maximum is not None:
-        if exclusive_maximum and not number < maximum:
-            raise ElasticGridError(f"{field} must be less than {maximum:g}, got {value!r}")
-        if not exclusive_maximum and not number <= maximum:
-            raise ElasticGridError(f"{field} must be at most {maximum:g}, got {value!r}")
-    return number
+    return float(
+        _named(
+            field,
+            lambda: _bounded_number(value, minimum, maximum, exclusive_minimum, exclusive_maximum),
+        )
+    )
 
 
 def check_integer(
     field: str, value: Any, *, minimum: int | None = 0, maximum: int | None = None
 ) -> int:
     """Return ``value`` as an int within the bounds, or raise naming ``field``."""
-    number = _number(field, value)
-    if not number.is_integer():
-        raise ElasticGridError(f"{field} must be a whole number, got {value!r}")
-    whole = int(number)
-    if minimum is not None and whole < minimum:
-        raise ElasticGridError(f"{field} must be at least {minimum}, got {value!r}")
-    if maximum is not None and whole > maximum:
-        raise ElasticGridError(f"{field} must be at most {maximum}, got {value!r}")
-    return whole
+    return int(_named(field, lambda: _whole_number(value, minimum, maximum)))
 
 
 def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
     """Return ``value`` as a string, or raise naming ``field`` (empty refused by default)."""
-    if not isinstance(value, str):
-        raise ElasticGridError(f"{field} must be a string, got {value!r}")
-    if not allow_empty and not value.strip():
-        raise ElasticGridError(f"{field} must not be empty, got {value!r}")
-    return value
+    return str(_named(field, lambda: _text(value, allow_empty)))
 
 
 def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
@@ -112,3 +199,264 @@ def number_from_text(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+# -- reusable field types for the models ------------------------------------------------
+
+
+def finite(
+    minimum: float | None = 0.0,
+    maximum: float | None = None,
+    *,
+    exclusive_minimum: bool = False,
+    exclusive_maximum: bool = False,
+) -> BeforeValidator:
+    """Metadata for ``Annotated[float, finite(...)]``: a finite, non-bool number in bounds."""
+    low = -math.inf if minimum is None else minimum
+    high = math.inf if maximum is None else maximum
+
+    def check(value: Any) -> float:
+        kind = type(value)
+        if kind is float or kind is int:  # the common case, without building a message
+            number = float(value) if -_LARGEST < value < _LARGEST else math.nan
+            if (low < number if exclusive_minimum else low <= number) and (
+                number < high if exclusive_maximum else number <= high
+            ):
+                return number
+        return _bounded_number(value, minimum, maximum, exclusive_minimum, exclusive_maximum)
+
+    return BeforeValidator(check)
+
+
+def whole(minimum: int | None = 0, maximum: int | None = None) -> BeforeValidator:
+    """Metadata for ``Annotated[int, whole(...)]``: a whole number (3.0 is 3; "3" is refused)."""
+    low = -math.inf if minimum is None else minimum
+    high = math.inf if maximum is None else maximum
+
+    def check(value: Any) -> int:
+        if type(value) is int and low <= value <= high and -_LARGEST < value < _LARGEST:
+            return value
+        return _whole_number(value, minimum, maximum)
+
+    return BeforeValidator(check)
+
+
+class Choice(str, Enum):
+    """A fixed set of words; members equal, print and dump as their plain strings."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__  # type: ignore[assignment]
+
+
+ChoiceT = TypeVar("ChoiceT", bound=Choice)
+
+
+class OneOf:
+    """Metadata for ``Annotated[str, OneOf(words)]``: one of a fixed set of words.
+
+    The JSON Schema lists the words (``enum``); a member of a :class:`Choice`
+    is accepted as its word.
+    """
+
+    def __init__(self, words: tuple[str, ...], members: tuple[Any, ...] | None = None) -> None:
+        self.words = words
+        self.members = members or words
+
+    def pick(self, value: Any) -> Any:
+        """The member whose word ``value`` is, or a refusal listing the words."""
+        for word, member in zip(self.words, self.members, strict=True):
+            if value == word:
+                return member
+        allowed = ", ".join(repr(word) for word in self.words)
+        raise _refuse(f"must be one of {allowed}, got {_shown(value)}")
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self.pick, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        return {**handler(schema), "enum": list(self.words)}
+
+
+def choice(kind: type[ChoiceT], *allowed: ChoiceT) -> OneOf:
+    """Metadata for ``Annotated[kind, choice(kind, ...)]``: one of ``allowed`` (default: all)."""
+    members = allowed or tuple(kind)
+    return OneOf(tuple(member.value for member in members), members)
+
+
+def one_of(words: tuple[str, ...]) -> OneOf:
+    """Metadata for ``Annotated[str, one_of(words)]``: one of a fixed tuple of words."""
+    return OneOf(words)
+
+
+Finite = Annotated[float, finite(None)]
+"""Any finite number (a time, a trend)."""
+NonNegative = Annotated[float, finite()]
+"""A finite number >= 0."""
+Count = Annotated[int, whole()]
+"""A whole number >= 0."""
+Positive = Annotated[int, whole(1)]
+"""A whole number >= 1 (a node count, a window size)."""
+Text = Annotated[str, BeforeValidator(lambda value: _text(value, False))]
+"""A non-empty string."""
+AnyText = Annotated[str, BeforeValidator(lambda value: _text(value, True))]
+"""A string, possibly empty."""
+Flag = Annotated[bool, BeforeValidator(_flag)]
+"""True or false, never 1 or "yes"."""
+
+MODEL_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=False)
+"""Every model: unknown fields refused, no NaN or infinity."""
+
+
+# -- the one adapter from pydantic's errors to ours ---------------------------------------
+
+_OBJECT_ERRORS = frozenset({"dict_type", "model_type", "dataclass_type", "model_attributes_type"})
+_LIST_ERRORS = frozenset({"list_type", "tuple_type"})
+_UNKNOWN_FIELD_ERRORS = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
+_MISSING_ERRORS = frozenset({"missing", "missing_argument", "missing_keyword_only_argument"})
+
+
+def model_error(
+    error: ValidationError,
+    where: str,
+    owner: str | None = None,
+    positional: tuple[str, ...] = (),
+) -> ElasticGridError:
+    """One sentence for the first problem in ``error``: ``where``, the dotted field path, the value.
+
+    ``owner`` names the model in "is missing" / "has an unknown field"
+    sentences when ``where`` is empty; ``positional`` names the fields given
+    by position to a constructor. A validator that raised an :class:`ElasticGridError` already wrote the
+    whole sentence; it is kept as it is.
+    """
+    problem = error.errors(include_url=False)[0]
+    kind, value = problem["type"], problem.get("input")
+    cause = (problem.get("ctx") or {}).get("error")
+    if isinstance(cause, ElasticGridError):
+        return ElasticGridError(str(cause))
+    loc = list(problem["loc"])
+    if loc and isinstance(loc[0], int) and loc[0] < len(positional):
+        loc[0] = positional[loc[0]]
+    path = [str(part) for part in loc]
+    if kind in _UNKNOWN_FIELD_ERRORS | _MISSING_ERRORS:
+        named = " ".join(part for part in (where, ".".join(path[:-1])) if part)
+        owner = named or owner or "input"
+        verb = "has an unknown field" if kind in _UNKNOWN_FIELD_ERRORS else "is missing the field"
+        return ElasticGridError(f"{owner} {verb} {path[-1] if path else '?'!r}")
+    if kind == "elasticgrid":
+        phrase = str(problem["msg"])
+    elif kind in _OBJECT_ERRORS:
+        phrase = f"must be a JSON object, got {_shown(value)}"
+    elif kind in _LIST_ERRORS:
+        phrase = f"must be a list, got {_shown(value)}"
+    else:
+        message = str(problem["msg"]).replace("Input should be", "must be")
+        phrase = f"{message[:1].lower()}{message[1:]}, got {_shown(value)}"
+    field = " ".join(part for part in (where, ".".join(path)) if part) or owner or "input"
+    return ElasticGridError(f"{field} {phrase}")
+
+
+ModelT = TypeVar("ModelT")
+FROM_JSON: dict[str, Any] = {"from_json": True}
+"""The validation context of :meth:`JsonModel.model_validate`: JSON objects may stand for
+models (built in code, a model's field takes model instances only where it says so)."""
+
+
+class JsonModel:
+    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases.
+
+    ``WHERE`` names the model in errors (``"window"``, ``"scale state"``);
+    :meth:`_where` may name one instance better (``provider 'aws'``).
+    """
+
+    WHERE: ClassVar[str] = ""
+    OWNER: ClassVar[str | None] = None
+
+    @classmethod
+    def _where(cls, data: Any) -> str:
+        return cls.WHERE
+
+    @classmethod
+    def type_adapter(cls) -> TypeAdapter[Any]:
+        """The cached pydantic adapter of this class."""
+        adapter = cls.__dict__.get("_adapter")
+        if adapter is None:
+            adapter = TypeAdapter(cls)
+            cls._adapter = adapter  # type: ignore[attr-defined]
+        return adapter
+
+    def model_dump(self) -> dict[str, Any]:
+        """Plain JSON of this model (enums as their strings, tuples as lists)."""
+        dumped: dict[str, Any] = self.type_adapter().dump_python(self, mode="json")
+        return dumped
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON; an alias of :meth:`model_dump`, the inverse of :meth:`from_dict`."""
+        return self.model_dump()
+
+    @classmethod
+    def model_validate(cls, data: Any, *, where: str | None = None) -> Self:
+        """Build from plain JSON, or raise one sentence naming the field and the value."""
+        try:
+            built: Self = cls.type_adapter().validate_python(data, context=FROM_JSON)
+        except ValidationError as error:
+            raise model_error(
+                error, cls._where(data) if where is None else where, cls.OWNER
+            ) from None
+        return built
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        """Alias of :meth:`model_validate`."""
+        return cls.model_validate(data)
+
+    @classmethod
+    def model_json_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of :meth:`model_dump`'s output (derived fields included)."""
+        schema: dict[str, Any] = cls.type_adapter().json_schema(mode="serialization")
+        return schema
+
+
+def trusted(cls: type[ModelT], **values: Any) -> ModelT:
+    """A :func:`model` instance from values that are valid by construction, without checks.
+
+    Only for values derived from models already checked (signals of checked
+    samples, say), where the policy benchmark measured the checks' cost;
+    missing fields take their defaults.
+    """
+    instance = object.__new__(cls)
+    for name, field in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
+        if name in values:
+            continue
+        if field.default_factory is not dataclasses.MISSING:
+            values[name] = field.default_factory()
+        else:
+            values[name] = field.default
+    instance.__dict__.update(values)
+    return instance
+
+
+@dataclass_transform(frozen_default=True)
+def model(cls: type[ModelT]) -> type[ModelT]:
+    """Make ``cls`` a frozen pydantic dataclass with :data:`MODEL_CONFIG`.
+
+    Construction errors become :func:`model_error` sentences, so a direct
+    ``Provider(...)`` fails like loading one from JSON.
+    """
+    built: Any = pydantic_dataclasses.dataclass(frozen=True, config=MODEL_CONFIG)(cls)
+    validated_init = built.__init__
+
+    @wraps(validated_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            validated_init(self, *args, **kwargs)
+        except ValidationError as error:
+            names = tuple(field.name for field in dataclasses.fields(built))[: len(args)]
+            where = built._where({**dict(zip(names, args, strict=False)), **kwargs})
+            raise model_error(error, where, built.OWNER, names) from None
+
+    built.__init__ = __init__
+    return built

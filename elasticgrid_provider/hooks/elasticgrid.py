@@ -79,12 +79,12 @@ from elasticgrid_provider.core.launch_spec import (
     check_job_name,
 )
 from elasticgrid_provider.core.placement import Placement
-from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
-from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
+from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
+from elasticgrid_provider.core.settings import GridSettings, grid_settings
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.core.step_log import cut_report
-from elasticgrid_provider.core.validation import check_choice, check_number, number_from_text
+from elasticgrid_provider.core.validation import Choice, check_number
 from elasticgrid_provider.hooks.launcher import (
     is_launcher,
     launch_processes,
@@ -114,16 +114,6 @@ class JobLaunchError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class GridSettings:
-    """What the connection configures: the grid and the planner defaults."""
-
-    providers: tuple[Provider, ...]
-    max_spot_fraction: float
-    prefer: str
-    source: str
-
-
-@dataclass(frozen=True)
 class PreparedLaunch:
     """A launch rendered and validated, not yet started: its id, options and parts."""
 
@@ -136,11 +126,19 @@ class PreparedLaunch:
     fingerprints: dict[str, str]
 
 
+class LaunchAction(Choice):
+    """What a launch did: started the job, attached to the running one, or resized it."""
+
+    LAUNCHED = "launched"
+    ATTACHED = "attached"
+    RESIZED = "resized"
+
+
 @dataclass(frozen=True)
 class LaunchOutcome:
     """What :meth:`ElasticGridHook.launch` did (launched, attached or resized) and the job."""
 
-    action: str
+    action: LaunchAction
     snapshot: JobSnapshot
     previous_nodes: int | None = None
 
@@ -249,40 +247,7 @@ class ElasticGridHook(BaseHook):
                     "planner settings.",
                     conn,
                 )
-            extra = {}
-        grid_source: Any = self._inline_providers
-        if grid_source is not None:
-            source = field = "the task's providers argument"
-        elif extra.get("providers") not in (None, "", []):
-            grid_source = extra["providers"]
-            source, field = f"connection {conn!r}", f"connection {conn!r} field providers"
-        else:
-            source = field = "the built-in default grid"
-        if isinstance(grid_source, str):  # a form field or a rendered template
-            try:
-                grid_source = json.loads(grid_source)
-            except json.JSONDecodeError as exc:
-                raise ElasticGridError(f"{field} is not valid JSON: {exc.msg}") from None
-        try:
-            providers = (
-                DEFAULT_PROVIDERS if grid_source is None else providers_from_dicts(grid_source)
-            )
-        except ElasticGridError as exc:  # say where the bad grid came from
-            raise ElasticGridError(f"{field}: {exc}") from None
-        fraction = extra.get("max_spot_fraction")
-        prefer = extra.get("prefer") or "cost"
-        return GridSettings(
-            providers=providers,
-            max_spot_fraction=1.0
-            if fraction in (None, "")
-            else check_number(
-                f"connection {conn!r} field max_spot_fraction",
-                number_from_text(fraction),
-                maximum=1.0,
-            ),
-            prefer=check_choice(f"connection {conn!r} field prefer", prefer, PREFER_CHOICES),
-            source=source,
-        )
+        return grid_settings(extra, conn, self._inline_providers)
 
     def get_planner(
         self, max_spot_fraction: float | None = None, prefer: str | None = None
@@ -414,15 +379,15 @@ class ElasticGridHook(BaseHook):
                 )
             current = self.job_snapshot(job_name)
             previous_nodes = None
-            action = "launched"
+            action = LaunchAction.LAUNCHED
             if current is not None:
                 refusal = self._attach_refusal(current, launch)
                 if refusal is None:
-                    return LaunchOutcome("attached", current, current.nodes)
+                    return LaunchOutcome(LaunchAction.ATTACHED, current, current.nodes)
                 self.log.info("Not attaching to job %s: %s; relaunching it.", job_name, refusal)
                 if any(part.status == "running" for part in current.parts):
                     previous_nodes = current.nodes
-                    action = "resized"
+                    action = LaunchAction.RESIZED
                 self._stop_launch(current.manifest)
             manifest = self._start_launch(launch)
             snapshot = self._confirm_launch(manifest, startup_grace_s)

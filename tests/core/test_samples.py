@@ -280,10 +280,10 @@ def test_window_json_round_trip_is_lossless() -> None:
         ({"size": 0, "samples": []}, "window size must be at least 1, got 0"),
         (
             {"samples": [{"step": 1, "duration_s": 1.0}, {"step": 2, "duration_s": math.nan}]},
-            "window sample 1 duration_s must be a finite number, got nan",
+            "window samples.1.duration_s must be a finite number, got nan",
         ),
-        ({"samples": [{"step": 1}]}, "window sample 0 is missing the field 'duration_s'"),
-        ({"samples": [7]}, "window sample 0 must be a JSON object, got 7"),
+        ({"samples": [{"step": 1}]}, "window samples.0 is missing the field 'duration_s'"),
+        ({"samples": [7]}, "window samples.0 must be a JSON object, got 7"),
     ],
 )
 def test_window_from_dict_names_the_entry_and_field(data: object, message: str) -> None:

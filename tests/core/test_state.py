@@ -61,7 +61,7 @@ def test_a_bare_byte_offset_from_an_older_state_is_a_cursor_without_identity() -
         ({"cursors": []}, "scale state cursors must be a JSON object, got []"),
         ({"cursors": {"p": "x"}}, "scale state cursor 'p' must be a number, got 'x'"),
         ({"cursors": {"p": {"offset": 1, "head": 3}}}, "scale state cursor 'p' head must be"),
-        ({"window": "w"}, "window must be a JSON object, got 'w'"),
+        ({"window": "w"}, "scale state window must be a JSON object, got 'w'"),
     ],
 )
 def test_a_malformed_state_is_refused_in_one_sentence(fields: dict, message: str) -> None:

@@ -1,0 +1,295 @@
+"""The pydantic model layer: strict fields, the one error adapter, versions, enums, schemas."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import jsonschema
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.job import (
+    MANIFEST_SCHEMA_VERSION,
+    JobManifest,
+    JobStatus,
+    PartRecord,
+    overall_status,
+)
+from elasticgrid_provider.core.launch_spec import LaunchOptions, RecoveryMode
+from elasticgrid_provider.core.placement import Assignment, Placement
+from elasticgrid_provider.core.planner import Prefer
+from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.samples import MetricsWindow, StepSample, WindowSignals
+from elasticgrid_provider.core.scheduler import (
+    CooldownClock,
+    DecisionRule,
+    ElasticScheduler,
+    HoldRule,
+    Recommendation,
+    ScaleAction,
+    SizeMeasurement,
+)
+from elasticgrid_provider.core.schemas import json_schema
+from elasticgrid_provider.core.settings import grid_settings
+from elasticgrid_provider.core.state import ScaleState
+from elasticgrid_provider.core.step_log import LogCursor
+from elasticgrid_provider.core.validation import Positive, model_error
+
+AWS = Provider("aws", max_nodes=8, cost_per_node_hour=3.0, region="us-east-1")
+
+
+def _manifest_dict(**changes: Any) -> dict[str, Any]:
+    placement = Placement((Assignment(AWS, 2),))
+    part = PartRecord("llm--aws", "aws", "aws/us-east-1", 2, 0, "/jobs/llm/aws.json")
+    manifest = JobManifest(
+        job_name="llm",
+        launch_id="20261202T000000Z-ab12",
+        launched_at="2026-12-02T00:00:00+00:00",
+        placement=placement,
+        world_size=2,
+        procs_per_node=1,
+        rendezvous="dir:/jobs/llm/rendezvous",
+        run="python train.py",
+        parts=(part,),
+    )
+    return {**manifest.to_dict(), **changes}
+
+
+def _message(build: Any) -> str:
+    with pytest.raises(ElasticGridError) as caught:
+        build()
+    return str(caught.value)
+
+
+# -- strict fields ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: StepSample(1, True), "sample duration_s must be a number, got True"),
+        (
+            lambda: Provider("aws", max_nodes=True, cost_per_node_hour=1.0),
+            "provider 'aws' max_nodes must be a number, got True",
+        ),
+        (lambda: ElasticScheduler(cooldown_s=False), "cooldown_s must be a number, got False"),
+        (lambda: Recommendation(True, 2), "recommendation at must be a number, got True"),
+    ],
+)
+def test_a_bool_is_not_a_number(build: Any, message: str) -> None:
+    assert _message(build) == message
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: StepSample.from_dict({"step": "2", "duration_s": 1.0}),
+            "sample step must be a number, got '2'",
+        ),
+        (lambda: MetricsWindow.from_dict({"size": "2"}), "window size must be a number, got '2'"),
+        (
+            lambda: ScaleState("llm", current_nodes="2"),  # type: ignore[arg-type]
+            "scale state current_nodes must be a number, got '2'",
+        ),
+        (
+            lambda: LogCursor.from_value("cursor 'a'", {"offset": "2"}),
+            "cursor 'a' offset must be a number, got '2'",
+        ),
+    ],
+)
+def test_a_numeric_string_is_not_an_int(build: Any, message: str) -> None:
+    assert _message(build) == message
+
+
+def test_whole_floats_still_count_as_ints() -> None:
+    assert StepSample.from_dict({"step": 2.0, "duration_s": 1}).step == 2
+    assert type(StepSample.from_dict({"step": 2.0, "duration_s": 1}).step) is int
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinity_are_refused(bad: float) -> None:
+    signals = WindowSignals().to_dict()
+    assert _message(lambda: WindowSignals.from_dict({**signals, "queue_fraction": bad})) == (
+        f"signals queue_fraction must be a finite number, got {bad!r}"
+    )
+    assert _message(lambda: CooldownClock(last_change_at=bad)).startswith(
+        "cooldown last_change_at must be a finite number"
+    )
+    assert _message(lambda: SizeMeasurement(2, bad, 0.0)).startswith(
+        "measurement steps_per_node_s must be a finite number"
+    )
+
+
+@pytest.mark.parametrize(
+    ("load", "data", "message"),
+    [
+        (StepSample.from_dict, {"step": 1, "duration_s": 1.0, "gpu": 8}, "sample"),
+        (CooldownClock.from_dict, {"since": 1}, "cooldown"),
+        (ElasticScheduler.from_dict, {"deadline_s": 1}, "scheduler"),
+        (LogCursor.from_dict, {"offset": 1, "size": 2}, "cursor"),
+        (
+            lambda data: ScaleState.from_dict({**data, "schema_version": 2}),
+            {"job_name": "a", "x": 1},
+            "scale state",
+        ),
+        (JobManifest.from_dict, _manifest_dict(extra=1), "job manifest"),
+    ],
+)
+def test_an_unknown_field_is_refused(load: Any, data: dict[str, Any], message: str) -> None:
+    unknown = next(
+        key for key in data if key in ("gpu", "since", "deadline_s", "size", "x", "extra")
+    )
+    assert _message(lambda: load(data)) == f"{message} has an unknown field {unknown!r}"
+
+
+def test_models_are_frozen_and_replace_revalidates() -> None:
+    sample = StepSample(1, 2.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sample.step = 3  # type: ignore[misc]
+    with pytest.raises(ElasticGridError, match="sample queue_s must be at least 0, got -1"):
+        dataclasses.replace(sample, queue_s=-1)
+
+
+# -- the one adapter --------------------------------------------------------------------
+
+
+def test_the_adapter_names_the_dotted_field_path_and_the_value() -> None:
+    state = ScaleState("llm", window=MetricsWindow(3, (StepSample(1, 1.0),))).to_dict()
+    state["window"]["samples"][0]["queue_s"] = -2.5
+    message = _message(lambda: ScaleState.from_dict(state))
+    assert message == "scale state window.samples.0.queue_s must be at least 0, got -2.5"
+
+
+def test_the_adapter_turns_pydantic_s_own_errors_into_one_sentence() -> None:
+    with pytest.raises(ValidationError) as caught:
+        TypeAdapter(dict[str, Positive]).validate_python({"a": 0})
+    assert str(model_error(caught.value, "grid")) == "grid a must be at least 1, got 0"
+    with pytest.raises(ValidationError) as caught:
+        TypeAdapter(list[int]).validate_python("abc")
+    error = model_error(caught.value, "sizes")
+    assert isinstance(error, ElasticGridError)
+    assert str(error) == "sizes must be a list, got 'abc'"
+    assert "\n" not in str(error)
+
+
+def test_loading_never_leaks_key_type_or_attribute_errors() -> None:
+    for bad in (None, 3, "x", [], {"job_name": None}, {"job_name": "a", "window": []}):
+        with pytest.raises(ElasticGridError):
+            ScaleState.from_dict(bad if not isinstance(bad, dict) else {**bad, "schema_version": 2})
+    for bad in (None, [], {"placement": 3}, _manifest_dict(parts=[{"name": "x"}])):
+        with pytest.raises(ElasticGridError):
+            JobManifest.from_dict(bad)
+
+
+# -- versions ---------------------------------------------------------------------------
+
+
+def test_a_manifest_without_a_version_loads_as_version_1() -> None:
+    data = _manifest_dict()
+    assert data["schema_version"] == MANIFEST_SCHEMA_VERSION == 1
+    del data["schema_version"]
+    for older in ("state", "down_reason", "fingerprint_salt", "fingerprints"):
+        del data[older]
+    manifest = JobManifest.from_dict(json.loads(json.dumps(data)))
+    assert manifest.state == "running" and manifest.fingerprints == {}
+    assert manifest.to_dict()["schema_version"] == 1
+
+
+def test_a_newer_manifest_is_refused_in_one_sentence() -> None:
+    data = _manifest_dict(schema_version=2, new_field="x")
+    assert _message(lambda: JobManifest.from_dict(data)) == (
+        "job manifest schema_version 2 is newer than this worker reads (1); "
+        "upgrade elasticgrid-provider on this worker"
+    )
+
+
+def test_a_version_1_state_still_migrates() -> None:
+    data = ScaleState("llm").to_dict()
+    data.update(schema_version=1)
+    del data["capacity"], data["recent"]
+    assert ScaleState.from_dict(data, job_name="llm") == ScaleState("llm")
+
+
+# -- enums ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        JobStatus.DONE,
+        DecisionRule.QUEUE_BOUND,
+        HoldRule.COOLDOWN,
+        ScaleAction.SCALE_DOWN,
+        Prefer.BALANCE,
+        RecoveryMode.RESTART,
+    ],
+)
+def test_enums_round_trip_through_json_as_their_words(member: Any) -> None:
+    word = member.value
+    assert json.loads(json.dumps({"x": member})) == {"x": word}
+    assert member == word and f"{member}" == word and str(member) == word
+    assert type(member)(json.loads(json.dumps(member))) is member
+
+
+def test_enum_fields_dump_words_and_load_them_back() -> None:
+    clock = CooldownClock(1.0, ScaleAction.SCALE_UP)
+    assert json.dumps(clock.to_dict()) == '{"last_change_at": 1.0, "last_action": "scale_up"}'
+    assert CooldownClock.from_dict(json.loads(json.dumps(clock.to_dict()))).last_action is (
+        ScaleAction.SCALE_UP
+    )
+    part = PartRecord("a--b", "b", "b", 1, 0, "/s.json", status=JobStatus.DONE)
+    assert PartRecord.from_dict(json.loads(json.dumps(part.to_dict()))) == part
+    assert LaunchOptions("x", recovery={"mode": RecoveryMode.NONE}).recovery == {"mode": "none"}
+
+
+def test_job_status_knows_the_terminal_ones() -> None:
+    assert [status.value for status in JobStatus if status.is_terminal] == [
+        "done",
+        "failed",
+        "stopped",
+    ]
+    assert overall_status(["done", "running"]) is JobStatus.RUNNING
+    assert overall_status(["done", "done"]).is_terminal
+
+
+# -- schemas and settings ---------------------------------------------------------------
+
+
+def test_the_state_schema_validates_a_real_state_dump() -> None:
+    samples = [StepSample(step, 30.0, 12.0, 4, 50.0, 100.0 + 30 * step) for step in range(5)]
+    state, _ = (
+        ScaleState("llm")
+        .with_cursor("/jobs/llm--a/steps.jsonl", LogCursor(10, 3, "ab", 4))
+        .advance(ElasticScheduler(), samples, current_nodes=4, now=400.0)
+    )
+    schema = json_schema("state")
+    jsonschema.validate(json.loads(json.dumps(state.to_dict())), schema)
+    assert {"job_name", "schema_version"} <= set(schema["required"]) | set(schema["properties"])
+    with pytest.raises(ElasticGridError, match="schema kind must be one of 'state', 'decision'"):
+        json_schema("manifest")
+
+
+def test_connection_settings_parse_without_airflow() -> None:
+    extra = {
+        "providers": json.dumps([AWS.to_dict()]),
+        "max_spot_fraction": "0.5",
+        "prefer": "balance",
+    }
+    settings = grid_settings(extra, "grid")
+    assert settings.providers == (AWS,) and settings.max_spot_fraction == 0.5
+    assert settings.prefer == Prefer.BALANCE and settings.source == "connection 'grid'"
+    assert grid_settings(None, "grid").source == "the built-in default grid"
+    assert _message(lambda: grid_settings({"max_spot_fraction": "1.5"}, "grid")) == (
+        "connection 'grid' field max_spot_fraction must be at most 1, got 1.5"
+    )
+    assert _message(lambda: grid_settings({"prefer": "fast"}, "grid")) == (
+        "connection 'grid' field prefer must be one of 'cost', 'balance', got 'fast'"
+    )
+    assert _message(lambda: grid_settings({"providers": "[{"}, "grid")).startswith(
+        "connection 'grid' field providers is not valid JSON"
+    )
