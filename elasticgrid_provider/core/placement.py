@@ -46,6 +46,8 @@ class Placement:
     """Per-provider shares in failover order; totals and costs are derived."""
 
     assignments: tuple[Assignment, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
+    """``(provider, why)`` for the providers the planner had to leave out (a quarantine)."""
 
     @property
     def total_nodes(self) -> int:
@@ -88,6 +90,11 @@ class Placement:
             "cost_per_hour": self.cost_per_hour,
             "spot_fraction": round(self.spot_fraction, 6),
             "infra_refs": self.infra_refs,
+            **(
+                {"left_out": [{"provider": n, "reason": why} for n, why in self.left_out]}
+                if self.left_out
+                else {}
+            ),
         }
 
     @classmethod
@@ -107,4 +114,14 @@ class Placement:
                     f"placement assignment {position} is missing the field 'nodes'"
                 )
             shares.append(Assignment(provider_from_dict(fields, position), entry["nodes"]))
-        return cls(tuple(shares))
+        left_out = data.get("left_out") or []
+        if not isinstance(left_out, list) or not all(
+            isinstance(item, dict)
+            and isinstance(item.get("provider"), str)
+            and isinstance(item.get("reason"), str)
+            for item in left_out
+        ):
+            raise ElasticGridError(
+                f"placement left_out must be a list of {{provider, reason}}, got {left_out!r}"
+            )
+        return cls(tuple(shares), tuple((i["provider"], i["reason"]) for i in left_out))

@@ -18,6 +18,9 @@ Variable per job (:func:`state_variable_key`):
   holding the decision *and* its inputs, so it can be replayed exactly (see
   "History" below);
 * ``skipped_lines``: how many malformed step-log lines were skipped so far;
+* ``recovery``: the providers quarantined after lost capacity and the recent
+  recoveries (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`);
+  absent in states written before it (no recoveries yet);
 * ``revision``: incremented on every write, so a reader can tell states apart;
 * ``schema_version``: the layout of this document (2). A version 1 document
   (before ``capacity`` and ``recent``) is migrated on load: it gains an
@@ -62,6 +65,7 @@ from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
+from elasticgrid_provider.core.recovery import NO_RECOVERIES, RecoveryMemory
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, MetricsWindow, StepSample
 from elasticgrid_provider.core.scheduler import (
     NO_MEASUREMENTS,
@@ -250,6 +254,7 @@ class ScaleState:
     updated_at: float | None = None
     capacity: CapacityMemory = NO_MEASUREMENTS
     recent: tuple[Recommendation, ...] = ()
+    recovery: RecoveryMemory = NO_RECOVERIES
 
     def cursor(self, source: str) -> int:
         """The position already consumed in ``source`` (0 when never read)."""
@@ -418,6 +423,7 @@ class ScaleState:
             "history": list(self.history),
             "capacity": self.capacity.to_dict(),
             "recent": [entry.to_dict() for entry in self.recent],
+            "recovery": self.recovery.to_dict(),
         }
 
     @classmethod
@@ -472,6 +478,7 @@ class ScaleState:
             else check_number("scale state updated_at", updated_at),
             capacity=CapacityMemory.from_dict(data.get("capacity")),
             recent=_recommendations(data.get("recent")),
+            recovery=RecoveryMemory.from_dict(data.get("recovery")),
         )
 
 
