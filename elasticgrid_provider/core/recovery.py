@@ -312,13 +312,18 @@ def decide_recovery(
     quarantine = RecoveryMemory(quarantine=memory.quarantine + fresh).active_quarantine(now)
     what = f"job {job_name!r} lost {_lost_text(lost)}"
     if len(in_window) >= policy.max_recoveries:
+        spent = (
+            "recovery is off (max_recoveries=0)"
+            if policy.max_recoveries == 0
+            else f"already recovered {len(in_window)} time(s) within the last "
+            f"{policy.recovery_window_s:g}s (max_recoveries={policy.max_recoveries})"
+        )
         return RecoveryDecision(
             action=GIVE_UP,
             target_nodes=0,
             reason=(
-                f"{what} and already recovered {len(in_window)} time(s) within the last "
-                f"{policy.recovery_window_s:g}s (max_recoveries={policy.max_recoveries}), so it "
-                "is not recovered again; relaunch it with LaunchOperator once the capacity is back"
+                f"{what} and {spent}, so it is not recovered again; relaunch it with "
+                "LaunchOperator once the capacity is back"
             ),
             quarantine=quarantine,
             **base,
