@@ -99,6 +99,11 @@ def test_a_job_that_loses_its_spot_part_recovers_on_the_other_provider_and_finis
     assert numbers == sorted(set(numbers)), f"a step was run or logged twice: {numbers}"
     assert len(set(range(60)) - set(numbers)) <= 1, numbers  # a stop between commit and log
     assert numbers[-1] == 59
+    steps = _steps(jobs_root, job)
+    before = [step["step"] for step in steps if step["time"] < record["decided_at"]]
+    after = [step["step"] for step in steps if step["time"] > record["decided_at"]]
+    assert before and after
+    assert after[0] == before[-1] + 1  # resumed right after the last committed step
     progress = json.loads((jobs_root / job / "shared" / "checkpoint" / "progress.json").read_text())
     assert progress["completed_steps"] == 60
 
