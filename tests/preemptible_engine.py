@@ -11,8 +11,9 @@ preempts the part of provider ``spot`` 4 s after its ranks start and that of
 is preempted once (a ``preempted`` file marks it), so capacity that comes
 back after a quarantine stays up. At the set time a small detached process
 appends ``preempted: spot capacity reclaimed by <target>`` to each rank's log
-(the cause a check reports), SIGKILLs the rank's process group and writes the
-epoch time of the loss into ``preempted`` (what the benchmark measures from).
+(the cause a check reports), writes the epoch time of the loss into
+``preempted`` (what the benchmark measures from) and SIGKILLs the rank's
+process group.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def launch_of(pid):
         return None
     env = dict(item.decode(errors="replace").split("=", 1) for item in items if b"=" in item)
     return env.get("ELASTICGRID_LAUNCH_ID")
+with open(plan["marker"], "w") as marker:  # the moment of the loss, before the kill
+    marker.write(str(time.time()))
 for rank, pid in plan["pids"].items():
     if launch_of(pid) != plan["launch_id"]:
         continue  # gone already, or the pid now belongs to another process
@@ -50,8 +53,6 @@ for rank, pid in plan["pids"].items():
         os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
-with open(plan["marker"], "w") as marker:
-    marker.write(str(time.time()))
 """
 
 
