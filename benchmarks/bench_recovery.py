@@ -54,7 +54,7 @@ STEPS = 2000
 
 def setup_airflow(home: Path) -> Path:
     """A private Airflow home and jobs root, set before Airflow is imported; returns the root."""
-    jobs_root = home / "jobs"
+    jobs_root = home / "iroh" / "jobs"  # iroh-tinker's default root under IROH_TINKER_HOME
     jobs_root.mkdir(parents=True)
     os.environ.update(
         {
@@ -63,14 +63,22 @@ def setup_airflow(home: Path) -> Path:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "tests" / "dags"),
             "IROH_TINKER_HOME": str(home / "iroh"),
-            "AIRFLOW_CONN_ELASTICGRID_DEFAULT": json.dumps(
-                {"conn_type": "elasticgrid", "extra": {"jobs_root": str(jobs_root)}}
-            ),
         }
     )
+    os.environ.pop("AIRFLOW_CONN_ELASTICGRID_DEFAULT", None)
     airflow = Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True)
     return jobs_root
+
+
+def run_dag(dag_id: str, conf: dict):
+    """``dag.test()`` of a DAG in tests/dags (not through tests.conftest: it resets the env)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests import airflow_support
+
+    dag = DagBag(dag_folder=str(ROOT / "tests" / "dags")).get_dag(dag_id)
+    return airflow_support.run_dag(dag_id, conf, dag=dag)
 
 
 def read_steps(jobs_root: Path, job: str) -> list[dict]:
@@ -96,15 +104,20 @@ def loss_time(jobs_root: Path, job: str) -> float | None:
     return float(text) if text else None
 
 
-def measure(jobs_root: Path, job: str, lost_at: float, resumed_after: float) -> dict[str, float]:
-    """The gap and the steps redone around a loss, from the step log."""
+def measure(jobs_root: Path, job: str, restarted_at: float) -> dict[str, float]:
+    """The gap and the steps redone around a loss, from the step log.
+
+    No step can end between the loss and the restart (the survivors wait for
+    the lost rank), so the last step before ``restarted_at`` is the last one
+    before the loss.
+    """
     wait_until(
         "a step after the recovery",
-        lambda: any(s["time"] > resumed_after for s in read_steps(jobs_root, job)),
+        lambda: any(s["time"] > restarted_at for s in read_steps(jobs_root, job)),
     )
     steps = read_steps(jobs_root, job)
-    before = [s for s in steps if s["time"] <= lost_at]
-    after = [s for s in steps if s["time"] > resumed_after]
+    before = [s for s in steps if s["time"] <= restarted_at]
+    after = [s for s in steps if s["time"] > restarted_at]
     return {
         "gap_s": after[0]["time"] - before[-1]["time"],
         "steps_lost": before[-1]["step"] + 1 - after[0]["step"],
@@ -125,8 +138,6 @@ def stop(jobs_root: Path, job: str) -> None:
 
 def provider_round(jobs_root: Path, job: str) -> dict[str, float]:
     """Launch, lose spot, let the scaling pipeline recover it; measure."""
-    from tests.airflow_support import run_dag
-
     conf = {"job_name": job, "nodes": 2, "steps": STEPS, "preempt": PREEMPT}
     assert run_dag("recovery_launch", conf).task_states["launch"] == "success"
     result = run_dag("recovery_check", conf)
@@ -136,7 +147,7 @@ def provider_round(jobs_root: Path, job: str) -> dict[str, float]:
     wait_until("the loss time", lambda: loss_time(jobs_root, job) is not None, timeout=30)
     lost_at = loss_time(jobs_root, job)
     assert lost_at is not None
-    figures = measure(jobs_root, job, lost_at, record["decided_at"])
+    figures = measure(jobs_root, job, record["decided_at"])
     figures["detection_s"] = record["decided_at"] - lost_at
     stop(jobs_root, job)
     return figures
@@ -149,7 +160,6 @@ def bare_round(jobs_root: Path, job: str) -> dict[str, float]:
     from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
     from elasticgrid_provider.core.placement import Placement
     from elasticgrid_provider.core.providers import providers_from_dicts
-    from tests.airflow_support import run_dag
     from tests.dags.recovery_dags import RECOVERY_GRID
 
     conf = {"job_name": job, "nodes": 2, "steps": STEPS, "preempt": PREEMPT}
@@ -159,6 +169,7 @@ def bare_round(jobs_root: Path, job: str) -> dict[str, float]:
     lost_at = loss_time(jobs_root, job)
     assert lost_at is not None
     manager = JobManager(root=jobs_root)
+    restarted_at = time.time()
     manager.stop(f"{job}--onprem")
     onprem, _, backup = providers_from_dicts(RECOVERY_GRID)
     script = str(ROOT / "example_dags" / "train_elastic.py")
@@ -181,8 +192,8 @@ def bare_round(jobs_root: Path, job: str) -> dict[str, float]:
             for marker in (jobs_root / part.part_name).glob(pattern):
                 marker.unlink()
         manager.launch(part.write_spec(folder / f"bare-{part.part_name}.json"))
-    figures = measure(jobs_root, job, lost_at, lost_at)
-    figures["detection_s"] = 0.0
+    figures = measure(jobs_root, job, restarted_at)
+    figures["detection_s"] = restarted_at - lost_at
     stop(jobs_root, job)
     return figures
 
