@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench bench-policy clean integration bench-resize
+.PHONY: demo test lint typecheck check bench bench-policy clean integration bench-resize bench-recovery
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ integration: $(BIN)/.integration  ## a real deployment: Postgres, Redis, Celery 
 
 bench-resize: $(BIN)/.integration  ## resize gap on the real deployment vs a bare iroh-tinker restart
 	$(BIN)/python benchmarks/bench_resize.py
+
+bench-recovery: $(BIN)/.installed  ## recovery gap after a lost spot part vs a bare iroh-tinker restart
+	$(BIN)/python benchmarks/bench_recovery.py
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_planner.py

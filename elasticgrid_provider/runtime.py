@@ -22,6 +22,15 @@ global rank 0. Each line is written with a single ``write`` on an
 ``O_APPEND`` descriptor, so a reader sees whole lines, except possibly an
 unfinished last line, which readers must ignore until its newline arrives.
 
+:class:`Checkpoint` commits a job's progress to the shared folder
+(``ELASTICGRID_SHARED_DIR``, which outlives every relaunch) and resumes from
+it: rank 0 writes the state first, then ``progress.json`` (``{"completed_steps":
+n, ...}``), each through a temporary file and an atomic rename, so the
+checkpoint is always consistent; every rank reads it on start and continues
+from step ``n``, whatever the world size now is. Commit before logging a step
+and no step before the last checkpoint is ever computed twice, also after a
+part is lost and the job relaunched on other capacity.
+
 Standard library only (plus this package's stdlib-only validation): no
 Airflow, no iroh_tinker, so it is cheap to import in every rank.
 """
@@ -204,3 +213,80 @@ class StepReporter:
         finally:
             os.close(descriptor)
         return record
+
+
+PROGRESS_FILE = "progress.json"
+"""The file that commits a checkpoint: written last, so it always names a complete state."""
+STATE_PREFIX = "state-"
+CHECKPOINT_FOLDER = "checkpoint"
+"""The checkpoint's folder inside the job's shared folder."""
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+class Checkpoint:
+    """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
+
+    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without
+    a shared folder (a script run by hand) there is nothing to resume from and
+    :meth:`save` does nothing. Only global rank 0 writes.
+    """
+
+    def __init__(
+        self,
+        context: DistributedContext | None = None,
+        folder: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.context = context if context is not None else distributed_context()
+        if folder is not None:
+            self.folder: Path | None = Path(folder).resolve()
+        elif self.context.shared_dir:
+            self.folder = Path(self.context.shared_dir) / CHECKPOINT_FOLDER
+        else:
+            self.folder = None
+
+    def load(self) -> tuple[int, bytes | None]:
+        """``(completed steps, the saved state or None)``; ``(0, None)`` when there is none.
+
+        Raises ``ValueError`` naming the file when ``progress.json`` is unreadable.
+        """
+        if self.folder is None or not (self.folder / PROGRESS_FILE).exists():
+            return 0, None
+        progress_path = self.folder / PROGRESS_FILE
+        try:
+            progress = json.loads(progress_path.read_text())
+            completed = check_integer("completed_steps", progress["completed_steps"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"checkpoint {progress_path} is unreadable: {exc}") from None
+        name = progress.get("state")
+        state_path = self.folder / str(name or "")
+        state = state_path.read_bytes() if name and state_path.is_file() else None
+        return completed, state
+
+    def save(self, completed_steps: int, state: bytes, **extra: Any) -> bool:
+        """Commit ``completed_steps`` with ``state`` (on global rank 0); True when written."""
+        completed = check_integer("completed_steps", completed_steps)
+        if self.folder is None or not self.context.is_rank_zero:
+            return False
+        self.folder.mkdir(parents=True, exist_ok=True)
+        name = f"{STATE_PREFIX}{completed}.bin"
+        _write_atomically(self.folder / name, state)
+        progress = {
+            **extra,
+            "completed_steps": completed,
+            "state": name,
+            "world_size": self.context.world_size,
+            "time": epoch_now(),
+        }
+        _write_atomically(self.folder / PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
+        for old in self.folder.glob(f"{STATE_PREFIX}*.bin"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
+        return True

@@ -15,6 +15,13 @@ the previous one stopped. A run whose check holds until its timeout is
 skipped (``soft_fail``), and so is its resize; a run that decides re-plans
 at the target size and resizes the job (LaunchOperator attaches when the
 size did not change, so a retry never starts a second copy).
+
+**Lost capacity.** When the spot provider reclaims its nodes (a part
+failed, or ranks down), the same check decides ``recover``: it quarantines
+that provider for ``quarantine`` seconds, and plan -> resize relaunch the
+job from its checkpoint on the rest of the grid. Past ``max_recoveries``
+within ``recovery_window``, or with no capacity left, the check stops what is
+left and fails with one sentence.
 """
 
 from __future__ import annotations
@@ -81,7 +88,7 @@ with DAG(
             if unshared:
                 raise AirflowFailException(unshared)
             reason = f"job {job_name!r} was never launched under {hook.jobs_root}"
-        elif snapshot.status != "running":
+        elif snapshot.status not in ("running", "failed"):  # a failed part: the check recovers
             reason = f"job {job_name!r} is {snapshot.status}"
         else:
             return "scale_check"
@@ -112,6 +119,10 @@ with DAG(
         startup_s=60,
         cooldown_s=600,
         scale_down_cooldown_s=1800,
+        # lost capacity: at most 3 recoveries an hour; a provider that lost nodes sits out 30 min
+        max_recoveries=3,
+        recovery_window=timedelta(hours=1),
+        quarantine=timedelta(minutes=30),
         poke_interval=60,
         timeout=timedelta(minutes=8),
         soft_fail=True,

@@ -25,11 +25,11 @@ by a real socket allreduce in ``optim_step``. Measured with
 Global rank 0 appends each step to the step log (``steps.jsonl`` in its
 part's job directory, or ``--step-log``) and prints one line per step.
 
-Resume: with ``--checkpoint-dir`` (shared by all parts), rank 0 commits
-after every step: the model parameters to ``model-<n>.npz``, then
-``progress.json`` (``{"completed_steps": n, ...}``), each via a temporary file
-and an atomic rename, ``progress.json`` last, so the checkpoint is always
-consistent. On start every rank reads it and continues from step ``n``, at
+Resume: with ``--checkpoint-dir`` (default: the job's shared folder), rank 0
+commits after every step through :class:`elasticgrid_provider.runtime.Checkpoint`:
+the model parameters, then ``progress.json`` (``{"completed_steps": n, ...}``),
+each via a temporary file and an atomic rename, ``progress.json`` last, so the
+checkpoint is always consistent. On start every rank reads it and continues from step ``n``, at
 whatever world size it now runs, so a job stopped and relaunched at another
 size continues where it left off. A step is logged only after it is
 committed, so no step appears twice in the step log (one can be missing when
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import os
 import shutil
 import sys
@@ -53,10 +52,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elasticgrid_provider.runtime import DistributedContext, StepReporter, distributed_context
+from elasticgrid_provider.runtime import (
+    Checkpoint,
+    DistributedContext,
+    StepReporter,
+    distributed_context,
+)
 
-PROGRESS_FILE = "progress.json"
-MODEL_PREFIX = "model-"
 VOCAB = 1024  # the "tiny" numpy model's vocabulary
 
 
@@ -97,49 +99,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def read_checkpoint(checkpoint_dir: Path | None) -> tuple[int, bytes | None]:
-    """Return (completed steps, model bytes or None) from the shared checkpoint."""
-    if checkpoint_dir is None:
-        return 0, None
-    progress_path = checkpoint_dir / PROGRESS_FILE
-    if not progress_path.exists():
-        return 0, None
-    try:
-        progress = json.loads(progress_path.read_text())
-        completed = int(progress["completed_steps"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"error: checkpoint {progress_path} is unreadable: {exc}") from exc
-    model_path = checkpoint_dir / str(progress.get("model", ""))
-    model = model_path.read_bytes() if progress.get("model") and model_path.is_file() else None
-    return completed, model
-
-
-def write_checkpoint(checkpoint_dir: Path, completed: int, model: bytes, world_size: int) -> None:
-    """Commit ``completed`` steps: model file first, then progress.json, then prune."""
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    model_name = f"{MODEL_PREFIX}{completed}.npz"
-    _write_atomically(checkpoint_dir / model_name, model)
-    progress = {
-        "completed_steps": completed,
-        "model": model_name,
-        "world_size": world_size,
-        "time": time.time(),
-    }
-    _write_atomically(checkpoint_dir / PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
-    for old in checkpoint_dir.glob(f"{MODEL_PREFIX}*.npz"):
-        if old.name != model_name:
-            old.unlink(missing_ok=True)
-
-
 def make_microbatch(step: int, index: int, seq_len: int, seed: int) -> Any:
     """The micro-batch ``index`` of ``step``: the same on any rank and after a resume."""
     import numpy as np
@@ -154,10 +113,8 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     import numpy as np
     from iroh_tinker import AdamParams, TrainingClient
 
-    checkpoint_dir = Path(args.checkpoint_dir).resolve() if args.checkpoint_dir else None
-    if checkpoint_dir is None and ctx.shared_dir:
-        # launched by LaunchOperator: the job's shared folder outlives every relaunch
-        checkpoint_dir = Path(ctx.shared_dir) / "checkpoint"
+    # launched by LaunchOperator, the default is the job's shared folder: it outlives relaunches
+    checkpoint = Checkpoint(ctx, args.checkpoint_dir)
     step_log = Path(args.step_log).resolve() if args.step_log else None
     rank, world = ctx.rank, ctx.world_size
     if world > 1 and ctx.rendezvous_dir is None:
@@ -168,7 +125,11 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         return 2
     rendezvous_dir = str(Path(ctx.rendezvous_dir).resolve()) if ctx.rendezvous_dir else None
 
-    completed, model = read_checkpoint(checkpoint_dir)
+    try:
+        completed, model = checkpoint.load()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if completed >= args.steps:
         if ctx.is_rank_zero:
             print(f"all {args.steps} steps already done (checkpoint at {completed})", flush=True)
@@ -239,8 +200,7 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         loss = float(shared[world:].sum()) / args.global_batch
 
         if ctx.is_rank_zero:
-            if checkpoint_dir is not None:
-                write_checkpoint(checkpoint_dir, step + 1, client.backend.checkpoint(), world)
+            checkpoint.save(step + 1, client.backend.checkpoint())
             reporter.record(
                 step=step,
                 duration_s=duration,

@@ -154,3 +154,33 @@ def test_the_reporter_counts_nodes_not_processes(tmp_path):
     )
     assert context.nodes == 2
     assert StepReporter(context).record(0, duration_s=1.0)["nodes"] == 2
+
+
+def test_a_checkpoint_resumes_where_the_last_commit_left_off(tmp_path):
+    from elasticgrid_provider.runtime import PROGRESS_FILE, Checkpoint, distributed_context
+
+    shared = tmp_path / "shared"
+    rank_zero = distributed_context({"ELASTICGRID_SHARED_DIR": str(shared)})
+    checkpoint = Checkpoint(rank_zero)
+    assert checkpoint.load() == (0, None)
+    assert checkpoint.save(3, b"after step 2", loss=0.5) is True
+    assert checkpoint.save(4, b"after step 3") is True
+    # a relaunch at another size, another rank: it reads what rank 0 committed last
+    other = distributed_context(
+        {
+            "ELASTICGRID_SHARED_DIR": str(shared),
+            "RANK": "1",
+            "WORLD_SIZE": "2",
+            "ELASTICGRID_WORLD_SIZE": "2",
+        }
+    )
+    assert Checkpoint(other).load() == (4, b"after step 3")
+    assert Checkpoint(other).save(5, b"not rank 0") is False
+    assert sorted(path.name for path in (shared / "checkpoint").iterdir()) == [
+        PROGRESS_FILE,
+        "state-4.bin",
+    ]
+    (shared / "checkpoint" / PROGRESS_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=r"progress\.json is unreadable"):
+        Checkpoint(other).load()
+    assert Checkpoint(distributed_context({})).save(1, b"x") is False  # nowhere to write

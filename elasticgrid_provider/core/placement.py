@@ -56,6 +56,8 @@ class Placement(JsonModel):
     WHERE = "placement"
 
     assignments: tuple[Assignment, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
+    """``(provider, why)`` for the providers the planner had to leave out (a quarantine)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -76,7 +78,20 @@ class Placement(JsonModel):
                     f"placement assignment {position} is missing the field 'nodes'"
                 )
             shares.append(Assignment(provider_from_dict(fields, position), entry["nodes"]))
-        return {"assignments": tuple(shares)}
+        left_out = data.get("left_out") or []
+        if not isinstance(left_out, list) or not all(
+            isinstance(item, dict)
+            and isinstance(item.get("provider"), str)
+            and isinstance(item.get("reason"), str)
+            for item in left_out
+        ):
+            raise ElasticGridError(
+                f"placement left_out must be a list of {{provider, reason}}, got {left_out!r}"
+            )
+        return {
+            "assignments": tuple(shares),
+            "left_out": tuple((item["provider"], item["reason"]) for item in left_out),
+        }
 
     @property
     def total_nodes(self) -> int:
@@ -120,4 +135,9 @@ class Placement(JsonModel):
             "cost_per_hour": self.cost_per_hour,
             "spot_fraction": round(self.spot_fraction, 6),
             "infra_refs": self.infra_refs,
+            **(
+                {"left_out": [{"provider": n, "reason": why} for n, why in self.left_out]}
+                if self.left_out
+                else {}
+            ),
         }

@@ -41,8 +41,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.monotone import smallest_satisfying
@@ -105,9 +105,29 @@ class GridPlanner:
         spot_cap = _floor_product(self.max_spot_fraction, nodes)
         return max(spot_cap, nodes - self.on_demand_capacity)
 
-    def plan(self, nodes: int) -> Placement:
-        """Place ``nodes`` nodes (at least 1) on the grid by the policy; raise if they do not fit."""
+    def plan(self, nodes: int, *, leave_out: Mapping[str, str] | None = None) -> Placement:
+        """Place ``nodes`` nodes (at least 1) on the grid by the policy; raise if they do not fit.
+
+        ``leave_out`` maps provider names to why they may not be used (a
+        quarantine after lost capacity): they are planned around, and the
+        placement's ``left_out`` names those of this grid with the reason.
+        """
         nodes = check_integer("nodes", nodes, minimum=1)
+        names = {provider.name for provider in self.providers}
+        left_out = tuple(
+            sorted((n, str(why)) for n, why in (leave_out or {}).items() if n in names)
+        )
+        if left_out:
+            skipped = {name for name, _ in left_out}
+            kept = tuple(provider for provider in self.providers if provider.name not in skipped)
+            rest = replace(self, providers=kept)
+            if nodes > rest.capacity:
+                reasons = "; ".join(f"{name} {why}" for name, why in left_out)
+                raise ElasticGridError(
+                    f"nodes {nodes} exceeds the grid's capacity of {rest.capacity} nodes without "
+                    f"the providers left out ({reasons})"
+                )
+            return replace(rest.plan(nodes), left_out=left_out)
         capacity = self.capacity
         if nodes > capacity:
             raise ElasticGridError(f"nodes {nodes} exceeds the grid's capacity of {capacity} nodes")

@@ -18,6 +18,9 @@ Variable per job (:func:`state_variable_key`):
   holding the decision *and* its inputs, so it can be replayed exactly (see
   "History" below);
 * ``skipped_lines``: how many malformed step-log lines were skipped so far;
+* ``recovery``: the providers quarantined after lost capacity and the recent
+  recoveries (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`);
+  absent in states written before it (no recoveries yet);
 * ``revision``: incremented on every write, so a reader can tell states apart;
 * ``schema_version``: the layout of this document (2). A version 1 document
   (before ``capacity`` and ``recent``) is migrated on load: it gains an
@@ -73,6 +76,7 @@ from pydantic import (
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
+from elasticgrid_provider.core.recovery import NO_RECOVERIES, RecoveryMemory
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, MetricsWindow, StepSample
 from elasticgrid_provider.core.scheduler import (
     NO_MEASUREMENTS,
@@ -242,6 +246,7 @@ class ScaleState(JsonModel):
     updated_at: Finite | None = None
     capacity: CapacityMemory = NO_MEASUREMENTS
     recent: tuple[Recommendation, ...] = ()
+    recovery: RecoveryMemory = NO_RECOVERIES
 
     @model_validator(mode="before")
     @classmethod
@@ -257,7 +262,7 @@ class ScaleState(JsonModel):
                 f"{state_variable_key(str(data.get('job_name', '<job>')))} to start afresh"
             )
         fields = {key: value for key, value in data.items() if key != "schema_version"}
-        return _none_as_default(fields, "cooldown", "capacity", "recent")
+        return _none_as_default(fields, "cooldown", "capacity", "recent", "recovery")
 
     @field_validator("cursors", mode="before")
     @classmethod

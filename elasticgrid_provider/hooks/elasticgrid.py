@@ -80,6 +80,7 @@ from elasticgrid_provider.core.launch_spec import (
 )
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.recovery import LostPart, loss_cause, part_is_lost
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.settings import GridSettings, grid_settings
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
@@ -722,6 +723,50 @@ class ElasticGridHook(BaseHook):
                     f"last {tail} log lines:\n{log_tail}"
                 )
         return "\n".join(lines)
+
+    def lost_parts(self, snapshot: JobSnapshot, tail: int = 20) -> tuple[LostPart, ...]:
+        """The parts of a confirmed launch that lost ranks, with the cause from their logs.
+
+        Rules in :mod:`elasticgrid_provider.core.recovery`; a launch that is
+        not confirmed running (starting, or recorded down) has no lost parts.
+        """
+        if snapshot.manifest.state != LAUNCH_RUNNING:
+            return ()
+        lost = []
+        for part in snapshot.parts:
+            down = _ranks_down(part) if part.status == "running" else []
+            if not part_is_lost(part.status, down):
+                continue
+            ranks = down or [
+                rank
+                for rank in range(part.nodes * snapshot.manifest.procs_per_node)
+                if not (Path(part.job_dir) / f"done_{rank}").exists()
+            ]
+            try:
+                log_tail = self.job_manager.logs(
+                    part.name, rank=ranks[0] if ranks else 0, tail=tail
+                )
+            except (KeyError, OSError):
+                log_tail = ""
+            lost.append(
+                LostPart(
+                    part=part.name,
+                    provider=part.provider,
+                    nodes=part.nodes,
+                    ranks=tuple(ranks),
+                    cause=loss_cause(log_tail, part.last_error),
+                )
+            )
+        return tuple(lost)
+
+    def give_up(self, manifest: JobManifest, reason: str) -> list[str]:
+        """Stop what is left of a launch that cannot be recovered and record it down.
+
+        The caller holds the job's lock; a later check fails with ``reason``.
+        """
+        stopped, _ = self._stop_launch(manifest)
+        self._mark_down(manifest, reason)
+        return stopped
 
     def step_logs(self, snapshot: JobSnapshot) -> list[Path]:
         """The step-log files the job's reporter writes, one per part folder."""

@@ -4,8 +4,11 @@ A thin shell over :class:`~elasticgrid_provider.core.planner.GridPlanner`:
 the grid comes from the ``providers`` argument, else the connection, else the
 built-in default grid. ``nodes`` is an int, a numeric string (templated), or
 an upstream scale decision, whose ``target_nodes`` is used, so a DAG can
-write ``PlanPlacementOperator(nodes=scale_check.output, ...)``. The
-placement is the task's return value, plain JSON for the launch task.
+write ``PlanPlacementOperator(nodes=scale_check.output, ...)``. A decision
+that records a quarantine (a provider that lost capacity, see
+:mod:`elasticgrid_provider.core.recovery`) has those providers left out, and
+the placement's ``left_out`` says why. The placement is the task's return
+value, plain JSON for the launch task.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.recovery import quarantine_from_record
 from elasticgrid_provider.core.validation import number_from_text
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
@@ -82,9 +86,11 @@ class PlanPlacementOperator(BaseOperator):
         try:
             nodes = nodes_from_argument(self.nodes)
             planner = self.hook.get_planner(number_from_text(self.max_spot_fraction), self.prefer)
-            placement = planner.plan(nodes)
+            placement = planner.plan(nodes, leave_out=quarantine_from_record(self.nodes))
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None
+        for provider, why in placement.left_out:
+            self.log.info("Left out provider %s: %s", provider, why)
         self.log.info(
             "Placed %d nodes over %s (prefer=%s, max_spot_fraction=%g): $%.2f/h\n%s",
             placement.total_nodes,

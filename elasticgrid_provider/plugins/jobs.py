@@ -31,6 +31,7 @@ from elasticgrid_provider.core.formatting import (
     rule_text,
     seconds_text,
 )
+from elasticgrid_provider.core.recovery import RECOVER_RULE, RecoveryMemory
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, hold_run, state_variable_key
 
 STATE_PREFIX = state_variable_key("")
@@ -184,7 +185,56 @@ def timeline_row(entry: dict[str, Any], airflow_root: str) -> dict[str, Any]:
         "task_id": context.get("task_id"),
         "try_number": context.get("try_number"),
         "links": run_links(airflow_root, context),
+        "kind": "recovery" if entry.get("rule") == RECOVER_RULE else "decision",
+        "lost": [part for part in entry.get("lost") or () if isinstance(part, dict)],
+        "quarantine": [q for q in entry.get("quarantine") or () if isinstance(q, dict)],
     }
+
+
+def recovery_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recoveries (newest first): when, what was lost and why, the quarantine, the placement."""
+    rows = []
+    for entry in reversed(history):
+        if entry.get("rule") != RECOVER_RULE:
+            continue
+        placement = entry.get("placement") or {}
+        rows.append(
+            {
+                "decided_at_iso": iso_time(entry.get("decided_at")),
+                "action": entry.get("action"),
+                "from_nodes": entry.get("current_nodes"),
+                "to_nodes": entry.get("target_nodes"),
+                "lost": [
+                    f"{p.get('part')} on {p.get('provider')}: {p.get('cause')}"
+                    for p in entry.get("lost") or ()
+                    if isinstance(p, dict)
+                ],
+                "quarantine": [
+                    f"{q.get('provider')} until {iso_time(q.get('until'))}"
+                    for q in entry.get("quarantine") or ()
+                    if isinstance(q, dict)
+                ],
+                "relaunched_on": ", ".join(
+                    f"{a.get('provider')} {a.get('nodes')}"
+                    for a in placement.get("assignments") or ()
+                    if isinstance(a, dict)
+                ),
+                "reason": entry.get("reason"),
+            }
+        )
+    return rows
+
+
+def active_quarantine(data: dict[str, Any], now: float) -> list[dict[str, Any]]:
+    """The providers quarantined at ``now`` in the state's recovery memory."""
+    try:
+        memory = RecoveryMemory.from_dict(data.get("recovery"))
+    except ElasticGridError:
+        return []
+    return [
+        {**entry.model_dump(mode="json"), "until_iso": iso_time(entry.until)}
+        for entry in memory.active_quarantine(now)
+    ]
 
 
 def _signals(last: dict[str, Any] | None) -> list[dict[str, str]]:
@@ -417,6 +467,8 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
         },
         "signals": _signals(last),
         "conditions": _conditions(data, history, now),
+        "quarantine": active_quarantine(data, now),
+        "recoveries": recovery_rows(history),
         "timeline": [timeline_row(entry, airflow_root) for entry in reversed(history)],
         "chart": chart_points(history),
     }

@@ -24,6 +24,7 @@ padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f5f7;font-we
 .muted{color:#5f6b76}.ok{color:#1c7c3a}.no{color:#a4262c}.error{color:#a4262c;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:4px 0}
 dt{font-weight:600}dd{margin:0}tr.highlight{background:#fff6d6}code{font-size:13px}
+tr.recovery{background:#fdecea}
 """
 
 
@@ -191,10 +192,40 @@ def job_page(view: dict[str, Any], highlight: dict[str, Any] | None = None) -> s
             ),
         )
     )
+    parts.append("<h2>Recoveries from lost capacity</h2>")
+    if view.get("quarantine"):
+        parts.append(
+            "<p>Quarantined now: "
+            + esc(", ".join(f"{q['provider']} until {q['until_iso']}" for q in view["quarantine"]))
+            + "</p>"
+        )
+    if view.get("recoveries"):
+        parts.append(
+            _table(
+                ("time", "action", "from -> to", "lost part", "quarantine", "relaunched on"),
+                (
+                    (
+                        esc(row["decided_at_iso"]),
+                        f"<strong>{esc(row['action'])}</strong>",
+                        f"{esc(row['from_nodes'])} -&gt; {esc(row['to_nodes'])}",
+                        "<br>".join(esc(lost) for lost in row["lost"]),
+                        "<br>".join(esc(q) for q in row["quarantine"]) or "-",
+                        esc(row["relaunched_on"] or "-"),
+                    )
+                    for row in view["recoveries"]
+                ),
+            )
+        )
+    else:
+        parts.append('<p class="muted">No capacity lost so far.</p>')
     parts.append("<h2>Size, queue fraction and cost over time</h2>")
     parts.append(chart_svg(view["chart"]))
     parts.append("<h2>Timeline (newest first)</h2>")
-    marked = {}
+    marked = {
+        index: "recovery"
+        for index, row in enumerate(view["timeline"])
+        if row.get("kind") == "recovery"
+    }
     if highlight:
         for index, row in enumerate(view["timeline"]):
             if all(row.get(key) == value for key, value in highlight.items()):

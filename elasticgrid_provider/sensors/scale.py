@@ -8,7 +8,14 @@ Each check (a poke, a reschedule, or a resume from the trigger):
    Variables; the lock makes the read-decide-write of the state one step;
 2. reads the job's status: a job whose launch was confirmed down (its
    manifest's ``state``) fails the sensor with the ``down_reason``, so no
-   decision is made on the samples it left; a failed job fails it with its error, a
+   decision is made on the samples it left; a job that lost part of its
+   capacity (a part failed, or ranks down) is recovered
+   (:mod:`elasticgrid_provider.core.recovery`): the check decides ``recover``,
+   quarantines the lost providers, and ends with a record whose
+   ``target_nodes`` and ``quarantine`` the downstream re-plan and relaunch
+   use, the same safe resize path as any resize; past ``max_recoveries``
+   within ``recovery_window``, or with no capacity left, it stops what is left
+   and fails with one sentence; a failed job fails it with its error, a
    job that ended ends it (skipping the resize downstream) with a record
    saying so, a job that was never launched fails it;
 3. reads only the step-log lines that arrived since the last check (the
@@ -63,6 +70,19 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
+from elasticgrid_provider.core.recovery import (
+    DEFAULT_MAX_RECOVERIES,
+    DEFAULT_QUARANTINE_S,
+    DEFAULT_RECOVERY_WINDOW_S,
+    GIVE_UP,
+    WAIT,
+    LostPart,
+    QuarantineEntry,
+    RecoveryPolicy,
+    decide_recovery,
+    quarantine_reasons,
+    remember_recovery,
+)
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import (
@@ -123,6 +143,12 @@ class ElasticScaleSensor(BaseSensorOperator):
     :param samples: samples handed in (a list of dicts or its JSON, e.g. an upstream
         XCom) instead of reading the job's step logs (templated); each check takes
         the samples whose step it has not seen yet.
+    :param max_recoveries: how many times a job that lost capacity is recovered within
+        ``recovery_window`` before the check gives up (templated; 0: never recover).
+    :param recovery_window: seconds (or a timedelta) over which ``max_recoveries`` counts
+        (templated).
+    :param quarantine: seconds (or a timedelta) a provider that lost capacity is left out
+        of placements (templated).
     :param history_limit: how many decisions the state Variable keeps.
     :param providers: an inline grid for costing the proposed placement; default: the connection's.
     :param deferrable: wait between checks in the triggerer; default
@@ -137,6 +163,9 @@ class ElasticScaleSensor(BaseSensorOperator):
         "remaining_tokens",
         "deadline",
         "samples",
+        "max_recoveries",
+        "recovery_window",
+        "quarantine",
     )
     ui_color = "#eef8e8"
     operator_extra_links = (ScaleDecisionsLink(),)
@@ -172,6 +201,9 @@ class ElasticScaleSensor(BaseSensorOperator):
         deadline: Any = None,
         samples: Any = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
+        max_recoveries: Any = DEFAULT_MAX_RECOVERIES,
+        recovery_window: Any = DEFAULT_RECOVERY_WINDOW_S,
+        quarantine: Any = DEFAULT_QUARANTINE_S,
         providers: list[dict[str, Any]] | None = None,
         mode: str = "reschedule",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -190,6 +222,9 @@ class ElasticScaleSensor(BaseSensorOperator):
         self.deadline = deadline
         self.samples = samples
         self.history_limit = history_limit
+        self.max_recoveries = max_recoveries
+        self.recovery_window = recovery_window
+        self.quarantine = quarantine
         self.providers = providers
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
@@ -224,8 +259,7 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger fired: check again, and defer again on hold."""
-        if event.get("status") == "failed":
-            raise JobFailedError(self._failure_message(event.get("failure_report")))
+        # a failed job is checked like any other: lost capacity is recovered, else it fails
         return self._check_or_defer(context, started_at=float(event["started_at"]))
 
     def _check_or_defer(self, context: Context, started_at: float) -> Any:
@@ -294,6 +328,9 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
             if snapshot.manifest.state == LAUNCH_DOWN:  # its samples are stale: nothing to decide
                 raise JobFailedError(self._down_message(snapshot, hook.failure_report(snapshot)))
+            lost = hook.lost_parts(snapshot)
+            if lost:
+                return self._recover(context, snapshot, lost)
             if snapshot.status == "failed":
                 raise JobFailedError(self._failure_message(hook.failure_report(snapshot)))
             state = hook.read_scale_state(self.job_name)
@@ -321,7 +358,12 @@ class ElasticScaleSensor(BaseSensorOperator):
             record = replace(
                 record,
                 context=self._record_context(
-                    context, snapshot, decision.target_nodes, deadline.source, now
+                    context,
+                    snapshot,
+                    decision.target_nodes,
+                    deadline.source,
+                    now,
+                    quarantine=state.recovery.active_quarantine(now),
                 ),
             )
             state = state.remember(record, now, self.history_limit)
@@ -402,9 +444,18 @@ class ElasticScaleSensor(BaseSensorOperator):
         ]
 
     def _record_context(
-        self, context: Context, snapshot: JobSnapshot, target: int, deadline_source: str, now: float
+        self,
+        context: Context,
+        snapshot: JobSnapshot,
+        target: int,
+        deadline_source: str,
+        now: float,
+        quarantine: Sequence[QuarantineEntry] = (),
     ) -> dict[str, Any]:
-        """What surrounded the decision: the task, the job, the placements and their cost."""
+        """What surrounded the decision: the task, the job, the placements and their cost.
+
+        An active ``quarantine`` is recorded (the re-plan leaves those providers out).
+        """
         ti = context["ti"]
         placement = snapshot.manifest.placement
         record: dict[str, Any] = {
@@ -420,13 +471,80 @@ class ElasticScaleSensor(BaseSensorOperator):
             "placement": placement.to_dict(),
             "cost_per_hour": placement.cost_per_hour,
         }
+        if quarantine:
+            record["quarantine"] = [entry.model_dump(mode="json") for entry in quarantine]
         if target != snapshot.nodes:
             try:
-                proposed = self.hook.get_planner().plan(target)
+                proposed = self.hook.get_planner().plan(
+                    target, leave_out=quarantine_reasons(quarantine)
+                )
                 record["proposed_placement"] = proposed.to_dict()
                 record["proposed_cost_per_hour"] = proposed.cost_per_hour
             except ElasticGridError as exc:
                 record["proposed_placement_error"] = str(exc)
+        return record
+
+    def _recovery_policy(self) -> RecoveryPolicy:
+        """The recovery budget and quarantine from the (rendered) arguments."""
+
+        def seconds(value: Any) -> Any:
+            return (
+                value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
+            )
+
+        recoveries = number_from_text(self.max_recoveries)
+        if isinstance(recoveries, float) and recoveries.is_integer():  # "3" from a template
+            recoveries = int(recoveries)
+        return RecoveryPolicy.checked(
+            max_recoveries=recoveries,
+            recovery_window_s=seconds(self.recovery_window),
+            quarantine_s=seconds(self.quarantine),
+        )
+
+    def _recover(
+        self, context: Context, snapshot: JobSnapshot, lost: tuple[LostPart, ...]
+    ) -> dict[str, Any] | None:
+        """Recover a job that lost capacity (the caller holds the job's lock).
+
+        ``recover`` ends the check with its record (the re-plan and relaunch
+        downstream do the rest); ``wait`` holds (this launch's recovery was
+        already decided); ``give_up`` stops what is left and fails the task.
+        """
+        hook = self.hook
+        now = time.time()
+        state = self._take_new_samples(hook.read_scale_state(self.job_name), snapshot, now)
+        thresholds = self.scheduler.thresholds()
+        try:
+            decision = decide_recovery(
+                job_name=self.job_name,
+                launch_id=snapshot.manifest.launch_id,
+                lost=lost,
+                current_nodes=snapshot.nodes,
+                min_nodes=int(thresholds["min_nodes"]),
+                max_nodes=int(thresholds["max_nodes"]),
+                memory=state.recovery,
+                policy=self._recovery_policy(),
+                planner=hook.get_planner(),
+                now=now,
+            )
+        except ElasticGridError as exc:  # bad input: fail clearly, write nothing
+            raise ElasticGridError(str(exc)) from None
+        record_context = self._record_context(context, snapshot, snapshot.nodes, "-", now)
+        if decision.placement is not None:
+            record_context["proposed_placement"] = decision.placement
+            record_context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
+        record = decision.to_dict(record_context)
+        self.log.warning("Decision for job %s: %s", self.job_name, decision_summary(record))
+        context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=record)
+        if decision.action == WAIT:
+            return None
+        hook.write_scale_state(remember_recovery(state, decision, record, self.history_limit))
+        if decision.action == GIVE_UP:
+            report = hook.failure_report(snapshot)
+            stopped = hook.give_up(snapshot.manifest, decision.reason)
+            if stopped:
+                self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
+            raise JobFailedError(f"{decision.reason}\n{report}".rstrip())
         return record
 
     def _finish_ended_job(

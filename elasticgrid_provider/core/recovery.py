@@ -1,0 +1,422 @@
+"""Recovering a job that lost capacity: what counts as lost, the quarantine, the budget.
+
+Spot capacity gets reclaimed. A scale check that finds part of a job lost
+decides ``recover`` (its own rule in the decision record) instead of failing,
+and the pipeline's usual re-plan -> relaunch resizes the job onto what is
+left of the grid, from its checkpoint. Rules:
+
+* **Lost.** Only a confirmed launch (manifest ``state: running``) can lose
+  capacity. A part is lost when iroh-tinker reports it ``failed``, or
+  ``running`` with ranks down that did not finish (:func:`part_is_lost`).
+  Each lost part is named with its provider and the cause, when the rank
+  logs or the engine give one (:func:`loss_cause`).
+* **Quarantine.** Each lost part's provider is quarantined for
+  ``quarantine_s`` seconds from the decision. Quarantines live in the job's
+  scale state (:class:`RecoveryMemory`) and appear in every record made
+  while they last; planning leaves quarantined providers out and the
+  placement says which and why (``GridPlanner.plan(leave_out=...)``).
+* **Size.** The job's current size, kept within ``[min_nodes, max_nodes]``,
+  re-planned on the grid without quarantined providers. When what is left
+  holds fewer nodes but at least ``min_nodes``, the job shrinks to it.
+* **Budget.** At most ``max_recoveries`` recoveries within
+  ``recovery_window_s``; ``max_recoveries=0`` turns recovery off.
+* **Giving up.** Budget spent, or less than ``min_nodes`` left: the decision
+  is ``give_up`` with one sentence saying why. The check fails with it, what
+  is left of the job is stopped and its launch recorded down, so a later
+  check fails with the same sentence and nothing loops.
+* **Once per launch.** A recovery is decided once for the launch that lost
+  capacity (its launch id is remembered): a check that finds the same launch
+  still lost, because the relaunch has not run yet, decides ``wait`` and
+  records nothing.
+
+Every model here is a frozen pydantic v2 model with strict types and finite
+numbers; stored documents that do not validate are refused with one sentence.
+Pure: no Airflow, no iroh-tinker, no file access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.formatting import decision_summary, iso_time
+from elasticgrid_provider.core.step_log import cut_report
+
+if TYPE_CHECKING:
+    from elasticgrid_provider.core.placement import Placement
+    from elasticgrid_provider.core.planner import GridPlanner
+    from elasticgrid_provider.core.state import ScaleState
+
+RECOVER_RULE: Final = "recover"
+"""The ``rule`` of every recovery event in a decision record and the history."""
+RECOVER: Final = "recover"
+GIVE_UP: Final = "give_up"
+WAIT: Final = "wait"
+RECOVERY_ACTIONS = (RECOVER, GIVE_UP)
+"""The actions of recovery events that enter the history (``wait`` never does)."""
+DEFAULT_MAX_RECOVERIES = 3
+DEFAULT_RECOVERY_WINDOW_S = 3600.0
+DEFAULT_QUARANTINE_S = 1800.0
+PAST_RECOVERIES_KEPT = 50
+"""The state keeps at most this many past recoveries (the window needs only the recent ones)."""
+CAUSE_WORDS = (
+    "preempt",
+    "reclaim",
+    "evict",
+    "interrupt",
+    "terminat",
+    "killed",
+    "signal",
+    "out of memory",
+    "error",
+    "exception",
+)
+"""Words that make a rank-log line the cause of a loss (the last such line is taken)."""
+
+_MODEL = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+_LAX_CONTAINER = Field(strict=False)  # JSON lists become tuples; items stay strict
+
+
+def _one_sentence(what: str, error: ValidationError) -> ElasticGridError:
+    """A pydantic error as one sentence naming the field and the value."""
+    first = error.errors()[0]
+    where = " ".join(str(part) for part in first["loc"])
+    field = f"{what} {where}".strip()
+    value = cut_report(repr(first.get("input")), 80)
+    return ElasticGridError(f"{field} is invalid ({first['msg'].lower()}), got {value}")
+
+
+class LostPart(BaseModel):
+    """One part of a job whose ranks are gone: which, where, and why when known."""
+
+    model_config = _MODEL
+
+    part: str
+    provider: str
+    nodes: int = Field(ge=1)
+    ranks: Annotated[tuple[int, ...], _LAX_CONTAINER] = ()
+    cause: str
+
+
+class QuarantineEntry(BaseModel):
+    """A provider left out of every placement until ``until`` (epoch seconds), and why."""
+
+    model_config = _MODEL
+
+    provider: str
+    since: float
+    until: float
+    reason: str
+
+    def active(self, now: float) -> bool:
+        """Whether the quarantine still holds at ``now``."""
+        return self.until > now
+
+
+class PastRecovery(BaseModel):
+    """A recovery that was decided: when, and for which launch."""
+
+    model_config = _MODEL
+
+    at: float
+    launch_id: str
+
+
+class RecoveryMemory(BaseModel):
+    """What the job's scale state keeps about recoveries: quarantines and past recoveries."""
+
+    model_config = _MODEL
+
+    quarantine: Annotated[tuple[QuarantineEntry, ...], _LAX_CONTAINER] = ()
+    recoveries: Annotated[tuple[PastRecovery, ...], _LAX_CONTAINER] = ()
+
+    def active_quarantine(self, now: float) -> tuple[QuarantineEntry, ...]:
+        """The quarantines that still hold at ``now``, one per provider (the longest)."""
+        longest: dict[str, QuarantineEntry] = {}
+        for entry in self.quarantine:
+            if entry.active(now) and (
+                entry.provider not in longest or entry.until > longest[entry.provider].until
+            ):
+                longest[entry.provider] = entry
+        return tuple(longest[name] for name in sorted(longest))
+
+    def leave_out(self, now: float) -> dict[str, str]:
+        """``{provider: why}`` for the providers a placement must leave out at ``now``."""
+        return quarantine_reasons(self.active_quarantine(now))
+
+    def recoveries_within(self, now: float, window_s: float) -> tuple[PastRecovery, ...]:
+        """The recoveries decided within the last ``window_s`` seconds."""
+        return tuple(past for past in self.recoveries if now - past.at < window_s)
+
+    def decided_for(self, launch_id: str) -> PastRecovery | None:
+        """The recovery already decided for ``launch_id``, if any."""
+        return next((past for past in self.recoveries if past.launch_id == launch_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON for the state Variable."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RecoveryMemory:
+        """Rebuild a stored memory (None or absent: no recoveries yet); raise in one sentence."""
+        if data is None:
+            return NO_RECOVERIES
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise _one_sentence("scale state recovery", error) from None
+
+
+NO_RECOVERIES = RecoveryMemory()
+
+
+def quarantine_reasons(entries: Sequence[QuarantineEntry]) -> dict[str, str]:
+    """``{provider: "quarantined until <time>: <reason>"}`` for planners and placements."""
+    return {
+        entry.provider: f"quarantined until {iso_time(entry.until)}: {entry.reason}"
+        for entry in entries
+    }
+
+
+class RecoveryPolicy(BaseModel):
+    """How many recoveries, over how long, and how long a provider stays quarantined."""
+
+    model_config = _MODEL
+
+    max_recoveries: int = Field(DEFAULT_MAX_RECOVERIES, ge=0)
+    recovery_window_s: float = Field(DEFAULT_RECOVERY_WINDOW_S, gt=0)
+    quarantine_s: float = Field(DEFAULT_QUARANTINE_S, ge=0)
+
+    @classmethod
+    def checked(cls, **values: Any) -> RecoveryPolicy:
+        """A policy from user input; a bad value raises one sentence naming it."""
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            raise _one_sentence("", error) from None
+
+
+class RecoveryDecision(BaseModel):
+    """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``.
+
+    ``to_dict`` gives the record a check leaves in XCom and the history: the
+    decision fields every record has (``action``, ``current_nodes``,
+    ``target_nodes``, ``rule``, ``reason``, ``decided_at``), the lost parts,
+    the quarantine in force after the decision, the budget and the placement
+    re-planned without the quarantined providers.
+    """
+
+    model_config = _MODEL
+
+    action: Literal["recover", "give_up", "wait"]
+    rule: Literal["recover"] = RECOVER_RULE
+    current_nodes: int = Field(ge=1)
+    target_nodes: int = Field(ge=0)
+    reason: str
+    decided_at: float
+    launch_id: str
+    lost: Annotated[tuple[LostPart, ...], _LAX_CONTAINER]
+    quarantine: Annotated[tuple[QuarantineEntry, ...], _LAX_CONTAINER] = ()
+    recoveries_in_window: int = Field(ge=0)
+    policy: RecoveryPolicy
+    placement: dict[str, Any] | None = Field(default=None, strict=False)
+
+    def to_dict(self, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Plain JSON: the record (with ``context``, its ``readable`` summary added)."""
+        record = self.model_dump(mode="json")
+        record["context"] = {
+            **(context or {}),
+            "readable": {
+                "summary": decision_summary(record),
+                "decided_at": iso_time(self.decided_at),
+                "quarantine": [
+                    {**entry.model_dump(mode="json"), "until_iso": iso_time(entry.until)}
+                    for entry in self.quarantine
+                ],
+            },
+        }
+        return record
+
+
+def part_is_lost(status: str, ranks_down: Sequence[int]) -> bool:
+    """A part is lost when it failed, or runs with ranks down that did not finish."""
+    return status == "failed" or (status == "running" and bool(ranks_down))
+
+
+def loss_cause(log_tail: str, engine_error: str | None) -> str:
+    """Why a part was lost: the last rank-log line naming a cause, else the engine's error."""
+    for line in reversed(log_tail.splitlines()):
+        text = line.strip()
+        if text and any(word in text.lower() for word in CAUSE_WORDS):
+            return cut_report(text, 200)
+    if engine_error:
+        return f"its ranks stopped ({cut_report(engine_error, 200)})"
+    return "its ranks stopped and their logs give no reason"
+
+
+def _lost_text(lost: Sequence[LostPart]) -> str:
+    return ", ".join(f"part {p.part} (provider {p.provider!r}: {p.cause})" for p in lost)
+
+
+def decide_recovery(
+    *,
+    job_name: str,
+    launch_id: str,
+    lost: Sequence[LostPart],
+    current_nodes: int,
+    min_nodes: int,
+    max_nodes: int,
+    memory: RecoveryMemory,
+    policy: RecoveryPolicy,
+    planner: GridPlanner,
+    now: float,
+) -> RecoveryDecision:
+    """Decide how to recover ``launch_id`` of ``job_name`` from its ``lost`` parts (module rules)."""
+    if not lost:
+        raise ElasticGridError(f"job {job_name!r} lost no part; there is nothing to recover")
+    lost = tuple(lost)
+    earlier = memory.decided_for(launch_id)
+    in_window = memory.recoveries_within(now, policy.recovery_window_s)
+    base: dict[str, Any] = {
+        "current_nodes": current_nodes,
+        "decided_at": now,
+        "launch_id": launch_id,
+        "lost": lost,
+        "recoveries_in_window": len(in_window),
+        "policy": policy,
+    }
+    if earlier is not None:
+        return RecoveryDecision(
+            action=WAIT,
+            target_nodes=current_nodes,
+            reason=(
+                f"the recovery of launch {launch_id} was decided at {iso_time(earlier.at)}; "
+                "waiting for the relaunch"
+            ),
+            quarantine=memory.active_quarantine(now),
+            **base,
+        )
+    fresh = tuple(
+        QuarantineEntry(
+            provider=part.provider,
+            since=now,
+            until=now + policy.quarantine_s,
+            reason=f"lost part {part.part}: {part.cause}",
+        )
+        for part in lost
+        if policy.quarantine_s > 0
+    )
+    quarantine = RecoveryMemory(quarantine=memory.quarantine + fresh).active_quarantine(now)
+    what = f"job {job_name!r} lost {_lost_text(lost)}"
+    if len(in_window) >= policy.max_recoveries:
+        spent = (
+            "recovery is off (max_recoveries=0)"
+            if policy.max_recoveries == 0
+            else f"already recovered {len(in_window)} time(s) within the last "
+            f"{policy.recovery_window_s:g}s (max_recoveries={policy.max_recoveries})"
+        )
+        return RecoveryDecision(
+            action=GIVE_UP,
+            target_nodes=0,
+            reason=(
+                f"{what} and {spent}, so it is not recovered again; relaunch it with "
+                "LaunchOperator once the capacity is back"
+            ),
+            quarantine=quarantine,
+            **base,
+        )
+    leave_out = quarantine_reasons(quarantine)
+    left = sum(p.max_nodes for p in planner.providers if p.name not in leave_out)
+    target = min(max(current_nodes, min_nodes), max_nodes, left)
+    placement: Placement | None = None
+    problem = None
+    if target < max(min_nodes, 1):
+        problem = (
+            f"the grid without the quarantined providers ({', '.join(sorted(leave_out)) or '-'}) "
+            f"holds {left} node(s), fewer than min_nodes {min_nodes}"
+        )
+    else:
+        try:
+            placement = planner.plan(target, leave_out=leave_out)
+        except ElasticGridError as error:
+            problem = str(error)
+    if placement is None:
+        return RecoveryDecision(
+            action=GIVE_UP,
+            target_nodes=0,
+            reason=f"{what} and no capacity is left to recover it: {problem}",
+            quarantine=quarantine,
+            **base,
+        )
+    where = ", ".join(f"{name} {count}" for name, count in placement.nodes_by_provider().items())
+    quarantined = (
+        f"quarantined {', '.join(repr(entry.provider) for entry in fresh)} for "
+        f"{policy.quarantine_s:g}s; "
+        if fresh
+        else ""
+    )
+    return RecoveryDecision(
+        action=RECOVER,
+        target_nodes=target,
+        reason=(
+            f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
+            f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "
+            f"within {policy.recovery_window_s:g}s)"
+        ),
+        quarantine=quarantine,
+        placement=placement.to_dict(),
+        **base,
+    )
+
+
+def remember_recovery(
+    state: ScaleState, decision: RecoveryDecision, record: dict[str, Any], limit: int
+) -> ScaleState:
+    """The state after a ``recover``/``give_up``: its quarantine, the recovery, the history entry."""
+    from dataclasses import replace
+
+    from elasticgrid_provider.core.state import _with_entry
+
+    if decision.action not in RECOVERY_ACTIONS:
+        raise ElasticGridError(f"decision action {decision.action!r} is not recorded")
+    memory = state.recovery
+    recoveries = memory.recoveries
+    if decision.action == RECOVER:
+        recoveries = (
+            *recoveries,
+            PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),
+        )
+    memory = RecoveryMemory(
+        quarantine=decision.quarantine, recoveries=recoveries[-PAST_RECOVERIES_KEPT:]
+    )
+    return replace(
+        state,
+        recovery=memory,
+        history=_with_entry(state.history, record, limit),
+        revision=state.revision + 1,
+        updated_at=decision.decided_at,
+    )
+
+
+def quarantine_from_record(record: Any) -> dict[str, str]:
+    """``{provider: why}`` from a decision record's quarantine (top level or ``context``).
+
+    What a ``PlanPlacementOperator`` given ``nodes=check.output`` leaves out:
+    the quarantine in force when the check decided, as it was recorded.
+    """
+    if not isinstance(record, Mapping):
+        return {}
+    context = record.get("context")
+    entries = record.get("quarantine")
+    if entries is None and isinstance(context, Mapping):
+        entries = context.get("quarantine")
+    if not entries:
+        return {}
+    try:
+        memory = RecoveryMemory.model_validate({"quarantine": entries})
+    except ValidationError as error:
+        raise _one_sentence("decision record", error) from None
+    return quarantine_reasons(memory.quarantine)

@@ -1,0 +1,120 @@
+"""DAGs for the recovery tests: a job on spot capacity that gets reclaimed.
+
+The grid maps ``onprem`` to the local engine and ``spot`` and ``backup`` to
+:class:`tests.preemptible_engine.PreemptibleEngine`, which kills a part's
+ranks ``FAKE_PREEMPT`` seconds after they start (from the run's conf, e.g.
+``{"preempt": "spot=7"}``). A 2-node job runs as ``onprem 1 + spot 1``; when
+``spot`` is lost, the cheapest rest is ``onprem 1 + backup 1``.
+
+The pipeline is the one an author writes for scaling: check -> plan
+(``nodes=check.output``) -> relaunch. Nothing in it is about recovery.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from airflow.sdk import DAG
+
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.sensors import ElasticScaleSensor
+from tests.dag_settings import JOB, NODES, TRAIN
+
+PREEMPTIBLE = "module=tests.preemptible_engine:PreemptibleEngine"
+RECOVERY_GRID = [
+    {"name": "onprem", "engine": "local", "max_nodes": 1, "cost_per_node_hour": 0.0, "spot": False},
+    {"name": "spot", "engine": PREEMPTIBLE, "max_nodes": 1, "cost_per_node_hour": 1.0},
+    {"name": "backup", "engine": PREEMPTIBLE, "max_nodes": 1, "cost_per_node_hour": 2.0},
+]
+# the same, with a backup that takes its time to provision: a relaunch holds the lock longer
+SLOW_BACKUP_GRID = [
+    *RECOVERY_GRID[:2],
+    {**RECOVERY_GRID[2], "engine": "module=tests.preemptible_engine:SlowProvisionEngine"},
+]
+RUN = (
+    f"{sys.executable} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 60) }}}} "
+    "--global-batch 2 --microbatch-seconds 0.05"
+)
+ENVS = {
+    "FAKE_PREEMPT": "{{ dag_run.conf.get('preempt', '') }}",
+    "FAKE_PROVISION_S": "{{ dag_run.conf.get('provision_s', 0) }}",
+}
+CHECK = {
+    "job_name": JOB,
+    "min_nodes": 1,
+    "max_nodes": 2,
+    "min_samples": 1000,  # never scales: these checks are about recovery
+    "poke_interval": 1,
+    "timeout": 90,
+    "max_recoveries": "{{ dag_run.conf.get('max_recoveries', 3) }}",
+    "quarantine": "{{ dag_run.conf.get('quarantine', 1800) }}",
+}
+
+
+def launch(dag_id: str, grid: list[dict]) -> None:
+    """plan -> launch the training job on ``grid``."""
+    with DAG(dag_id=dag_id, schedule=None, catchup=False):
+        plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=grid)
+        plan >> LaunchOperator(
+            task_id="launch",
+            job_name=JOB,
+            run=RUN,
+            envs=ENVS,
+            placement=plan.output,
+            recovery={"mode": "none"},
+        )
+
+
+def check_then_relaunch(dag_id: str, grid: list[dict], **relaunch_arguments) -> None:
+    """The scaling pipeline: check -> plan at the decided size -> relaunch."""
+    with DAG(dag_id=dag_id, schedule=None, catchup=False):
+        check = ElasticScaleSensor(task_id="scale_check", providers=grid, **CHECK)
+        plan = PlanPlacementOperator(task_id="plan", nodes=check.output, providers=grid)
+        relaunch = LaunchOperator(
+            task_id="relaunch",
+            job_name=JOB,
+            run=RUN,
+            envs=ENVS,
+            placement=plan.output,
+            recovery={"mode": "none"},
+            poll_interval=0.5,
+            **relaunch_arguments,
+        )
+        check >> plan >> relaunch
+
+
+launch("recovery_launch", RECOVERY_GRID)
+check_then_relaunch("recovery_check", RECOVERY_GRID)
+check_then_relaunch("recovery_check_and_finish", RECOVERY_GRID, wait_for_completion=True)
+
+# one process launches, checks and relaunches: the task that launched a rank reaps it (it is
+# the ranks' subreaper), so only it sees a reclaimed rank gone; the relaunch on the slow backup
+# holds the job's lock for FAKE_PROVISION_S seconds
+with DAG(dag_id="recovery_launch_then_recover_slowly", schedule=None, catchup=False):
+    start_plan = PlanPlacementOperator(
+        task_id="start_plan", nodes=NODES, providers=SLOW_BACKUP_GRID
+    )
+    start = LaunchOperator(
+        task_id="start",
+        job_name=JOB,
+        run=RUN,
+        envs=ENVS,
+        placement=start_plan.output,
+        recovery={"mode": "none"},
+    )
+    check = ElasticScaleSensor(task_id="scale_check", providers=SLOW_BACKUP_GRID, **CHECK)
+    plan = PlanPlacementOperator(task_id="plan", nodes=check.output, providers=SLOW_BACKUP_GRID)
+    relaunch = LaunchOperator(
+        task_id="relaunch",
+        job_name=JOB,
+        run=RUN,
+        envs=ENVS,
+        placement=plan.output,
+        recovery={"mode": "none"},
+    )
+    start_plan >> start >> check >> plan >> relaunch
+
+with DAG(dag_id="recovery_check_only", schedule=None, catchup=False):
+    ElasticScaleSensor(
+        task_id="scale_check", providers=SLOW_BACKUP_GRID, **{**CHECK, "timeout": 3}, soft_fail=True
+    )

@@ -1,0 +1,252 @@
+"""Recovering from lost capacity, on real Airflow runs of real local iroh-tinker jobs.
+
+The spot providers are :class:`tests.preemptible_engine.PreemptibleEngine`:
+their ranks are SIGKILLed a set time after they start, behind the real
+``JobManager``. The DAGs (``tests/dags/recovery_dags.py``) are the scaling
+pipeline, check -> plan -> relaunch, with nothing added for recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from elasticgrid_provider.core.state import state_variable_key
+from tests.airflow_support import read_variable, run_dag
+from tests.conftest import TESTS, airflow_command
+
+pytestmark = pytest.mark.airflow
+
+
+def _state(job: str) -> dict:
+    return read_variable(state_variable_key(job))
+
+
+def _steps(jobs_root: Path, job: str) -> list[dict]:
+    """Every step the job logged, from every part folder it ever had (global rank 0 logs)."""
+    steps = []
+    for log in sorted(jobs_root.glob(f"{job}--*/steps.jsonl")):
+        steps += [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return steps
+
+
+def _wait_for(what: str, condition, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _manifest(jobs_root: Path, job: str) -> dict:
+    return json.loads((jobs_root / job / "manifest.json").read_text())
+
+
+def test_a_job_that_loses_its_spot_part_recovers_on_the_other_provider_and_finishes(
+    airflow_db, jobs_root
+):
+    job = "lose-spot"
+    conf = {"job_name": job, "nodes": 2, "steps": 60, "preempt": "spot=7"}
+    launched = run_dag("recovery_launch", conf)
+    assert launched.task_states == {"plan": "success", "launch": "success"}
+    first = launched.xcom("launch")
+    assert [(p["provider"], p["nodes"]) for p in first["parts"]] == [("onprem", 1), ("spot", 1)]
+
+    result = run_dag("recovery_check_and_finish", conf)
+
+    assert result.task_states == {
+        "scale_check": "success",
+        "plan": "success",
+        "relaunch": "success",
+    }
+    record = result.xcom("scale_check")
+    assert (record["action"], record["rule"]) == ("recover", "recover")
+    assert (record["current_nodes"], record["target_nodes"]) == (2, 2)
+    assert record["launch_id"] == first["launch_id"]
+    [lost] = record["lost"]
+    assert (lost["part"], lost["provider"]) == (f"{job}--spot", "spot")
+    assert lost["cause"].startswith("preempted: spot capacity reclaimed by module=")
+    assert [entry["provider"] for entry in record["quarantine"]] == ["spot"]
+    quarantine = record["quarantine"][0]
+    assert quarantine["until"] - quarantine["since"] == 1800
+    # the re-plan left the quarantined provider out and said why
+    plan = result.xcom("plan")
+    assert [(a["provider"], a["nodes"]) for a in plan["assignments"]] == [
+        ("onprem", 1),
+        ("backup", 1),
+    ]
+    assert [item["provider"] for item in plan["left_out"]] == ["spot"]
+    assert plan["left_out"][0]["reason"].startswith("quarantined until ")
+    relaunched = result.xcom("relaunch")
+    assert relaunched["status"] == "done"
+    assert [(p["provider"], p["status"]) for p in relaunched["parts"]] == [
+        ("onprem", "done"),
+        ("backup", "done"),
+    ]
+    # the audit: the recovery is its own kind of event in the history, with the quarantine
+    state = _state(job)
+    recoveries = [entry for entry in state["history"] if entry["action"] == "recover"]
+    assert len(recoveries) == 1 and recoveries[0]["lost"][0]["provider"] == "spot"
+    assert [entry["provider"] for entry in state["recovery"]["quarantine"]] == ["spot"]
+    assert [past["launch_id"] for past in state["recovery"]["recoveries"]] == [first["launch_id"]]
+
+    # no step before the last checkpoint was computed twice, and none is missing
+    numbers = [step["step"] for step in _steps(jobs_root, job)]
+    assert numbers == sorted(set(numbers)), f"a step was run or logged twice: {numbers}"
+    assert len(set(range(60)) - set(numbers)) <= 1, numbers  # a stop between commit and log
+    assert numbers[-1] == 59
+    steps = _steps(jobs_root, job)
+    before = [step["step"] for step in steps if step["time"] < record["decided_at"]]
+    after = [step["step"] for step in steps if step["time"] > record["decided_at"]]
+    assert before and after
+    assert after[0] == before[-1] + 1  # resumed right after the last committed step
+    progress = json.loads((jobs_root / job / "shared" / "checkpoint" / "progress.json").read_text())
+    assert progress["completed_steps"] == 60
+
+
+def test_a_second_loss_within_the_window_hits_max_recoveries_and_fails_clearly(
+    airflow_db, jobs_root, capfd, caplog
+):
+    from tests.job_processes import job_ranks
+
+    job = "lose-twice"
+    conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=7,backup=7"}
+    conf["max_recoveries"] = 1
+    run_dag("recovery_launch", conf)
+    first = run_dag("recovery_check", conf)
+    assert first.task_states == {"scale_check": "success", "plan": "success", "relaunch": "success"}
+    assert first.xcom("scale_check")["action"] == "recover"
+    relaunched = first.xcom("relaunch")
+    assert [p["provider"] for p in relaunched["parts"]] == ["onprem", "backup"]
+    capfd.readouterr()
+    caplog.clear()
+
+    second = run_dag("recovery_check", conf)  # backup is reclaimed 7 s after it started
+
+    assert second.task_states == {
+        "scale_check": "failed",
+        "plan": "upstream_failed",
+        "relaunch": "upstream_failed",
+    }
+    output = capfd.readouterr()
+    text = output.out + output.err + caplog.text
+    sentence = (
+        f"job '{job}' lost part {job}--backup (provider 'backup': preempted: spot capacity "
+        "reclaimed by module=tests.preemptible_engine:PreemptibleEngine) and already recovered "
+        "1 time(s) within the last 3600s (max_recoveries=1), so it is not recovered again; "
+        "relaunch it with LaunchOperator once the capacity is back"
+    )
+    assert f"JobFailedError: {sentence}" in text
+    record = second.xcom("scale_check")
+    assert (record["action"], record["target_nodes"]) == ("give_up", 0)
+    events = [entry["action"] for entry in _state(job)["history"] if entry["action"] != "hold"]
+    assert events == ["recover", "give_up"]
+    # it never loops: what was left is stopped, the launch recorded down with the sentence
+    manifest = _manifest(jobs_root, job)
+    assert (manifest["launch_id"], manifest["state"]) == (relaunched["launch_id"], "down")
+    assert manifest["down_reason"] == sentence
+    _wait_for("the job's ranks to be gone", lambda: not job_ranks(job), 30)
+    third = run_dag("recovery_check", conf)
+    assert third.task_states["scale_check"] == "failed"
+    assert [entry["action"] for entry in _state(job)["history"]].count("give_up") == 1
+
+
+def test_a_quarantined_provider_is_used_again_once_its_quarantine_ends(airflow_db, jobs_root):
+    job = "quarantine-ends"
+    conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=7,backup=7"}
+    conf["quarantine"] = 5  # seconds: over before backup is reclaimed, 7 s after it starts
+    run_dag("recovery_launch", conf)
+    first = run_dag("recovery_check", conf)
+    record = first.xcom("scale_check")
+    assert [entry["provider"] for entry in record["quarantine"]] == ["spot"]
+    assert [a["provider"] for a in first.xcom("plan")["assignments"]] == ["onprem", "backup"]
+    spot_free_at = record["quarantine"][0]["until"]
+
+    second = run_dag("recovery_check", conf)
+
+    assert second.task_states == {
+        "scale_check": "success",
+        "plan": "success",
+        "relaunch": "success",
+    }
+    record = second.xcom("scale_check")
+    assert record["action"] == "recover" and record["decided_at"] > spot_free_at
+    assert [part["provider"] for part in record["lost"]] == ["backup"]
+    assert [entry["provider"] for entry in record["quarantine"]] == ["backup"]  # spot's ended
+    plan = second.xcom("plan")
+    assert [(a["provider"], a["nodes"]) for a in plan["assignments"]] == [
+        ("onprem", 1),
+        ("spot", 1),
+    ]
+    assert [item["provider"] for item in plan["left_out"]] == ["backup"]
+    relaunched = second.xcom("relaunch")
+    assert [(p["provider"], p["status"]) for p in relaunched["parts"]] == [
+        ("onprem", "running"),
+        ("spot", "running"),
+    ]
+    assert len(_state(job)["recovery"]["recoveries"]) == 2
+
+
+def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twice(
+    airflow_db, jobs_root
+):
+    """One process launches the job, sees spot reclaimed and relaunches it on a backup that
+    takes 20 s to provision; a check started while that relaunch holds the lock waits, then
+    finds the relaunched job running and holds: one recovery, one relaunch."""
+    job = "lock-race"
+    conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=7", "provision_s": 20}
+    specs = jobs_root / job / "specs"
+    environment = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    recovering = subprocess.Popen(
+        [
+            *airflow_command(),
+            "dags",
+            "test",
+            "recovery_launch_then_recover_slowly",
+            "2026-01-01T00:00:00+00:00",
+            "--conf",
+            json.dumps(conf),
+            "--dagfile-path",
+            str(TESTS / "dags" / "recovery_dags.py"),
+        ],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        # the relaunch holds the lock from the record of its launch to its confirmation
+        _wait_for(
+            "the relaunch to start",
+            lambda: (
+                (specs.exists() and len(list(specs.iterdir())) == 2)
+                or recovering.poll() is not None
+            ),
+            timeout=240,
+        )
+        assert recovering.poll() is None, recovering.communicate()[0][-3000:]
+        assert _manifest(jobs_root, job)["state"] == "starting"
+        check_started = time.time()
+        second = run_dag("recovery_check_only", conf)
+        output = recovering.communicate(timeout=240)[0]
+    finally:
+        if recovering.poll() is None:
+            recovering.kill()
+            recovering.communicate()
+    assert recovering.returncode == 0, output[-3000:]
+    manifest = _manifest(jobs_root, job)
+    confirmed_at = (jobs_root / job / "manifest.json").stat().st_mtime
+    assert manifest["state"] == "running"
+    assert [part["provider"] for part in manifest["parts"]] == ["onprem", "backup"]
+    assert second.task_states == {"scale_check": "skipped"}  # held until its timeout
+    record = second.xcom("scale_check")
+    # it waited for the lock, then saw the relaunched job running: a plain hold
+    assert check_started < confirmed_at <= record["decided_at"]
+    assert (record["action"], record["context"]["launch_id"]) == ("hold", manifest["launch_id"])
+    history = _state(job)["history"]
+    assert [entry["action"] for entry in history].count("recover") == 1
+    assert len(list(specs.iterdir())) == 2  # the launch and exactly one relaunch
