@@ -133,6 +133,11 @@ def unshared_root_sentence(job_name: str, jobs_root: str, state_key: str) -> str
     )
 
 
+def failed_job_message(job_name: str, failure_report: str | None) -> str:
+    """The error of a failed job: one line, the failed ranks' log tails below it."""
+    return f"job {job_name!r} failed.\n{failure_report or ''}".rstrip()
+
+
 def optional_number(field: str, value: Any) -> float | None:
     """A templated number (numeric strings allowed), or None when unset; finite and >= 0."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -204,12 +209,8 @@ class ScaleCheck:
             )
             return f"{sentence}\n{failure_report or ''}".rstrip()
         if snapshot.status == "failed":
-            return self.failed_message(failure_report)
+            return failed_job_message(self.job_name, failure_report)
         return None
-
-    def failed_message(self, failure_report: str | None) -> str:
-        """The error of a failed job: one line, the failed ranks' log tails below it."""
-        return f"job {self.job_name!r} failed.\n{failure_report or ''}".rstrip()
 
     # -- rules 2-4 ----------------------------------------------------------------
     def run(

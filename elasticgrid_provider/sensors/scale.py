@@ -69,6 +69,7 @@ from elasticgrid_provider.core.check import (  # ARGUMENT_SOURCE, SKIPPED_LINES_
     DeadlineChoice,
     ScaleCheck,
     TaskIdentity,
+    failed_job_message,
 )
 from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
 from elasticgrid_provider.core.formatting import decision_summary
@@ -213,8 +214,7 @@ class ElasticScaleSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger fired: check again, and defer again on hold."""
         if event.get("status") == "failed":
-            rules = ScaleCheck(self.job_name, self.scheduler)
-            raise JobFailedError(rules.failed_message(event.get("failure_report")))
+            raise JobFailedError(failed_job_message(self.job_name, event.get("failure_report")))
         return self._check_or_defer(context, started_at=float(event["started_at"]))
 
     def _check_or_defer(self, context: Context, started_at: float) -> Any:
@@ -295,12 +295,12 @@ class ElasticScaleSensor(BaseSensorOperator):
             if failure is not None or snapshot is None:
                 raise JobFailedError(failure)
             state = hook.read_scale_state(self.job_name)
+            now = time.time()
             chunks = (
                 []
                 if self.samples is not None
                 else hook.read_step_logs(snapshot, state, tail=self.window_size)
             )
-            now = time.time()
             outcome = rules.run(
                 state,
                 snapshot,
