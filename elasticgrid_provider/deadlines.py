@@ -84,11 +84,11 @@ def _interval(alert: Any) -> timedelta:
     key = getattr(interval, "key", None)
     if key is None:
         raise ElasticGridError(f"deadline alert interval {interval!r} is not a timedelta")
-    from airflow.sdk import Variable
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
-    value = Variable.get(key, default=None)
+    value = ElasticGridHook.read_variable(key)
     try:
-        return timedelta(seconds=int(value))
+        return timedelta(seconds=int(value if value is not None else ""))
     except (TypeError, ValueError):
         raise ElasticGridError(
             f"deadline alert interval Variable {key!r} must hold whole seconds, got {value!r}"

@@ -8,17 +8,19 @@ under: most often each worker has its own local folder. Launching there would
 start a second copy of a job that still runs elsewhere, and a check there
 would find "no job"; both fail instead with one sentence saying the jobs root
 must be shared (README "Deploying"), or that the Variable can be deleted
-when the job's files are gone for good.
+when the job's files are gone for good. The Variable is read through the
+hook (:meth:`ElasticGridHook.scale_state_exists`); the sentence is
+:func:`~elasticgrid_provider.core.check.unshared_root_sentence`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from airflow.sdk import Variable
-
+from elasticgrid_provider.core.check import unshared_root_sentence
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.state import state_variable_key
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
 
 def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
@@ -27,16 +29,9 @@ def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
     Call it only after finding no manifest for ``job_name`` under ``jobs_root``;
     None means the job is simply new.
     """
-    key = state_variable_key(job_name)
-    if Variable.get(key, default=None) is None:
+    if not ElasticGridHook.scale_state_exists(job_name):
         return None
-    return (
-        f"job {job_name!r} has a scale state in Variable {key!r} but no files under "
-        f"{jobs_root} on this worker, so nothing was started: the jobs root must be shared "
-        "by every worker that launches or checks the job (a shared filesystem, or its tasks "
-        f"routed to one worker queue with queue=), or delete the Variable {key} if the job's "
-        "files are gone for good"
-    )
+    return unshared_root_sentence(job_name, str(jobs_root), state_variable_key(job_name))
 
 
 def require_shared_jobs_root(job_name: str, jobs_root: Path) -> None:

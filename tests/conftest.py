@@ -4,6 +4,15 @@ The environment is set here, before anything imports Airflow, so no test ever
 touches the developer's own ``AIRFLOW_HOME`` or iroh-tinker job folder. The
 database is migrated once per session, and only when a test asks for it.
 
+``make test`` runs the suite on two pytest-xdist workers. Each worker imports
+this module itself, so each has its own session folder: its own Airflow home
+and SQLite metadata DB, iroh-tinker home, Fernet key and session marker
+(``ELASTICGRID_TEST_SESSION``, inherited by every process it starts, so
+:func:`tests.job_processes.job_ranks` never counts the other worker's ranks
+of a job with the same name). Every test's jobs live under its own
+``tmp_path``; servers bind port 0. So any test may run on any worker, next to
+any other.
+
 Tests write only in temporary folders. A guard checks it: every test fails
 when the project tree gained an entry while it ran, and the session fails
 when the tree gained one by its end (a rank process may write after its test
@@ -40,6 +49,8 @@ os.environ.update(
         "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "True",
         "IROH_TINKER_HOME": str(SESSION_HOME / "iroh"),
         "IROH_TINKER_RESTART_BACKOFF": "0",
+        # inherited by every process of this session (ranks included): tests/job_processes.py
+        "ELASTICGRID_TEST_SESSION": str(SESSION_HOME),
     }
 )
 os.environ.pop("AIRFLOW_CONN_ELASTICGRID_DEFAULT", None)
@@ -159,6 +170,26 @@ def _forget_scale_states() -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _remove_session_home() -> Iterator[None]:
     yield
+    shutil.rmtree(SESSION_HOME, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the Airflow tests (seconds each) before the pure ones (milliseconds each).
+
+    A stable sort, the same in every xdist worker (they must collect the same
+    order): the workers share out the long tests first and the short ones fill
+    the gaps at the end, so neither worker is left alone with a long test.
+    """
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("airflow") is None
+            and "airflow_db" not in getattr(item, "fixturenames", ())
+        )
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session folder in every process (the xdist controller runs no fixtures)."""
     shutil.rmtree(SESSION_HOME, ignore_errors=True)
 
 

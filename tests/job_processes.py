@@ -7,6 +7,9 @@ import os
 import time
 from pathlib import Path
 
+SESSION_VARIABLE = "ELASTICGRID_TEST_SESSION"
+"""Set by tests/conftest.py to the session's temp folder; ranks inherit it."""
+
 
 def rank_pids(jobs_root: Path, part: str) -> list[int]:
     """The pids iroh-tinker recorded for the part's ranks."""
@@ -39,8 +42,12 @@ def job_ranks(job: str) -> dict[int, str]:
 
     A rank is an iroh-tinker runner whose environment names the job; found
     in ``/proc``, not in iroh-tinker's records, so ranks it never recorded count too.
+    Ranks started by another test session (another pytest-xdist worker, or
+    another checkout's run on this machine) are told apart by the session
+    marker every process of a session inherits (``SESSION_VARIABLE``).
     """
     ranks = {}
+    ours = os.environ.get(SESSION_VARIABLE)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -51,7 +58,9 @@ def job_ranks(job: str) -> dict[int, str]:
             continue
         variables = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
         is_rank = b"iroh_tinker.cloud.runner" in command
-        if is_rank and variables.get("ELASTICGRID_JOB") == job and is_alive(int(entry.name)):
+        if not is_rank or variables.get(SESSION_VARIABLE, ours) != ours:
+            continue  # another test session's (a parallel worker's) rank of a same-named job
+        if variables.get("ELASTICGRID_JOB") == job and is_alive(int(entry.name)):
             ranks[int(entry.name)] = variables.get("ELASTICGRID_LAUNCH_ID", "")
     return ranks
 

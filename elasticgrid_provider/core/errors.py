@@ -1,8 +1,38 @@
-"""The one error type users see.
+"""Every error type of the provider, and what each does to a task.
 
-Every rejected input raises :class:`ElasticGridError`, a ``ValueError`` whose
-message is one sentence naming the field and the value. The CLI turns it into
-exit status 2 and one line; Airflow turns it into a clear task failure.
+The hierarchy::
+
+    ValueError
+      ElasticGridError        bad input: one sentence naming the field and the value
+        CorruptStateError     a stored scale state that cannot be used (left as it is)
+    RuntimeError
+      JobLaunchError          a part could not be launched; the parts started were stopped
+      JobFailedError          the checked job failed, is down, or was never launched
+
+What they do:
+
+* The CLI turns an :class:`ElasticGridError` into exit status 2 and one line
+  (``error: ...``), never a traceback.
+* In Airflow, an exception that is not an ``AirflowFailException`` (or
+  ``AirflowSensorTimeout``) fails the try *with* retry when the task has
+  retries left; an ``AirflowFailException`` fails it *without* retry.
+
+  * ``LaunchOperator`` and ``PlanPlacementOperator`` turn bad input
+    (:class:`ElasticGridError`) into ``AirflowFailException``: no retry,
+    since the same input fails the same way. ``LaunchOperator`` turns a
+    :class:`JobLaunchError` into ``AirflowException``: retried, because a
+    provider that failed to start may start next time, and a retry never
+    starts a second copy (the launch is reconciled from its record).
+  * ``ElasticScaleSensor`` raises :class:`JobFailedError`,
+    :class:`ElasticGridError` and :class:`CorruptStateError` as they are:
+    failures retried like any other. None of them is an
+    ``AirflowException``, deliberately: ``soft_fail`` (meant for a check that
+    found no reason to scale before its timeout) turns Airflow's exceptions
+    into skips, and a failed job or a misconfigured check must never pass as
+    a skip.
+
+Every message is one sentence (a failed job's log tail may follow it on the
+next lines).
 """
 
 from __future__ import annotations
@@ -14,3 +44,17 @@ class ElasticGridError(ValueError):
 
 class CorruptStateError(ElasticGridError):
     """A stored scale state cannot be used; it is left exactly as it is for a person to fix."""
+
+
+class JobLaunchError(RuntimeError):
+    """A part could not be launched; the parts already started were stopped."""
+
+
+class JobFailedError(RuntimeError):
+    """The checked job failed, is down, or was never launched.
+
+    Deliberately not an ``AirflowException``, like the ``ElasticGridError`` a
+    bad argument raises: ``soft_fail`` (meant for a check that found no reason
+    to scale before its timeout) turns Airflow's failures into skips, and a
+    failed job or a misconfigured check must never pass as a skip.
+    """

@@ -32,6 +32,13 @@ The scale state of a job is one Airflow Variable, read and written only here
 under the job's lock. A Variable that is empty, not JSON, ``null``, of another
 job or otherwise malformed is refused with one sentence and never overwritten.
 
+The hook is the provider's one door to the outside: Variables (the state,
+its existence, a deadline interval's; the UI plugin's listing through
+:meth:`ElasticGridHook.stored_scale_states`), files (manifests, step logs
+through :meth:`ElasticGridHook.read_step_logs`), locks and the JobManager.
+The sensor reads and writes nothing itself; what it decides is pure
+(:mod:`elasticgrid_provider.core.check`).
+
 The lock is an exclusive ``flock`` on a file next to the job's iroh-tinker
 state. Every worker that can stop or resize a job must already share that
 folder, so the lock needs no extra infrastructure, and it is what makes a
@@ -59,7 +66,11 @@ from airflow.sdk import BaseHook, Variable
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from elasticgrid_provider.core.clock import utc_iso_now
-from elasticgrid_provider.core.errors import CorruptStateError, ElasticGridError
+from elasticgrid_provider.core.errors import (  # JobLaunchError: re-exported, raised here
+    CorruptStateError,
+    ElasticGridError,
+    JobLaunchError,
+)
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
 from elasticgrid_provider.core.launch_record import (
     LAUNCH_DOWN,
@@ -84,7 +95,7 @@ from elasticgrid_provider.core.recovery import LostPart, loss_cause, part_is_los
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.settings import GridSettings, grid_settings
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
-from elasticgrid_provider.core.step_log import cut_report
+from elasticgrid_provider.core.step_log import StepLogChunk, cut_report, read_step_log
 from elasticgrid_provider.core.validation import Choice, check_number
 from elasticgrid_provider.hooks.launcher import (
     is_launcher,
@@ -108,10 +119,6 @@ DEFAULT_STARTUP_GRACE_S = 3.0
 STOP_LOCK_WAIT_S = 2.0
 """How long a killed task waits for the job's lock before it stops its own launch anyway
 (Airflow SIGKILLs 5 s after SIGTERM); only that launch's parts and processes are touched."""
-
-
-class JobLaunchError(RuntimeError):
-    """A part could not be launched; the parts already started were stopped."""
 
 
 @dataclass(frozen=True)
@@ -774,6 +781,53 @@ class ElasticGridHook(BaseHook):
 
         return [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
 
+    def read_step_logs(
+        self, snapshot: JobSnapshot, state: ScaleState, tail: int
+    ) -> list[StepLogChunk]:
+        """What each of the job's step logs gained since the state's cursor for it.
+
+        A log never read before is read from its end, at most ``tail`` samples
+        at the job's current size (:func:`~elasticgrid_provider.core.step_log.read_step_log`).
+        """
+        return [
+            read_step_log(path, state.log_cursor(str(path)), tail=tail, nodes=snapshot.nodes)
+            for path in self.step_logs(snapshot)
+        ]
+
+    # -- Variables -----------------------------------------------------------------
+    # Static, so the deadline resolution, the shared-root check and the API server's
+    # UI plugin read them without building a hook (nor reading its connection).
+
+    @staticmethod
+    def read_variable(key: str) -> str | None:
+        """A Variable's raw text, or None when it does not exist (from a task)."""
+        return Variable.get(key, default=None)
+
+    @staticmethod
+    def scale_state_exists(job_name: str) -> bool:
+        """Whether the job's state Variable exists, whatever it holds (from a task)."""
+        return ElasticGridHook.read_variable(state_variable_key(job_name)) is not None
+
+    @staticmethod
+    def stored_scale_states(job_name: str | None = None) -> list[tuple[str, str | None]]:
+        """Every job's state Variable (or just ``job_name``'s) as (key, raw text) pairs.
+
+        Read from the metadata DB directly, as the API server's UI plugin does
+        (outside a task, where ``Variable.get`` has no task context to go through).
+        """
+        from airflow.models.variable import Variable as VariableModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        query = select(VariableModel)
+        if job_name is None:
+            prefix = state_variable_key("")
+            query = query.where(VariableModel.key.startswith(prefix, autoescape=True))
+        else:
+            query = query.where(VariableModel.key == state_variable_key(job_name))
+        with create_session() as session:
+            return [(row.key, row.val) for row in session.scalars(query)]
+
     # -- the scale state -----------------------------------------------------------
     def read_scale_state(self, job_name: str) -> ScaleState:
         """The job's scale state from its Variable; a fresh state when there is none yet.
@@ -783,7 +837,7 @@ class ElasticGridHook(BaseHook):
         job's; the Variable is left as it is.
         """
         key = state_variable_key(job_name)
-        text = Variable.get(key, default=None)
+        text = self.read_variable(key)
         if text is None:
             return ScaleState(job_name=job_name)
         try:

@@ -2,7 +2,8 @@
 
 :func:`read_scale_states` is the one reader: it loads every
 ``elasticgrid_scale_state__<job>`` Variable (:func:`state_variable_key`)
-from the metadata DB on the API server and checks it with
+from the metadata DB on the API server (through
+:meth:`ElasticGridHook.stored_scale_states`) and checks it with
 :meth:`ScaleState.from_dict`; a state that does not load is listed with its
 error instead of breaking the page. :func:`job_view` turns one state into
 plain JSON: the summary (current, desired, min and max nodes), the signals
@@ -79,17 +80,9 @@ def parse_state(variable_key: str, text: str | None) -> StoredState:
 
 def read_scale_states(job_name: str | None = None) -> list[StoredState]:
     """Every job's state Variable (or just ``job_name``'s), sorted by job name."""
-    from airflow.models.variable import Variable as VariableModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook  # on the API server only
 
-    query = select(VariableModel)
-    if job_name is None:
-        query = query.where(VariableModel.key.startswith(STATE_PREFIX, autoescape=True))
-    else:
-        query = query.where(VariableModel.key == state_variable_key(job_name))
-    with create_session() as session:
-        rows = [(row.key, row.val) for row in session.scalars(query)]
+    rows = ElasticGridHook.stored_scale_states(job_name)
     return sorted((parse_state(key, value) for key, value in rows), key=lambda s: s.job_name)
 
 

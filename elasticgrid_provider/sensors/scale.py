@@ -34,6 +34,12 @@ Each check (a poke, a reschedule, or a resume from the trigger):
    one record per check in XCom ``return_value``. ``elasticgrid simulate --timeline``
    and the policy benchmark run the same observe -> decide -> remember.
 
+Steps 2-6 are the pure rules of :class:`~elasticgrid_provider.core.check.ScaleCheck`
+(tested without Airflow); the sensor is a shell over them: it holds the lock,
+asks the hook for the job, the state and the new step-log chunks (it opens no
+file and reads no Variable itself), resolves the deadline when asked, and
+writes, logs, pushes, skips or fails as the outcome says.
+
 The state Variable is read and written through the hook. A Variable that
 cannot be used (empty, not JSON, ``null``, another job's, malformed) fails
 the check with one sentence and is never overwritten: replacing it with a
@@ -52,10 +58,9 @@ The log line is :func:`~elasticgrid_provider.core.formatting.decision_summary`
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
 from typing import Any
@@ -65,63 +70,42 @@ from airflow.sdk.bases.xcom import BaseXCom
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
+from elasticgrid_provider.core.check import (  # ARGUMENT_SOURCE, SKIPPED_LINES_SHOWN: re-exported
+    ARGUMENT_SOURCE,
+    SKIPPED_LINES_SHOWN,
+    CheckVerdict,
+    DeadlineChoice,
+    ScaleCheck,
+    TaskIdentity,
+    recovery_policy,
+)
 from elasticgrid_provider.core.clock import epoch_now
-from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.formatting import decision_summary, iso_time
-from elasticgrid_provider.core.job import JobSnapshot
+from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
+from elasticgrid_provider.core.formatting import decision_summary
 from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
 from elasticgrid_provider.core.recovery import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_QUARANTINE_S,
     DEFAULT_RECOVERY_WINDOW_S,
-    GIVE_UP,
-    WAIT,
-    LostPart,
-    QuarantineEntry,
-    RecoveryPolicy,
-    decide_recovery,
-    quarantine_reasons,
-    remember_recovery,
 )
-from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler, ScaleAction
-from elasticgrid_provider.core.state import (
-    DEFAULT_HISTORY_LIMIT,
-    JOB_ENDED_RULE,
-    ScaleState,
-)
-from elasticgrid_provider.core.step_log import read_step_log
-from elasticgrid_provider.core.validation import check_number, number_from_text
-from elasticgrid_provider.deadlines import resolve_deadline
+from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler
+from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
+from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
-# the cursor key of samples handed in through the ``samples`` argument: its value is the
-# next step number to take, so each DAG run may hand in a new, overlapping list
-ARGUMENT_SOURCE = "samples argument"
-# how long a check waits for a job that a launch or another check is busy with
+__all__ = [
+    "ARGUMENT_SOURCE",
+    "LOCK_WAIT_S",
+    "SKIPPED_LINES_SHOWN",
+    "ElasticScaleSensor",
+    "JobFailedError",
+]
+
 LOCK_WAIT_S = 60.0
-# bad step-log lines reported one by one per log and check; the rest are counted
-SKIPPED_LINES_SHOWN = 5
-
-
-class JobFailedError(RuntimeError):
-    """The checked job failed or was never launched.
-
-    Deliberately not an ``AirflowException``, like the ``ElasticGridError`` a
-    bad argument raises: ``soft_fail`` (meant for a check that found no reason
-    to scale before its timeout) turns Airflow's failures into skips, and a
-    failed job or a misconfigured check must never pass as a skip.
-    """
-
-
-def _optional_number(field: str, value: Any) -> float | None:
-    """A templated number (numeric strings allowed), or None when unset; finite and >= 0."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    return check_number(field, number_from_text(value))
+"""How long a check waits for a job that a launch or another check is busy with."""
 
 
 class ElasticScaleSensor(BaseSensorOperator):
@@ -308,8 +292,17 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     def check(self, context: Context) -> dict[str, Any] | None:
         """Run one check (module docstring); the record on a scale decision, None on hold."""
-        scheduler = self.scheduler
+        rules = ScaleCheck(self.job_name, self.scheduler, self.window_size, self.history_limit)
         hook = self.hook
+        resolved: list[ResolvedDeadline] = []
+
+        def deadline() -> DeadlineChoice:  # resolved only when a decision is made
+            found = resolve_deadline(self.deadline, context.get("dag"), context.get("dag_run"))
+            resolved.append(found)
+            return DeadlineChoice(found.timestamp, found.source)
+
+        ti = context["ti"]
+        task = TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.try_number)
         with hook.job_lock(self.job_name, timeout=LOCK_WAIT_S) as held:
             if not held:
                 self.log.info(
@@ -320,274 +313,84 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
                 return None
             snapshot = hook.job_snapshot(self.job_name)
-            if snapshot is None:
-                raise JobFailedError(
-                    unshared_jobs_root_message(self.job_name, hook.jobs_root)
-                    or f"job {self.job_name!r} has no manifest under {hook.jobs_root}; "
-                    "launch it with LaunchOperator first"
+            lost = (
+                ()
+                if snapshot is None or snapshot.manifest.state == LAUNCH_DOWN
+                else hook.lost_parts(snapshot)
+            )
+            failure = (
+                None
+                if lost
+                else rules.failure(
+                    snapshot,
+                    jobs_root=str(hook.jobs_root),
+                    unshared_message=None
+                    if snapshot is not None
+                    else unshared_jobs_root_message(self.job_name, hook.jobs_root),
+                    failure_report=None if snapshot is None else hook.failure_report(snapshot),
                 )
-            if snapshot.manifest.state == LAUNCH_DOWN:  # its samples are stale: nothing to decide
-                raise JobFailedError(self._down_message(snapshot, hook.failure_report(snapshot)))
-            lost = hook.lost_parts(snapshot)
-            if lost:
-                return self._recover(context, snapshot, lost)
-            if snapshot.status == "failed":
-                raise JobFailedError(self._failure_message(hook.failure_report(snapshot)))
+            )
+            if failure is not None or snapshot is None:
+                raise JobFailedError(failure)
             state = hook.read_scale_state(self.job_name)
             now = epoch_now()
-            state = self._take_new_samples(state, snapshot, now)
-            if snapshot.status in ("done", "stopped"):
-                self._finish_ended_job(context, state, snapshot, now)
-            try:
-                deadline = resolve_deadline(
-                    self.deadline, context.get("dag"), context.get("dag_run")
-                )
-                record = state.decide(
-                    scheduler,
-                    now,
-                    deadline_at=deadline.timestamp,
-                    remaining_steps=_optional_number("remaining_steps", self.remaining_steps),
-                    remaining_tokens=_optional_number("remaining_tokens", self.remaining_tokens),
-                )
-            except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-                raise ElasticGridError(str(exc)) from None
-            decision = record.decision
-            for warning in deadline.warnings:
-                self.log.warning("%s", warning)
-            self.log.info("%s", deadline.describe(now))
-            record = replace(
-                record,
-                context=self._record_context(
-                    context,
+            chunks = (
+                []
+                if self.samples is not None
+                else hook.read_step_logs(snapshot, state, tail=self.window_size)
+            )
+            if lost:
+                outcome = rules.recover(
+                    state,
                     snapshot,
-                    decision.target_nodes,
-                    deadline.source,
+                    lost,
                     now,
-                    quarantine=state.recovery.active_quarantine(now),
-                ),
-            )
-            state = state.remember(record, now, self.history_limit)
-            hook.write_scale_state(state)
-        record_json = record.to_dict()
-        self.log.info("Decision for job %s: %s", self.job_name, decision_summary(record_json))
-        if decision.action is ScaleAction.HOLD:  # a change is the return value itself
-            context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=record_json)
-            return None
-        return record_json
-
-    def _take_new_samples(self, state: ScaleState, snapshot: JobSnapshot, now: float) -> ScaleState:
-        """Read the samples that arrived since the last check; window them at the current size."""
-        new_samples: list[StepSample] = []
-        skipped = 0
-        if self.samples is not None:
-            next_step = state.cursor(ARGUMENT_SOURCE)
-            fresh = [sample for sample in self._handed_in_samples() if sample.step >= next_step]
-            new_samples.extend(fresh)
-            if fresh:
-                state = state.with_cursor(ARGUMENT_SOURCE, max(s.step for s in fresh) + 1)
-        else:
-            for path in self.hook.step_logs(snapshot):
-                cursor = state.log_cursor(str(path))
-                chunk = read_step_log(path, cursor, tail=self.window_size, nodes=snapshot.nodes)
-                for note in chunk.notes:
-                    self.log.warning("%s", note)
-                for line in chunk.skipped[:SKIPPED_LINES_SHOWN]:
-                    self.log.warning("Skipped a step-log line: %s", line)
-                if len(chunk.skipped) > SKIPPED_LINES_SHOWN:
-                    self.log.warning(
-                        "Skipped %d more bad line(s) of %s.",
-                        len(chunk.skipped) - SKIPPED_LINES_SHOWN,
-                        path,
-                    )
-                skipped += len(chunk.skipped)
-                new_samples.extend(chunk.samples)
-                if chunk.lines_read:
-                    self.log.info(
-                        "Read %d new line(s) from %s%s.",
-                        chunk.lines_read,
-                        path,
-                        " (first check: from its end, as far back as the window needs)"
-                        if cursor is None
-                        else "",
-                    )
-                state = state.with_cursor(chunk.source, chunk.cursor)
-        current = snapshot.nodes
-        if state.current_nodes is not None and state.current_nodes != current:
-            self.log.info(
-                "Job %s changed size %s -> %d since the last check; starting a fresh window.",
-                self.job_name,
-                state.current_nodes,
-                current,
-            )
-        ignored = sum(1 for sample in new_samples if sample.nodes != current)
-        if ignored:
-            self.log.info(
-                "Ignored %d sample(s) measured at another size than the current %d nodes.",
-                ignored,
-                current,
-            )
-        state = state.observe(new_samples, current, now, self.window_size)
-        return replace(state, skipped_lines=state.skipped_lines + skipped)
-
-    def _handed_in_samples(self) -> list[StepSample]:
-        samples = self.samples
-        if isinstance(samples, str):  # a rendered template
-            try:
-                samples = json.loads(samples)
-            except json.JSONDecodeError as exc:
-                raise ElasticGridError(f"samples is not valid JSON: {exc.msg}") from None
-        if not isinstance(samples, list):
-            raise ElasticGridError(f"samples must be a list of sample objects, got {samples!r}")
-        return [
-            StepSample.from_dict(sample, where=f"samples entry {position}")
-            for position, sample in enumerate(samples)
-        ]
-
-    def _record_context(
-        self,
-        context: Context,
-        snapshot: JobSnapshot,
-        target: int,
-        deadline_source: str,
-        now: float,
-        quarantine: Sequence[QuarantineEntry] = (),
-    ) -> dict[str, Any]:
-        """What surrounded the decision: the task, the job, the placements and their cost.
-
-        An active ``quarantine`` is recorded (the re-plan leaves those providers out).
-        """
-        ti = context["ti"]
-        placement = snapshot.manifest.placement
-        record: dict[str, Any] = {
-            "decided_at_iso": iso_time(now),
-            "job_name": self.job_name,
-            "job_status": snapshot.status,
-            "launch_id": snapshot.manifest.launch_id,
-            "deadline_source": deadline_source,
-            "dag_id": ti.dag_id,
-            "run_id": ti.run_id,
-            "task_id": ti.task_id,
-            "try_number": ti.try_number,
-            "placement": placement.to_dict(),
-            "cost_per_hour": placement.cost_per_hour,
-        }
-        if quarantine:
-            record["quarantine"] = [entry.model_dump(mode="json") for entry in quarantine]
-        if target != snapshot.nodes:
-            try:
-                proposed = self.hook.get_planner().plan(
-                    target, leave_out=quarantine_reasons(quarantine)
+                    task=task,
+                    policy=recovery_policy(
+                        self.max_recoveries, self.recovery_window, self.quarantine
+                    ),
+                    planner=hook.get_planner(),
+                    samples=self.samples,
+                    chunks=chunks,
                 )
-                record["proposed_placement"] = proposed.to_dict()
-                record["proposed_cost_per_hour"] = proposed.cost_per_hour
-            except ElasticGridError as exc:
-                record["proposed_placement_error"] = str(exc)
-        return record
-
-    def _recovery_policy(self) -> RecoveryPolicy:
-        """The recovery budget and quarantine from the (rendered) arguments."""
-
-        def seconds(value: Any) -> Any:
-            return (
-                value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
-            )
-
-        recoveries = number_from_text(self.max_recoveries)
-        if isinstance(recoveries, float) and recoveries.is_integer():  # "3" from a template
-            recoveries = int(recoveries)
-        return RecoveryPolicy.checked(
-            max_recoveries=recoveries,
-            recovery_window_s=seconds(self.recovery_window),
-            quarantine_s=seconds(self.quarantine),
+            else:
+                outcome = rules.run(
+                    state,
+                    snapshot,
+                    now,
+                    task=task,
+                    samples=self.samples,
+                    chunks=chunks,
+                    deadline=deadline,
+                    remaining_steps=self.remaining_steps,
+                    remaining_tokens=self.remaining_tokens,
+                    plan=hook.get_planner().plan,
+                )
+            for level, line in outcome.log:
+                self.log.log(level, "%s", line)
+            for found in resolved:
+                for warning in found.warnings:
+                    self.log.warning("%s", warning)
+                self.log.info("%s", found.describe(now))
+            hook.write_scale_state(outcome.state)
+            if outcome.verdict is CheckVerdict.GIVE_UP:
+                report = hook.failure_report(snapshot)
+                stopped = hook.give_up(snapshot.manifest, outcome.reason)
+                if stopped:
+                    self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
+        record = outcome.record
+        self.log.log(
+            logging.WARNING if lost else logging.INFO,
+            "Decision for job %s: %s",
+            self.job_name,
+            decision_summary(record),
         )
-
-    def _recover(
-        self, context: Context, snapshot: JobSnapshot, lost: tuple[LostPart, ...]
-    ) -> dict[str, Any] | None:
-        """Recover a job that lost capacity (the caller holds the job's lock).
-
-        ``recover`` ends the check with its record (the re-plan and relaunch
-        downstream do the rest); ``wait`` holds (this launch's recovery was
-        already decided); ``give_up`` stops what is left and fails the task.
-        """
-        hook = self.hook
-        now = time.time()
-        state = self._take_new_samples(hook.read_scale_state(self.job_name), snapshot, now)
-        thresholds = self.scheduler.thresholds()
-        try:
-            decision = decide_recovery(
-                job_name=self.job_name,
-                launch_id=snapshot.manifest.launch_id,
-                lost=lost,
-                current_nodes=snapshot.nodes,
-                min_nodes=int(thresholds["min_nodes"]),
-                max_nodes=int(thresholds["max_nodes"]),
-                memory=state.recovery,
-                policy=self._recovery_policy(),
-                planner=hook.get_planner(),
-                now=now,
-            )
-        except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-            raise ElasticGridError(str(exc)) from None
-        record_context = self._record_context(context, snapshot, snapshot.nodes, "-", now)
-        if decision.placement is not None:
-            record_context["proposed_placement"] = decision.placement
-            record_context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
-        record = decision.to_dict(record_context)
-        self.log.warning("Decision for job %s: %s", self.job_name, decision_summary(record))
-        context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=record)
-        if decision.action == WAIT:
-            return None
-        hook.write_scale_state(remember_recovery(state, decision, record, self.history_limit))
-        if decision.action == GIVE_UP:
-            report = hook.failure_report(snapshot)
-            stopped = hook.give_up(snapshot.manifest, decision.reason)
-            if stopped:
-                self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
-            raise JobFailedError(f"{decision.reason}\n{report}".rstrip())
-        return record
-
-    def _finish_ended_job(
-        self,
-        context: Context,
-        state: ScaleState,
-        snapshot: JobSnapshot,
-        now: float,
-    ) -> None:
-        """A job that ended needs no decision: record that and skip the resize downstream."""
-        ti = context["ti"]
-        summary: dict[str, Any] = {
-            "action": ScaleAction.HOLD.value,
-            "current_nodes": snapshot.nodes,
-            "target_nodes": snapshot.nodes,
-            "rule": JOB_ENDED_RULE,
-            "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
-            "decided_at": now,
-        }
-        summary["context"] = {
-            "job_status": snapshot.status,
-            "job_name": self.job_name,
-            "decided_at_iso": iso_time(now),
-            "dag_id": ti.dag_id,
-            "run_id": ti.run_id,
-            "task_id": ti.task_id,
-            "try_number": ti.try_number,
-            "readable": {"summary": decision_summary(summary)},
-        }
-        self.hook.write_scale_state(state.end_job(summary, now, self.history_limit))
-        ti.xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=summary)
-        self.log.info("Decision for job %s: %s", self.job_name, decision_summary(summary))
-        raise AirflowSkipException(summary["reason"])
-
-    def _down_message(self, snapshot: JobSnapshot, report: str | None) -> str:
-        """One sentence with the ``down_reason``; the failed ranks' log tail below it."""
-        manifest = snapshot.manifest
-        reason = manifest.down_reason or "no reason recorded"
-        sentence = (
-            f"job {self.job_name!r} is down, so there is nothing to scale: its launch "
-            f"{manifest.launch_id} was confirmed dead ({reason}); launch it again with LaunchOperator"
-        )
-        return f"{sentence}\n{report or ''}".rstrip()
-
-    def _failure_message(self, report: str | None) -> str:
-        return f"job {self.job_name!r} failed.\n{report or ''}".rstrip()
+        if outcome.verdict in (CheckVerdict.RESIZE, CheckVerdict.RECOVER):
+            return record
+        # a hold's record (or an ended job's) goes to the same key: every check leaves one
+        ti.xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=record)
+        if outcome.verdict is CheckVerdict.FINISH:  # skip the resize downstream
+            raise AirflowSkipException(outcome.reason)
+        if outcome.verdict is CheckVerdict.GIVE_UP:
+            raise JobFailedError(f"{outcome.reason}\n{report}".rstrip())
+        return None

@@ -1,0 +1,494 @@
+"""One scale check of a job, as a pure transition: no Airflow, no files, no clock.
+
+:class:`~elasticgrid_provider.sensors.scale.ElasticScaleSensor` is a thin
+shell over this module. Under the job's lock it asks the hook for the job
+(a :class:`JobSnapshot`), the stored :class:`ScaleState` and the step-log
+chunks that arrived since the last check, hands them to :class:`ScaleCheck`
+with the time, and then does what the :class:`CheckOutcome` says: write the
+state, log the lines, push the record, and fail, skip, hold or end with the
+record. The rules of one check, in order:
+
+1. :meth:`ScaleCheck.failure`: a job that cannot be checked fails the task
+   with one sentence: no manifest (never launched here; or launched under a
+   jobs root this worker does not share, when its state exists), a launch
+   confirmed down (its ``down_reason``), a failed job (its failure report).
+   Nothing is written.
+2. :meth:`ScaleCheck.run` takes the new samples: those handed in through the
+   ``samples`` argument whose step is not below the argument's cursor (so
+   each sample is consumed once, however often a list is handed in again),
+   or else the step-log chunks (each moves its log's cursor; malformed lines
+   are logged, at most :data:`SKIPPED_LINES_SHOWN` per log, and counted).
+   Only samples measured at the job's current size enter the window
+   (:meth:`ScaleState.observe`).
+3. A job that ended (``done``/``stopped``) needs no decision: the outcome is
+   ``finish`` with a ``job_ended`` record, and the state gains that history
+   entry (:meth:`ScaleState.end_job`).
+4. Otherwise the deadline is resolved (only now, so a job that ended is never
+   failed by its deadline), the scheduler decides
+   (:meth:`ScaleState.decide`), the record gets its context (the task, the
+   job, the placement and, for a change, the proposed placement and its
+   cost) and the state remembers it (:meth:`ScaleState.remember`: cooldown,
+   recent recommendations, bounded history, one revision on). A hold is
+   ``hold`` (keep waiting), a change ``resize`` to the target size. While a
+   quarantine lasts, the record carries it and the proposed placement leaves
+   those providers out.
+
+A job that lost capacity (a part failed, or some of its ranks are gone while
+the others run; :func:`~elasticgrid_provider.core.recovery.part_is_lost`) is
+not failed by rule 1: :meth:`ScaleCheck.recover` takes its samples and
+decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
+``recover`` (quarantine the lost providers and end the wait with the record,
+so the downstream re-plan and relaunch take the safe resize path), ``wait``
+(this launch's recovery was decided already: hold, write nothing new) or
+``give_up`` (past ``max_recoveries`` within the window, or no capacity left:
+the shell stops what is left and fails the task with the record's reason).
+
+Bad input (a malformed ``samples`` argument, a bad deadline or
+``remaining_*`` value) raises :class:`ElasticGridError` and nothing is
+written. The models are read and built through their public methods only
+(``to_dict``/``from_dict`` and the transition methods of :class:`ScaleState`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import Enum
+from typing import Any
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.formatting import decision_summary, iso_time
+from elasticgrid_provider.core.job import JobSnapshot
+from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
+from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.recovery import (
+    GIVE_UP,
+    WAIT,
+    LostPart,
+    QuarantineEntry,
+    RecoveryPolicy,
+    decide_recovery,
+    quarantine_reasons,
+    remember_recovery,
+)
+from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
+from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
+from elasticgrid_provider.core.state import (
+    DEFAULT_HISTORY_LIMIT,
+    JOB_ENDED_RULE,
+    DecisionRecord,
+    ScaleState,
+)
+from elasticgrid_provider.core.step_log import StepLogChunk
+from elasticgrid_provider.core.validation import check_number, number_from_text
+
+ARGUMENT_SOURCE = "samples argument"
+"""The cursor key of samples handed in through the ``samples`` argument: its value is the
+next step number to take, so each DAG run may hand in a new, overlapping list."""
+SKIPPED_LINES_SHOWN = 5
+"""Bad step-log lines reported one by one per log and check; the rest are counted."""
+
+
+class CheckVerdict(str, Enum):
+    """What the shell does after a check."""
+
+    HOLD = "hold"
+    """Keep waiting; the hold's record goes to XCom."""
+    RESIZE = "resize"
+    """End the wait with the record: the job should run at ``target_nodes``."""
+    FINISH = "finish"
+    """The job ended: record that and skip the resize downstream."""
+    RECOVER = "recover"
+    """The job lost capacity: end the wait with the record (re-plan without the
+    quarantined providers, relaunch from the checkpoint)."""
+    GIVE_UP = "give_up"
+    """The job lost capacity and is not recovered again: stop what is left, fail the task."""
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """Which task instance made the check (recorded in every decision's context)."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+
+
+@dataclass(frozen=True)
+class DeadlineChoice:
+    """The deadline a decision works to: epoch seconds (None: no deadline) and its source."""
+
+    at: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What one check decided: the state to write, the record, and the log lines.
+
+    ``log`` holds ``(logging level, message)`` pairs in the order they arose.
+    """
+
+    verdict: CheckVerdict
+    state: ScaleState
+    record: dict[str, Any]
+    log: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def target_nodes(self) -> int:
+        """The size the record asks for (the current size on a hold or an ended job)."""
+        return int(self.record["target_nodes"])
+
+    @property
+    def reason(self) -> str:
+        """The record's human reason."""
+        return str(self.record["reason"])
+
+
+def unshared_root_sentence(job_name: str, jobs_root: str, state_key: str) -> str:
+    """The error when a job's state exists but its files are not under this worker's root."""
+    return (
+        f"job {job_name!r} has a scale state in Variable {state_key!r} but no files under "
+        f"{jobs_root} on this worker, so nothing was started: the jobs root must be shared "
+        "by every worker that launches or checks the job (a shared filesystem, or its tasks "
+        f"routed to one worker queue with queue=), or delete the Variable {state_key} if the "
+        "job's files are gone for good"
+    )
+
+
+def failed_job_message(job_name: str, failure_report: str | None) -> str:
+    """The error of a failed job: one line, the failed ranks' log tails below it."""
+    return f"job {job_name!r} failed.\n{failure_report or ''}".rstrip()
+
+
+def optional_number(field: str, value: Any) -> float | None:
+    """A templated number (numeric strings allowed), or None when unset; finite and >= 0."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return check_number(field, number_from_text(value))
+
+
+def handed_in_samples(samples: Any) -> list[StepSample]:
+    """The ``samples`` argument (a list of sample objects, or its JSON) as samples."""
+    if isinstance(samples, str):  # a rendered template
+        try:
+            samples = json.loads(samples)
+        except json.JSONDecodeError as exc:
+            raise ElasticGridError(f"samples is not valid JSON: {exc.msg}") from None
+    if not isinstance(samples, list):
+        raise ElasticGridError(f"samples must be a list of sample objects, got {samples!r}")
+    return [
+        StepSample.from_dict(sample, where=f"samples entry {position}")
+        for position, sample in enumerate(samples)
+    ]
+
+
+def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) -> RecoveryPolicy:
+    """The recovery budget and quarantine from a task's (rendered) arguments.
+
+    Numbers may come as numeric strings from templates; the two durations
+    also as timedeltas. A bad value raises one sentence naming it.
+    """
+
+    def seconds(value: Any) -> Any:
+        return value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
+
+    recoveries = number_from_text(max_recoveries)
+    if isinstance(recoveries, float) and recoveries.is_integer():  # "3" from a template
+        recoveries = int(recoveries)
+    return RecoveryPolicy.checked(
+        max_recoveries=recoveries,
+        recovery_window_s=seconds(recovery_window),
+        quarantine_s=seconds(quarantine),
+    )
+
+
+@dataclass(frozen=True)
+class ScaleCheck:
+    """The rules of one check of ``job_name`` (module docstring), with the task's settings.
+
+    :param job_name: the job checked.
+    :param scheduler: the decision policy with the task's parameters.
+    :param window_size: how many samples the rolling window keeps.
+    :param history_limit: how many decisions the state keeps.
+    """
+
+    job_name: str
+    scheduler: ElasticScheduler
+    window_size: int = DEFAULT_WINDOW_SIZE
+    history_limit: int = DEFAULT_HISTORY_LIMIT
+
+    # -- rule 1: a job that cannot be checked --------------------------------------
+    def failure(
+        self,
+        snapshot: JobSnapshot | None,
+        *,
+        jobs_root: str,
+        unshared_message: str | None = None,
+        failure_report: str | None = None,
+    ) -> str | None:
+        """Why the check must fail (one sentence, a log tail below it), or None.
+
+        ``unshared_message`` is the sentence for a missing manifest whose job
+        has a stored state (the jobs root is not shared); ``failure_report``
+        the failed ranks' log tails of a down or failed job.
+        """
+        if snapshot is None:
+            return unshared_message or (
+                f"job {self.job_name!r} has no manifest under {jobs_root}; "
+                "launch it with LaunchOperator first"
+            )
+        manifest = snapshot.manifest
+        if manifest.state == LAUNCH_DOWN:  # its samples are stale: nothing to decide
+            reason = manifest.down_reason or "no reason recorded"
+            sentence = (
+                f"job {self.job_name!r} is down, so there is nothing to scale: its launch "
+                f"{manifest.launch_id} was confirmed dead ({reason}); launch it again with "
+                "LaunchOperator"
+            )
+            return f"{sentence}\n{failure_report or ''}".rstrip()
+        if snapshot.status == "failed":
+            return failed_job_message(self.job_name, failure_report)
+        return None
+
+    # -- rules 2-4 ----------------------------------------------------------------
+    def run(
+        self,
+        state: ScaleState,
+        snapshot: JobSnapshot,
+        now: float,
+        *,
+        task: TaskIdentity,
+        samples: Any = None,
+        chunks: Sequence[StepLogChunk] = (),
+        deadline: Callable[[], DeadlineChoice] = lambda: DeadlineChoice(None, "no deadline"),
+        remaining_steps: Any = None,
+        remaining_tokens: Any = None,
+        plan: Callable[[int], Placement] | None = None,
+    ) -> CheckOutcome:
+        """One check of a job that runs (or ended): take samples, then finish or decide.
+
+        :param samples: the raw ``samples`` argument (None: use ``chunks``, the
+            step-log reads since the state's cursors).
+        :param deadline: resolves the deadline; called only when a decision is made.
+        :param plan: plans a size on the grid, for the proposed placement of a change.
+        """
+        log: list[tuple[int, str]] = []
+        state = self._take_samples(state, snapshot, now, samples, chunks, log)
+        if snapshot.status in ("done", "stopped"):
+            return self._finish(state, snapshot, now, task, log)
+        try:
+            choice = deadline()
+            record = state.decide(
+                self.scheduler,
+                now,
+                deadline_at=choice.at,
+                remaining_steps=optional_number("remaining_steps", remaining_steps),
+                remaining_tokens=optional_number("remaining_tokens", remaining_tokens),
+            )
+        except ElasticGridError as exc:  # bad input: fail clearly, write nothing
+            raise ElasticGridError(str(exc)) from None
+        target = record.decision.target_nodes
+        quarantine = state.recovery.active_quarantine(now)
+        context = self._record_context(snapshot, target, choice.source, now, task, plan, quarantine)
+        record = DecisionRecord.from_dict({**record.to_dict(), "context": context})
+        state = state.remember(record, now, self.history_limit)
+        hold = record.decision.action is ScaleAction.HOLD
+        return CheckOutcome(
+            CheckVerdict.HOLD if hold else CheckVerdict.RESIZE, state, record.to_dict(), tuple(log)
+        )
+
+    def recover(
+        self,
+        state: ScaleState,
+        snapshot: JobSnapshot,
+        lost: Sequence[LostPart],
+        now: float,
+        *,
+        task: TaskIdentity,
+        policy: RecoveryPolicy,
+        planner: GridPlanner,
+        samples: Any = None,
+        chunks: Sequence[StepLogChunk] = (),
+    ) -> CheckOutcome:
+        """One check of a job that lost capacity: ``recover``, ``wait`` or ``give_up``.
+
+        ``wait`` keeps ``state`` as it was (this launch's recovery is already
+        recorded); ``recover`` and ``give_up`` remember the quarantine, the
+        recovery and the record (:func:`remember_recovery`).
+        """
+        log: list[tuple[int, str]] = []
+        taken = self._take_samples(state, snapshot, now, samples, chunks, log)
+        thresholds = self.scheduler.thresholds()
+        try:
+            decision = decide_recovery(
+                job_name=self.job_name,
+                launch_id=snapshot.manifest.launch_id,
+                lost=lost,
+                current_nodes=snapshot.nodes,
+                min_nodes=int(thresholds["min_nodes"]),
+                max_nodes=int(thresholds["max_nodes"]),
+                memory=taken.recovery,
+                policy=policy,
+                planner=planner,
+                now=now,
+            )
+        except ElasticGridError as exc:  # bad input: fail clearly, write nothing
+            raise ElasticGridError(str(exc)) from None
+        context = self._record_context(snapshot, snapshot.nodes, "-", now, task, None)
+        if decision.placement is not None:
+            context["proposed_placement"] = decision.placement
+            context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
+        record = decision.to_dict(context)
+        if decision.action == WAIT:
+            return CheckOutcome(CheckVerdict.HOLD, state, record, tuple(log))
+        verdict = CheckVerdict.GIVE_UP if decision.action == GIVE_UP else CheckVerdict.RECOVER
+        remembered = remember_recovery(taken, decision, record, self.history_limit)
+        return CheckOutcome(verdict, remembered, record, tuple(log))
+
+    def _take_samples(
+        self,
+        state: ScaleState,
+        snapshot: JobSnapshot,
+        now: float,
+        samples: Any,
+        chunks: Sequence[StepLogChunk],
+        log: list[tuple[int, str]],
+    ) -> ScaleState:
+        """Take the samples new since the last check; window them at the current size."""
+        new_samples: list[StepSample] = []
+        skipped = 0
+        if samples is not None:
+            next_step = state.cursor(ARGUMENT_SOURCE)
+            fresh = [sample for sample in handed_in_samples(samples) if sample.step >= next_step]
+            new_samples.extend(fresh)
+            if fresh:
+                state = state.with_cursor(ARGUMENT_SOURCE, max(s.step for s in fresh) + 1)
+        else:
+            for chunk in chunks:
+                first_read = state.log_cursor(chunk.source) is None
+                log.extend((logging.WARNING, note) for note in chunk.notes)
+                log.extend(
+                    (logging.WARNING, f"Skipped a step-log line: {line}")
+                    for line in chunk.skipped[:SKIPPED_LINES_SHOWN]
+                )
+                if len(chunk.skipped) > SKIPPED_LINES_SHOWN:
+                    log.append(
+                        (
+                            logging.WARNING,
+                            f"Skipped {len(chunk.skipped) - SKIPPED_LINES_SHOWN} more bad "
+                            f"line(s) of {chunk.source}.",
+                        )
+                    )
+                skipped += len(chunk.skipped)
+                new_samples.extend(chunk.samples)
+                if chunk.lines_read:
+                    first = (
+                        " (first check: from its end, as far back as the window needs)"
+                        if first_read
+                        else ""
+                    )
+                    log.append(
+                        (
+                            logging.INFO,
+                            f"Read {chunk.lines_read} new line(s) from {chunk.source}{first}.",
+                        )
+                    )
+                state = state.with_cursor(chunk.source, chunk.cursor)
+        current = snapshot.nodes
+        if state.current_nodes is not None and state.current_nodes != current:
+            log.append(
+                (
+                    logging.INFO,
+                    f"Job {self.job_name} changed size {state.current_nodes} -> {current} "
+                    "since the last check; starting a fresh window.",
+                )
+            )
+        ignored = sum(1 for sample in new_samples if sample.nodes != current)
+        if ignored:
+            log.append(
+                (
+                    logging.INFO,
+                    f"Ignored {ignored} sample(s) measured at another size than the current "
+                    f"{current} nodes.",
+                )
+            )
+        state = state.observe(new_samples, current, now, self.window_size)
+        if not skipped:
+            return state
+        counted = {**state.to_dict(), "skipped_lines": state.skipped_lines + skipped}
+        return ScaleState.from_dict(counted, job_name=self.job_name)
+
+    def _finish(
+        self,
+        state: ScaleState,
+        snapshot: JobSnapshot,
+        now: float,
+        task: TaskIdentity,
+        log: list[tuple[int, str]],
+    ) -> CheckOutcome:
+        """A job that ended needs no decision: its ``job_ended`` record and history entry."""
+        record: dict[str, Any] = {
+            "action": ScaleAction.HOLD.value,
+            "current_nodes": snapshot.nodes,
+            "target_nodes": snapshot.nodes,
+            "rule": JOB_ENDED_RULE,
+            "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
+            "decided_at": now,
+        }
+        record["context"] = {
+            "job_status": snapshot.status,
+            "job_name": self.job_name,
+            "decided_at_iso": iso_time(now),
+            "dag_id": task.dag_id,
+            "run_id": task.run_id,
+            "task_id": task.task_id,
+            "try_number": task.try_number,
+            "readable": {"summary": decision_summary(record)},
+        }
+        state = state.end_job(record, now, self.history_limit)
+        return CheckOutcome(CheckVerdict.FINISH, state, record, tuple(log))
+
+    def _record_context(
+        self,
+        snapshot: JobSnapshot,
+        target: int,
+        deadline_source: str,
+        now: float,
+        task: TaskIdentity,
+        plan: Callable[..., Placement] | None,
+        quarantine: Sequence[QuarantineEntry] = (),
+    ) -> dict[str, Any]:
+        """What surrounded the decision: the task, the job, the placements and their cost.
+
+        An active ``quarantine`` is recorded, and the proposed placement leaves it out.
+        """
+        placement = snapshot.manifest.placement
+        context: dict[str, Any] = {
+            "decided_at_iso": iso_time(now),
+            "job_name": self.job_name,
+            "job_status": snapshot.status,
+            "launch_id": snapshot.manifest.launch_id,
+            "deadline_source": deadline_source,
+            "dag_id": task.dag_id,
+            "run_id": task.run_id,
+            "task_id": task.task_id,
+            "try_number": task.try_number,
+            "placement": placement.to_dict(),
+            "cost_per_hour": placement.cost_per_hour,
+        }
+        if quarantine:
+            context["quarantine"] = [entry.model_dump(mode="json") for entry in quarantine]
+        if target != snapshot.nodes and plan is not None:
+            try:
+                proposed = plan(target, leave_out=quarantine_reasons(quarantine))
+                context["proposed_placement"] = proposed.to_dict()
+                context["proposed_cost_per_hour"] = proposed.cost_per_hour
+            except ElasticGridError as exc:
+                context["proposed_placement_error"] = str(exc)
+        return context
