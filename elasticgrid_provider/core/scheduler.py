@@ -705,6 +705,15 @@ class _Situation:
     memory: CapacityMemory
     recent: tuple[Recommendation, ...]
     arrival_spread: float = 0.0
+    newest_step_at: float | None = None
+    """When the window's newest step ended (``None`` without times)."""
+
+    @property
+    def measured_since_last_check(self) -> bool:
+        """A step ended after the previous check: this check measured something new."""
+        if not self.recent or self.newest_step_at is None:
+            return True
+        return self.newest_step_at > self.recent[-1].at
 
     @property
     def time_left_s(self) -> float | None:
@@ -970,6 +979,7 @@ class ElasticScheduler:
                 if load is not None and load.open_loop
                 else 0.0
             ),
+            newest_step_at=window.samples[-1].time if window.samples else None,
         )
 
     # -- the throughput model -------------------------------------------------
@@ -1223,7 +1233,15 @@ class ElasticScheduler:
         )
         verdict = self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
         previous = situation.recent[-1].nodes if situation.recent else None
-        if verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
+        if verdict.action is ScaleAction.SCALE_UP and not situation.measured_since_last_check:
+            # the last check saw these same steps: agreeing with it confirms nothing
+            stale = HeldBy(
+                "stabilisation",
+                "no step ended since the last check, so it cannot confirm the scale-up; the "
+                "next step measures the load once more",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, stale))
+        elif verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
             unconfirmed = HeldBy(
                 "stabilisation",
                 "the first check to find the load above the capacity; the next check confirms "

@@ -303,3 +303,24 @@ def test_a_shrink_below_every_measured_size_counts_on_no_more_than_the_prior() -
     assert decision.recommended_nodes == 4
     assert decision.projection is not None
     assert decision.projection["scaling_loss"] == pytest.approx(0.2)
+
+
+def test_a_check_that_measured_no_new_step_does_not_confirm_a_scale_up() -> None:
+    # arrivals every 5 s, service 8 s: the wait grows 3 s per batch; the newest step ended at
+    # T0 + 18 (arrived T0 - 5, waited 15 s, served in 8 s)
+    window = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
+    scheduler = ElasticScheduler(scaling_loss=0.0)
+    first = scheduler.decide(window, now=T0 + 60)
+    assert first.recommended_nodes is not None and first.recommended_nodes > 2
+    # the previous check, at T0 + 60, already saw every step of this window
+    same_steps = scheduler.decide(
+        window, now=T0 + 120, recent=(Recommendation(T0 + 60, first.recommended_nodes),)
+    )
+    assert same_steps.action is ScaleAction.HOLD
+    assert [hold.rule for hold in same_steps.held_by] == ["stabilisation"]
+    assert "no step ended since the last check" in same_steps.reason
+    # a check before the newest step ended: this window measured something new, and confirms
+    newer = scheduler.decide(
+        window, now=T0 + 120, recent=(Recommendation(T0 + 10, first.recommended_nodes),)
+    )
+    assert (newer.action, newer.target_nodes) == (ScaleAction.SCALE_UP, first.recommended_nodes)
