@@ -27,7 +27,11 @@ when its step ended, so its work became available at ``time - duration_s``.
 * *Open loop* (a stream): work arrives on its own clock, visible as steps
   whose work arrived before the previous step ended (a backlog), or as idle
   gaps with nothing queued. Demand is the *arrival rate* (work per second
-  between arrivals); capacity is work per second of active time; the backlog
+  between arrivals, read from the arrivals since the rate last changed:
+  :func:`since_rate_change` drops the older arrivals once a two-rate model of
+  the gaps is significantly likelier than one rate, so a load that fell is
+  not read as still falling for a whole window of sparse arrivals);
+  capacity is work per second of active time; the backlog
   is the newest ``queue_s`` (seconds of work waiting), its *trend* the slope
   of ``queue_s`` over time, and its drain time ``backlog / (1 - demand /
   capacity)``. Idle gaps count only when they add up to a fifth of the time
@@ -92,7 +96,11 @@ Rules, in order; the first that fires decides:
    what clears it, restart included, within ``drain_s``. Demand is the larger
    of the window's and its newer half's arrival rate, and, when the queue
    grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
-   queue). A scale-up waits for a second check that also wants it, and for
+   queue). A scale-up waits for a second check that also wants it and that
+   measured a step the first did not (a check that re-reads the same steps
+   confirms nothing: at a small size a step can take longer than the time
+   between checks, and confirming the first, half-measured reading made a
+   staircase of restarts), and for
    one more while the recommendation still rises by more than ``tolerance``
    and the backlog is under ``drain_s / 2`` (``stabilisation``: a load change
    is first seen half-measured); a scale-down waits while the newer half of
@@ -321,6 +329,11 @@ IDLE_GAP_SHARE = 0.2
 """Idle gaps (nothing queued) this share of the time mean the job waits for arriving work."""
 ARRIVAL_SPREAD_DEVIATIONS = 2.0
 """A stream's headroom covers the arrival rate two standard deviations above its mean."""
+RATE_CHANGE_SIGNIFICANCE = 10.83
+"""A change in arrival rate is taken as real when twice the log-likelihood ratio of a two-rate
+over a one-rate model of the gaps reaches 10.83 (the chi-square 0.1% level, one degree)."""
+RATE_CHANGE_MIN_GAPS = 2
+"""A rate change needs at least two gaps measured on each side of it."""
 _LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
 
@@ -610,6 +623,46 @@ def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
     return spread / mean / math.sqrt(len(gaps))
 
 
+def _work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
+    """Seconds between successive arrivals per unit of work; ``None`` without arrival times."""
+    gaps = []
+    for previous, sample in itertools.pairwise(samples):
+        work = sample.tokens if basis == "tokens" else 1.0
+        if previous.started_at is None or sample.started_at is None or work <= 0:
+            return None
+        gaps.append(max(sample.started_at - previous.started_at, 0.0) / work)
+    return gaps
+
+
+def since_rate_change(samples: Sequence[StepSample], basis: str) -> Sequence[StepSample]:
+    """The samples that arrived since the arrival rate last changed (all of them when it did not).
+
+    The gaps between arrivals (per unit of work) are read as exponential: the
+    split that makes a two-rate model likeliest is a change when twice its
+    log-likelihood ratio over one rate reaches ``RATE_CHANGE_SIGNIFICANCE``,
+    with ``RATE_CHANGE_MIN_GAPS`` gaps on each side. Older arrivals measured a
+    load that no longer runs: averaged in, they would make a load that fell
+    look as if it were still falling for a whole window.
+    """
+    gaps = _work_gaps(samples, basis)
+    if gaps is None or len(gaps) < 2 * RATE_CHANGE_MIN_GAPS:
+        return samples
+
+    def spent(part: list[float]) -> float:
+        mean = math.fsum(part) / len(part)
+        return len(part) * math.log(mean) if mean > 0 else -math.inf
+
+    whole = spent(gaps)
+    best, split = 0.0, 0
+    for index in range(RATE_CHANGE_MIN_GAPS, len(gaps) - RATE_CHANGE_MIN_GAPS + 1):
+        ratio = 2.0 * (whole - spent(gaps[:index]) - spent(gaps[index:]))
+        if math.isfinite(ratio) and ratio > best:
+            best, split = ratio, index
+    if best < RATE_CHANGE_SIGNIFICANCE:
+        return samples
+    return samples[split:]
+
+
 def estimate_load(
     samples: Sequence[StepSample], nodes: int, *, arrivals: bool = False
 ) -> LoadEstimate | None:
@@ -642,10 +695,10 @@ def estimate_load(
     backlog_s = trend = 0.0
     recent_demand = window_demand = 0.0
     if open_loop:
-        window_demand = recent_demand = _arrival_rate(ordered, basis)
-        newer = ordered[count // 2 :] if count >= 4 else ordered
-        if count >= 4:  # a rise shows in the newer half first; a fall waits for the whole window
-            recent_demand = _arrival_rate(newer, basis)
+        current = since_rate_change(ordered, basis)
+        window_demand = recent_demand = _arrival_rate(current, basis)
+        if len(current) >= 4:  # a rise shows in the newer half first; a fall waits for all
+            recent_demand = _arrival_rate(current[len(current) // 2 :], basis)
         latest = ordered[-TREND_SAMPLES:]
         times = [sample.time or 0.0 for sample in latest]
         trend = _slope(times, [sample.queue_s for sample in latest])
@@ -975,7 +1028,7 @@ class ElasticScheduler:
             memory=memory,
             recent=recent,
             arrival_spread=(
-                _arrival_spread(window.samples, load.basis)
+                _arrival_spread(since_rate_change(window.samples, load.basis), load.basis)
                 if load is not None and load.open_loop
                 else 0.0
             ),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,6 +19,7 @@ from elasticgrid_provider.core.scheduler import (
     ScaleAction,
     SizeMeasurement,
     estimate_load,
+    since_rate_change,
 )
 
 T0 = 1_700_000_000.0
@@ -324,3 +329,56 @@ def test_a_check_that_measured_no_new_step_does_not_confirm_a_scale_up() -> None
         window, now=T0 + 120, recent=(Recommendation(T0 + 10, first.recommended_nodes),)
     )
     assert (newer.action, newer.target_nodes) == (ScaleAction.SCALE_UP, first.recommended_nodes)
+
+
+def test_a_fallen_arrival_rate_is_read_from_the_arrivals_since_it_fell() -> None:
+    # 1000 tokens every 10 s, then every 100 s: the older arrivals measured a load that ended
+    arrivals = [T0 + 10.0 * i for i in range(6)] + [T0 + 50.0 + 100.0 * i for i in range(1, 6)]
+    samples = [StepSample(i, 2.0, 0.0, 5, 1000.0, at + 2.0) for i, at in enumerate(arrivals)]
+    assert since_rate_change(samples, "tokens") == samples[5:]
+    load = estimate_load(samples, 5, arrivals=True)
+    assert load is not None and load.open_loop
+    assert load.demand_per_s == pytest.approx(10.0)  # not the 25/s the whole window averages
+    assert not load.falling
+    # a steady stream, or one whose change a few gaps cannot yet show, is read whole
+    steady = samples[:6]
+    assert since_rate_change(steady, "tokens") == steady
+    assert since_rate_change(samples[:8], "tokens") == samples[:8]
+
+
+def _bench_policy() -> ModuleType:
+    """The policy benchmark's simulator (``benchmarks/bench_policy.py``)."""
+    loaded = sys.modules.get("bench_policy")
+    if loaded is not None:
+        return loaded
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_policy.py"
+    spec = importlib.util.spec_from_file_location("bench_policy", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_policy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_stream_whose_load_jumps_grows_once_not_in_a_staircase() -> None:
+    """A 1-node stream whose load jumps six-fold, checked every 60 s through the sensor's transition.
+
+    At one node a batch takes 83 s to serve, so most checks see no new step. Before a
+    confirmation needed a new step, the check after the first one re-read the same
+    half-measured load and confirmed it: 1 -> 3, then 3 -> 10 once the load was measured,
+    then 10 -> 9 (three restarts). Now the job grows once, to a size that serves the load.
+    """
+    bench = _bench_policy()
+    job = bench.StreamJob(
+        segments=((1800.0, 1500.0), (3600.0, 9000.0)),
+        node_rate=1800.0,
+        beta=0.15,
+        batch_tokens=150_000.0,
+        launch_nodes=1,
+        startup_s=60.0,
+    )
+    decide = bench.policy_decider(bench.scheduler_for(job.startup_s))
+    outcome = bench.run_stream(job, decide, latency_s=ElasticScheduler().drain_s)
+    assert outcome.resizes == 1, outcome.sizes
+    assert outcome.sizes[0] == 1 and job.capacity(outcome.sizes[-1]) >= 9000.0
+    assert outcome.met_goal  # it kept up: 95% of batches waited at most drain_s
