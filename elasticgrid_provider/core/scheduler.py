@@ -93,7 +93,11 @@ Rules, in order; the first that fires decides:
    not the level, so the backlog left by a restart never triggers another
    scale-up. A backlog that grows, or that will not drain within ``drain_s``
    while a resize would clear it ``1 + resize_margin`` times sooner, adds
-   what clears it, restart included, within ``drain_s``. Demand is the larger
+   what serves the work waiting, with what arrives during the restart,
+   within ``drain_s``: no step then waits longer than the latency the stream
+   tolerates (sizing to *clear* the backlog within ``drain_s`` bought
+   capacity the steady load does not need, trimmed by a second restart once
+   the backlog drained). Demand is the larger
    of the window's and its newer half's arrival rate, and, when the queue
    grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
    queue). A scale-up waits for a second check that also wants it and that
@@ -155,9 +159,9 @@ Parameters, in terms of the job (none is fitted to a benchmark):
   by a fifth, or be misread by as much, before the job has to grow back.
 * ``tolerance`` (0.1): changes within 10% of the current capacity (or
   saving under 10% of what is left to pay) are noise, not worth a restart.
-* ``drain_s`` (1800): how long a stream may take to clear a backlog (the
-  latency it tolerates after a load change or a restart); a backlog that
-  clears within it needs no scale-up.
+* ``drain_s`` (1800): the latency a stream tolerates after a load change or
+  a restart: a backlog that clears within it needs no scale-up, and a
+  scale-up for a backlog adds what serves the waiting work within it.
 * ``scale_down_window_s`` (600): a shrink must have been wanted for this long,
   longer than the gaps between the bursts of a bursty load.
 * ``deadline_margin`` (0.1): plan to finish with 10% of the time left to
@@ -1249,7 +1253,12 @@ class ElasticScheduler:
                 # a resize serves nothing for startup_s while work keeps arriving
                 usable_s = max(self.drain_s - self.startup_s, self.drain_s / 2.0)
                 waiting = load.backlog_s * capacity + demand * self.startup_s
-                drain_need = demand + waiting / usable_s
+                # enough capacity that the work waiting after the restart is served within
+                # drain_s: no step then waits longer than the latency the stream tolerates.
+                # Sizing to *clear* the backlog within drain_s (demand + waiting / usable_s)
+                # buys capacity the steady load does not need; once the backlog drained, it
+                # was trimmed with a second restart.
+                drain_need = max(demand, waiting / usable_s)
                 grows = load.utilisation >= 1.0 or load.backlog_trend > 0
                 stay_s = math.inf if drain is None else drain
                 after_s = self._drain_after_resize(situation, load, drain_need)

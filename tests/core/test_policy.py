@@ -382,3 +382,22 @@ def test_a_small_stream_whose_load_jumps_grows_once_not_in_a_staircase() -> None
     assert outcome.resizes == 1, outcome.sizes
     assert outcome.sizes[0] == 1 and job.capacity(outcome.sizes[-1]) >= 9000.0
     assert outcome.met_goal  # it kept up: 95% of batches waited at most drain_s
+
+
+def test_a_backlog_is_sized_to_be_served_within_the_latency_not_cleared_within_it() -> None:
+    # arrivals every 5 s (200 tokens/s), service 8 s (125 tokens/s at 2 nodes): the wait,
+    # already over 3000 s, grows 3 s per batch
+    window = stream(2, every_s=5, service_s=8, queues=[3000.0 + 3 * i for i in range(6)])
+    scheduler = ElasticScheduler(scaling_loss=0.0, startup_s=60.0)
+    decision = scheduler.decide(window, now=T0 + 3100, recent=(Recommendation(T0 + 3000, 9),))
+    assert decision.projection is not None
+    demand = decision.projection["demand_per_s"]
+    assert demand == pytest.approx(200.0)
+    # the work waiting after the restart, served within drain_s less the restart
+    waiting = decision.projection["backlog_s"] * 125.0 + demand * 60.0
+    served_in_time = waiting / (1800.0 - 60.0)
+    assert decision.projection["needed_per_s"] == pytest.approx(served_in_time)
+    assert "grows" in decision.reason
+    # 62.5 tokens/s a node: 6 nodes serve it; clearing it within drain_s would take 9
+    assert (decision.action, decision.target_nodes) == (ScaleAction.SCALE_UP, 6)
+    assert math.ceil((demand + served_in_time) / 62.5) == 9
