@@ -100,11 +100,13 @@ Rules, in order; the first that fires decides:
    the backlog drained). Demand is the larger
    of the window's and its newer half's arrival rate, and, when the queue
    grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
-   queue). A scale-up waits for a second check that also wants it and that
-   measured a step the first did not (a check that re-reads the same steps
-   confirms nothing: at a small size a step can take longer than the time
-   between checks, and confirming the first, half-measured reading made a
-   staircase of restarts), and for
+   queue). A scale-up waits for a second check that also wants it, while the
+   queue's growth still speeds up (the newest pair of steps implies more than
+   ``tolerance`` more demand than the pair before: the trend still mixes steps
+   from before a rise; at a small size a step can outlast the time between
+   checks, and a second check re-reading the same half-measured steps made a
+   staircase of restarts; only the reporter's clock is read, so a replay
+   decides the same), and for
    one more while the recommendation still rises by more than ``tolerance``
    and the backlog is under ``drain_s / 2`` (``stabilisation``: a load change
    is first seen half-measured); a scale-down waits while the newer half of
@@ -573,6 +575,20 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
 
 
+def _queue_slopes(samples: Sequence[StepSample]) -> tuple[float, ...]:
+    """The slope of ``queue_s`` over the steps' end times between each successive pair.
+
+    Only the reporter's clock is read, so a replay decides as the live check did.
+    Empty when a step has no time or two steps ended at the same moment.
+    """
+    slopes = []
+    for previous, sample in itertools.pairwise(samples):
+        if previous.time is None or sample.time is None or sample.time <= previous.time:
+            return ()
+        slopes.append((sample.queue_s - previous.queue_s) / (sample.time - previous.time))
+    return tuple(slopes)
+
+
 def _is_open_loop(samples: tuple[StepSample, ...]) -> bool:
     """Work arrived on its own clock: before the previous step ended, or after long idle gaps.
 
@@ -762,15 +778,8 @@ class _Situation:
     memory: CapacityMemory
     recent: tuple[Recommendation, ...]
     arrival_spread: float = 0.0
-    newest_step_at: float | None = None
-    """When the window's newest step ended (``None`` without times)."""
-
-    @property
-    def measured_since_last_check(self) -> bool:
-        """A step ended after the previous check: this check measured something new."""
-        if not self.recent or self.newest_step_at is None:
-            return True
-        return self.newest_step_at > self.recent[-1].at
+    queue_slopes: tuple[float, ...] = ()
+    """The slope of ``queue_s`` over time between each pair of the newest steps, oldest first."""
 
     @property
     def time_left_s(self) -> float | None:
@@ -1036,7 +1045,7 @@ class ElasticScheduler:
                 if load is not None and load.open_loop
                 else 0.0
             ),
-            newest_step_at=window.samples[-1].time if window.samples else None,
+            queue_slopes=_queue_slopes(window.samples[-TREND_SAMPLES:]),
         )
 
     # -- the throughput model -------------------------------------------------
@@ -1295,14 +1304,22 @@ class ElasticScheduler:
         )
         verdict = self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
         previous = situation.recent[-1].nodes if situation.recent else None
-        if verdict.action is ScaleAction.SCALE_UP and not situation.measured_since_last_check:
-            # the last check saw these same steps: agreeing with it confirms nothing
-            stale = HeldBy(
+        speeding = self._queue_speeding_up(situation)
+        if (
+            verdict.action is ScaleAction.SCALE_UP
+            and speeding is not None
+            and load.backlog_s < self.drain_s / 2.0
+        ):
+            # the trend mixes steps from before the load rose with steps after it: the demand
+            # it implies is half-measured, and two checks that see the same steps would agree
+            # on it (at a small size a step can outlast the time between checks)
+            accelerating = HeldBy(
                 "stabilisation",
-                "no step ended since the last check, so it cannot confirm the scale-up; the "
-                "next step measures the load once more",
+                f"the queue's growth is still speeding up: the newest steps imply "
+                f"{speeding:.0%} more demand than the ones before them; the next step "
+                "measures the load once more",
             )
-            verdict = replace(verdict, held_by=(*verdict.held_by, stale))
+            verdict = replace(verdict, held_by=(*verdict.held_by, accelerating))
         elif verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
             unconfirmed = HeldBy(
                 "stabilisation",
@@ -1344,6 +1361,21 @@ class ElasticScheduler:
             )
             verdict = replace(verdict, held_by=(*verdict.held_by, falling))
         return verdict
+
+    def _queue_speeding_up(self, situation: _Situation) -> float | None:
+        """How much more demand the newest queue growth implies than the one before it.
+
+        ``None`` unless the queue grows and its newest slope implies more than
+        ``tolerance`` more demand (``capacity / (1 - slope)``) than the older one.
+        """
+        slopes = situation.queue_slopes
+        if len(slopes) < 2 or slopes[-1] <= 0:
+            return None
+        older, newest = max(slopes[-2], 0.0), min(slopes[-1], MAX_QUEUE_TREND)
+        if older >= newest:
+            return None
+        extra = (1.0 - older) / (1.0 - newest) - 1.0
+        return extra if extra > self.tolerance else None
 
     def _serving(self, situation: _Situation, basis: str, need: float) -> int:
         """The smallest size whose projected capacity covers ``need`` (else ``max_nodes``)."""

@@ -310,25 +310,20 @@ def test_a_shrink_below_every_measured_size_counts_on_no_more_than_the_prior() -
     assert decision.projection["scaling_loss"] == pytest.approx(0.2)
 
 
-def test_a_check_that_measured_no_new_step_does_not_confirm_a_scale_up() -> None:
-    # arrivals every 5 s, service 8 s: the wait grows 3 s per batch; the newest step ended at
-    # T0 + 18 (arrived T0 - 5, waited 15 s, served in 8 s)
-    window = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
+def test_a_queue_whose_growth_still_speeds_up_does_not_confirm_a_scale_up() -> None:
+    """The trend of a load that just rose mixes steps from before and after the rise."""
     scheduler = ElasticScheduler(scaling_loss=0.0)
-    first = scheduler.decide(window, now=T0 + 60)
-    assert first.recommended_nodes is not None and first.recommended_nodes > 2
-    # the previous check, at T0 + 60, already saw every step of this window
-    same_steps = scheduler.decide(
-        window, now=T0 + 120, recent=(Recommendation(T0 + 60, first.recommended_nodes),)
-    )
-    assert same_steps.action is ScaleAction.HOLD
-    assert [hold.rule for hold in same_steps.held_by] == ["stabilisation"]
-    assert "no step ended since the last check" in same_steps.reason
-    # a check before the newest step ended: this window measured something new, and confirms
-    newer = scheduler.decide(
-        window, now=T0 + 120, recent=(Recommendation(T0 + 10, first.recommended_nodes),)
-    )
-    assert (newer.action, newer.target_nodes) == (ScaleAction.SCALE_UP, first.recommended_nodes)
+    confirmed_before = (Recommendation(T0 - 60, 8),)
+    # the wait grew 1 s over the older pair of steps, 8 s over the newest: half-measured
+    speeding = stream(2, every_s=5, service_s=8, queues=[0, 0, 0, 1, 2, 10])
+    held = scheduler.decide(speeding, now=T0 + 60, recent=confirmed_before)
+    assert held.action is ScaleAction.HOLD
+    assert [hold.rule for hold in held.held_by] == ["stabilisation"]
+    assert "the queue's growth is still speeding up" in held.reason
+    # the same check agreeing with the last one confirms a queue that grows steadily
+    steady = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
+    grown = scheduler.decide(steady, now=T0 + 60, recent=confirmed_before)
+    assert grown.action is ScaleAction.SCALE_UP
 
 
 def test_a_fallen_arrival_rate_is_read_from_the_arrivals_since_it_fell() -> None:
@@ -364,9 +359,10 @@ def test_a_small_stream_whose_load_jumps_grows_once_not_in_a_staircase() -> None
     """A 1-node stream whose load jumps six-fold, checked every 60 s through the sensor's transition.
 
     At one node a batch takes 83 s to serve, so most checks see no new step. Before a
-    confirmation needed a new step, the check after the first one re-read the same
-    half-measured load and confirmed it: 1 -> 3, then 3 -> 10 once the load was measured,
-    then 10 -> 9 (three restarts). Now the job grows once, to a size that serves the load.
+    queue whose growth still sped up held the scale-up, the check after the first one
+    re-read the same half-measured load and confirmed it: 1 -> 3, then 3 -> 10 once the
+    load was measured, then 10 -> 9 (three restarts). Now the job grows once, to a size
+    that serves the load.
     """
     bench = _bench_policy()
     job = bench.StreamJob(
