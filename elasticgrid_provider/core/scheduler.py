@@ -335,11 +335,6 @@ IDLE_GAP_SHARE = 0.2
 """Idle gaps (nothing queued) this share of the time mean the job waits for arriving work."""
 ARRIVAL_SPREAD_DEVIATIONS = 2.0
 """A stream's headroom covers the arrival rate two standard deviations above its mean."""
-RATE_CHANGE_SIGNIFICANCE = 10.83
-"""A change in arrival rate is taken as real when twice the log-likelihood ratio of a two-rate
-over a one-rate model of the gaps reaches 10.83 (the chi-square 0.1% level, one degree)."""
-RATE_CHANGE_MIN_GAPS = 2
-"""A rate change needs at least two gaps measured on each side of it."""
 _LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
 
@@ -641,6 +636,13 @@ def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
         return 0.0
     spread = math.sqrt(math.fsum((gap - mean) ** 2 for gap in gaps) / (len(gaps) - 1))
     return spread / mean / math.sqrt(len(gaps))
+
+
+RATE_CHANGE_SIGNIFICANCE = 10.83
+"""A change in arrival rate is taken as real when twice the log-likelihood ratio of a two-rate
+over a one-rate model of the gaps reaches 10.83 (the chi-square 0.1% level, one degree)."""
+RATE_CHANGE_MIN_GAPS = 2
+"""A rate change needs at least two gaps measured on each side of it."""
 
 
 def _work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
