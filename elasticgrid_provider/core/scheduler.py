@@ -27,7 +27,11 @@ when its step ended, so its work became available at ``time - duration_s``.
 * *Open loop* (a stream): work arrives on its own clock, visible as steps
   whose work arrived before the previous step ended (a backlog), or as idle
   gaps with nothing queued. Demand is the *arrival rate* (work per second
-  between arrivals); capacity is work per second of active time; the backlog
+  between arrivals, read from the arrivals since the rate last changed:
+  :func:`since_rate_change` drops the older arrivals once a two-rate model of
+  the gaps is significantly likelier than one rate, so a load that fell is
+  not read as still falling for a whole window of sparse arrivals);
+  capacity is work per second of active time; the backlog
   is the newest ``queue_s`` (seconds of work waiting), its *trend* the slope
   of ``queue_s`` over time, and its drain time ``backlog / (1 - demand /
   capacity)``. Idle gaps count only when they add up to a fifth of the time
@@ -89,10 +93,20 @@ Rules, in order; the first that fires decides:
    not the level, so the backlog left by a restart never triggers another
    scale-up. A backlog that grows, or that will not drain within ``drain_s``
    while a resize would clear it ``1 + resize_margin`` times sooner, adds
-   what clears it, restart included, within ``drain_s``. Demand is the larger
+   what serves the work waiting, with what arrives during the restart,
+   within ``drain_s``: no step then waits longer than the latency the stream
+   tolerates (sizing to *clear* the backlog within ``drain_s`` bought
+   capacity the steady load does not need, trimmed by a second restart once
+   the backlog drained). Demand is the larger
    of the window's and its newer half's arrival rate, and, when the queue
    grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
-   queue). A scale-up waits for a second check that also wants it, and for
+   queue). A scale-up waits for a second check that also wants it, while the
+   queue's growth still speeds up (the newest pair of steps implies more than
+   ``tolerance`` more demand than the pair before: the trend still mixes steps
+   from before a rise; at a small size a step can outlast the time between
+   checks, and a second check re-reading the same half-measured steps made a
+   staircase of restarts; only the reporter's clock is read, so a replay
+   decides the same), and for
    one more while the recommendation still rises by more than ``tolerance``
    and the backlog is under ``drain_s / 2`` (``stabilisation``: a load change
    is first seen half-measured); a scale-down waits while the newer half of
@@ -147,9 +161,9 @@ Parameters, in terms of the job (none is fitted to a benchmark):
   by a fifth, or be misread by as much, before the job has to grow back.
 * ``tolerance`` (0.1): changes within 10% of the current capacity (or
   saving under 10% of what is left to pay) are noise, not worth a restart.
-* ``drain_s`` (1800): how long a stream may take to clear a backlog (the
-  latency it tolerates after a load change or a restart); a backlog that
-  clears within it needs no scale-up.
+* ``drain_s`` (1800): the latency a stream tolerates after a load change or
+  a restart: a backlog that clears within it needs no scale-up, and a
+  scale-up for a backlog adds what serves the waiting work within it.
 * ``scale_down_window_s`` (600): a shrink must have been wanted for this long,
   longer than the gaps between the bursts of a bursty load.
 * ``deadline_margin`` (0.1): plan to finish with 10% of the time left to
@@ -454,6 +468,20 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
 
 
+def _queue_slopes(samples: Sequence[StepSample]) -> tuple[float, ...]:
+    """The slope of ``queue_s`` over the steps' end times between each successive pair.
+
+    Only the reporter's clock is read, so a replay decides as the live check did.
+    Empty when a step has no time or two steps ended at the same moment.
+    """
+    slopes = []
+    for previous, sample in itertools.pairwise(samples):
+        if previous.time is None or sample.time is None or sample.time <= previous.time:
+            return ()
+        slopes.append((sample.queue_s - previous.queue_s) / (sample.time - previous.time))
+    return tuple(slopes)
+
+
 def _is_open_loop(samples: tuple[StepSample, ...]) -> bool:
     """Work arrived on its own clock: before the previous step ended, or after long idle gaps.
 
@@ -508,6 +536,53 @@ def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
     return spread / mean / math.sqrt(len(gaps))
 
 
+RATE_CHANGE_SIGNIFICANCE = 10.83
+"""A change in arrival rate is taken as real when twice the log-likelihood ratio of a two-rate
+over a one-rate model of the gaps reaches 10.83 (the chi-square 0.1% level, one degree)."""
+RATE_CHANGE_MIN_GAPS = 2
+"""A rate change needs at least two gaps measured on each side of it."""
+
+
+def _work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
+    """Seconds between successive arrivals per unit of work; ``None`` without arrival times."""
+    gaps = []
+    for previous, sample in itertools.pairwise(samples):
+        work = sample.tokens if basis == "tokens" else 1.0
+        if previous.started_at is None or sample.started_at is None or work <= 0:
+            return None
+        gaps.append(max(sample.started_at - previous.started_at, 0.0) / work)
+    return gaps
+
+
+def since_rate_change(samples: Sequence[StepSample], basis: str) -> Sequence[StepSample]:
+    """The samples that arrived since the arrival rate last changed (all of them when it did not).
+
+    The gaps between arrivals (per unit of work) are read as exponential: the
+    split that makes a two-rate model likeliest is a change when twice its
+    log-likelihood ratio over one rate reaches ``RATE_CHANGE_SIGNIFICANCE``,
+    with ``RATE_CHANGE_MIN_GAPS`` gaps on each side. Older arrivals measured a
+    load that no longer runs: averaged in, they would make a load that fell
+    look as if it were still falling for a whole window.
+    """
+    gaps = _work_gaps(samples, basis)
+    if gaps is None or len(gaps) < 2 * RATE_CHANGE_MIN_GAPS:
+        return samples
+
+    def spent(part: list[float]) -> float:
+        mean = math.fsum(part) / len(part)
+        return len(part) * math.log(mean) if mean > 0 else -math.inf
+
+    whole = spent(gaps)
+    best, split = 0.0, 0
+    for index in range(RATE_CHANGE_MIN_GAPS, len(gaps) - RATE_CHANGE_MIN_GAPS + 1):
+        ratio = 2.0 * (whole - spent(gaps[:index]) - spent(gaps[index:]))
+        if math.isfinite(ratio) and ratio > best:
+            best, split = ratio, index
+    if best < RATE_CHANGE_SIGNIFICANCE:
+        return samples
+    return samples[split:]
+
+
 def estimate_load(
     samples: Sequence[StepSample], nodes: int, *, arrivals: bool = False
 ) -> LoadEstimate | None:
@@ -540,10 +615,10 @@ def estimate_load(
     backlog_s = trend = 0.0
     recent_demand = window_demand = 0.0
     if open_loop:
-        window_demand = recent_demand = _arrival_rate(ordered, basis)
-        newer = ordered[count // 2 :] if count >= 4 else ordered
-        if count >= 4:  # a rise shows in the newer half first; a fall waits for the whole window
-            recent_demand = _arrival_rate(newer, basis)
+        current = since_rate_change(ordered, basis)
+        window_demand = recent_demand = _arrival_rate(current, basis)
+        if len(current) >= 4:  # a rise shows in the newer half first; a fall waits for all
+            recent_demand = _arrival_rate(current[len(current) // 2 :], basis)
         latest = ordered[-TREND_SAMPLES:]
         times = [sample.time or 0.0 for sample in latest]
         trend = _slope(times, [sample.queue_s for sample in latest])
@@ -603,6 +678,8 @@ class _Situation:
     memory: CapacityMemory
     recent: tuple[Recommendation, ...]
     arrival_spread: float = 0.0
+    queue_slopes: tuple[float, ...] = ()
+    """The slope of ``queue_s`` over time between each pair of the newest steps, oldest first."""
 
     @property
     def time_left_s(self) -> float | None:
@@ -789,10 +866,11 @@ class ElasticScheduler(JsonModel):
             memory=memory,
             recent=recent,
             arrival_spread=(
-                _arrival_spread(window.samples, load.basis)
+                _arrival_spread(since_rate_change(window.samples, load.basis), load.basis)
                 if load is not None and load.open_loop
                 else 0.0
             ),
+            queue_slopes=_queue_slopes(window.samples[-TREND_SAMPLES:]),
         )
 
     # -- the throughput model -------------------------------------------------
@@ -1009,7 +1087,12 @@ class ElasticScheduler(JsonModel):
                 # a resize serves nothing for startup_s while work keeps arriving
                 usable_s = max(self.drain_s - self.startup_s, self.drain_s / 2.0)
                 waiting = load.backlog_s * capacity + demand * self.startup_s
-                drain_need = demand + waiting / usable_s
+                # enough capacity that the work waiting after the restart is served within
+                # drain_s: no step then waits longer than the latency the stream tolerates.
+                # Sizing to *clear* the backlog within drain_s (demand + waiting / usable_s)
+                # buys capacity the steady load does not need; once the backlog drained, it
+                # was trimmed with a second restart.
+                drain_need = max(demand, waiting / usable_s)
                 grows = load.utilisation >= 1.0 or load.backlog_trend > 0
                 stay_s = math.inf if drain is None else drain
                 after_s = self._drain_after_resize(situation, load, drain_need)
@@ -1046,7 +1129,23 @@ class ElasticScheduler(JsonModel):
         )
         verdict = self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
         previous = situation.recent[-1].nodes if situation.recent else None
-        if verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
+        speeding = self._queue_speeding_up(situation)
+        if (
+            verdict.action is ScaleAction.SCALE_UP
+            and speeding is not None
+            and load.backlog_s < self.drain_s / 2.0
+        ):
+            # the trend mixes steps from before the load rose with steps after it: the demand
+            # it implies is half-measured, and two checks that see the same steps would agree
+            # on it (at a small size a step can outlast the time between checks)
+            accelerating = HeldBy(
+                "stabilisation",
+                f"the queue's growth is still speeding up: the newest steps imply "
+                f"{speeding:.0%} more demand than the ones before them; the next step "
+                "measures the load once more",
+            )
+            verdict = replace(verdict, held_by=(*verdict.held_by, accelerating))
+        elif verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
             unconfirmed = HeldBy(
                 "stabilisation",
                 "the first check to find the load above the capacity; the next check confirms "
@@ -1087,6 +1186,21 @@ class ElasticScheduler(JsonModel):
             )
             verdict = replace(verdict, held_by=(*verdict.held_by, falling))
         return verdict
+
+    def _queue_speeding_up(self, situation: _Situation) -> float | None:
+        """How much more demand the newest queue growth implies than the one before it.
+
+        ``None`` unless the queue grows and its newest slope implies more than
+        ``tolerance`` more demand (``capacity / (1 - slope)``) than the older one.
+        """
+        slopes = situation.queue_slopes
+        if len(slopes) < 2 or slopes[-1] <= 0:
+            return None
+        older, newest = max(slopes[-2], 0.0), min(slopes[-1], MAX_QUEUE_TREND)
+        if older >= newest:
+            return None
+        extra = (1.0 - older) / (1.0 - newest) - 1.0
+        return extra if extra > self.tolerance else None
 
     def _serving(self, situation: _Situation, basis: str, need: float) -> int:
         """The smallest size whose projected capacity covers ``need`` (else ``max_nodes``)."""

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,6 +19,7 @@ from elasticgrid_provider.core.scheduler import (
     ScaleAction,
     SizeMeasurement,
     estimate_load,
+    since_rate_change,
 )
 
 T0 = 1_700_000_000.0
@@ -303,3 +308,92 @@ def test_a_shrink_below_every_measured_size_counts_on_no_more_than_the_prior() -
     assert decision.recommended_nodes == 4
     assert decision.projection is not None
     assert decision.projection["scaling_loss"] == pytest.approx(0.2)
+
+
+def test_a_queue_whose_growth_still_speeds_up_does_not_confirm_a_scale_up() -> None:
+    """The trend of a load that just rose mixes steps from before and after the rise."""
+    scheduler = ElasticScheduler(scaling_loss=0.0)
+    confirmed_before = (Recommendation(T0 - 60, 8),)
+    # the wait grew 1 s over the older pair of steps, 8 s over the newest: half-measured
+    speeding = stream(2, every_s=5, service_s=8, queues=[0, 0, 0, 1, 2, 10])
+    held = scheduler.decide(speeding, now=T0 + 60, recent=confirmed_before)
+    assert held.action is ScaleAction.HOLD
+    assert [hold.rule for hold in held.held_by] == ["stabilisation"]
+    assert "the queue's growth is still speeding up" in held.reason
+    # the same check agreeing with the last one confirms a queue that grows steadily
+    steady = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
+    grown = scheduler.decide(steady, now=T0 + 60, recent=confirmed_before)
+    assert grown.action is ScaleAction.SCALE_UP
+
+
+def test_a_fallen_arrival_rate_is_read_from_the_arrivals_since_it_fell() -> None:
+    # 1000 tokens every 10 s, then every 100 s: the older arrivals measured a load that ended
+    arrivals = [T0 + 10.0 * i for i in range(6)] + [T0 + 50.0 + 100.0 * i for i in range(1, 6)]
+    samples = [StepSample(i, 2.0, 0.0, 5, 1000.0, at + 2.0) for i, at in enumerate(arrivals)]
+    assert since_rate_change(samples, "tokens") == samples[5:]
+    load = estimate_load(samples, 5, arrivals=True)
+    assert load is not None and load.open_loop
+    assert load.demand_per_s == pytest.approx(10.0)  # not the 25/s the whole window averages
+    assert not load.falling
+    # a steady stream, or one whose change a few gaps cannot yet show, is read whole
+    steady = samples[:6]
+    assert since_rate_change(steady, "tokens") == steady
+    assert since_rate_change(samples[:8], "tokens") == samples[:8]
+
+
+def _bench_policy() -> ModuleType:
+    """The policy benchmark's simulator (``benchmarks/bench_policy.py``)."""
+    loaded = sys.modules.get("bench_policy")
+    if loaded is not None:
+        return loaded
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_policy.py"
+    spec = importlib.util.spec_from_file_location("bench_policy", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_policy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_stream_whose_load_jumps_grows_once_not_in_a_staircase() -> None:
+    """A 1-node stream whose load jumps six-fold, checked every 60 s through the sensor's transition.
+
+    At one node a batch takes 83 s to serve, so most checks see no new step. Before a
+    queue whose growth still sped up held the scale-up, the check after the first one
+    re-read the same half-measured load and confirmed it: 1 -> 3, then 3 -> 10 once the
+    load was measured, then 10 -> 9 (three restarts). Now the job grows once, to a size
+    that serves the load.
+    """
+    bench = _bench_policy()
+    job = bench.StreamJob(
+        segments=((1800.0, 1500.0), (3600.0, 9000.0)),
+        node_rate=1800.0,
+        beta=0.15,
+        batch_tokens=150_000.0,
+        launch_nodes=1,
+        startup_s=60.0,
+    )
+    decide = bench.policy_decider(bench.scheduler_for(job.startup_s))
+    outcome = bench.run_stream(job, decide, latency_s=ElasticScheduler().drain_s)
+    assert outcome.resizes == 1, outcome.sizes
+    assert outcome.sizes[0] == 1 and job.capacity(outcome.sizes[-1]) >= 9000.0
+    assert outcome.met_goal  # it kept up: 95% of batches waited at most drain_s
+
+
+def test_a_backlog_is_sized_to_be_served_within_the_latency_not_cleared_within_it() -> None:
+    # arrivals every 5 s (200 tokens/s), service 8 s (125 tokens/s at 2 nodes): the wait,
+    # already over 3000 s, grows 3 s per batch
+    window = stream(2, every_s=5, service_s=8, queues=[3000.0 + 3 * i for i in range(6)])
+    scheduler = ElasticScheduler(scaling_loss=0.0, startup_s=60.0)
+    decision = scheduler.decide(window, now=T0 + 3100, recent=(Recommendation(T0 + 3000, 9),))
+    assert decision.projection is not None
+    demand = decision.projection["demand_per_s"]
+    assert demand == pytest.approx(200.0)
+    # the work waiting after the restart, served within drain_s less the restart
+    waiting = decision.projection["backlog_s"] * 125.0 + demand * 60.0
+    served_in_time = waiting / (1800.0 - 60.0)
+    assert decision.projection["needed_per_s"] == pytest.approx(served_in_time)
+    assert "grows" in decision.reason
+    # 62.5 tokens/s a node: 6 nodes serve it; clearing it within drain_s would take 9
+    assert (decision.action, decision.target_nodes) == (ScaleAction.SCALE_UP, 6)
+    assert math.ceil((demand + served_in_time) / 62.5) == 9
