@@ -8,12 +8,20 @@ inside a test function is not serialized and cannot run). Airflow 3.3.2's
 recognises exactly that error, reports it in ``hit_deadline_defect`` and
 lets the test assert on the task states, so the defect stays visible: a test
 of a deadline DAG asserts that it was hit, and fails once upstream fixes it.
+
+``start_dags_test`` runs a DAG as ``airflow dags test`` in a process of its
+own, for tests that kill it or run two at once.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
+
+from tests.conftest import TESTS, airflow_command
 
 
 @dataclass(frozen=True)
@@ -121,3 +129,35 @@ def read_variable(key: str) -> Any:
     with create_session() as session:
         row = session.scalars(select(VariableModel).where(VariableModel.key == key)).first()
         return None if row is None else json.loads(row.val)
+
+
+def start_dags_test(
+    dag_file: str,
+    dag_id: str,
+    run_conf: dict[str, Any],
+    *,
+    logical_date: str | None = None,
+    output: int | IO[str] = subprocess.PIPE,
+) -> subprocess.Popen[str]:
+    """Start ``airflow dags test`` of ``dag_id`` in ``tests/dags/<dag_file>`` in its own process.
+
+    Its output (stderr too) goes to ``output``: a pipe, or a file where nobody
+    reads the pipe while the run goes on (a full pipe blocks the run).
+    """
+    return subprocess.Popen(
+        [
+            *airflow_command(),
+            "dags",
+            "test",
+            dag_id,
+            *([logical_date] if logical_date else []),
+            "--conf",
+            json.dumps(run_conf),
+            "--dagfile-path",
+            str(TESTS / "dags" / dag_file),
+        ],
+        env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

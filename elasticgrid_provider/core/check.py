@@ -35,8 +35,8 @@ record. The rules of one check, in order:
 
 A job that lost capacity (a part failed, or some of its ranks are gone while
 the others run; :func:`~elasticgrid_provider.core.recovery.part_is_lost`) is
-not failed by rule 1: :meth:`ScaleCheck.recover` takes its samples and
-decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
+not failed by rule 1: :meth:`ScaleCheck.run`, given the ``lost`` parts,
+takes the samples and decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
 ``recover`` (quarantine the lost providers and end the wait with the record,
 so the downstream re-plan and relaunch take the safe resize path), ``wait``
 (this launch's recovery was decided already: hold, write nothing new) or
@@ -63,7 +63,6 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
-from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import (
     GIVE_UP,
@@ -269,17 +268,26 @@ class ScaleCheck:
         deadline: Callable[[], DeadlineChoice] = lambda: DeadlineChoice(None, "no deadline"),
         remaining_steps: Any = None,
         remaining_tokens: Any = None,
-        plan: Callable[[int], Placement] | None = None,
+        planner: GridPlanner | None = None,
+        lost: Sequence[LostPart] = (),
+        recovery: RecoveryPolicy | None = None,
     ) -> CheckOutcome:
-        """One check of a job that runs (or ended): take samples, then finish or decide.
+        """One check: take samples, then recover, finish or decide (module docstring).
 
         :param samples: the raw ``samples`` argument (None: use ``chunks``, the
             step-log reads since the state's cursors).
         :param deadline: resolves the deadline; called only when a decision is made.
-        :param plan: plans a size on the grid, for the proposed placement of a change.
+        :param planner: the grid's planner, for the proposed placement of a change
+            and the re-plan of a recovery.
+        :param lost: the parts that lost capacity (none: the job runs or ended).
+        :param recovery: the recovery budget and quarantine (default: the defaults).
         """
         log: list[tuple[int, str]] = []
-        state = self._take_samples(state, snapshot, now, samples, chunks, log)
+        taken = self._take_samples(state, snapshot, now, samples, chunks, log)
+        if lost:
+            policy = recovery or RecoveryPolicy.checked()
+            return self._recover(state, taken, snapshot, lost, now, task, policy, planner, log)
+        state = taken
         if snapshot.status in ("done", "stopped"):
             return self._finish(state, snapshot, now, task, log)
         try:
@@ -295,7 +303,9 @@ class ScaleCheck:
             raise ElasticGridError(str(exc)) from None
         target = record.decision.target_nodes
         quarantine = state.recovery.active_quarantine(now)
-        context = self._record_context(snapshot, target, choice.source, now, task, plan, quarantine)
+        context = self._record_context(
+            snapshot, target, choice.source, now, task, planner, quarantine
+        )
         record = DecisionRecord.from_dict({**record.to_dict(), "context": context})
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
@@ -303,27 +313,26 @@ class ScaleCheck:
             CheckVerdict.HOLD if hold else CheckVerdict.RESIZE, state, record.to_dict(), tuple(log)
         )
 
-    def recover(
+    def _recover(
         self,
         state: ScaleState,
+        taken: ScaleState,
         snapshot: JobSnapshot,
         lost: Sequence[LostPart],
         now: float,
-        *,
         task: TaskIdentity,
         policy: RecoveryPolicy,
-        planner: GridPlanner,
-        samples: Any = None,
-        chunks: Sequence[StepLogChunk] = (),
+        planner: GridPlanner | None,
+        log: list[tuple[int, str]],
     ) -> CheckOutcome:
-        """One check of a job that lost capacity: ``recover``, ``wait`` or ``give_up``.
+        """A job that lost capacity: ``recover``, ``wait`` or ``give_up`` (module docstring).
 
-        ``wait`` keeps ``state`` as it was (this launch's recovery is already
-        recorded); ``recover`` and ``give_up`` remember the quarantine, the
-        recovery and the record (:func:`remember_recovery`).
+        ``taken`` is ``state`` with the new samples; ``wait`` keeps ``state`` as
+        it was (this launch's recovery is already recorded); ``recover`` and
+        ``give_up`` remember the quarantine, the recovery and the record.
         """
-        log: list[tuple[int, str]] = []
-        taken = self._take_samples(state, snapshot, now, samples, chunks, log)
+        if planner is None:
+            raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
         thresholds = self.scheduler.thresholds()
         try:
             decision = decide_recovery(
@@ -461,7 +470,7 @@ class ScaleCheck:
         deadline_source: str,
         now: float,
         task: TaskIdentity,
-        plan: Callable[..., Placement] | None,
+        planner: GridPlanner | None,
         quarantine: Sequence[QuarantineEntry] = (),
     ) -> dict[str, Any]:
         """What surrounded the decision: the task, the job, the placements and their cost.
@@ -484,9 +493,9 @@ class ScaleCheck:
         }
         if quarantine:
             context["quarantine"] = [entry.model_dump(mode="json") for entry in quarantine]
-        if target != snapshot.nodes and plan is not None:
+        if target != snapshot.nodes and planner is not None:
             try:
-                proposed = plan(target, leave_out=quarantine_reasons(quarantine))
+                proposed = planner.plan(target, leave_out=quarantine_reasons(quarantine))
                 context["proposed_placement"] = proposed.to_dict()
                 context["proposed_cost_per_hour"] = proposed.cost_per_hour
             except ElasticGridError as exc:

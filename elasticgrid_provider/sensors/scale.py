@@ -339,33 +339,22 @@ class ElasticScaleSensor(BaseSensorOperator):
                 if self.samples is not None
                 else hook.read_step_logs(snapshot, state, tail=self.window_size)
             )
-            if lost:
-                outcome = rules.recover(
-                    state,
-                    snapshot,
-                    lost,
-                    now,
-                    task=task,
-                    policy=recovery_policy(
-                        self.max_recoveries, self.recovery_window, self.quarantine
-                    ),
-                    planner=hook.get_planner(),
-                    samples=self.samples,
-                    chunks=chunks,
-                )
-            else:
-                outcome = rules.run(
-                    state,
-                    snapshot,
-                    now,
-                    task=task,
-                    samples=self.samples,
-                    chunks=chunks,
-                    deadline=deadline,
-                    remaining_steps=self.remaining_steps,
-                    remaining_tokens=self.remaining_tokens,
-                    plan=hook.get_planner().plan,
-                )
+            outcome = rules.run(
+                state,
+                snapshot,
+                now,
+                task=task,
+                samples=self.samples,
+                chunks=chunks,
+                deadline=deadline,
+                remaining_steps=self.remaining_steps,
+                remaining_tokens=self.remaining_tokens,
+                planner=hook.get_planner(),
+                lost=lost,
+                recovery=recovery_policy(self.max_recoveries, self.recovery_window, self.quarantine)
+                if lost
+                else None,
+            )
             for level, line in outcome.log:
                 self.log.log(level, "%s", line)
             for found in resolved:

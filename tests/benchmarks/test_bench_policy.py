@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from elasticgrid_provider.core.samples import StepSample
+from tests.benchmarks import load_bench_policy
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_policy.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_policy", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_policy"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = load_bench_policy()
 
 
 def recorder(sizes: dict[float, int] | None = None):

@@ -119,7 +119,7 @@ def run_checks(checks: list[Check], **settings: Any) -> list[CheckOutcome]:
             samples=check.handed_in,
             chunks=check.chunks,
             deadline=lambda: DeadlineChoice(None, "no deadline"),
-            plan=PLANNER.plan,
+            planner=PLANNER,
         )
         outcomes.append(outcome)
         state = outcome.state

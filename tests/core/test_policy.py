@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -21,6 +17,7 @@ from elasticgrid_provider.core.scheduler import (
     estimate_load,
     since_rate_change,
 )
+from tests.benchmarks import load_bench_policy
 
 T0 = 1_700_000_000.0
 
@@ -341,20 +338,6 @@ def test_a_fallen_arrival_rate_is_read_from_the_arrivals_since_it_fell() -> None
     assert since_rate_change(samples[:8], "tokens") == samples[:8]
 
 
-def _bench_policy() -> ModuleType:
-    """The policy benchmark's simulator (``benchmarks/bench_policy.py``)."""
-    loaded = sys.modules.get("bench_policy")
-    if loaded is not None:
-        return loaded
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_policy.py"
-    spec = importlib.util.spec_from_file_location("bench_policy", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_policy"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_small_stream_whose_load_jumps_grows_once_not_in_a_staircase() -> None:
     """A 1-node stream whose load jumps six-fold, checked every 60 s through the sensor's transition.
 
@@ -364,7 +347,7 @@ def test_a_small_stream_whose_load_jumps_grows_once_not_in_a_staircase() -> None
     load was measured, then 10 -> 9 (three restarts). Now the job grows once, to a size
     that serves the load.
     """
-    bench = _bench_policy()
+    bench = load_bench_policy()
     job = bench.StreamJob(
         segments=((1800.0, 1500.0), (3600.0, 9000.0)),
         node_rate=1800.0,

@@ -51,41 +51,39 @@ CHECK = {
 }
 
 
-def launch(dag_id: str, grid: list[dict]) -> None:
-    """plan -> launch the training job on ``grid``."""
-    with DAG(dag_id=dag_id, schedule=None, catchup=False):
-        plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=grid)
-        plan >> LaunchOperator(
-            task_id="launch",
-            job_name=JOB,
-            run=RUN,
-            envs=ENVS,
-            placement=plan.output,
-            recovery={"mode": "none"},
-        )
+def training_launch(task_id: str, placement, **arguments) -> LaunchOperator:
+    """A LaunchOperator of the training job at ``placement`` (iroh-tinker's own restart off)."""
+    return LaunchOperator(
+        task_id=task_id,
+        job_name=JOB,
+        run=RUN,
+        envs=ENVS,
+        placement=placement,
+        recovery={"mode": "none"},
+        **arguments,
+    )
 
 
-def check_then_relaunch(dag_id: str, grid: list[dict], **relaunch_arguments) -> None:
-    """The scaling pipeline: check -> plan at the decided size -> relaunch."""
-    with DAG(dag_id=dag_id, schedule=None, catchup=False):
-        check = ElasticScaleSensor(task_id="scale_check", providers=grid, **CHECK)
-        plan = PlanPlacementOperator(task_id="plan", nodes=check.output, providers=grid)
-        relaunch = LaunchOperator(
-            task_id="relaunch",
-            job_name=JOB,
-            run=RUN,
-            envs=ENVS,
-            placement=plan.output,
-            recovery={"mode": "none"},
-            poll_interval=0.5,
-            **relaunch_arguments,
-        )
-        check >> plan >> relaunch
+def check_and_relaunch(grid: list[dict], **relaunch_arguments) -> ElasticScaleSensor:
+    """The scaling pipeline's tasks: check -> plan at the decided size -> relaunch.
+
+    Returns the check, the first of the three, for an upstream task to precede.
+    """
+    check = ElasticScaleSensor(task_id="scale_check", providers=grid, **CHECK)
+    plan = PlanPlacementOperator(task_id="plan", nodes=check.output, providers=grid)
+    check >> plan >> training_launch("relaunch", plan.output, **relaunch_arguments)
+    return check
 
 
-launch("recovery_launch", RECOVERY_GRID)
-check_then_relaunch("recovery_check", RECOVERY_GRID)
-check_then_relaunch("recovery_check_and_finish", RECOVERY_GRID, wait_for_completion=True)
+with DAG(dag_id="recovery_launch", schedule=None, catchup=False):
+    first_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=RECOVERY_GRID)
+    first_plan >> training_launch("launch", first_plan.output)
+
+with DAG(dag_id="recovery_check", schedule=None, catchup=False):
+    check_and_relaunch(RECOVERY_GRID, poll_interval=0.5)
+
+with DAG(dag_id="recovery_check_and_finish", schedule=None, catchup=False):
+    check_and_relaunch(RECOVERY_GRID, poll_interval=0.5, wait_for_completion=True)
 
 # one process launches, checks and relaunches: the task that launched a rank reaps it (it is
 # the ranks' subreaper), so only it sees a reclaimed rank gone; the relaunch on the slow backup
@@ -94,25 +92,11 @@ with DAG(dag_id="recovery_launch_then_recover_slowly", schedule=None, catchup=Fa
     start_plan = PlanPlacementOperator(
         task_id="start_plan", nodes=NODES, providers=SLOW_BACKUP_GRID
     )
-    start = LaunchOperator(
-        task_id="start",
-        job_name=JOB,
-        run=RUN,
-        envs=ENVS,
-        placement=start_plan.output,
-        recovery={"mode": "none"},
+    (
+        start_plan
+        >> training_launch("start", start_plan.output)
+        >> check_and_relaunch(SLOW_BACKUP_GRID)
     )
-    check = ElasticScaleSensor(task_id="scale_check", providers=SLOW_BACKUP_GRID, **CHECK)
-    plan = PlanPlacementOperator(task_id="plan", nodes=check.output, providers=SLOW_BACKUP_GRID)
-    relaunch = LaunchOperator(
-        task_id="relaunch",
-        job_name=JOB,
-        run=RUN,
-        envs=ENVS,
-        placement=plan.output,
-        recovery={"mode": "none"},
-    )
-    start_plan >> start >> check >> plan >> relaunch
 
 with DAG(dag_id="recovery_check_only", schedule=None, catchup=False):
     ElasticScaleSensor(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import time
@@ -21,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow_support import read_run, run_dag
-from tests.conftest import TESTS, airflow_command
+from tests.airflow_support import read_run, run_dag, start_dags_test
 from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job_processes
 
 pytestmark = pytest.mark.airflow
@@ -62,37 +60,14 @@ def _wait_until_running(
     raise AssertionError(f"job {job} was not running within 90 s")
 
 
-def _start_dags_test(
-    dag_id: str, conf: dict, log, dag_file: str = "kill_dags.py"
-) -> subprocess.Popen:
-    """``airflow dags test`` of a DAG in kill_dags.py, its output going to ``log``.
-
-    A file, not a pipe: nobody reads a pipe while the job starts, and a full one blocks.
-    """
-    return subprocess.Popen(
-        [
-            *airflow_command(),
-            "dags",
-            "test",
-            dag_id,
-            "--conf",
-            json.dumps(conf),
-            "--dagfile-path",
-            str(TESTS / "dags" / dag_file),
-        ],
-        env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, jobs_root, tmp_path):
     from iroh_tinker.cloud import JobManager
 
     log_path = tmp_path / "dags-test.log"
     log = log_path.open("w+")
-    process = _start_dags_test(DAG_ID, {"job_name": "killed", "nodes": 3}, log)
+    process = start_dags_test(
+        "kill_dags.py", DAG_ID, {"job_name": "killed", "nodes": 3}, output=log
+    )
     with log:
         try:
             parts = _wait_until_running(jobs_root, "killed", process, log_path)
@@ -134,7 +109,9 @@ def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs
     log_path = tmp_path / "dags-test.log"
     manifest = jobs_root / "slow" / "manifest.json"
     with log_path.open("w+") as log:
-        process = _start_dags_test("launch_slow_provision", {"job_name": "slow", "nodes": 2}, log)
+        process = start_dags_test(
+            "kill_dags.py", "launch_slow_provision", {"job_name": "slow", "nodes": 2}, output=log
+        )
         try:
             deadline = time.monotonic() + 60
             while not manifest.exists():  # written just before the first part provisions
@@ -193,7 +170,9 @@ def test_a_kill_while_waiting_for_the_lock_leaves_the_running_job_alone(
     log_path = tmp_path / "dags-test.log"
     with log_path.open("w+") as log:
         with ElasticGridHook(jobs_root=str(jobs_root)).job_lock("waited"):
-            process = _start_dags_test(DAG_ID, {"job_name": "waited", "nodes": 3}, log)
+            process = start_dags_test(
+                "kill_dags.py", DAG_ID, {"job_name": "waited", "nodes": 3}, output=log
+            )
             _wait_for(
                 lambda: "Waiting for the lock of job waited." in log_path.read_text(),
                 "lock wait",
@@ -217,8 +196,11 @@ def test_a_kill_in_the_middle_of_a_start_leaves_no_rank(airflow_db, jobs_root, t
     recorded no pid yet): on_kill finds the ranks by their launch id and stops them."""
     log_path = tmp_path / "dags-test.log"
     with log_path.open("w+") as log:
-        process = _start_dags_test(
-            "launch_hanging_start", {"job_name": "hung", "nodes": 2, "hang": 600}, log
+        process = start_dags_test(
+            "kill_dags.py",
+            "launch_hanging_start",
+            {"job_name": "hung", "nodes": 2, "hang": 600},
+            output=log,
         )
         try:
             _wait_for(lambda: len(job_ranks("hung")) == 2, "2 ranks", process)
@@ -246,7 +228,9 @@ def test_a_sigkill_in_the_middle_of_a_start_then_a_retry_runs_exactly_one_copy(
     conf = {"job_name": "twice", "nodes": 3}
     try:
         with log_path.open("w+") as log:
-            process = _start_dags_test("launch_hanging_start", {**conf, "hang": 600}, log)
+            process = start_dags_test(
+                "kill_dags.py", "launch_hanging_start", {**conf, "hang": 600}, output=log
+            )
             try:
                 _wait_for(lambda: len(job_ranks("twice")) == 3, "3 ranks", process)
                 first = job_ranks("twice")
@@ -277,15 +261,20 @@ def test_killing_a_task_that_attached_leaves_the_job_running(airflow_db, jobs_ro
     """The job was launched by another run; this task only attached and waited on it."""
     # launched by `airflow dags test` too, so that the run command (sys.executable) is the same
     with (tmp_path / "first.log").open("w+") as first_log:
-        first = _start_dags_test(
-            "launch_sleeping", {"job_name": "shared", "nodes": 3}, first_log, "launch_dags.py"
+        first = start_dags_test(
+            "launch_dags.py",
+            "launch_sleeping",
+            {"job_name": "shared", "nodes": 3},
+            output=first_log,
         )
         _finish(first, first_log)
     ranks = job_ranks("shared")
     assert len(ranks) == 3
     log_path = tmp_path / "dags-test.log"
     with log_path.open("w+") as log:
-        process = _start_dags_test(DAG_ID, {"job_name": "shared", "nodes": 3}, log)
+        process = start_dags_test(
+            "kill_dags.py", DAG_ID, {"job_name": "shared", "nodes": 3}, output=log
+        )
         try:
             _wait_for(
                 lambda: "attached, started nothing" in log_path.read_text(), "attach", process

@@ -9,18 +9,18 @@ pipeline, check -> plan -> relaunch, with nothing added for recovery.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from elasticgrid_provider.core.state import state_variable_key
-from tests.airflow_support import read_variable, run_dag
-from tests.conftest import TESTS, airflow_command
+from tests.airflow_support import read_variable, run_dag, start_dags_test
 
 pytestmark = pytest.mark.airflow
+
+RECOVERED = {"scale_check": "success", "plan": "success", "relaunch": "success"}
+"""The task states of a check that decided ``recover``, its re-plan and its relaunch."""
 
 
 def _state(job: str) -> dict:
@@ -58,11 +58,7 @@ def test_a_job_that_loses_its_spot_part_recovers_on_the_other_provider_and_finis
 
     result = run_dag("recovery_check_and_finish", conf)
 
-    assert result.task_states == {
-        "scale_check": "success",
-        "plan": "success",
-        "relaunch": "success",
-    }
+    assert result.task_states == RECOVERED
     record = result.xcom("scale_check")
     assert (record["action"], record["rule"]) == ("recover", "recover")
     assert (record["current_nodes"], record["target_nodes"]) == (2, 2)
@@ -118,7 +114,7 @@ def test_a_second_loss_within_the_window_hits_max_recoveries_and_fails_clearly(
     conf["max_recoveries"] = 1
     run_dag("recovery_launch", conf)
     first = run_dag("recovery_check", conf)
-    assert first.task_states == {"scale_check": "success", "plan": "success", "relaunch": "success"}
+    assert first.task_states == RECOVERED
     assert first.xcom("scale_check")["action"] == "recover"
     relaunched = first.xcom("relaunch")
     assert [p["provider"] for p in relaunched["parts"]] == ["onprem", "backup"]
@@ -168,11 +164,7 @@ def test_a_quarantined_provider_is_used_again_once_its_quarantine_ends(airflow_d
 
     second = run_dag("recovery_check", conf)
 
-    assert second.task_states == {
-        "scale_check": "success",
-        "plan": "success",
-        "relaunch": "success",
-    }
+    assert second.task_states == RECOVERED
     record = second.xcom("scale_check")
     assert record["action"] == "recover" and record["decided_at"] > spot_free_at
     assert [part["provider"] for part in record["lost"]] == ["backup"]
@@ -200,23 +192,11 @@ def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twic
     job = "lock-race"
     conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=7", "provision_s": 20}
     specs = jobs_root / job / "specs"
-    environment = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
-    recovering = subprocess.Popen(
-        [
-            *airflow_command(),
-            "dags",
-            "test",
-            "recovery_launch_then_recover_slowly",
-            "2026-01-01T00:00:00+00:00",
-            "--conf",
-            json.dumps(conf),
-            "--dagfile-path",
-            str(TESTS / "dags" / "recovery_dags.py"),
-        ],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    recovering = start_dags_test(
+        "recovery_dags.py",
+        "recovery_launch_then_recover_slowly",
+        conf,
+        logical_date="2026-01-01T00:00:00+00:00",
     )
     try:
         # the relaunch holds the lock from the record of its launch to its confirmation

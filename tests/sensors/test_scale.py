@@ -10,7 +10,7 @@ import pytest
 
 from elasticgrid_provider.core.state import state_variable_key
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
-from tests.airflow_support import read_variable, run_dag
+from tests.airflow_support import read_variable, run_dag, start_dags_test
 from tests.job_processes import wait_for_lines
 
 pytestmark = pytest.mark.airflow
@@ -287,32 +287,14 @@ def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     started, or (when it comes after the resize) a fresh window at 4 nodes, and
     holds until its timeout (skipped). Either way: one resize, no lost write.
     """
-    import os
-    import subprocess
-
-    from tests.conftest import TESTS, airflow_command
-
     run_dag("launch_queue_bound", {"job_name": "race", "nodes": 2})
     wait_for_lines(jobs_root / "race--onprem" / "steps.jsonl", 4)
-    environment = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
-    conf = json.dumps({"job_name": "race"})
     checks = [
-        subprocess.Popen(
-            [
-                *airflow_command(),
-                "dags",
-                "test",
-                "scale_check_concurrent",
-                logical_date,
-                "--conf",
-                conf,
-                "--dagfile-path",
-                str(TESTS / "dags" / "scale_dags.py"),
-            ],
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        start_dags_test(
+            "scale_dags.py",
+            "scale_check_concurrent",
+            {"job_name": "race"},
+            logical_date=logical_date,
         )
         for logical_date in ("2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00")
     ]
