@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable
 from enum import Enum
 from functools import wraps
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BeforeValidator,
@@ -388,9 +388,9 @@ class JsonModel:
             cls._adapter = adapter  # type: ignore[attr-defined]
         return adapter
 
-    def model_dump(self) -> dict[str, Any]:
-        """Plain JSON of this model (enums as their strings, tuples as lists)."""
-        dumped: dict[str, Any] = self.type_adapter().dump_python(self, mode="json")
+    def model_dump(self, *, mode: Literal["json", "python"] = "json") -> dict[str, Any]:
+        """Plain JSON of this model (enums as their strings, tuples as lists); pydantic's ``mode``."""
+        dumped: dict[str, Any] = self.type_adapter().dump_python(self, mode=mode)
         return dumped
 
     def to_dict(self) -> dict[str, Any]:
