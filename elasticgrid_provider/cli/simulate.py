@@ -70,6 +70,7 @@ SIMULATED_JOB = "simulate"
 """The job name of the state ``simulate`` runs its transition on."""
 REPLAY_FIELDS = ("action", "current_nodes", "target_nodes", "rule", "held_by", "reason")
 """What must agree for a replayed decision to match the recorded one."""
+_WORK_LEFT = (("remaining_steps", "--remaining-steps"), ("remaining_tokens", "--remaining-tokens"))
 
 
 def run_simulate(args: Namespace) -> Result:
@@ -83,10 +84,7 @@ def run_simulate(args: Namespace) -> Result:
             "simulate needs --samples FILE (or --state FILE to replay a recorded decision)"
         )
     if args.deadline_in is None:
-        for name, flag in (
-            ("remaining_steps", "--remaining-steps"),
-            ("remaining_tokens", "--remaining-tokens"),
-        ):
+        for name, flag in _WORK_LEFT:
             if given(args, name):
                 raise ElasticGridError(
                     f"{flag} only counts toward a deadline; it needs --deadline-in"
@@ -102,10 +100,7 @@ def run_simulate(args: Namespace) -> Result:
     for name, flag in (("now", "--now"), ("deadline_in", "--deadline-in")):
         if given(args, name):
             check_number(flag, getattr(args, name), minimum=None)
-    for name, flag in (
-        ("remaining_steps", "--remaining-steps"),
-        ("remaining_tokens", "--remaining-tokens"),
-    ):
+    for name, flag in _WORK_LEFT:
         if given(args, name):
             check_number(flag, getattr(args, name))
     sample_file = load_samples(args.samples)
