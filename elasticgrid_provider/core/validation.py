@@ -166,12 +166,8 @@ def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
 
 
 def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``choices``, or raise naming ``field``."""
-    for choice in choices:
-        if value == choice:
-            return choice  # the plain string, also when given a str-valued Enum member
-    allowed = ", ".join(repr(choice) for choice in choices)
-    raise ElasticGridError(f"{field} must be one of {allowed}, got {value!r}")
+    """Return ``value`` if it is one of ``choices`` (as the plain string), or raise naming ``field``."""
+    return str(_named(field, lambda: OneOf(choices).pick(value)))
 
 
 def check_mapping(field: str, value: Any) -> dict[str, Any]:
