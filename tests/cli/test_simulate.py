@@ -443,18 +443,12 @@ def test_simulate_state_skips_recoveries_and_refuses_to_replay_one(
     backup = Provider("backup", max_nodes=16, cost_per_node_hour=2.0, spot=False)
     state = recorded_state()
     lost = LostPart(part="demo--spot", provider="spot", nodes=8, ranks=(0,), cause="preempted")
+    job = {"job_name": "demo", "lost": [lost], "current_nodes": 16, "min_nodes": 1}
+    grid = {"max_nodes": 32, "planner": GridPlanner((spot, backup)), "now": T0 + 120}
+    budget = RecoveryPolicy(max_recoveries=1)  # the second loss gives up
     for launch, action in (("launch-1", "recover"), ("launch-2", "give_up")):
         decision = decide_recovery(
-            job_name="demo",
-            launch_id=launch,
-            lost=[lost],
-            current_nodes=16,
-            min_nodes=1,
-            max_nodes=32,
-            memory=state.recovery,
-            policy=RecoveryPolicy(max_recoveries=1),
-            planner=GridPlanner((spot, backup)),
-            now=T0 + 120,
+            launch_id=launch, memory=state.recovery, policy=budget, **job, **grid
         )
         assert decision.action == action
         state = remember_recovery(state, decision, decision.to_dict({"job": "demo"}), 20)
