@@ -10,6 +10,12 @@ from typing import Any
 from elasticgrid_provider import __version__
 
 
+def _modules(*modules: str) -> list[dict[str, Any]]:
+    """One integration entry listing ``elasticgrid_provider.<module>`` for each module."""
+    names = [f"elasticgrid_provider.{module}" for module in modules]
+    return [{"integration-name": "ElasticGrid", "python-modules": names}]
+
+
 def get_provider_info() -> dict[str, Any]:
     """Describe the provider's hooks, operators, sensors, triggers and connection type."""
     return {
@@ -25,33 +31,10 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
-        "operators": [
-            {
-                "integration-name": "ElasticGrid",
-                "python-modules": [
-                    "elasticgrid_provider.operators.plan",
-                    "elasticgrid_provider.operators.launch",
-                ],
-            }
-        ],
-        "sensors": [
-            {
-                "integration-name": "ElasticGrid",
-                "python-modules": ["elasticgrid_provider.sensors.scale"],
-            }
-        ],
-        "hooks": [
-            {
-                "integration-name": "ElasticGrid",
-                "python-modules": ["elasticgrid_provider.hooks.elasticgrid"],
-            }
-        ],
-        "triggers": [
-            {
-                "integration-name": "ElasticGrid",
-                "python-modules": ["elasticgrid_provider.triggers.job"],
-            }
-        ],
+        "operators": _modules("operators.plan", "operators.launch"),
+        "sensors": _modules("sensors.scale"),
+        "hooks": _modules("hooks.elasticgrid"),
+        "triggers": _modules("triggers.job"),
         "connection-types": [
             {
                 "connection-type": "elasticgrid",

@@ -8,8 +8,7 @@ Rules:
   itself (:mod:`~elasticgrid_provider.cli.rendering` does).
 * The work is the pure core's (:class:`GridPlanner`, :func:`build_launch_parts`);
   bad input surfaces as the core's one-sentence :class:`ElasticGridError`.
-* JSON keeps 0.1.0's keys: ``{"providers": [...]}``, ``Placement.to_dict()``,
-  and ``spec``'s ``{"job_name", "placement", "world_size", "parts"}``.
+* JSON keeps 0.1.0's keys (listed in :mod:`elasticgrid_provider.cli`).
 
 ``simulate`` lives in :mod:`elasticgrid_provider.cli.simulate`.
 """

@@ -72,11 +72,7 @@ def load_grid(path: str | None) -> tuple[Provider, ...]:
     """The providers of a providers file; the built-in grid when there is none."""
     if path is None:
         return DEFAULT_PROVIDERS
-    data = _load_json(path, "providers file")
-    try:
-        return providers_from_dicts(data)
-    except ElasticGridError as error:
-        raise ElasticGridError(f"{path}: {error}") from None
+    return _from_dict(providers_from_dicts, _load_json(path, "providers file"), path)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ Rules:
   too, so the terminal reads like the task log and the "Scale decisions" page.
 * Tables are aligned columns two spaces apart; key/value blocks share one key
   width so the window and decision blocks line up.
-* An error is one line: ``error: ...`` on stderr, or ``{"error": "..."}`` on
-  stdout with ``--json``; exit status 2.
+* An error is one line, exit status 2 (:mod:`elasticgrid_provider.cli`).
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ newest) from its recorded inputs and compares ``action``, ``current_nodes``,
 decision: exit 0 when they all agree, 1 when any differs. A record whose
 inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
 older policy; the output says so, since today's rules may decide otherwise.
+Entries that hold no policy decision (the end of the job, a recovery) are
+skipped by the default and refused, in one sentence, when ``--decision`` names one.
 
 Options are checked before any file is read, naming the flag typed
 (``--cooldown``, not ``cooldown_s``); options that make no sense together are
@@ -58,6 +60,7 @@ from elasticgrid_provider.cli.rendering import (
     window_note,
 )
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.recovery import RECOVER_RULE
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE
 from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleDecision
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, recorded_by_older_policy
@@ -67,6 +70,7 @@ SIMULATED_JOB = "simulate"
 """The job name of the state ``simulate`` runs its transition on."""
 REPLAY_FIELDS = ("action", "current_nodes", "target_nodes", "rule", "held_by", "reason")
 """What must agree for a replayed decision to match the recorded one."""
+_WORK_LEFT = (("remaining_steps", "--remaining-steps"), ("remaining_tokens", "--remaining-tokens"))
 
 
 def run_simulate(args: Namespace) -> Result:
@@ -80,10 +84,7 @@ def run_simulate(args: Namespace) -> Result:
             "simulate needs --samples FILE (or --state FILE to replay a recorded decision)"
         )
     if args.deadline_in is None:
-        for name, flag in (
-            ("remaining_steps", "--remaining-steps"),
-            ("remaining_tokens", "--remaining-tokens"),
-        ):
+        for name, flag in _WORK_LEFT:
             if given(args, name):
                 raise ElasticGridError(
                     f"{flag} only counts toward a deadline; it needs --deadline-in"
@@ -99,10 +100,7 @@ def run_simulate(args: Namespace) -> Result:
     for name, flag in (("now", "--now"), ("deadline_in", "--deadline-in")):
         if given(args, name):
             check_number(flag, getattr(args, name), minimum=None)
-    for name, flag in (
-        ("remaining_steps", "--remaining-steps"),
-        ("remaining_tokens", "--remaining-tokens"),
-    ):
+    for name, flag in _WORK_LEFT:
         if given(args, name):
             check_number(flag, getattr(args, name))
     sample_file = load_samples(args.samples)
@@ -219,6 +217,19 @@ def _differences(recorded: ScaleDecision, replayed: ScaleDecision) -> list[str]:
     return [name for name in REPLAY_FIELDS if before[name] != after[name]]
 
 
+def _not_a_decision(entry: Any) -> str:
+    """Why a history entry has no policy decision to replay ("" when it has one)."""
+    rule = entry.get("rule") if isinstance(entry, dict) else None
+    if rule == JOB_ENDED_RULE:
+        return "records the end of the job; it has no decision to replay"
+    if rule == RECOVER_RULE:
+        return (
+            f"is a recovery ({entry.get('action')}), not a policy decision, "
+            "so it cannot be replayed"
+        )
+    return ""
+
+
 def _replay(args: Namespace) -> Result:
     if args.samples is not None:
         raise ElasticGridError(
@@ -238,10 +249,10 @@ def _replay(args: Namespace) -> Result:
     if not history:
         raise ElasticGridError(f"state file {path} has no decisions in its history")
     count = len(history)
-    ended = [isinstance(e, dict) and e.get("rule") == JOB_ENDED_RULE for e in history]
+    skipped = [_not_a_decision(entry) for entry in history]
     requested = args.decision
-    if requested is None:  # the newest decision: an end-of-job entry has none to replay
-        requested = max((i for i, end in enumerate(ended) if not end), default=-1)
+    if requested is None:  # the newest decision: the end of the job or a recovery has none
+        requested = max((i for i, why in enumerate(skipped) if not why), default=-1)
     if not -count <= requested < count:
         raise ElasticGridError(
             f"--decision {requested} is out of range: the history holds {count} "
@@ -249,8 +260,8 @@ def _replay(args: Namespace) -> Result:
         )
     index = requested % count
     where = f"state file {path} history entry {index}"
-    if ended[index]:
-        raise ElasticGridError(f"{where} records the end of the job; it has no decision to replay")
+    if skipped[index]:
+        raise ElasticGridError(f"{where} {skipped[index]}")
     record = load_record(history[index], where)
     try:
         replayed = record.replay()

@@ -163,12 +163,14 @@ def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
 
+def _plain(name: str, value: Any) -> dict[str, Any]:
+    """A JSON object (any mapping, copied) or one sentence naming ``name``."""
+    return check_mapping(name, dict(value) if isinstance(value, Mapping) else value)
+
+
 def _check_envs(envs: Any) -> dict[str, str]:
-    if isinstance(envs, Mapping):
-        envs = dict(envs)
-    check_mapping("envs", envs)
     checked: dict[str, str] = {}
-    for key, value in envs.items():
+    for key, value in _plain("envs", envs).items():
         if not isinstance(key, str) or not _ENV_NAME_PATTERN.fullmatch(key):
             raise ElasticGridError(f"envs name must be a valid variable name, got {key!r}")
         if key in ELASTICGRID_ENV_NAMES or key in IROH_RUNNER_ENV_NAMES:
@@ -178,36 +180,25 @@ def _check_envs(envs: Any) -> dict[str, str]:
 
 
 def _check_recovery(recovery: Any) -> dict[str, Any]:
-    if isinstance(recovery, Mapping):
-        recovery = dict(recovery)
-    check_mapping("recovery", recovery)
+    recovery = _plain("recovery", recovery)
     reject_unknown_keys("recovery", recovery, {"mode", "max_restarts", "signal_grace_s"})
-    checked: dict[str, Any] = {
-        "mode": check_choice(
-            "recovery mode", recovery.get("mode", RecoveryMode.RESTART), RECOVERY_MODES
-        )
-    }
-    if "max_restarts" in recovery:
-        checked["max_restarts"] = check_integer("recovery max_restarts", recovery["max_restarts"])
-    if "signal_grace_s" in recovery:
-        checked["signal_grace_s"] = check_integer(
-            "recovery signal_grace_s", recovery["signal_grace_s"]
-        )
+    mode = recovery.get("mode", RecoveryMode.RESTART)
+    checked: dict[str, Any] = {"mode": check_choice("recovery mode", mode, RECOVERY_MODES)}
+    for key in ("max_restarts", "signal_grace_s"):
+        if key in recovery:
+            checked[key] = check_integer(f"recovery {key}", recovery[key])
     return checked
 
 
 def _check_checkpoint(checkpoint: Any) -> dict[str, Any]:
-    if isinstance(checkpoint, Mapping):
-        checkpoint = dict(checkpoint)
-    check_mapping("checkpoint", checkpoint)
+    checkpoint = _plain("checkpoint", checkpoint)
     reject_unknown_keys("checkpoint", checkpoint, {"uri", "interval_steps"})
     checked: dict[str, Any] = {}
     if checkpoint.get("uri") is not None:
         checked["uri"] = check_text("checkpoint uri", checkpoint["uri"])
     if "interval_steps" in checkpoint:
-        checked["interval_steps"] = check_integer(
-            "checkpoint interval_steps", checkpoint["interval_steps"]
-        )
+        steps = checkpoint["interval_steps"]
+        checked["interval_steps"] = check_integer("checkpoint interval_steps", steps)
     return checked
 
 
@@ -259,18 +250,16 @@ class LaunchOptions(JsonModel):
         return rendezvous
 
 
-def _check_placement(placement: Any) -> Placement:
+def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, LaunchOptions, int]:
+    """A launch's inputs, checked (a non-empty placement, options, a job name); its world size."""
     if not isinstance(placement, Placement):
         raise ElasticGridError(f"placement must be a Placement, got {placement!r}")
     if placement.total_nodes < 1:
         raise ElasticGridError("placement is empty (0 nodes): there is nothing to launch")
-    return placement
-
-
-def _check_options(options: Any) -> LaunchOptions:
     if not isinstance(options, LaunchOptions):
         raise ElasticGridError(f"options must be LaunchOptions, got {options!r}")
-    return options
+    check_job_name(name)
+    return placement, options, placement.total_nodes * options.procs_per_node
 
 
 def _instance_type(placement: Placement, options: LaunchOptions) -> str | None:
@@ -360,11 +349,8 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
     asks the first provider for every node. Launch with
     :func:`build_launch_parts`.
     """
-    placement = _check_placement(placement)
-    options = _check_options(options)
-    check_job_name(name)
+    placement, options, world_size = _checked(placement, name, options)
     infra = list(dict.fromkeys(share.provider.engine_target for share in placement.assignments))
-    world_size = placement.total_nodes * options.procs_per_node
     spec = _spec_dict(
         name=name,
         options=options,
@@ -436,10 +422,7 @@ def build_launch_parts(
     that place its ranks in the global job. Global ranks are assigned in
     share order. Specs are validated with iroh-tinker before returning.
     """
-    placement = _check_placement(placement)
-    options = _check_options(options)
-    check_job_name(name)
-    world_size = placement.total_nodes * options.procs_per_node
+    placement, options, world_size = _checked(placement, name, options)
     if world_size > 1 and options.rendezvous is None:
         raise ElasticGridError(
             f"rendezvous is required to launch {world_size} processes in parts, got None"

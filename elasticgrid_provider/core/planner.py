@@ -42,13 +42,23 @@ import bisect
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import Annotated
+
+from pydantic import PlainValidator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider, check_unique_names
-from elasticgrid_provider.core.validation import Choice, check_choice, check_integer, check_number
+from elasticgrid_provider.core.validation import (
+    Choice,
+    JsonModel,
+    check_integer,
+    finite,
+    model,
+    one_of,
+)
 
 
 class Prefer(Choice):
@@ -66,8 +76,8 @@ _RELATIVE_TOLERANCE = 1e-12
 above float rounding error (~1e-16) and far below any real gap."""
 
 
-@dataclass(frozen=True)
-class GridPlanner:
+@model
+class GridPlanner(JsonModel):
     """Plans where a job's nodes run on a grid of providers, under a spot policy.
 
     ``max_spot_fraction`` caps the share of spot nodes (bent only when the
@@ -76,18 +86,9 @@ class GridPlanner:
     (``"balance"``).
     """
 
-    providers: tuple[Provider, ...]
-    max_spot_fraction: float = 1.0
-    prefer: str = "cost"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "providers", _check_providers(self.providers))
-        object.__setattr__(
-            self,
-            "max_spot_fraction",
-            check_number("max_spot_fraction", self.max_spot_fraction, minimum=0.0, maximum=1.0),
-        )
-        object.__setattr__(self, "prefer", check_choice("prefer", self.prefer, PREFER_CHOICES))
+    providers: Annotated[tuple[Provider, ...], PlainValidator(lambda p: _check_providers(p))]
+    max_spot_fraction: Annotated[float, finite(0.0, 1.0)] = 1.0
+    prefer: Annotated[str, one_of(PREFER_CHOICES)] = "cost"
 
     @property
     def capacity(self) -> int:

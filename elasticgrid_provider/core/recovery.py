@@ -29,21 +29,32 @@ left of the grid, from its checkpoint. Rules:
   still lost, because the relaunch has not run yet, decides ``wait`` and
   records nothing.
 
-Every model here is a frozen pydantic v2 model with strict types and finite
-numbers; stored documents that do not validate are refused with one sentence.
+The models are the house's (:func:`~elasticgrid_provider.core.validation.model`):
+frozen, strict numbers and strings, no NaN or infinity, unknown fields refused;
+stored documents that do not validate are refused with one sentence.
 Pure: no Airflow, no iroh-tinker, no file access.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from dataclasses import KW_ONLY
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.step_log import cut_report
+from elasticgrid_provider.core.validation import (
+    AnyText,
+    Count,
+    Finite,
+    JsonModel,
+    NonNegative,
+    Positive,
+    finite,
+    model,
+    one_of,
+)
 
 if TYPE_CHECKING:
     from elasticgrid_provider.core.placement import Placement
@@ -76,62 +87,57 @@ CAUSE_WORDS = (
 )
 """Words that make a rank-log line the cause of a loss (the last such line is taken)."""
 
-_MODEL = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
-_LAX_CONTAINER = Field(strict=False)  # JSON lists become tuples; items stay strict
+_POSITIVE_SECONDS = Annotated[float, finite(0.0, exclusive_minimum=True)]
 
 
-def _one_sentence(what: str, error: ValidationError) -> ElasticGridError:
-    """A pydantic error as one sentence naming the field and the value."""
-    first = error.errors()[0]
-    where = " ".join(str(part) for part in first["loc"])
-    field = f"{what} {where}".strip()
-    value = cut_report(repr(first.get("input")), 80)
-    return ElasticGridError(f"{field} is invalid ({first['msg'].lower()}), got {value}")
-
-
-class LostPart(BaseModel):
+@model
+class LostPart(JsonModel):
     """One part of a job whose ranks are gone: which, where, and why when known."""
 
-    model_config = _MODEL
+    WHERE = "lost part"
 
-    part: str
-    provider: str
-    nodes: int = Field(ge=1)
-    ranks: Annotated[tuple[int, ...], _LAX_CONTAINER] = ()
-    cause: str
+    _: KW_ONLY
+    part: AnyText
+    provider: AnyText
+    nodes: Positive
+    ranks: tuple[Count, ...] = ()
+    cause: AnyText
 
 
-class QuarantineEntry(BaseModel):
+@model
+class QuarantineEntry(JsonModel):
     """A provider left out of every placement until ``until`` (epoch seconds), and why."""
 
-    model_config = _MODEL
+    WHERE = "quarantine entry"
 
-    provider: str
-    since: float
-    until: float
-    reason: str
+    provider: AnyText
+    since: Finite
+    until: Finite
+    reason: AnyText
 
     def active(self, now: float) -> bool:
         """Whether the quarantine still holds at ``now``."""
         return self.until > now
 
 
-class PastRecovery(BaseModel):
+@model
+class PastRecovery(JsonModel):
     """A recovery that was decided: when, and for which launch."""
 
-    model_config = _MODEL
+    WHERE = "past recovery"
 
-    at: float
-    launch_id: str
+    at: Finite
+    launch_id: AnyText
 
 
-class RecoveryMemory(BaseModel):
+@model
+class RecoveryMemory(JsonModel):
     """What the job's scale state keeps about recoveries: quarantines and past recoveries."""
 
-    model_config = _MODEL
+    WHERE = "scale state recovery"
 
-    quarantine: Annotated[tuple[QuarantineEntry, ...], _LAX_CONTAINER] = ()
-    recoveries: Annotated[tuple[PastRecovery, ...], _LAX_CONTAINER] = ()
+    quarantine: tuple[QuarantineEntry, ...] = ()
+    recoveries: tuple[PastRecovery, ...] = ()
 
     def active_quarantine(self, now: float) -> tuple[QuarantineEntry, ...]:
         """The quarantines that still hold at ``now``, one per provider (the longest)."""
@@ -155,19 +161,10 @@ class RecoveryMemory(BaseModel):
         """The recovery already decided for ``launch_id``, if any."""
         return next((past for past in self.recoveries if past.launch_id == launch_id), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON for the state Variable."""
-        return self.model_dump(mode="json")
-
     @classmethod
     def from_dict(cls, data: Any) -> RecoveryMemory:
-        """Rebuild a stored memory (None or absent: no recoveries yet); raise in one sentence."""
-        if data is None:
-            return NO_RECOVERIES
-        try:
-            return cls.model_validate(data)
-        except ValidationError as error:
-            raise _one_sentence("scale state recovery", error) from None
+        """A stored memory (None or absent: no recoveries yet); raise in one sentence."""
+        return NO_RECOVERIES if data is None else cls.model_validate(data)
 
 
 NO_RECOVERIES = RecoveryMemory()
@@ -181,25 +178,24 @@ def quarantine_reasons(entries: Sequence[QuarantineEntry]) -> dict[str, str]:
     }
 
 
-class RecoveryPolicy(BaseModel):
+@model
+class RecoveryPolicy(JsonModel):
     """How many recoveries, over how long, and how long a provider stays quarantined."""
 
-    model_config = _MODEL
+    OWNER = "recovery policy"
 
-    max_recoveries: int = Field(DEFAULT_MAX_RECOVERIES, ge=0)
-    recovery_window_s: float = Field(DEFAULT_RECOVERY_WINDOW_S, gt=0)
-    quarantine_s: float = Field(DEFAULT_QUARANTINE_S, ge=0)
+    max_recoveries: Count = DEFAULT_MAX_RECOVERIES
+    recovery_window_s: _POSITIVE_SECONDS = DEFAULT_RECOVERY_WINDOW_S
+    quarantine_s: NonNegative = DEFAULT_QUARANTINE_S
 
     @classmethod
     def checked(cls, **values: Any) -> RecoveryPolicy:
         """A policy from user input; a bad value raises one sentence naming it."""
-        try:
-            return cls(**values)
-        except ValidationError as error:
-            raise _one_sentence("", error) from None
+        return cls(**values)
 
 
-class RecoveryDecision(BaseModel):
+@model
+class RecoveryDecision(JsonModel):
     """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``.
 
     ``to_dict`` gives the record a check leaves in XCom and the history: the
@@ -209,31 +205,32 @@ class RecoveryDecision(BaseModel):
     re-planned without the quarantined providers.
     """
 
-    model_config = _MODEL
+    WHERE = "recovery decision"
 
-    action: Literal["recover", "give_up", "wait"]
-    rule: Literal["recover"] = RECOVER_RULE
-    current_nodes: int = Field(ge=1)
-    target_nodes: int = Field(ge=0)
-    reason: str
-    decided_at: float
-    launch_id: str
-    lost: Annotated[tuple[LostPart, ...], _LAX_CONTAINER]
-    quarantine: Annotated[tuple[QuarantineEntry, ...], _LAX_CONTAINER] = ()
-    recoveries_in_window: int = Field(ge=0)
+    _: KW_ONLY
+    action: Annotated[str, one_of((RECOVER, GIVE_UP, WAIT))]
+    rule: Annotated[str, one_of((RECOVER_RULE,))] = RECOVER_RULE
+    current_nodes: Positive
+    target_nodes: Count
+    reason: AnyText
+    decided_at: Finite
+    launch_id: AnyText
+    lost: tuple[LostPart, ...]
+    quarantine: tuple[QuarantineEntry, ...] = ()
+    recoveries_in_window: Count
     policy: RecoveryPolicy
-    placement: dict[str, Any] | None = Field(default=None, strict=False)
+    placement: dict[str, Any] | None = None
 
     def to_dict(self, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Plain JSON: the record (with ``context``, its ``readable`` summary added)."""
-        record = self.model_dump(mode="json")
+        record = self.model_dump()
         record["context"] = {
             **(context or {}),
             "readable": {
                 "summary": decision_summary(record),
                 "decided_at": iso_time(self.decided_at),
                 "quarantine": [
-                    {**entry.model_dump(mode="json"), "until_iso": iso_time(entry.until)}
+                    {**entry.model_dump(), "until_iso": iso_time(entry.until)}
                     for entry in self.quarantine
                 ],
             },
@@ -415,8 +412,5 @@ def quarantine_from_record(record: Any) -> dict[str, str]:
         entries = context.get("quarantine")
     if not entries:
         return {}
-    try:
-        memory = RecoveryMemory.model_validate({"quarantine": entries})
-    except ValidationError as error:
-        raise _one_sentence("decision record", error) from None
+    memory = RecoveryMemory.model_validate({"quarantine": entries}, where="decision record")
     return quarantine_reasons(memory.quarantine)

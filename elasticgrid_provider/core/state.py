@@ -308,16 +308,6 @@ class ScaleState(JsonModel):
         cursors[source] = offset
         return replace(self, cursors=tuple(sorted(cursors.items())))
 
-    def after_check(self, window: MetricsWindow, current_nodes: int, now: float) -> ScaleState:
-        """A copy for the state a check leaves: its window and the job's size, one revision on."""
-        return replace(
-            self,
-            window=window,
-            current_nodes=current_nodes,
-            revision=self.revision + 1,
-            updated_at=now,
-        )
-
     # -- the transition of one check: observe -> decide -> remember ------------------
 
     def observe(

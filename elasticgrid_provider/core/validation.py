@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable
 from enum import Enum
 from functools import wraps
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BeforeValidator,
@@ -166,12 +166,8 @@ def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
 
 
 def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``choices``, or raise naming ``field``."""
-    for choice in choices:
-        if value == choice:
-            return choice  # the plain string, also when given a str-valued Enum member
-    allowed = ", ".join(repr(choice) for choice in choices)
-    raise ElasticGridError(f"{field} must be one of {allowed}, got {value!r}")
+    """Return ``value`` if it is one of ``choices`` (as the plain string), or raise naming ``field``."""
+    return str(_named(field, lambda: OneOf(choices).pick(value)))
 
 
 def check_mapping(field: str, value: Any) -> dict[str, Any]:
@@ -388,9 +384,9 @@ class JsonModel:
             cls._adapter = adapter  # type: ignore[attr-defined]
         return adapter
 
-    def model_dump(self) -> dict[str, Any]:
-        """Plain JSON of this model (enums as their strings, tuples as lists)."""
-        dumped: dict[str, Any] = self.type_adapter().dump_python(self, mode="json")
+    def model_dump(self, *, mode: Literal["json", "python"] = "json") -> dict[str, Any]:
+        """Plain JSON of this model (enums as their strings, tuples as lists); pydantic's ``mode``."""
+        dumped: dict[str, Any] = self.type_adapter().dump_python(self, mode=mode)
         return dumped
 
     def to_dict(self) -> dict[str, Any]:

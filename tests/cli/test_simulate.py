@@ -10,6 +10,14 @@ import pytest
 
 from elasticgrid_provider.cli import REPLAY_FIELDS
 from elasticgrid_provider.core.formatting import decision_summary
+from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.recovery import (
+    LostPart,
+    RecoveryPolicy,
+    decide_recovery,
+    remember_recovery,
+)
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
 from elasticgrid_provider.core.scheduler import NO_COOLDOWN, ElasticScheduler, ScaleDecision
 from elasticgrid_provider.core.state import DecisionInputs, DecisionRecord, ScaleState
@@ -426,6 +434,39 @@ def test_simulate_state_tampered_inputs_do_not_match(
     code, data = run_json(capsys, "simulate", "--state", str(path), "--decision", "0")
     assert code == 1
     assert data["replay"]["differences"] == ["action", "target_nodes", "rule", "reason"]
+
+
+def test_simulate_state_skips_recoveries_and_refuses_to_replay_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spot = Provider("spot", max_nodes=8, cost_per_node_hour=1.0, spot=True)
+    backup = Provider("backup", max_nodes=16, cost_per_node_hour=2.0, spot=False)
+    state = recorded_state()
+    lost = LostPart(part="demo--spot", provider="spot", nodes=8, ranks=(0,), cause="preempted")
+    job = {"job_name": "demo", "lost": [lost], "current_nodes": 16, "min_nodes": 1}
+    grid = {"max_nodes": 32, "planner": GridPlanner((spot, backup)), "now": T0 + 120}
+    budget = RecoveryPolicy(max_recoveries=1)  # the second loss gives up
+    for launch, action in (("launch-1", "recover"), ("launch-2", "give_up")):
+        decision = decide_recovery(
+            launch_id=launch, memory=state.recovery, policy=budget, **job, **grid
+        )
+        assert decision.action == action
+        state = remember_recovery(state, decision, decision.to_dict({"job": "demo"}), 20)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state.to_dict()))
+    code, data = run_json(capsys, "simulate", "--state", str(path))
+    assert code == 0  # the newest policy decision: the hold before the two recoveries
+    assert (data["replay"]["index"], data["replay"]["history_size"]) == (1, 4)
+    assert data["replay"]["matches"] is True and data["decision"]["action"] == "hold"
+    for index, action in (("-1", "give_up"), ("2", "recover")):
+        code, out, err = run(capsys, "simulate", "--state", str(path), "--decision", index)
+        assert_one_line_error(
+            code,
+            out,
+            err,
+            f"history entry {int(index) % 4} is a recovery ({action}), not a policy decision, "
+            "so it cannot be replayed",
+        )
 
 
 @pytest.mark.parametrize(
