@@ -63,7 +63,7 @@ import sys
 from collections.abc import Sequence
 
 from elasticgrid_provider.cli import commands, parsing, simulate
-from elasticgrid_provider.cli.parsing import Command, UsageError
+from elasticgrid_provider.cli.parsing import Command
 from elasticgrid_provider.cli.rendering import EXIT_OK, Result, emit, fail
 from elasticgrid_provider.cli.simulate import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -121,6 +121,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_request:  # --help, --version
         code = exit_request.code
         return code if isinstance(code, int) else EXIT_OK
-    except (UsageError, ElasticGridError, OSError, json.JSONDecodeError) as error:
+    except (ElasticGridError, OSError, json.JSONDecodeError) as error:  # UsageError too
         return fail(str(error), want_json)
     return emit(result, want_json)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from elasticgrid_provider import __version__
+from elasticgrid_provider.core.errors import UsageError
 from elasticgrid_provider.core.planner import PREFER_CHOICES
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE
 from elasticgrid_provider.core.scheduler import ElasticScheduler
@@ -38,10 +39,6 @@ DEFAULT_JOB_NAME = "elasticgrid-job"
 DEFAULT_RUN = "python train.py"
 DEFAULT_RENDEZVOUS = "dir:/tmp/elasticgrid/{name}/rendezvous"
 """``spec`` previews a launch; a real launch needs a fresh rendezvous each time."""
-
-
-class UsageError(Exception):
-    """A bad command line, reported as one line with exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):

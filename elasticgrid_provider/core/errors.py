@@ -5,6 +5,7 @@ The hierarchy::
     ValueError
       ElasticGridError        bad input: one sentence naming the field and the value
         CorruptStateError     a stored scale state that cannot be used (left as it is)
+        UsageError            a bad ``elasticgrid`` command line
     RuntimeError
       JobLaunchError          a part could not be launched; the parts started were stopped
       JobFailedError          the checked job failed, is down, or was never launched
@@ -44,6 +45,10 @@ class ElasticGridError(ValueError):
 
 class CorruptStateError(ElasticGridError):
     """A stored scale state cannot be used; it is left exactly as it is for a person to fix."""
+
+
+class UsageError(ElasticGridError):
+    """A bad ``elasticgrid`` command line (argparse's complaint), one line with exit status 2."""
 
 
 class JobLaunchError(RuntimeError):
