@@ -21,8 +21,6 @@ import subprocess
 from dataclasses import dataclass
 from typing import IO, Any
 
-from tests.conftest import TESTS, airflow_command
-
 
 @dataclass(frozen=True)
 class DagRunResult:
@@ -144,6 +142,10 @@ def start_dags_test(
     Its output (stderr too) goes to ``output``: a pipe, or a file where nobody
     reads the pipe while the run goes on (a full pipe blocks the run).
     """
+    # imported here: importing conftest sets up a test session's Airflow home, which a
+    # benchmark importing this module (benchmarks/bench_recovery.py) must not get
+    from tests.conftest import TESTS, airflow_command
+
     return subprocess.Popen(
         [
             *airflow_command(),
