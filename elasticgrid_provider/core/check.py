@@ -22,7 +22,7 @@ record. The rules of one check, in order:
    (:meth:`ScaleState.observe`).
 3. A job that ended (``done``/``stopped``) needs no decision: the outcome is
    ``finish`` with a ``job_ended`` record, and the state gains that history
-   entry (:meth:`ScaleState.end_job`).
+   entry (:meth:`ScaleState.remember_event`).
 4. Otherwise the deadline is resolved (only now, so a job that ended is never
    failed by its deadline), the scheduler decides
    (:meth:`ScaleState.decide`), the record gets its context (the task, the
@@ -46,7 +46,8 @@ the shell stops what is left and fails the task with the record's reason).
 Bad input (a malformed ``samples`` argument, a bad deadline or
 ``remaining_*`` value) raises :class:`ElasticGridError` and nothing is
 written. The models are read and built through their public methods only
-(``to_dict``/``from_dict`` and the transition methods of :class:`ScaleState`).
+(``to_dict``/``from_dict``, ``dataclasses.replace`` and the transition methods of
+:class:`ScaleState`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import Enum
 from typing import Any
@@ -79,7 +80,6 @@ from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
     JOB_ENDED_RULE,
-    DecisionRecord,
     ScaleState,
 )
 from elasticgrid_provider.core.step_log import StepLogChunk
@@ -306,7 +306,7 @@ class ScaleCheck:
         context = self._record_context(
             snapshot, target, choice.source, now, task, planner, quarantine
         )
-        record = DecisionRecord.from_dict({**record.to_dict(), "context": context})
+        record = replace(record, context=context)
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
         return CheckOutcome(
@@ -430,8 +430,7 @@ class ScaleCheck:
         state = state.observe(new_samples, current, now, self.window_size)
         if not skipped:
             return state
-        counted = {**state.to_dict(), "skipped_lines": state.skipped_lines + skipped}
-        return ScaleState.from_dict(counted, job_name=self.job_name)
+        return replace(state, skipped_lines=state.skipped_lines + skipped)
 
     def _finish(
         self,
@@ -460,7 +459,7 @@ class ScaleCheck:
             "try_number": task.try_number,
             "readable": {"summary": decision_summary(record)},
         }
-        state = state.end_job(record, now, self.history_limit)
+        state = state.remember_event(record, now, self.history_limit)
         return CheckOutcome(CheckVerdict.FINISH, state, record, tuple(log))
 
     def _record_context(

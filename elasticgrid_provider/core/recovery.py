@@ -38,7 +38,7 @@ Pure: no Airflow, no iroh-tinker, no file access.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY
+from dataclasses import KW_ONLY, replace
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -373,10 +373,6 @@ def remember_recovery(
     state: ScaleState, decision: RecoveryDecision, record: dict[str, Any], limit: int
 ) -> ScaleState:
     """The state after a ``recover``/``give_up``: its quarantine, the recovery, the history entry."""
-    from dataclasses import replace
-
-    from elasticgrid_provider.core.state import _with_entry
-
     if decision.action not in RECOVERY_ACTIONS:
         raise ElasticGridError(f"decision action {decision.action!r} is not recorded")
     memory = state.recovery
@@ -389,13 +385,7 @@ def remember_recovery(
     memory = RecoveryMemory(
         quarantine=decision.quarantine, recoveries=recoveries[-PAST_RECOVERIES_KEPT:]
     )
-    return replace(
-        state,
-        recovery=memory,
-        history=_with_entry(state.history, record, limit),
-        revision=state.revision + 1,
-        updated_at=decision.decided_at,
-    )
+    return replace(state.remember_event(record, decision.decided_at, limit), recovery=memory)
 
 
 def quarantine_from_record(record: Any) -> dict[str, str]:

@@ -33,7 +33,7 @@ job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
 naming another job); the caller must then leave the stored document alone,
 never replace it with a fresh state, or the cooldown and history are lost.
 
-History (:meth:`ScaleState.with_record`, :meth:`ScaleState.end_job`):
+History (:meth:`ScaleState.with_record`, :meth:`ScaleState.remember_event`):
 
 * every scale change and every end of the job gets its own entry;
 * a hold that repeats the previous entry (same rule, same rules holding it
@@ -420,10 +420,14 @@ class ScaleState(JsonModel):
             cooldown=record.decision.cooldown,
         )
 
-    def end_job(
+    def remember_event(
         self, entry: dict[str, Any], now: float, limit: int = DEFAULT_HISTORY_LIMIT
     ) -> ScaleState:
-        """The state a check of an ended job leaves: the ``job_ended`` entry, one revision on."""
+        """The state after an entry that is no policy decision, one revision on.
+
+        The check of an ended job records its ``job_ended`` entry this way, a
+        recovery its ``recover``/``give_up`` record (no cooldown, no recommendation).
+        """
         return replace(
             self,
             history=_with_entry(self.history, entry, limit),

@@ -82,7 +82,6 @@ from elasticgrid_provider.core.check import (  # ARGUMENT_SOURCE, SKIPPED_LINES_
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
 from elasticgrid_provider.core.formatting import decision_summary
-from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
 from elasticgrid_provider.core.recovery import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_QUARANTINE_S,
@@ -313,11 +312,8 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
                 return None
             snapshot = hook.job_snapshot(self.job_name)
-            lost = (
-                ()
-                if snapshot is None or snapshot.manifest.state == LAUNCH_DOWN
-                else hook.lost_parts(snapshot)
-            )
+            # only a launch confirmed running can lose parts (a down one fails below)
+            lost = () if snapshot is None else hook.lost_parts(snapshot)
             failure = (
                 None
                 if lost

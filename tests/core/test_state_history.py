@@ -54,7 +54,7 @@ def test_the_bound_drops_holds_before_changes_and_ends_of_the_job():
         "decided_at": T0 + 2000,
     }
     revision = state.revision
-    state = state.end_job(ended, T0 + 2000, limit=3)
+    state = state.remember_event(ended, T0 + 2000, limit=3)
     assert (state.revision, state.updated_at) == (revision + 1, T0 + 2000)
     # limit 3: the oldest hold run went, the change and the end of the job stayed
     assert _shape(state) == [
@@ -62,7 +62,7 @@ def test_the_bound_drops_holds_before_changes_and_ends_of_the_job():
         ("hold", "queue_bound", 3),
         ("hold", "job_ended", 1),
     ]
-    state = state.end_job({**ended, "decided_at": T0 + 2100}, T0 + 2100, limit=2)
+    state = state.remember_event({**ended, "decided_at": T0 + 2100}, T0 + 2100, limit=2)
     assert _shape(state) == [("scale_up", "queue_bound", 1), ("hold", "job_ended", 2)]
 
 
@@ -143,7 +143,7 @@ def test_replaying_a_state_whose_job_ended_replays_the_newest_decision(tmp_path,
         "decided_at": T0 + 2000,
     }
     path = tmp_path / "state.json"
-    path.write_text(json.dumps(audited_job().end_job(ended, T0 + 2000).to_dict()))
+    path.write_text(json.dumps(audited_job().remember_event(ended, T0 + 2000).to_dict()))
     assert main(["--json", "simulate", "--state", str(path)]) == 0
     replay = json.loads(capsys.readouterr().out)["replay"]
     assert (replay["index"], replay["matches"]) == (2, True)
