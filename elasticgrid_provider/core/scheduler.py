@@ -1,179 +1,119 @@
 """The scale decision: how big should a training job be right now?
 
 :meth:`ElasticScheduler.decide` reads a :class:`MetricsWindow` (samples at
-the job's current size), the :class:`CapacityMemory` of what the job measured
-at the sizes it already ran at, and the sizes recommended by recent checks,
-and answers ``scale_up``, ``scale_down`` or ``hold`` with a target size, a
-human reason, the rule that fired, every rule that held it back and the
-numbers it projected. It is a pure function of its arguments: the caller
-supplies ``now`` (epoch seconds), the deadline and the :class:`CooldownClock`
-and stores what the decision returns. Nothing lives in process memory, so a
-check in a fresh process decides exactly as the last one would have, and a
-recorded decision replays from its inputs (SPEC 2, 4.6.5). The state
-transition around it (observe samples -> decide -> remember) is
-:meth:`elasticgrid_provider.core.state.ScaleState.advance`.
+the current size), the :class:`CapacityMemory` of earlier sizes and the
+sizes recent checks recommended, and answers ``scale_up``, ``scale_down`` or
+``hold`` with a target, a reason, the rule that fired, the rules that held
+it back and the projected numbers. It is pure: the caller passes ``now``
+(epoch seconds), the deadline and the :class:`CooldownClock` and stores the
+result, so any process decides alike and a record replays from its inputs
+(SPEC 2, 4.6.5); :meth:`elasticgrid_provider.core.state.ScaleState.advance`
+wraps it. Every resize stops and relaunches the job (``startup_s`` of no
+progress on paid nodes), so the policy sizes to measured demand and resizes
+only when the change pays for that restart.
 
-Every resize stops the job and relaunches it: ``startup_s`` of no progress
-while the nodes are paid for. The policy therefore sizes to measured demand,
-and changes size only when the change pays for that restart.
+**What the window measures** (:func:`estimate_load`), in tokens when every
+sample has them, else steps. A step's work arrived at ``time - duration_s``.
 
-**What the window measures** (:func:`estimate_load`). A sample's ``time`` is
-when its step ended, so its work became available at ``time - duration_s``.
+* *Closed loop* (batch training, or samples without ``time``): ``queue_s``
+  is time waiting for a busy worker; capacity is work per second of step,
+  demand ``capacity / (1 - queue_fraction)``.
+* *Open loop* (a stream): work arrives before the previous step ended (a
+  backlog), or idle gaps with nothing queued add up to a fifth of the time
+  (logging and checkpoints stay below it); once seen, ``arrivals`` keeps
+  the job's timed windows open loop. Demand is the *arrival rate* since it
+  last changed (:func:`since_rate_change`: older arrivals are dropped once
+  two rates are significantly likelier than one, so a fallen load is not
+  read as still falling); capacity is work per second of active time; the
+  backlog is the newest ``queue_s``, its *trend* the slope of ``queue_s``
+  over time, its drain time ``backlog / (1 - demand / capacity)``.
 
-* *Closed loop* (a batch training job): each step's work is there when the
-  previous step ends. ``queue_s`` is work of the step that waited for a busy
-  worker, so ``1 / (1 - queue_fraction)`` times the current capacity would
-  remove the wait; that is the demand. Capacity is work per second of step.
-* *Open loop* (a stream): work arrives on its own clock, visible as steps
-  whose work arrived before the previous step ended (a backlog), or as idle
-  gaps with nothing queued. Demand is the *arrival rate* (work per second
-  between arrivals, read from the arrivals since the rate last changed:
-  :func:`since_rate_change` drops the older arrivals once a two-rate model of
-  the gaps is significantly likelier than one rate, so a load that fell is
-  not read as still falling for a whole window of sparse arrivals);
-  capacity is work per second of active time; the backlog
-  is the newest ``queue_s`` (seconds of work waiting), its *trend* the slope
-  of ``queue_s`` over time, and its drain time ``backlog / (1 - demand /
-  capacity)``. Idle gaps count only when they add up to a fifth of the time
-  (a training loop's logging and checkpoints between steps stay below it).
-  Once a job showed it is a stream, the capacity memory remembers it
-  (``arrivals``) and its timed windows are read as an open loop even when
-  it runs so busy that no gap shows. Samples without a ``time`` are taken
-  as a closed loop.
-
-Work is counted in tokens when every sample has tokens, else in steps.
-
-**Scaling efficiency.** Nodes do not scale linearly (communication
-overhead). Per-node throughput measured at each size the job ran at is kept
-across resizes (:class:`CapacityMemory`); throughput at another size is
-extrapolated from the nearest measured size, losing a share of the per-node
-throughput per doubling. Below every measured size the smaller of the fitted
-loss and the prior is used: communication overhead grows with the size, so a
-loss fitted at large sizes overstates what a shrink gains, and a shrink
-counting on it goes too deep and has to grow back (a second and third
-restart). With sizes at least 20% apart the loss is fitted
-from them (least squares of log throughput on log2 nodes, kept in [0, 0.5])
-and blended with the prior, fully trusted once they span a factor of 2;
-otherwise the documented prior ``scaling_loss`` (default 10% per doubling,
-typical of data-parallel training whose all-reduce grows with the log of the
-node count) is used.
+**Scaling efficiency.** Per-node throughput measured at each size is kept
+(:class:`CapacityMemory`); other sizes extrapolate from the nearest one,
+losing a share per doubling: fitted (least squares of log throughput on
+log2 nodes, in [0, 0.5]) from sizes at least 20% apart, blended with the
+prior ``scaling_loss`` until they span a factor of 2. Below every measured
+size the smaller of fit and prior is used: overhead grows with size, so a
+loss fitted at large sizes would make a shrink go too deep.
 
 Rules, in order; the first that fires decides:
 
 1. ``min_samples``: fewer samples than ``min_samples`` -> hold.
-2. ``bounds``: below ``min_nodes`` -> scale up to the floor; above
-   ``max_nodes`` -> scale *down* to the ceiling (0.1.0 called that a scale
-   up, defect 4.6.4). A configuration fix: neither cooldown nor price holds
-   it back; it starts the cooldown.
-3. With a deadline and the remaining work (``remaining_steps``, else
-   ``remaining_tokens``; none left -> ``balanced``):
-   ``deadline_pressure`` when the current size does not finish within ``(1 -
-   deadline_margin)`` of the time left: the target is the smallest size whose
-   finish, ``startup_s`` included, fits in it (the smallest, because per-node
-   throughput falls with size, so it is also the cheapest). Held by
-   ``ceiling``, by ``deadline`` when no more than ``startup_s`` is left, and
-   by ``cooldown``; when no size fits, the target is ``max_nodes`` and the
-   reason says the deadline will be missed. ``deadline_slack`` when a smaller
-   size fits in ``(1 - 2 * deadline_margin)`` of the time left (twice the
-   margin, so the next check does not grow it back): a shrink, held by
-   ``restart_cost`` unless the node-seconds it saves to the finish, ``n*T(n) -
-   m*T(m)``, beat its restart price by ``resize_margin`` and are more than
-   ``tolerance`` of what is left to pay, by ``final_stretch`` in the last
-   ``final_stretch_s`` before the deadline, and by the stabilisation window
-   and the cooldown below.
-4. ``demand`` (open loop): the target is the smallest size whose capacity
-   covers ``demand * (1 + h)`` and ``demand * (1 + startup_s / drain_s)``
-   (so the backlog a restart leaves drains in time). ``h`` is two standard
-   deviations of the arrival rate measured over the window (the spread of
-   the gaps between arrivals per unit of work, over the square root of their
-   count), kept between ``tolerance`` and ``headroom``; a shrink is sized with
-   the full ``headroom`` (a band between growing and shrinking, so a steady
-   load is not followed up and down). A backlog
-   that drains within ``drain_s`` adds nothing: the policy reads the trend,
-   not the level, so the backlog left by a restart never triggers another
-   scale-up. A backlog that grows, or that will not drain within ``drain_s``
-   while a resize would clear it ``1 + resize_margin`` times sooner, adds
-   what serves the work waiting, with what arrives during the restart,
-   within ``drain_s``: no step then waits longer than the latency the stream
-   tolerates (sizing to *clear* the backlog within ``drain_s`` bought
-   capacity the steady load does not need, trimmed by a second restart once
-   the backlog drained). Demand is the larger
-   of the window's and its newer half's arrival rate, and, when the queue
-   grows, ``capacity / (1 - trend)`` (served steps lag behind a growing
-   queue). A scale-up waits for a second check that also wants it, while the
-   queue's growth still speeds up (the newest pair of steps implies more than
-   ``tolerance`` more demand than the pair before: the trend still mixes steps
-   from before a rise; at a small size a step can outlast the time between
-   checks, and a second check re-reading the same half-measured steps made a
-   staircase of restarts; only the reporter's clock is read, so a replay
-   decides the same), and for
-   one more while the recommendation still rises by more than ``tolerance``
-   and the backlog is under ``drain_s / 2`` (``stabilisation``: a load change
-   is first seen half-measured); a scale-down waits while the newer half of
-   the window arrives slower than the whole (the load is still falling), and
-   is held by ``restart_cost`` when the backlog, with the one its restart
-   adds, would not drain within ``drain_s`` at the smaller size.
+2. ``bounds``: below ``min_nodes`` -> scale up to it; above ``max_nodes`` ->
+   scale *down* to it (0.1.0 scaled up, defect 4.6.4). No cooldown or price
+   holds this fix back; it starts the cooldown.
+3. With a deadline and remaining work (``remaining_steps``, else
+   ``remaining_tokens``; none left -> ``balanced``): ``deadline_pressure``
+   when the current size misses ``(1 - deadline_margin)`` of the time left:
+   the smallest (so cheapest) size whose finish plus ``startup_s`` fits, or
+   ``max_nodes`` saying the deadline will be missed; held by ``ceiling``,
+   ``deadline`` (no more than ``startup_s`` left) and ``cooldown``.
+   ``deadline_slack`` when a smaller size fits in ``(1 - 2 *
+   deadline_margin)`` (so the next check does not grow it back): held by
+   ``restart_cost`` unless the node-seconds saved, ``n*T(n) - m*T(m)``, beat
+   the price by ``resize_margin`` and exceed ``tolerance`` of what is left to
+   pay; by ``final_stretch`` in the last ``final_stretch_s``; by
+   stabilisation and cooldown.
+4. ``demand`` (open loop): the smallest size covering ``demand * (1 + h)``
+   and ``demand * (1 + startup_s / drain_s)``; ``h``, two standard
+   deviations of the arrival rate (spread of the gaps per unit of work over
+   the square root of their count), kept in [``tolerance``, ``headroom``];
+   a shrink keeps the full ``headroom``, a band that keeps a steady load
+   steady. Demand is the larger of the window's and its newer half's rate
+   and, while the queue grows, ``capacity / (1 - trend)``. A backlog that
+   drains within ``drain_s`` adds nothing (the trend counts, not the level,
+   so a restart's backlog never triggers another scale-up); one that grows,
+   or that a resize would clear ``1 + resize_margin`` times sooner, adds what
+   serves the waiting work and the restart's arrivals within ``drain_s``
+   (sizing to *clear* it bought capacity a second restart trimmed).
+   ``stabilisation`` holds a scale-up until a second check wants it too;
+   while the queue's growth speeds up (the newest pair of steps implies over
+   ``tolerance`` more demand than the pair before: the trend mixes steps from
+   before a rise, and re-reading them made a staircase); and while the
+   recommendation rises by over ``tolerance`` with a backlog under ``drain_s
+   / 2``. A scale-down waits while the newer half arrives slower than the
+   whole, and is held by ``restart_cost`` when the backlog and its
+   restart's would not drain within ``drain_s``.
 5. ``queue_bound`` (closed loop, ``queue_fraction >= target_queue_fraction``):
-   ``ceil(current / (1 - queue_fraction))``, the workers the step waited
-   for; when the queue fills the whole step, ``current * scale_up_factor``.
-   ``idle`` (closed loop, mean step <= ``idle_step_fraction *
-   target_step_s``, ``queue_fraction <= idle_queue_fraction``): the smallest
-   size whose projected step is at most ``target_step_s / (1 + headroom)``,
-   at least ``current * scale_down_factor`` (one change goes no deeper:
-   step length alone is weak evidence), held by ``floor``. Both must beat the
-   restart price (``restart_cost``): a scale-up saves ``H * (1 - capacity(n)
-   / capacity(m))`` seconds over the horizon ``H`` against ``startup_s``; a
-   shrink saves node-seconds over ``H`` (through the better per-node
-   throughput of the smaller size) against ``max(n, m) * startup_s``. ``H``
-   is the projected time to finish when the remaining work is known, else
-   ``horizon_s``.
+   ``ceil(current / (1 - queue_fraction))``, or ``current * scale_up_factor``
+   when the queue fills the step. ``idle`` (mean step <= ``idle_step_fraction
+   * target_step_s``, ``queue_fraction <= idle_queue_fraction``): the
+   smallest size projecting a step of at most ``target_step_s / (1 +
+   headroom)``, no deeper than ``current * scale_down_factor``; held by
+   ``floor``. Both pay ``restart_cost``: a scale-up saves ``H * (1 -
+   capacity(n) / capacity(m))`` seconds against ``startup_s``, a shrink
+   node-seconds against ``max(n, m) * startup_s``, over ``H``, the projected
+   finish when the remaining work is known, else ``horizon_s``.
 6. ``balanced``: hold.
 
-Stabilisation, as Kubernetes' HPA does it: a change within ``tolerance`` of
-the current capacity (demand, queue and idle sizing) is not made; a
-scale-down acts on the *largest* size recommended over the last
-``scale_down_window_s``, and waits (``stabilisation``) while that is the
-current size or while the newest recommendation is still more than
-``tolerance`` below it (a falling load is followed in one change, not a
-staircase); scale-ups wait ``cooldown_s`` and scale-downs
-``scale_down_cooldown_s`` (default ``cooldown_s``) after the last change in
-either direction (a change recorded in the future counts as "in cooldown"
-unless that cooldown is 0). Each decision records the size it recommended
-(``recommended_nodes``) and its projection: demand against capacity, the
-backlog and its trend, the scaling loss and where it came from, finish times
-at the current and target sizes, the restart cost, and the gain against
-the price.
+Stabilisation, as Kubernetes' HPA does it: no change within ``tolerance`` of
+the current capacity; a scale-down acts on the *largest* size recommended in
+the last ``scale_down_window_s`` and waits while that is the current size or
+the newest recommendation is over ``tolerance`` below it (one change, not a
+staircase). Scale-ups wait ``cooldown_s``, scale-downs
+``scale_down_cooldown_s`` (default ``cooldown_s``) after any change (one
+recorded in the future counts unless that cooldown is 0). Each decision
+records ``recommended_nodes`` and its projection: demand, capacity, backlog,
+scaling loss and source, finish times, restart cost, gain and price.
 
 Parameters, in terms of the job (none is fitted to a benchmark):
 
-* ``startup_s``: how long a resize stops progress (stop, provision, load the
-  checkpoint); the restart is priced at the larger of the two sizes, because
-  the old nodes are paid for until the new ones run.
-* ``horizon_s`` (3600): how long the job is expected to keep running when its
-  remaining work is unknown; a resize must pay for itself within it.
-* ``resize_margin`` (1.0): a resize's projected gain must be twice its
-  restart price, because it is projected from a short window and a scaling
-  model; a resize that only just pays is as likely to lose.
-* ``headroom`` (0.2): the most capacity kept above a stream's measured
-  demand. A scale-up keeps as much as the arrival rate measurably varies
-  (two standard deviations; at least ``tolerance``), so a steady stream is
-  not paid a flat fifth more; a shrink keeps all of it, so the load may rise
-  by a fifth, or be misread by as much, before the job has to grow back.
-* ``tolerance`` (0.1): changes within 10% of the current capacity (or
-  saving under 10% of what is left to pay) are noise, not worth a restart.
-* ``drain_s`` (1800): the latency a stream tolerates after a load change or
-  a restart: a backlog that clears within it needs no scale-up, and a
-  scale-up for a backlog adds what serves the waiting work within it.
-* ``scale_down_window_s`` (600): a shrink must have been wanted for this long,
-  longer than the gaps between the bursts of a bursty load.
-* ``deadline_margin`` (0.1): plan to finish with 10% of the time left to
-  spare, to absorb projection errors without a second resize.
-* ``final_stretch_s`` (default ``4 * startup_s``): no shrink this close to the
-  deadline; recovering from a wrong shrink would take another restart.
-* ``scaling_loss`` (0.1): the prior per-node throughput lost per doubling.
+* ``startup_s``: how long a resize stops progress; priced at the larger
+  size, as the old nodes are paid until the new ones run.
+* ``horizon_s`` (3600): the expected run when the remaining work is unknown.
+* ``resize_margin`` (1.0): a gain projected from a short window and a model
+  must be twice the price.
+* ``headroom`` (0.2): a shrink may be misread by a fifth before growing back.
+* ``tolerance`` (0.1): changes within 10% (or saving under 10% of what is
+  left to pay) are noise.
+* ``drain_s`` (1800): the latency a stream tolerates after a change.
+* ``scale_down_window_s`` (600): longer than a bursty load's gaps.
+* ``deadline_margin`` (0.1): spare time against projection errors.
+* ``final_stretch_s`` (``4 * startup_s``): undoing a late shrink costs a restart.
+* ``scaling_loss`` (0.1): typical of data-parallel all-reduce, which grows
+  with the log of the node count.
 * ``scale_up_factor``, ``scale_down_factor``: 0.1.0's factors, kept as the
-  growth when the queue leaves no active time to size from, and as the
-  deepest single idle shrink.
+  growth when no active time is left to size from and the deepest shrink.
 """
 
 from __future__ import annotations
@@ -352,18 +292,18 @@ class CapacityMemory(JsonModel):
         sizes = tuple(sorted((*kept, measurement), key=lambda entry: entry.nodes))
         return trusted(CapacityMemory, sizes=sizes, arrivals=self.arrivals)
 
+    def measured(self, basis: str) -> list[tuple[int, float]]:
+        """``(nodes, per-node rate)`` of each size measured in ``basis``, smallest first."""
+        return [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
+
     def scaling(self, basis: str, prior: float) -> tuple[float, str]:
         """The per-doubling loss of per-node throughput, and where it comes from."""
-        points = [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
+        points = self.measured(basis)
         sizes_known = [nodes for nodes, _ in points]
         if len(points) < 2 or max(sizes_known) < FIT_MIN_SPAN * min(sizes_known):
             return prior, "prior"
         trust = min(1.0, math.log2(max(sizes_known) / min(sizes_known)) / FIT_FULL_SPAN_DOUBLINGS)
-        xs = [math.log2(nodes) for nodes, _ in points]
-        ys = [math.log(rate) for _, rate in points]
-        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-        spread = sum((x - mean_x) ** 2 for x in xs)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        slope = _slope([math.log2(nodes) for nodes, _ in points], [math.log(r) for _, r in points])
         fitted = min(SCALING_LOSS_CAP, max(0.0, 1.0 - math.exp(slope)))
         loss = trust * fitted + (1.0 - trust) * prior
         sizes = ", ".join(str(nodes) for nodes, _ in points)
@@ -374,7 +314,7 @@ class CapacityMemory(JsonModel):
 
         0 when nothing was measured in ``basis``.
         """
-        points = [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
+        points = self.measured(basis)
         if not points:
             return 0.0
         anchor, rate = min(points, key=lambda point: (abs(math.log(nodes / point[0])), point[0]))
@@ -469,11 +409,8 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 
 def _queue_slopes(samples: Sequence[StepSample]) -> tuple[float, ...]:
-    """The slope of ``queue_s`` over the steps' end times between each successive pair.
-
-    Only the reporter's clock is read, so a replay decides as the live check did.
-    Empty when a step has no time or two steps ended at the same moment.
-    """
+    """The slope of ``queue_s`` over the steps' end times between each successive pair; empty
+    when a step has no time or two ended at once (the reporter's clock only, for replays)."""
     slopes = []
     for previous, sample in itertools.pairwise(samples):
         if previous.time is None or sample.time is None or sample.time <= previous.time:
@@ -483,12 +420,8 @@ def _queue_slopes(samples: Sequence[StepSample]) -> tuple[float, ...]:
 
 
 def _is_open_loop(samples: tuple[StepSample, ...]) -> bool:
-    """Work arrived on its own clock: before the previous step ended, or after long idle gaps.
-
-    A closed training loop has some time between steps (logging, a checkpoint),
-    so idle gaps count only when, with nothing queued, they add up to
-    ``IDLE_GAP_SHARE`` of the window's time.
-    """
+    """Work arrived on its own clock: before the previous step ended, or after idle gaps
+    (nothing queued) adding up to ``IDLE_GAP_SHARE`` of the time."""
     idle = busy = 0.0
     for previous, sample in itertools.pairwise(samples):
         started, ended = sample.started_at, previous.time
@@ -514,20 +447,22 @@ def _arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
     return work / span
 
 
-def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
-    """Relative standard deviation of the arrival rate measured over the window.
-
-    The coefficient of variation of the time between arrivals per unit of
-    work, over the square root of the arrivals counted: a steady stream
-    reads near 0, Poisson arrivals about ``1 / sqrt(n)``.
-    """
+def _work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
+    """Seconds between successive arrivals per unit of work; ``None`` without arrival times."""
     gaps = []
     for previous, sample in itertools.pairwise(samples):
         work = sample.tokens if basis == "tokens" else 1.0
         if previous.started_at is None or sample.started_at is None or work <= 0:
-            return 0.0
+            return None
         gaps.append((sample.started_at - previous.started_at) / work)
-    if len(gaps) < 2:
+    return gaps
+
+
+def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
+    """Relative standard deviation of the arrival rate: the coefficient of variation of the
+    gaps per unit of work over ``sqrt(n)`` (steady: near 0; Poisson: about ``1 / sqrt(n)``)."""
+    gaps = _work_gaps(samples, basis)
+    if gaps is None or len(gaps) < 2:
         return 0.0
     mean = math.fsum(gaps) / len(gaps)
     if mean <= 0:
@@ -543,30 +478,17 @@ RATE_CHANGE_MIN_GAPS = 2
 """A rate change needs at least two gaps measured on each side of it."""
 
 
-def _work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
-    """Seconds between successive arrivals per unit of work; ``None`` without arrival times."""
-    gaps = []
-    for previous, sample in itertools.pairwise(samples):
-        work = sample.tokens if basis == "tokens" else 1.0
-        if previous.started_at is None or sample.started_at is None or work <= 0:
-            return None
-        gaps.append(max(sample.started_at - previous.started_at, 0.0) / work)
-    return gaps
-
-
 def since_rate_change(samples: Sequence[StepSample], basis: str) -> Sequence[StepSample]:
     """The samples that arrived since the arrival rate last changed (all of them when it did not).
 
-    The gaps between arrivals (per unit of work) are read as exponential: the
-    split that makes a two-rate model likeliest is a change when twice its
-    log-likelihood ratio over one rate reaches ``RATE_CHANGE_SIGNIFICANCE``,
-    with ``RATE_CHANGE_MIN_GAPS`` gaps on each side. Older arrivals measured a
-    load that no longer runs: averaged in, they would make a load that fell
-    look as if it were still falling for a whole window.
+    The gaps between arrivals (per unit of work) are read as exponential; the
+    likeliest split into two rates is a change when twice its log-likelihood
+    ratio over one rate reaches ``RATE_CHANGE_SIGNIFICANCE``.
     """
     gaps = _work_gaps(samples, basis)
     if gaps is None or len(gaps) < 2 * RATE_CHANGE_MIN_GAPS:
         return samples
+    gaps = [max(gap, 0.0) for gap in gaps]  # arrivals out of order count as simultaneous
 
     def spent(part: list[float]) -> float:
         mean = math.fsum(part) / len(part)
@@ -586,11 +508,8 @@ def since_rate_change(samples: Sequence[StepSample], basis: str) -> Sequence[Ste
 def estimate_load(
     samples: Sequence[StepSample], nodes: int, *, arrivals: bool = False
 ) -> LoadEstimate | None:
-    """Demand, capacity and backlog of ``samples`` measured at ``nodes``; ``None`` without work.
-
-    See the module notes for the closed- and open-loop readings; ``arrivals``
-    (the job was seen to be a stream before) reads timed samples as an open loop.
-    """
+    """Demand, capacity and backlog of ``samples`` at ``nodes`` (module notes); ``None`` without
+    work. ``arrivals`` (the job was seen to be a stream) reads timed samples as an open loop."""
     ordered = tuple(samples)
     if not ordered:
         return None
@@ -599,14 +518,9 @@ def estimate_load(
     basis = "tokens" if all(sample.tokens > 0 for sample in ordered) else "steps"
     timed = all(sample.time is not None for sample in ordered)
     open_loop = count >= 2 and ((arrivals and timed) or _is_open_loop(ordered))
-    if open_loop:
-        starts = [sample.started_at or 0.0 for sample in ordered]
-        span = starts[-1] - starts[0]
-        open_loop = span > 0
-    if open_loop:
-        busy_s = math.fsum(sample.active_s for sample in ordered)
-    else:
-        busy_s = math.fsum(sample.duration_s for sample in ordered)
+    # an open loop needs arrivals spread over time
+    open_loop = open_loop and (ordered[-1].started_at or 0.0) > (ordered[0].started_at or 0.0)
+    busy_s = math.fsum(s.active_s if open_loop else s.duration_s for s in ordered)
     if busy_s <= 0:
         return None
     steps_per_s = count / busy_s
@@ -699,6 +613,24 @@ class _Verdict:
     numbers: dict[str, Any] = field(default_factory=dict)
 
 
+def _stay(rule: str, why: str, current: int, numbers: dict[str, Any] | None = None) -> _Verdict:
+    """A verdict keeping the current size."""
+    return _Verdict(rule, why, recommended=current, numbers=numbers or {})
+
+
+def _change(
+    rule: str,
+    why: str,
+    action: ScaleAction,
+    target: int,
+    holds: Sequence[HeldBy | None],
+    numbers: dict[str, Any],
+) -> _Verdict:
+    """A verdict wanting ``target``, held back by those of ``holds`` that apply."""
+    held = tuple(hold for hold in holds if hold is not None)
+    return _Verdict(rule, why, action, target, held, recommended=target, numbers=numbers)
+
+
 @model
 class ElasticScheduler(JsonModel):
     """The scale policy: bounds, cooldowns, thresholds, restart price and margins.
@@ -789,43 +721,11 @@ class ElasticScheduler(JsonModel):
         window's own measurement overrides its size); ``recent`` the sizes
         recent checks recommended (for the scale-down stabilisation window).
         """
-        situation = self._situation(
-            window,
-            now,
-            current_nodes,
-            cooldown,
-            deadline_at,
-            remaining_steps,
-            remaining_tokens,
-            capacity,
-            recent,
-        )
-        verdict = (
-            self._min_samples_rule(situation)
-            or self._bounds_rule(situation)
-            or self._policy(situation)
-        )
-        return self._decision(situation, verdict)
-
-    # -- inputs ---------------------------------------------------------------
-
-    def _situation(
-        self,
-        window: Any,
-        now: Any,
-        current_nodes: Any,
-        cooldown: Any,
-        deadline_at: Any,
-        remaining_steps: Any,
-        remaining_tokens: Any,
-        capacity: Any,
-        recent: Any,
-    ) -> _Situation:
         _require(MetricsWindow, "window", window)
         _require(CooldownClock, "cooldown", cooldown)
         _require(CapacityMemory, "capacity", capacity)
-        recent = tuple(recent)
-        for entry in recent:
+        recommended = tuple(recent)
+        for entry in recommended:
             _require(Recommendation, "recent recommendation", entry)
         signals = window.signals()
         if current_nodes is None:
@@ -855,7 +755,7 @@ class ElasticScheduler(JsonModel):
                 raise ElasticGridError(
                     f"remaining_{work.basis} {work.amount!r} is too large to project a finish time"
                 )
-        return _Situation(
+        situation = _Situation(
             signals=signals,
             current=current,
             now=now,
@@ -864,7 +764,7 @@ class ElasticScheduler(JsonModel):
             work=work,
             load=load,
             memory=memory,
-            recent=recent,
+            recent=recommended,
             arrival_spread=(
                 _arrival_spread(since_rate_change(window.samples, load.basis), load.basis)
                 if load is not None and load.open_loop
@@ -872,16 +772,19 @@ class ElasticScheduler(JsonModel):
             ),
             queue_slopes=_queue_slopes(window.samples[-TREND_SAMPLES:]),
         )
+        verdict = (
+            self._min_samples_rule(situation)
+            or self._bounds_rule(situation)
+            or self._policy(situation)
+        )
+        return self._decision(situation, verdict)
 
     # -- the throughput model -------------------------------------------------
 
-    def _scaling(self, situation: _Situation, basis: str) -> tuple[float, str]:
-        return situation.memory.scaling(basis, self.scaling_loss)
-
     def _capacity(self, situation: _Situation, basis: str, nodes: int) -> float:
         """Projected throughput of the whole job at ``nodes`` (work per second)."""
-        loss, _ = self._scaling(situation, basis)
-        measured = [e.nodes for e in situation.memory.sizes if e.rate(basis) > 0]
+        loss, _ = situation.memory.scaling(basis, self.scaling_loss)
+        measured = [size for size, _ in situation.memory.measured(basis)]
         if measured and nodes < min(measured):
             # below every measured size the smaller of the fitted and the prior loss projects
             # the gain of shrinking: a shrink never counts on more than either model promises
@@ -932,11 +835,8 @@ class ElasticScheduler(JsonModel):
         elif load is not None:
             verdict = self._closed_loop_rule(situation, load)
         else:
-            verdict = _Verdict(
-                "balanced",
-                "the samples show no work to size from; hold the current size",
-                recommended=situation.current,
-            )
+            why = "the samples show no work to size from; hold the current size"
+            verdict = _stay("balanced", why, situation.current)
         return self._gated(situation, verdict)
 
     def _deadline_rule(self, situation: _Situation) -> _Verdict:
@@ -944,10 +844,8 @@ class ElasticScheduler(JsonModel):
         assert work is not None and time_left is not None  # guarded by _policy
         current = situation.current
         if work.amount <= 0:
-            return _Verdict(
-                "balanced",
-                f"no work is left ({work.phrase}); hold the current size",
-                recommended=current,
+            return _stay(
+                "balanced", f"no work is left ({work.phrase}); hold the current size", current
             )
         budget = (1.0 - self.deadline_margin) * time_left
         finish_now = self._finish_s(situation, work, current)
@@ -964,103 +862,63 @@ class ElasticScheduler(JsonModel):
             f"({seconds_text(max(budget, 0.0))} after the {self.deadline_margin:.0%} margin)"
         )
 
-        def fits(nodes: int) -> bool:
-            restart = 0.0 if nodes == current else self.startup_s
-            return restart + self._finish_s(situation, work, nodes) <= budget
-
-        shrink_budget = (1.0 - 2.0 * self.deadline_margin) * time_left
-
-        def fits_after_shrink(nodes: int) -> bool:
-            return self.startup_s + self._finish_s(situation, work, nodes) <= shrink_budget
+        def fits(nodes: int, budget_s: float) -> bool:
+            """``nodes`` finish within ``budget_s``, the restart included."""
+            return self.startup_s + self._finish_s(situation, work, nodes) <= budget_s
 
         if finish_now <= budget:
             # a shrink must fit with twice the margin, so the next check does not grow it back
-            smallest = smallest_satisfying(fits_after_shrink, self.min_nodes, current - 1)
-            if smallest is not None and smallest > current * (1.0 - self.tolerance):
-                smallest = None
-            if smallest is None:
-                return _Verdict(
-                    "balanced",
-                    f"{explanation}: on track; hold the current size",
-                    recommended=current,
-                    numbers=numbers,
+            shrink_budget = (1.0 - 2.0 * self.deadline_margin) * time_left
+            smallest = smallest_satisfying(
+                lambda nodes: fits(nodes, shrink_budget), self.min_nodes, current - 1
+            )
+            if smallest is None or smallest > current * (1.0 - self.tolerance):
+                why = f"{explanation}: on track; hold the current size"
+                return _stay("balanced", why, current, numbers)
+            finish_target = self._finish_s(situation, work, smallest)
+            cost_now = current * finish_now
+            saved = cost_now - smallest * finish_target
+            price = self._restart_price_node_s(current, smallest)
+            finish = finish_target + self.startup_s
+            numbers.update(
+                target_finish_s=bounded_or_none(finish),
+                gain=saved,
+                gain_unit="node-seconds",
+                price=price,
+            )
+            why = (
+                f"{explanation}; {smallest} nodes finish in {seconds_text(finish)} with the "
+                f"restart and save {number_text(saved)} node-seconds against a restart price "
+                f"of {number_text(price)}"
+            )
+            worth = None
+            if saved < self.tolerance * cost_now:
+                worth = HeldBy(
+                    "restart_cost",
+                    f"saving {number_text(saved)} node-seconds is within the "
+                    f"{self.tolerance:.0%} tolerance of the {number_text(cost_now)} node-seconds "
+                    "left to pay",
                 )
-            return self._deadline_shrink(situation, work, smallest, explanation, numbers)
-        smallest = smallest_satisfying(fits, current + 1, self.max_nodes)
+            held: list[HeldBy | None] = [
+                self._floor_hold(current),
+                self._final_stretch_hold(situation),
+                self._price_hold(saved, price, "node-seconds") or worth,
+            ]
+            return _change("deadline_slack", why, ScaleAction.SCALE_DOWN, smallest, held, numbers)
+        smallest = smallest_satisfying(
+            lambda nodes: fits(nodes, budget), current + 1, self.max_nodes
+        )
+        # when no resize fits in the budget, the most nodes finish soonest
+        target = max(self.max_nodes, current) if smallest is None else smallest
+        finish = self._finish_s(situation, work, target) + self.startup_s
         if smallest is None:
-            # no resize fits in the budget; the most nodes finish soonest
-            target = max(self.max_nodes, current)
-            finish = self._finish_s(situation, work, target) + self.startup_s
             why = f"{explanation}; even {target} nodes need {seconds_text(finish)} with the restart"
             why += ", so the deadline will be missed"
         else:
-            target = smallest
-            finish = self._finish_s(situation, work, target) + self.startup_s
             why = f"{explanation}; {target} nodes finish in {seconds_text(finish)} with the restart"
         numbers["target_finish_s"] = bounded_or_none(finish)
-        held = (
-            self._ceiling_hold(current),
-            self._startup_hold(situation),
-        )
-        return _Verdict(
-            "deadline_pressure",
-            why,
-            ScaleAction.SCALE_UP,
-            target,
-            tuple(h for h in held if h is not None),
-            recommended=target,
-            numbers=numbers,
-        )
-
-    def _deadline_shrink(
-        self,
-        situation: _Situation,
-        work: _RemainingWork,
-        target: int,
-        explanation: str,
-        numbers: dict[str, Any],
-    ) -> _Verdict:
-        current = situation.current
-        finish_target = self._finish_s(situation, work, target)
-        saved = current * self._finish_s(situation, work, current) - target * finish_target
-        price = self._restart_price_node_s(current, target)
-        numbers.update(
-            {
-                "target_finish_s": bounded_or_none(finish_target + self.startup_s),
-                "gain": saved,
-                "gain_unit": "node-seconds",
-                "price": price,
-            }
-        )
-        why = (
-            f"{explanation}; {target} nodes finish in "
-            f"{seconds_text(finish_target + self.startup_s)} with the restart and save "
-            f"{number_text(saved)} node-seconds against a restart price of "
-            f"{number_text(price)}"
-        )
-        cost_now = current * self._finish_s(situation, work, current)
-        worth = None
-        if saved < self.tolerance * cost_now:
-            worth = HeldBy(
-                "restart_cost",
-                f"saving {number_text(saved)} node-seconds is within the "
-                f"{self.tolerance:.0%} tolerance of the {number_text(cost_now)} node-seconds "
-                "left to pay",
-            )
-        held: list[HeldBy | None] = [
-            self._floor_hold(current),
-            self._final_stretch_hold(situation),
-            self._price_hold(saved, price, "node-seconds") or worth,
-        ]
-        return _Verdict(
-            "deadline_slack",
-            why,
-            ScaleAction.SCALE_DOWN,
-            target,
-            tuple(h for h in held if h is not None),
-            recommended=target,
-            numbers=numbers,
-        )
+        held = [self._ceiling_hold(current), self._startup_hold(situation)]
+        return _change("deadline_pressure", why, ScaleAction.SCALE_UP, target, held, numbers)
 
     def _demand_rule(self, situation: _Situation, load: LoadEstimate) -> _Verdict:
         current = situation.current
@@ -1069,49 +927,41 @@ class ElasticScheduler(JsonModel):
         capacity = load.capacity_per_s
         drain = load.drain_s
         drains_in_time = drain is not None and drain <= self.drain_s
-        # headroom covers two standard deviations of the measured arrival rate, at least the
-        # tolerance band (a drift inside it is not followed) and at most ``headroom``
+        # two standard deviations of the arrival rate, within [tolerance, headroom]
         headroom = min(
             self.headroom, max(self.tolerance, ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread)
         )
         need = demand * (1.0 + headroom)
         need = max(need, demand * (1.0 + self.startup_s / self.drain_s))
         backlog_text = ""
+        backlog = f"; the backlog of {seconds_text(load.backlog_s)}"
         if load.backlog_s > 0:
             if drains_in_time:
                 backlog_text = (
-                    f"; the backlog of {seconds_text(load.backlog_s)} drains in "
-                    f"{seconds_text(drain or 0.0)}, so it needs no more nodes"
+                    f"{backlog} drains in {seconds_text(drain or 0.0)}, so it needs no more nodes"
                 )
             else:
-                # a resize serves nothing for startup_s while work keeps arriving
+                # a resize serves nothing for startup_s while work keeps arriving; serve the
+                # work waiting after it within drain_s (not demand + waiting: see the notes)
                 usable_s = max(self.drain_s - self.startup_s, self.drain_s / 2.0)
                 waiting = load.backlog_s * capacity + demand * self.startup_s
-                # enough capacity that the work waiting after the restart is served within
-                # drain_s: no step then waits longer than the latency the stream tolerates.
-                # Sizing to *clear* the backlog within drain_s (demand + waiting / usable_s)
-                # buys capacity the steady load does not need; once the backlog drained, it
-                # was trimmed with a second restart.
                 drain_need = max(demand, waiting / usable_s)
                 grows = load.utilisation >= 1.0 or load.backlog_trend > 0
                 stay_s = math.inf if drain is None else drain
-                after_s = self._drain_after_resize(situation, load, drain_need)
+                serving = self._serving(situation, basis, drain_need)
+                after_s = self._drain_after_resize(situation, load, serving)
                 if grows or stay_s >= (1.0 + self.resize_margin) * max(after_s, self.drain_s):
                     need = max(need, drain_need)
                     trend = "grows" if grows else "will not drain"
-                    backlog_text = (
-                        f"; the backlog of {seconds_text(load.backlog_s)} {trend} within "
-                        f"{seconds_text(self.drain_s)}"
-                    )
+                    backlog_text = f"{backlog} {trend} within {seconds_text(self.drain_s)}"
                 else:
                     backlog_text = (
-                        f"; the backlog of {seconds_text(load.backlog_s)} drains in "
-                        f"{seconds_text(stay_s)}, and a restart would not clear it much sooner"
+                        f"{backlog} drains in {seconds_text(stay_s)}, and a restart would not "
+                        "clear it much sooner"
                     )
         target = self._serving(situation, basis, need)
         if target < current and headroom < self.headroom:
-            # a shrink keeps the full headroom: the band between growing at the measured
-            # spread and shrinking with the full headroom is what keeps a steady load steady
+            # a shrink keeps the full headroom: the band that keeps a steady load steady
             headroom = self.headroom
             need = max(need, demand * (1.0 + headroom))
             target = self._serving(situation, basis, need)
@@ -1130,62 +980,49 @@ class ElasticScheduler(JsonModel):
         verdict = self._sized(situation, "demand", why, target, need / capacity, numbers, basis)
         previous = situation.recent[-1].nodes if situation.recent else None
         speeding = self._queue_speeding_up(situation)
-        if (
-            verdict.action is ScaleAction.SCALE_UP
-            and speeding is not None
-            and load.backlog_s < self.drain_s / 2.0
-        ):
-            # the trend mixes steps from before the load rose with steps after it: the demand
-            # it implies is half-measured, and two checks that see the same steps would agree
-            # on it (at a small size a step can outlast the time between checks)
-            accelerating = HeldBy(
-                "stabilisation",
-                f"the queue's growth is still speeding up: the newest steps imply "
-                f"{speeding:.0%} more demand than the ones before them; the next step "
-                "measures the load once more",
-            )
-            verdict = replace(verdict, held_by=(*verdict.held_by, accelerating))
-        elif verdict.action is ScaleAction.SCALE_UP and (previous is None or previous <= current):
-            unconfirmed = HeldBy(
-                "stabilisation",
-                "the first check to find the load above the capacity; the next check confirms "
-                "it with more of the new load measured",
-            )
-            verdict = replace(verdict, held_by=(*verdict.held_by, unconfirmed))
-        elif (
-            verdict.action is ScaleAction.SCALE_UP
-            and verdict.recommended is not None
-            and previous is not None
-            and previous < verdict.recommended * (1.0 - self.tolerance)
-            and load.backlog_s < self.drain_s / 2.0
-        ):
-            rising = HeldBy(
-                "stabilisation",
-                f"the load is still rising: {verdict.recommended} nodes now, {previous} at the "
-                "last check; the backlog is short enough to measure it once more",
-            )
-            verdict = replace(verdict, held_by=(*verdict.held_by, rising))
+        held = list(verdict.held_by)
+        if verdict.action is ScaleAction.SCALE_UP:
+            if speeding is not None and load.backlog_s < self.drain_s / 2.0:
+                # the trend mixes steps from before and after a rise: half-measured
+                why = (
+                    f"the queue's growth is still speeding up: the newest steps imply "
+                    f"{speeding:.0%} more demand than the ones before them; the next step "
+                    "measures the load once more"
+                )
+                held.append(HeldBy("stabilisation", why))
+            elif previous is None or previous <= current:
+                why = (
+                    "the first check to find the load above the capacity; the next check "
+                    "confirms it with more of the new load measured"
+                )
+                held.append(HeldBy("stabilisation", why))
+            elif (
+                verdict.recommended is not None
+                and previous < verdict.recommended * (1.0 - self.tolerance)
+                and load.backlog_s < self.drain_s / 2.0
+            ):
+                why = (
+                    f"the load is still rising: {verdict.recommended} nodes now, {previous} at "
+                    "the last check; the backlog is short enough to measure it once more"
+                )
+                held.append(HeldBy("stabilisation", why))
         if verdict.action is ScaleAction.SCALE_DOWN and verdict.target is not None:
-            spare = self._capacity(situation, basis, verdict.target) - demand
-            waiting = load.backlog_s * capacity + demand * self.startup_s
-            after_s = self.startup_s + (waiting / spare if spare > 0 else math.inf)
+            after_s = self._drain_after_resize(situation, load, verdict.target)
             if after_s > self.drain_s:
-                backlog_hold = HeldBy(
-                    "restart_cost",
+                why = (
                     f"at {verdict.target} nodes the backlog, with the restart's, would take "
                     f"{seconds_text(min(after_s, sys.float_info.max))} to drain, more than "
-                    f"{seconds_text(self.drain_s)}",
+                    f"{seconds_text(self.drain_s)}"
                 )
-                verdict = replace(verdict, held_by=(*verdict.held_by, backlog_hold))
+                held.append(HeldBy("restart_cost", why))
         if verdict.action is ScaleAction.SCALE_DOWN and load.falling:
-            falling = HeldBy(
-                "stabilisation",
+            why = (
                 f"the load is still falling: the newer half of the window arrives at "
                 f"{number_text(load.recent_demand_per_s)} {basis}/s, the whole at "
-                f"{number_text(load.window_demand_per_s)}",
+                f"{number_text(load.window_demand_per_s)}"
             )
-            verdict = replace(verdict, held_by=(*verdict.held_by, falling))
-        return verdict
+            held.append(HeldBy("stabilisation", why))
+        return replace(verdict, held_by=tuple(held))
 
     def _queue_speeding_up(self, situation: _Situation) -> float | None:
         """How much more demand the newest queue growth implies than the one before it.
@@ -1211,14 +1048,9 @@ class ElasticScheduler(JsonModel):
         )
         return self.max_nodes if target is None else target
 
-    def _drain_after_resize(self, situation: _Situation, load: LoadEstimate, need: float) -> float:
-        """Seconds to clear the backlog after a resize to the size serving ``need``."""
-        target = smallest_satisfying(
-            lambda nodes: self._capacity(situation, load.basis, nodes) >= need,
-            self.min_nodes,
-            self.max_nodes,
-        )
-        spare = self._capacity(situation, load.basis, target or self.max_nodes) - load.demand_per_s
+    def _drain_after_resize(self, situation: _Situation, load: LoadEstimate, target: int) -> float:
+        """Seconds to clear the backlog and the restart's after a resize to ``target``."""
+        spare = self._capacity(situation, load.basis, target) - load.demand_per_s
         waiting = load.backlog_s * load.capacity_per_s + load.demand_per_s * self.startup_s
         return self.startup_s + (waiting / spare if spare > 0 else math.inf)
 
@@ -1253,15 +1085,8 @@ class ElasticScheduler(JsonModel):
                 f"{signals.queue_fraction:.0%} of it was spent waiting for a worker"
             )
             if current <= self.min_nodes:
-                return _Verdict(
-                    "idle",
-                    why,
-                    ScaleAction.SCALE_DOWN,
-                    current,
-                    (HeldBy("floor", f"already at the node floor of {self.min_nodes}"),),
-                    recommended=current,
-                    numbers=numbers,
-                )
+                held = [self._floor_hold(current)]
+                return _change("idle", why, ScaleAction.SCALE_DOWN, current, held, numbers)
             step_goal = self.target_step_s / (1.0 + self.headroom)
             capacity_now = load.capacity_per_s
             deepest = min(current - 1, math.ceil(current * self.scale_down_factor))
@@ -1280,12 +1105,7 @@ class ElasticScheduler(JsonModel):
             numbers["target_capacity_per_s"] = self._capacity(situation, basis, target)
             ratio = self._capacity(situation, basis, target) / capacity_now
             return self._sized(situation, "idle", why, target, ratio, numbers, basis)
-        return _Verdict(
-            "balanced",
-            "the step is balanced; hold the current size",
-            recommended=current,
-            numbers=numbers,
-        )
+        return _stay("balanced", "the step is balanced; hold the current size", current, numbers)
 
     def _sized(
         self,
@@ -1301,26 +1121,13 @@ class ElasticScheduler(JsonModel):
         current = situation.current
         numbers["capacity_ratio"] = bounded_or_none(ratio)
         if target == current and ratio > 1.0 + self.tolerance and current >= self.max_nodes:
-            held_up = (self._ceiling_hold(current), self._startup_hold(situation))
-            return _Verdict(
-                rule,
-                why,
-                ScaleAction.SCALE_UP,
-                current,
-                tuple(h for h in held_up if h is not None),
-                recommended=current,
-                numbers=numbers,
-            )
+            held_up = [self._ceiling_hold(current), self._startup_hold(situation)]
+            return _change(rule, why, ScaleAction.SCALE_UP, current, held_up, numbers)
         if target == current or abs(ratio - 1.0) <= self.tolerance:
             suffix = (
                 f"within the {self.tolerance:.0%} tolerance" if target != current else "it fits"
             )
-            return _Verdict(
-                rule,
-                f"{why}; {suffix}, hold the current size",
-                recommended=current,
-                numbers=numbers,
-            )
+            return _stay(rule, f"{why}; {suffix}, hold the current size", current, numbers)
         work = situation.work
         if work is not None and work.basis == basis:
             horizon = self._finish_s(situation, work, current)
@@ -1358,15 +1165,7 @@ class ElasticScheduler(JsonModel):
         numbers.update({"gain": bounded_or_none(gain), "gain_unit": unit, "price": price})
         why += f"; {_verb(action)} pays {number_text(gain)} {unit} for a {number_text(price)}"
         why += f" {unit} restart over {seconds_text(horizon)}"
-        return _Verdict(
-            rule,
-            why,
-            action,
-            target,
-            tuple(h for h in held if h is not None),
-            recommended=target,
-            numbers=numbers,
-        )
+        return _change(rule, why, action, target, held, numbers)
 
     def _gated(self, situation: _Situation, verdict: _Verdict) -> _Verdict:
         """Apply the stabilisation window and the cooldowns to a verdict's change."""
@@ -1380,27 +1179,16 @@ class ElasticScheduler(JsonModel):
             wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
             stabilised = max([target, *wanted])
             newest = verdict.recommended if verdict.recommended is not None else target
+            within = f"within the last {seconds_text(self.scale_down_window_s)}"
             if stabilised < situation.current and newest < stabilised * (1.0 - self.tolerance):
-                held.append(
-                    HeldBy(
-                        "stabilisation",
-                        f"the recommendations are still falling: {newest} nodes now, "
-                        f"{stabilised} within the last {seconds_text(self.scale_down_window_s)}",
-                    )
-                )
+                falling = f"the recommendations are still falling: {newest} nodes now, {stabilised}"
+                held.append(HeldBy("stabilisation", f"{falling} {within}"))
             elif stabilised >= situation.current:
                 held.append(
-                    HeldBy(
-                        "stabilisation",
-                        f"{stabilised} nodes were recommended within the last "
-                        f"{seconds_text(self.scale_down_window_s)}",
-                    )
+                    HeldBy("stabilisation", f"{stabilised} nodes were recommended {within}")
                 )
             elif stabilised > target:
-                why += (
-                    f"; {stabilised} nodes, the largest size recommended within the last "
-                    f"{seconds_text(self.scale_down_window_s)}, is the target"
-                )
+                why += f"; {stabilised} nodes, the largest size recommended {within}, is the target"
                 target = stabilised
         cooldown = self._cooldown_hold(situation, verdict.action)
         if cooldown is not None:
@@ -1516,7 +1304,7 @@ class ElasticScheduler(JsonModel):
         if situation.load is not None:
             numbers.update(situation.load.to_dict())
             basis = situation.load.basis
-            loss, source = self._scaling(situation, basis)
+            loss, source = situation.memory.scaling(basis, self.scaling_loss)
             numbers["scaling_loss"] = loss
             numbers["scaling_source"] = source
         numbers.update(verdict.numbers)
