@@ -310,10 +310,8 @@ class CapacityMemory(JsonModel):
         return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
 
     def per_node_rate(self, basis: str, nodes: int, loss: float) -> float:
-        """Per-node throughput at ``nodes``: from the nearest measured size, ``loss`` per doubling.
-
-        0 when nothing was measured in ``basis``.
-        """
+        """Per-node throughput at ``nodes`` from the nearest measured size, ``loss`` per doubling
+        (0 when nothing was measured in ``basis``)."""
         points = self.measured(basis)
         if not points:
             return 0.0
@@ -675,16 +673,14 @@ class ElasticScheduler(JsonModel):
     @property
     def effective_scale_down_cooldown_s(self) -> float:
         """The scale-down cooldown in force: ``scale_down_cooldown_s``, else ``cooldown_s``."""
-        if self.scale_down_cooldown_s is None:
-            return self.cooldown_s
-        return self.scale_down_cooldown_s
+        down = self.scale_down_cooldown_s
+        return self.cooldown_s if down is None else down
 
     @property
     def effective_final_stretch_s(self) -> float:
         """The no-shrink stretch before a deadline: ``final_stretch_s``, else 4 restarts."""
-        if self.final_stretch_s is None:
-            return 4.0 * self.startup_s
-        return self.final_stretch_s
+        stretch = self.final_stretch_s
+        return 4.0 * self.startup_s if stretch is None else stretch
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON of the parameters as given; :meth:`model_dump`'s output, built directly
@@ -755,6 +751,9 @@ class ElasticScheduler(JsonModel):
                 raise ElasticGridError(
                     f"remaining_{work.basis} {work.amount!r} is too large to project a finish time"
                 )
+        spread = 0.0
+        if load is not None and load.open_loop:
+            spread = _arrival_spread(since_rate_change(window.samples, load.basis), load.basis)
         situation = _Situation(
             signals=signals,
             current=current,
@@ -765,11 +764,7 @@ class ElasticScheduler(JsonModel):
             load=load,
             memory=memory,
             recent=recommended,
-            arrival_spread=(
-                _arrival_spread(since_rate_change(window.samples, load.basis), load.basis)
-                if load is not None and load.open_loop
-                else 0.0
-            ),
+            arrival_spread=spread,
             queue_slopes=_queue_slopes(window.samples[-TREND_SAMPLES:]),
         )
         verdict = (
@@ -922,21 +917,17 @@ class ElasticScheduler(JsonModel):
 
     def _demand_rule(self, situation: _Situation, load: LoadEstimate) -> _Verdict:
         current = situation.current
-        basis = load.basis
-        demand = load.demand_per_s
-        capacity = load.capacity_per_s
+        basis, demand, capacity = load.basis, load.demand_per_s, load.capacity_per_s
         drain = load.drain_s
-        drains_in_time = drain is not None and drain <= self.drain_s
         # two standard deviations of the arrival rate, within [tolerance, headroom]
         headroom = min(
             self.headroom, max(self.tolerance, ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread)
         )
-        need = demand * (1.0 + headroom)
-        need = max(need, demand * (1.0 + self.startup_s / self.drain_s))
+        need = max(demand * (1.0 + headroom), demand * (1.0 + self.startup_s / self.drain_s))
         backlog_text = ""
         backlog = f"; the backlog of {seconds_text(load.backlog_s)}"
         if load.backlog_s > 0:
-            if drains_in_time:
+            if drain is not None and drain <= self.drain_s:
                 backlog_text = (
                     f"{backlog} drains in {seconds_text(drain or 0.0)}, so it needs no more nodes"
                 )
@@ -981,31 +972,31 @@ class ElasticScheduler(JsonModel):
         previous = situation.recent[-1].nodes if situation.recent else None
         speeding = self._queue_speeding_up(situation)
         held = list(verdict.held_by)
+        unsettled = None  # why a scale-up waits for the next check
         if verdict.action is ScaleAction.SCALE_UP:
             if speeding is not None and load.backlog_s < self.drain_s / 2.0:
                 # the trend mixes steps from before and after a rise: half-measured
-                why = (
+                unsettled = (
                     f"the queue's growth is still speeding up: the newest steps imply "
                     f"{speeding:.0%} more demand than the ones before them; the next step "
                     "measures the load once more"
                 )
-                held.append(HeldBy("stabilisation", why))
             elif previous is None or previous <= current:
-                why = (
+                unsettled = (
                     "the first check to find the load above the capacity; the next check "
                     "confirms it with more of the new load measured"
                 )
-                held.append(HeldBy("stabilisation", why))
             elif (
                 verdict.recommended is not None
                 and previous < verdict.recommended * (1.0 - self.tolerance)
                 and load.backlog_s < self.drain_s / 2.0
             ):
-                why = (
+                unsettled = (
                     f"the load is still rising: {verdict.recommended} nodes now, {previous} at "
                     "the last check; the backlog is short enough to measure it once more"
                 )
-                held.append(HeldBy("stabilisation", why))
+        if unsettled is not None:
+            held.append(HeldBy("stabilisation", unsettled))
         if verdict.action is ScaleAction.SCALE_DOWN and verdict.target is not None:
             after_s = self._drain_after_resize(situation, load, verdict.target)
             if after_s > self.drain_s:
@@ -1025,11 +1016,8 @@ class ElasticScheduler(JsonModel):
         return replace(verdict, held_by=tuple(held))
 
     def _queue_speeding_up(self, situation: _Situation) -> float | None:
-        """How much more demand the newest queue growth implies than the one before it.
-
-        ``None`` unless the queue grows and its newest slope implies more than
-        ``tolerance`` more demand (``capacity / (1 - slope)``) than the older one.
-        """
+        """How much more demand (``capacity / (1 - slope)``) the newest queue growth implies than
+        the one before it; ``None`` unless the queue grows and that is over ``tolerance``."""
         slopes = situation.queue_slopes
         if len(slopes) < 2 or slopes[-1] <= 0:
             return None
@@ -1066,9 +1054,9 @@ class ElasticScheduler(JsonModel):
                 why += f" and none of it was active, so grow by {self.scale_up_factor:g}x"
             else:
                 # the queue counts the workers the step waited for: that many more remove it
-                needed = current / (1.0 - signals.queue_fraction)
-                target = min(self.max_nodes, max(current, math.ceil(round(needed, 9))))
-                why += f"; {math.ceil(round(needed, 9))} nodes would remove the wait"
+                workers = math.ceil(round(current / (1.0 - signals.queue_fraction), 9))
+                target = min(self.max_nodes, max(current, workers))
+                why += f"; {workers} nodes would remove the wait"
             numbers["target_capacity_per_s"] = self._capacity(situation, basis, target)
             return self._sized(
                 situation, "queue_bound", why, target, load.utilisation, numbers, basis
@@ -1081,8 +1069,8 @@ class ElasticScheduler(JsonModel):
         if idle:
             why = (
                 f"the mean step of {seconds_text(signals.mean_step_s)} is at most "
-                f"{self.idle_step_fraction:.0%} of the {seconds_text(self.target_step_s)} target and "
-                f"{signals.queue_fraction:.0%} of it was spent waiting for a worker"
+                f"{self.idle_step_fraction:.0%} of the {seconds_text(self.target_step_s)} target "
+                f"and {signals.queue_fraction:.0%} of it was spent waiting for a worker"
             )
             if current <= self.min_nodes:
                 held = [self._floor_hold(current)]
@@ -1103,7 +1091,7 @@ class ElasticScheduler(JsonModel):
             )
             target = current if smallest is None else smallest
             numbers["target_capacity_per_s"] = self._capacity(situation, basis, target)
-            ratio = self._capacity(situation, basis, target) / capacity_now
+            ratio = numbers["target_capacity_per_s"] / capacity_now
             return self._sized(situation, "idle", why, target, ratio, numbers, basis)
         return _stay("balanced", "the step is balanced; hold the current size", current, numbers)
 
@@ -1303,20 +1291,15 @@ class ElasticScheduler(JsonModel):
         numbers: dict[str, Any] = {}
         if situation.load is not None:
             numbers.update(situation.load.to_dict())
-            basis = situation.load.basis
-            loss, source = situation.memory.scaling(basis, self.scaling_loss)
-            numbers["scaling_loss"] = loss
-            numbers["scaling_source"] = source
+            loss, source = situation.memory.scaling(situation.load.basis, self.scaling_loss)
+            numbers.update(scaling_loss=loss, scaling_source=source)
         numbers.update(verdict.numbers)
+        restart = 0.0 if wanted == current else self._restart_price_node_s(current, wanted)
         numbers.update(
-            {
-                "current_nodes": current,
-                "target_nodes": wanted,
-                "startup_s": self.startup_s,
-                "restart_cost_node_s": (
-                    0.0 if wanted == current else self._restart_price_node_s(current, wanted)
-                ),
-            }
+            current_nodes=current,
+            target_nodes=wanted,
+            startup_s=self.startup_s,
+            restart_cost_node_s=restart,
         )
         work, time_left = situation.work, situation.time_left_s
         if work is not None and time_left is not None:
