@@ -4,7 +4,7 @@
 shell over this module. Under the job's lock it asks the hook for the job
 (a :class:`JobSnapshot`), the stored :class:`ScaleState` and the step-log
 chunks that arrived since the last check, hands them to :class:`ScaleCheck`
-with the time, and then does what the :class:`CheckOutcome` says: write the
+with the time, and does what the :class:`CheckOutcome` says: write the
 state, log the lines, push the record, and fail, skip, hold or end with the
 record. The rules of one check, in order:
 
@@ -45,9 +45,7 @@ the shell stops what is left and fails the task with the record's reason).
 
 Bad input (a malformed ``samples`` argument, a bad deadline or
 ``remaining_*`` value) raises :class:`ElasticGridError` and nothing is
-written. The models are read and built through their public methods only
-(``to_dict``/``from_dict``, ``dataclasses.replace`` and the transition methods of
-:class:`ScaleState`).
+written. The models are used through their public methods only.
 """
 
 from __future__ import annotations
@@ -55,7 +53,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from enum import Enum
 from typing import Any
@@ -66,7 +64,6 @@ from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import (
-    GIVE_UP,
     WAIT,
     LostPart,
     QuarantineEntry,
@@ -95,17 +92,11 @@ SKIPPED_LINES_SHOWN = 5
 class CheckVerdict(str, Enum):
     """What the shell does after a check."""
 
-    HOLD = "hold"
-    """Keep waiting; the hold's record goes to XCom."""
-    RESIZE = "resize"
-    """End the wait with the record: the job should run at ``target_nodes``."""
-    FINISH = "finish"
-    """The job ended: record that and skip the resize downstream."""
-    RECOVER = "recover"
-    """The job lost capacity: end the wait with the record (re-plan without the
-    quarantined providers, relaunch from the checkpoint)."""
-    GIVE_UP = "give_up"
-    """The job lost capacity and is not recovered again: stop what is left, fail the task."""
+    HOLD = "hold"  # keep waiting; the record goes to XCom
+    RESIZE = "resize"  # end the wait: the job should run at ``target_nodes``
+    FINISH = "finish"  # the job ended: record that, skip the resize downstream
+    RECOVER = "recover"  # lost capacity: end the wait, re-plan and relaunch
+    GIVE_UP = "give_up"  # lost capacity, not recovered again: stop the rest, fail
 
 
 @dataclass(frozen=True)
@@ -128,10 +119,7 @@ class DeadlineChoice:
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    """What one check decided: the state to write, the record, and the log lines.
-
-    ``log`` holds ``(logging level, message)`` pairs in the order they arose.
-    """
+    """What one check decided: the state to write, the record, and ``(level, message)`` lines."""
 
     verdict: CheckVerdict
     state: ScaleState
@@ -158,11 +146,6 @@ def unshared_root_sentence(job_name: str, jobs_root: str, state_key: str) -> str
         f"routed to one worker queue with queue=), or delete the Variable {state_key} if the "
         "job's files are gone for good"
     )
-
-
-def failed_job_message(job_name: str, failure_report: str | None) -> str:
-    """The error of a failed job: one line, the failed ranks' log tails below it."""
-    return f"job {job_name!r} failed.\n{failure_report or ''}".rstrip()
 
 
 def optional_number(field: str, value: Any) -> float | None:
@@ -197,11 +180,8 @@ def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) 
     def seconds(value: Any) -> Any:
         return value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
 
-    recoveries = number_from_text(max_recoveries)
-    if isinstance(recoveries, float) and recoveries.is_integer():  # "3" from a template
-        recoveries = int(recoveries)
     return RecoveryPolicy.checked(
-        max_recoveries=recoveries,
+        max_recoveries=number_from_text(max_recoveries),  # "3" from a template is 3
         recovery_window_s=seconds(recovery_window),
         quarantine_s=seconds(quarantine),
     )
@@ -209,13 +189,7 @@ def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) 
 
 @dataclass(frozen=True)
 class ScaleCheck:
-    """The rules of one check of ``job_name`` (module docstring), with the task's settings.
-
-    :param job_name: the job checked.
-    :param scheduler: the decision policy with the task's parameters.
-    :param window_size: how many samples the rolling window keeps.
-    :param history_limit: how many decisions the state keeps.
-    """
+    """The rules of one check of ``job_name`` (module docstring), with the task's settings."""
 
     job_name: str
     scheduler: ElasticScheduler
@@ -233,9 +207,8 @@ class ScaleCheck:
     ) -> str | None:
         """Why the check must fail (one sentence, a log tail below it), or None.
 
-        ``unshared_message`` is the sentence for a missing manifest whose job
-        has a stored state (the jobs root is not shared); ``failure_report``
-        the failed ranks' log tails of a down or failed job.
+        ``unshared_message``: the sentence for a missing manifest whose job has
+        a stored state; ``failure_report``: the log tails of a down or failed job.
         """
         if snapshot is None:
             return unshared_message or (
@@ -250,10 +223,11 @@ class ScaleCheck:
                 f"{manifest.launch_id} was confirmed dead ({reason}); launch it again with "
                 "LaunchOperator"
             )
-            return f"{sentence}\n{failure_report or ''}".rstrip()
-        if snapshot.status == "failed":
-            return failed_job_message(self.job_name, failure_report)
-        return None
+        elif snapshot.status == "failed":
+            sentence = f"job {self.job_name!r} failed."
+        else:
+            return None
+        return f"{sentence}\n{failure_report or ''}".rstrip()
 
     # -- rules 2-4 ----------------------------------------------------------------
     def run(
@@ -274,13 +248,9 @@ class ScaleCheck:
     ) -> CheckOutcome:
         """One check: take samples, then recover, finish or decide (module docstring).
 
-        :param samples: the raw ``samples`` argument (None: use ``chunks``, the
-            step-log reads since the state's cursors).
-        :param deadline: resolves the deadline; called only when a decision is made.
-        :param planner: the grid's planner, for the proposed placement of a change
-            and the re-plan of a recovery.
-        :param lost: the parts that lost capacity (none: the job runs or ended).
-        :param recovery: the recovery budget and quarantine (default: the defaults).
+        ``samples`` is the raw argument (None: use ``chunks``, the step-log reads
+        since the state's cursors); ``deadline`` is called only when a decision
+        is made; ``planner`` proposes placements and re-plans recoveries.
         """
         log: list[tuple[int, str]] = []
         taken = self._take_samples(state, snapshot, now, samples, chunks, log)
@@ -309,9 +279,8 @@ class ScaleCheck:
         record = replace(record, context=context)
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
-        return CheckOutcome(
-            CheckVerdict.HOLD if hold else CheckVerdict.RESIZE, state, record.to_dict(), tuple(log)
-        )
+        verdict = CheckVerdict.HOLD if hold else CheckVerdict.RESIZE
+        return CheckOutcome(verdict, state, record.to_dict(), tuple(log))
 
     def _recover(
         self,
@@ -327,9 +296,7 @@ class ScaleCheck:
     ) -> CheckOutcome:
         """A job that lost capacity: ``recover``, ``wait`` or ``give_up`` (module docstring).
 
-        ``taken`` is ``state`` with the new samples; ``wait`` keeps ``state`` as
-        it was (this launch's recovery is already recorded); ``recover`` and
-        ``give_up`` remember the quarantine, the recovery and the record.
+        ``taken`` is ``state`` with the new samples; ``wait`` keeps ``state`` as it was.
         """
         if planner is None:
             raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
@@ -356,9 +323,8 @@ class ScaleCheck:
         record = decision.to_dict(context)
         if decision.action == WAIT:
             return CheckOutcome(CheckVerdict.HOLD, state, record, tuple(log))
-        verdict = CheckVerdict.GIVE_UP if decision.action == GIVE_UP else CheckVerdict.RECOVER
         remembered = remember_recovery(taken, decision, record, self.history_limit)
-        return CheckOutcome(verdict, remembered, record, tuple(log))
+        return CheckOutcome(CheckVerdict(decision.action), remembered, record, tuple(log))
 
     def _take_samples(
         self,
@@ -380,53 +346,28 @@ class ScaleCheck:
                 state = state.with_cursor(ARGUMENT_SOURCE, max(s.step for s in fresh) + 1)
         else:
             for chunk in chunks:
-                first_read = state.log_cursor(chunk.source) is None
-                log.extend((logging.WARNING, note) for note in chunk.notes)
-                log.extend(
-                    (logging.WARNING, f"Skipped a step-log line: {line}")
-                    for line in chunk.skipped[:SKIPPED_LINES_SHOWN]
-                )
-                if len(chunk.skipped) > SKIPPED_LINES_SHOWN:
-                    log.append(
-                        (
-                            logging.WARNING,
-                            f"Skipped {len(chunk.skipped) - SKIPPED_LINES_SHOWN} more bad "
-                            f"line(s) of {chunk.source}.",
-                        )
-                    )
+                shown = chunk.skipped[:SKIPPED_LINES_SHOWN]
+                notes = [*chunk.notes, *(f"Skipped a step-log line: {line}" for line in shown)]
+                if len(chunk.skipped) > len(shown):
+                    more = len(chunk.skipped) - len(shown)
+                    notes.append(f"Skipped {more} more bad line(s) of {chunk.source}.")
+                log.extend((logging.WARNING, note) for note in notes)
                 skipped += len(chunk.skipped)
                 new_samples.extend(chunk.samples)
                 if chunk.lines_read:
-                    first = (
-                        " (first check: from its end, as far back as the window needs)"
-                        if first_read
-                        else ""
-                    )
-                    log.append(
-                        (
-                            logging.INFO,
-                            f"Read {chunk.lines_read} new line(s) from {chunk.source}{first}.",
-                        )
-                    )
+                    first = state.log_cursor(chunk.source) is None
+                    whence = " (first check: from its end, as far back as the window needs)"
+                    read = f"Read {chunk.lines_read} new line(s) from {chunk.source}"
+                    log.append((logging.INFO, f"{read}{whence if first else ''}."))
                 state = state.with_cursor(chunk.source, chunk.cursor)
         current = snapshot.nodes
         if state.current_nodes is not None and state.current_nodes != current:
-            log.append(
-                (
-                    logging.INFO,
-                    f"Job {self.job_name} changed size {state.current_nodes} -> {current} "
-                    "since the last check; starting a fresh window.",
-                )
-            )
+            changed = f"changed size {state.current_nodes} -> {current} since the last check"
+            log.append((logging.INFO, f"Job {self.job_name} {changed}; starting a fresh window."))
         ignored = sum(1 for sample in new_samples if sample.nodes != current)
         if ignored:
-            log.append(
-                (
-                    logging.INFO,
-                    f"Ignored {ignored} sample(s) measured at another size than the current "
-                    f"{current} nodes.",
-                )
-            )
+            where = f"another size than the current {current} nodes"
+            log.append((logging.INFO, f"Ignored {ignored} sample(s) measured at {where}."))
         state = state.observe(new_samples, current, now, self.window_size)
         if not skipped:
             return state
@@ -453,10 +394,7 @@ class ScaleCheck:
             "job_status": snapshot.status,
             "job_name": self.job_name,
             "decided_at_iso": iso_time(now),
-            "dag_id": task.dag_id,
-            "run_id": task.run_id,
-            "task_id": task.task_id,
-            "try_number": task.try_number,
+            **asdict(task),
             "readable": {"summary": decision_summary(record)},
         }
         state = state.remember_event(record, now, self.history_limit)
@@ -472,10 +410,8 @@ class ScaleCheck:
         planner: GridPlanner | None,
         quarantine: Sequence[QuarantineEntry] = (),
     ) -> dict[str, Any]:
-        """What surrounded the decision: the task, the job, the placements and their cost.
-
-        An active ``quarantine`` is recorded, and the proposed placement leaves it out.
-        """
+        """The task, the job, the placements and their cost; an active ``quarantine``
+        is recorded, and the proposed placement leaves it out."""
         placement = snapshot.manifest.placement
         context: dict[str, Any] = {
             "decided_at_iso": iso_time(now),
@@ -483,10 +419,7 @@ class ScaleCheck:
             "job_status": snapshot.status,
             "launch_id": snapshot.manifest.launch_id,
             "deadline_source": deadline_source,
-            "dag_id": task.dag_id,
-            "run_id": task.run_id,
-            "task_id": task.task_id,
-            "try_number": task.try_number,
+            **asdict(task),
             "placement": placement.to_dict(),
             "cost_per_hour": placement.cost_per_hour,
         }

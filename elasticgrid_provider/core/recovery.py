@@ -29,16 +29,17 @@ left of the grid, from its checkpoint. Rules:
   still lost, because the relaunch has not run yet, decides ``wait`` and
   records nothing.
 
-The models are the house's (:func:`~elasticgrid_provider.core.validation.model`):
-frozen, strict numbers and strings, no NaN or infinity, unknown fields refused;
-stored documents that do not validate are refused with one sentence.
+The models are :func:`~elasticgrid_provider.core.validation.model` classes;
+a stored document that does not validate is refused with one sentence.
 Pure: no Airflow, no iroh-tinker, no file access.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, replace
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -73,17 +74,9 @@ DEFAULT_RECOVERY_WINDOW_S = 3600.0
 DEFAULT_QUARANTINE_S = 1800.0
 PAST_RECOVERIES_KEPT = 50
 """The state keeps at most this many past recoveries (the window needs only the recent ones)."""
-CAUSE_WORDS = (
-    "preempt",
-    "reclaim",
-    "evict",
-    "interrupt",
-    "terminat",
-    "killed",
-    "signal",
-    "out of memory",
-    "error",
-    "exception",
+CAUSE_PATTERN = re.compile(
+    "preempt|reclaim|evict|interrupt|terminat|killed|signal|out of memory|error|exception",
+    re.IGNORECASE,
 )
 """Words that make a rank-log line the cause of a loss (the last such line is taken)."""
 
@@ -198,11 +191,8 @@ class RecoveryPolicy(JsonModel):
 class RecoveryDecision(JsonModel):
     """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``.
 
-    ``to_dict`` gives the record a check leaves in XCom and the history: the
-    decision fields every record has (``action``, ``current_nodes``,
-    ``target_nodes``, ``rule``, ``reason``, ``decided_at``), the lost parts,
-    the quarantine in force after the decision, the budget and the placement
-    re-planned without the quarantined providers.
+    Its record has the fields of every decision record, the lost parts, the
+    quarantine in force after it, the budget and the re-planned placement.
     """
 
     WHERE = "recovery decision"
@@ -247,15 +237,11 @@ def loss_cause(log_tail: str, engine_error: str | None) -> str:
     """Why a part was lost: the last rank-log line naming a cause, else the engine's error."""
     for line in reversed(log_tail.splitlines()):
         text = line.strip()
-        if text and any(word in text.lower() for word in CAUSE_WORDS):
+        if CAUSE_PATTERN.search(text):
             return cut_report(text, 200)
     if engine_error:
         return f"its ranks stopped ({cut_report(engine_error, 200)})"
     return "its ranks stopped and their logs give no reason"
-
-
-def _lost_text(lost: Sequence[LostPart]) -> str:
-    return ", ".join(f"part {p.part} (provider {p.provider!r}: {p.cause})" for p in lost)
 
 
 def decide_recovery(
@@ -275,27 +261,24 @@ def decide_recovery(
     if not lost:
         raise ElasticGridError(f"job {job_name!r} lost no part; there is nothing to recover")
     lost = tuple(lost)
-    earlier = memory.decided_for(launch_id)
     in_window = memory.recoveries_within(now, policy.recovery_window_s)
-    base: dict[str, Any] = {
-        "current_nodes": current_nodes,
-        "decided_at": now,
-        "launch_id": launch_id,
-        "lost": lost,
-        "recoveries_in_window": len(in_window),
-        "policy": policy,
-    }
+    decided = partial(
+        RecoveryDecision,
+        current_nodes=current_nodes,
+        decided_at=now,
+        launch_id=launch_id,
+        lost=lost,
+        recoveries_in_window=len(in_window),
+        policy=policy,
+    )
+    earlier = memory.decided_for(launch_id)
     if earlier is not None:
-        return RecoveryDecision(
-            action=WAIT,
-            target_nodes=current_nodes,
-            reason=(
-                f"the recovery of launch {launch_id} was decided at {iso_time(earlier.at)}; "
-                "waiting for the relaunch"
-            ),
-            quarantine=memory.active_quarantine(now),
-            **base,
+        reason = (
+            f"the recovery of launch {launch_id} was decided at {iso_time(earlier.at)}; "
+            "waiting for the relaunch"
         )
+        active = memory.active_quarantine(now)
+        return decided(action=WAIT, target_nodes=current_nodes, reason=reason, quarantine=active)
     fresh = tuple(
         QuarantineEntry(
             provider=part.provider,
@@ -307,7 +290,9 @@ def decide_recovery(
         if policy.quarantine_s > 0
     )
     quarantine = RecoveryMemory(quarantine=memory.quarantine + fresh).active_quarantine(now)
-    what = f"job {job_name!r} lost {_lost_text(lost)}"
+    what = f"job {job_name!r} lost " + ", ".join(
+        f"part {p.part} (provider {p.provider!r}: {p.cause})" for p in lost
+    )
     if len(in_window) >= policy.max_recoveries:
         spent = (
             "recovery is off (max_recoveries=0)"
@@ -315,21 +300,15 @@ def decide_recovery(
             else f"already recovered {len(in_window)} time(s) within the last "
             f"{policy.recovery_window_s:g}s (max_recoveries={policy.max_recoveries})"
         )
-        return RecoveryDecision(
-            action=GIVE_UP,
-            target_nodes=0,
-            reason=(
-                f"{what} and {spent}, so it is not recovered again; relaunch it with "
-                "LaunchOperator once the capacity is back"
-            ),
-            quarantine=quarantine,
-            **base,
+        reason = (
+            f"{what} and {spent}, so it is not recovered again; relaunch it with "
+            "LaunchOperator once the capacity is back"
         )
+        return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
     leave_out = quarantine_reasons(quarantine)
     left = sum(p.max_nodes for p in planner.providers if p.name not in leave_out)
     target = min(max(current_nodes, min_nodes), max_nodes, left)
     placement: Placement | None = None
-    problem = None
     if target < max(min_nodes, 1):
         problem = (
             f"the grid without the quarantined providers ({', '.join(sorted(leave_out)) or '-'}) "
@@ -341,13 +320,8 @@ def decide_recovery(
         except ElasticGridError as error:
             problem = str(error)
     if placement is None:
-        return RecoveryDecision(
-            action=GIVE_UP,
-            target_nodes=0,
-            reason=f"{what} and no capacity is left to recover it: {problem}",
-            quarantine=quarantine,
-            **base,
-        )
+        reason = f"{what} and no capacity is left to recover it: {problem}"
+        return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
     where = ", ".join(f"{name} {count}" for name, count in placement.nodes_by_provider().items())
     quarantined = (
         f"quarantined {', '.join(repr(entry.provider) for entry in fresh)} for "
@@ -355,17 +329,17 @@ def decide_recovery(
         if fresh
         else ""
     )
-    return RecoveryDecision(
+    reason = (
+        f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
+        f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "
+        f"within {policy.recovery_window_s:g}s)"
+    )
+    return decided(
         action=RECOVER,
         target_nodes=target,
-        reason=(
-            f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
-            f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "
-            f"within {policy.recovery_window_s:g}s)"
-        ),
+        reason=reason,
         quarantine=quarantine,
         placement=placement.to_dict(),
-        **base,
     )
 
 
@@ -375,16 +349,11 @@ def remember_recovery(
     """The state after a ``recover``/``give_up``: its quarantine, the recovery, the history entry."""
     if decision.action not in RECOVERY_ACTIONS:
         raise ElasticGridError(f"decision action {decision.action!r} is not recorded")
-    memory = state.recovery
-    recoveries = memory.recoveries
+    recoveries = state.recovery.recoveries
     if decision.action == RECOVER:
-        recoveries = (
-            *recoveries,
-            PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),
-        )
-    memory = RecoveryMemory(
-        quarantine=decision.quarantine, recoveries=recoveries[-PAST_RECOVERIES_KEPT:]
-    )
+        recoveries += (PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),)
+    kept = recoveries[-PAST_RECOVERIES_KEPT:]
+    memory = RecoveryMemory(quarantine=decision.quarantine, recoveries=kept)
     return replace(state.remember_event(record, decision.decided_at, limit), recovery=memory)
 
 
