@@ -1,65 +1,57 @@
 """The scale state of one job, as it is kept between checks.
 
-Each scale check may run in a new process on another worker, so everything a
-decision depends on is in this one JSON document, stored as one Airflow
-Variable per job (:func:`state_variable_key`):
+Each check may run in a new process on another worker, so everything a
+decision depends on is in this one JSON document, one Airflow Variable per
+job (:func:`state_variable_key`):
 
 * ``window``: the rolling window of step samples at the job's current size;
 * ``cursors``: per step log, a :class:`~elasticgrid_provider.core.step_log.LogCursor`
-  (the byte offset consumed, the file's identity, the highest step taken;
-  a bare byte offset in older states); for handed-in samples, the next step;
+  (a bare byte offset in older states); for handed-in samples, the next step;
 * ``cooldown``: when the job was last resized, and in which direction;
 * ``capacity``: per-node throughput measured at each size the job ran at,
-  kept across resizes, from which the scheduler reads scaling efficiency;
-* ``recent``: the sizes recommended by the checks of the last
-  ``scale_down_window_s`` (the scale-down stabilisation window);
+  kept across resizes (the scheduler reads scaling efficiency from it);
+* ``recent``: the sizes recommended within ``scale_down_window_s``;
 * ``current_nodes``: the job's size when the state was written;
 * ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
-  holding the decision *and* its inputs, so it can be replayed exactly (see
-  "History" below);
+  with its inputs, so it replays exactly;
 * ``skipped_lines``: how many malformed step-log lines were skipped so far;
-* ``recovery``: the providers quarantined after lost capacity and the recent
-  recoveries (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`);
-  absent in states written before it (no recoveries yet);
+* ``recovery``: quarantined providers and recent recoveries
+  (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`; absent before it);
 * ``revision``: incremented on every write, so a reader can tell states apart;
-* ``schema_version``: the layout of this document (2). A version 1 document
-  (before ``capacity`` and ``recent``) is migrated on load: it gains an
-  empty capacity memory and no recent recommendations; its history is kept
-  as recorded (those decisions replay under today's policy). Other versions
-  are refused with one sentence saying what to do.
+* ``schema_version``: the layout (2). Version 1 (before ``capacity`` and
+  ``recent``) is migrated on load: an empty capacity memory, no recent
+  recommendations, its history as recorded (it replays under today's policy).
+  Other versions are refused with one sentence saying what to do.
 
-Reading refuses a document that is not a whole, valid state of the expected
-job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
-naming another job); the caller must then leave the stored document alone,
-never replace it with a fresh state, or the cooldown and history are lost.
+A document that is not a whole, valid state of the expected job is refused
+with one sentence; the caller must then leave it alone, never replace it
+with a fresh state, or the cooldown and history are lost.
 
 History (:meth:`ScaleState.with_record`, :meth:`ScaleState.remember_event`):
 
 * every scale change and every end of the job gets its own entry;
 * a hold that repeats the previous entry (same rule, same rules holding it
-  back) replaces it, keeping the newest record (so it still replays) and a
-  ``hold_run`` ``{"count", "first_at", "last_at"}`` (with ISO times): "held 12
-  times by cooldown, 14:00-14:55" instead of twelve entries;
+  back) replaces it, keeping the newest record and a ``hold_run``
+  ``{"count", "first_at", "last_at"}``: "held 12 times by cooldown,
+  14:00-14:55" instead of twelve entries;
 * past ``limit`` entries the oldest *hold* goes first; changes and ends of the
   job go only when nothing but them is left.
 
-A record's ``context`` carries ``readable``: the one-line summary, ISO times
-and rounded signals, next to the exact epoch values and floats. ``hold_run``
-and ``readable`` are optional, so states written before them still load.
+A record's ``context`` carries ``readable`` (the summary line, ISO times,
+rounded signals) beside the exact values. ``hold_run`` and ``readable`` are
+optional, so older states still load.
 
-The transition of one check, the same in the sensor, ``elasticgrid simulate
---timeline`` and the policy benchmark: :meth:`ScaleState.observe` (take the
-new samples measured at the current size; a resize starts a fresh window;
-remember what they measured), :meth:`ScaleState.decide` (a
-:class:`DecisionRecord` whose inputs reproduce it), :meth:`ScaleState.remember`
-(cooldown, recent recommendations, history, revision). :meth:`ScaleState.advance`
-runs all three.
+One check, the same in the sensor, ``elasticgrid simulate --timeline`` and
+the policy benchmark: :meth:`ScaleState.observe` (take the samples measured
+at the current size; a resize starts a fresh window), :meth:`ScaleState.decide`
+(a record whose inputs reproduce it), :meth:`ScaleState.remember` (cooldown,
+recent recommendations, history, revision); :meth:`ScaleState.advance` runs all three.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Annotated, Any
 
 from pydantic import (
@@ -105,7 +97,7 @@ SCHEMA_VERSION = 2
 MIGRATABLE_SCHEMA_VERSIONS = (1,)
 """Older layouts :meth:`ScaleState.from_dict` still reads (and upgrades)."""
 DEFAULT_HISTORY_LIMIT = 20
-JOB_ENDED_RULE = "job_ended"  # a history entry's rule, not a decision rule
+JOB_ENDED_RULE = "job_ended"
 """The ``rule`` of the history entry that records the end of the job."""
 # keys of a history entry that annotate the decision and are not decision fields
 RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")
@@ -150,18 +142,9 @@ class DecisionInputs(JsonModel):
         return _none_as_default(data, "cooldown", "capacity", "recent")
 
     def decide(self) -> ScaleDecision:
-        """Run the scheduler on these inputs."""
-        return self.scheduler.decide(
-            self.window,
-            now=self.now,
-            current_nodes=self.current_nodes,
-            cooldown=self.cooldown,
-            deadline_at=self.deadline_at,
-            remaining_steps=self.remaining_steps,
-            remaining_tokens=self.remaining_tokens,
-            capacity=self.capacity,
-            recent=self.recent,
-        )
+        """Run the scheduler on these inputs (the fields after ``window`` are its keywords)."""
+        options = {field.name: getattr(self, field.name) for field in fields(self)[2:]}
+        return self.scheduler.decide(self.window, **options)
 
 
 POLICY_V2_INPUT_FIELDS = ("capacity", "recent")
@@ -196,9 +179,9 @@ class DecisionRecord(JsonModel):
     def _from_flat(cls, data: Any) -> Any:
         if not isinstance(data, dict) or "decision" in data:
             return data
-        decision = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
+        plain = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
         return {
-            "decision": decision,
+            "decision": plain,
             "inputs": data.get("inputs"),
             "context": data.get("context") or {},
         }
@@ -304,8 +287,7 @@ class ScaleState(JsonModel):
 
     def with_cursor(self, source: str, offset: int | LogCursor) -> ScaleState:
         """A copy with ``source``'s cursor moved to ``offset``."""
-        cursors = dict(self.cursors)
-        cursors[source] = offset
+        cursors = {**dict(self.cursors), source: offset}
         return replace(self, cursors=tuple(sorted(cursors.items())))
 
     # -- the transition of one check: observe -> decide -> remember ------------------
