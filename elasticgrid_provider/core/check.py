@@ -2,50 +2,40 @@
 
 :class:`~elasticgrid_provider.sensors.scale.ElasticScaleSensor` is a thin
 shell over this module. Under the job's lock it asks the hook for the job
-(a :class:`JobSnapshot`), the stored :class:`ScaleState` and the step-log
-chunks that arrived since the last check, hands them to :class:`ScaleCheck`
-with the time, and does what the :class:`CheckOutcome` says: write the
-state, log the lines, push the record, and fail, skip, hold or end with the
-record. The rules of one check, in order:
+(a :class:`JobSnapshot`), the stored :class:`ScaleState` and the new step-log
+chunks, hands them to :class:`ScaleCheck` with the time, and does what the
+:class:`CheckOutcome` says: write the state, log the lines, push the record,
+and fail, skip, hold or end with the record. The rules, in order:
 
 1. :meth:`ScaleCheck.failure`: a job that cannot be checked fails the task
-   with one sentence: no manifest (never launched here; or launched under a
-   jobs root this worker does not share, when its state exists), a launch
-   confirmed down (its ``down_reason``), a failed job (its failure report).
-   Nothing is written.
-2. :meth:`ScaleCheck.run` takes the new samples: those handed in through the
-   ``samples`` argument whose step is not below the argument's cursor (so
-   each sample is consumed once, however often a list is handed in again),
-   or else the step-log chunks (each moves its log's cursor; malformed lines
-   are logged, at most :data:`SKIPPED_LINES_SHOWN` per log, and counted).
-   Only samples measured at the job's current size enter the window
-   (:meth:`ScaleState.observe`).
-3. A job that ended (``done``/``stopped``) needs no decision: the outcome is
-   ``finish`` with a ``job_ended`` record, and the state gains that history
-   entry (:meth:`ScaleState.remember_event`).
-4. Otherwise the deadline is resolved (only now, so a job that ended is never
-   failed by its deadline), the scheduler decides
-   (:meth:`ScaleState.decide`), the record gets its context (the task, the
-   job, the placement and, for a change, the proposed placement and its
-   cost) and the state remembers it (:meth:`ScaleState.remember`: cooldown,
-   recent recommendations, bounded history, one revision on). A hold is
-   ``hold`` (keep waiting), a change ``resize`` to the target size. While a
-   quarantine lasts, the record carries it and the proposed placement leaves
-   those providers out.
+   with one sentence: no manifest (never launched here, or under a jobs root
+   this worker does not share), a launch confirmed down (its
+   ``down_reason``), a failed job (its failure report). Nothing is written.
+2. :meth:`ScaleCheck.run` takes the new samples: those of the ``samples``
+   argument whose step is not below its cursor (so each is consumed once,
+   however often a list is handed in), or else the step-log chunks (each
+   moves its log's cursor; malformed lines are logged, at most
+   :data:`SKIPPED_LINES_SHOWN` per log, and counted). Only samples measured
+   at the current size enter the window (:meth:`ScaleState.observe`).
+3. A job that ended (``done``/``stopped``) needs no decision: ``finish`` with
+   a ``job_ended`` record, which enters the history.
+4. Otherwise the deadline is resolved (only now, so an ended job is never
+   failed by it), the scheduler decides, the record gets its context (the
+   task, the job, the placement and, for a change, the proposed placement and
+   its cost) and the state remembers it. A hold is ``hold``, a change
+   ``resize``. While a quarantine lasts, the record carries it and the
+   proposed placement leaves those providers out.
 
-A job that lost capacity (a part failed, or some of its ranks are gone while
-the others run; :func:`~elasticgrid_provider.core.recovery.part_is_lost`) is
-not failed by rule 1: :meth:`ScaleCheck.run`, given the ``lost`` parts,
+A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`)
+is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
 takes the samples and decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
-``recover`` (quarantine the lost providers and end the wait with the record,
-so the downstream re-plan and relaunch take the safe resize path), ``wait``
-(this launch's recovery was decided already: hold, write nothing new) or
-``give_up`` (past ``max_recoveries`` within the window, or no capacity left:
-the shell stops what is left and fails the task with the record's reason).
+``recover`` (quarantine, then end the wait so the downstream re-plan and
+relaunch take the safe resize path), ``wait`` (already decided for this
+launch: hold, write nothing) or ``give_up`` (the shell stops what is left and
+fails the task with the reason).
 
 Bad input (a malformed ``samples`` argument, a bad deadline or
-``remaining_*`` value) raises :class:`ElasticGridError` and nothing is
-written. The models are used through their public methods only.
+``remaining_*`` value) raises :class:`ElasticGridError` and nothing is written.
 """
 
 from __future__ import annotations

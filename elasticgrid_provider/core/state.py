@@ -60,7 +60,6 @@ from pydantic import (
     PlainValidator,
     ValidationInfo,
     computed_field,
-    field_serializer,
     field_validator,
     model_serializer,
     model_validator,
@@ -216,7 +215,7 @@ class ScaleState(JsonModel):
 
     job_name: Text
     window: MetricsWindow = Field(default_factory=MetricsWindow)
-    cursors: tuple[tuple[str, int | LogCursor], ...] = ()
+    cursors: dict[str, Count | LogCursor] = Field(default_factory=dict)
     cooldown: CooldownClock = Field(default_factory=CooldownClock)
     current_nodes: Positive | None = None
     history: Annotated[
@@ -250,13 +249,12 @@ class ScaleState(JsonModel):
     @field_validator("cursors", mode="before")
     @classmethod
     def _stored_cursors(cls, value: Any, info: ValidationInfo) -> Any:
-        """Stored as ``{source: cursor}``, a cursor a bare number (a next step, an older
-        byte offset) or a LogCursor object; built in code, as ``(source, cursor)`` pairs."""
-        if not isinstance(value, dict):
-            if info.context is None:
-                return value
-            check_mapping("scale state cursors", value)
-        return tuple(
+        """Stored as ``{source: cursor}`` (sorted), a cursor a bare number (a next step,
+        an older byte offset) or a LogCursor object."""
+        if info.context is None:  # built in code
+            return value
+        check_mapping("scale state cursors", value)
+        return dict(
             sorted(
                 (str(source), _stored_cursor(f"scale state cursor {source!r}", cursor))
                 for source, cursor in value.items()
@@ -269,26 +267,19 @@ class ScaleState(JsonModel):
         """The layout of this document (module docstring)."""
         return SCHEMA_VERSION
 
-    @field_serializer("cursors")
-    def _cursors_by_source(
-        self, cursors: tuple[tuple[str, int | LogCursor], ...]
-    ) -> dict[str, int | LogCursor]:
-        return dict(cursors)
-
     def cursor(self, source: str) -> int:
         """The position already consumed in ``source`` (0 when never read)."""
-        value = dict(self.cursors).get(source, 0)
+        value = self.cursors.get(source, 0)
         return value.offset if isinstance(value, LogCursor) else value
 
     def log_cursor(self, source: str) -> LogCursor | None:
         """Where the step log ``source`` was last read, or None when it never was."""
-        value = dict(self.cursors).get(source)
+        value = self.cursors.get(source)
         return LogCursor(offset=value) if isinstance(value, int) else value
 
     def with_cursor(self, source: str, offset: int | LogCursor) -> ScaleState:
         """A copy with ``source``'s cursor moved to ``offset``."""
-        cursors = {**dict(self.cursors), source: offset}
-        return replace(self, cursors=tuple(sorted(cursors.items())))
+        return replace(self, cursors=dict(sorted({**self.cursors, source: offset}.items())))
 
     # -- the transition of one check: observe -> decide -> remember ------------------
 
