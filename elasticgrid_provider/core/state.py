@@ -58,7 +58,6 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
-    ValidationInfo,
     computed_field,
     field_validator,
     model_serializer,
@@ -215,7 +214,7 @@ class ScaleState(JsonModel):
 
     job_name: Text
     window: MetricsWindow = Field(default_factory=MetricsWindow)
-    cursors: dict[str, Count | LogCursor] = Field(default_factory=dict)
+    cursors: dict[str, int | LogCursor] = Field(default_factory=dict)
     cooldown: CooldownClock = Field(default_factory=CooldownClock)
     current_nodes: Positive | None = None
     history: Annotated[
@@ -248,11 +247,9 @@ class ScaleState(JsonModel):
 
     @field_validator("cursors", mode="before")
     @classmethod
-    def _stored_cursors(cls, value: Any, info: ValidationInfo) -> Any:
-        """Stored as ``{source: cursor}`` (sorted), a cursor a bare number (a next step,
-        an older byte offset) or a LogCursor object."""
-        if info.context is None:  # built in code
-            return value
+    def _stored_cursors(cls, value: Any) -> Any:
+        """``{source: cursor}`` (sorted), a cursor a bare number (a next step, an older
+        byte offset) or a LogCursor (an object when stored)."""
         check_mapping("scale state cursors", value)
         return dict(
             sorted(
@@ -279,7 +276,7 @@ class ScaleState(JsonModel):
 
     def with_cursor(self, source: str, offset: int | LogCursor) -> ScaleState:
         """A copy with ``source``'s cursor moved to ``offset``."""
-        return replace(self, cursors=dict(sorted({**self.cursors, source: offset}.items())))
+        return replace(self, cursors={**self.cursors, source: offset})
 
     # -- the transition of one check: observe -> decide -> remember ------------------
 
@@ -427,10 +424,10 @@ class ScaleState(JsonModel):
 
 
 def _stored_cursor(where: str, value: Any) -> int | LogCursor:
-    """A stored cursor: a bare number (a next step, or an older state's byte offset) or a LogCursor."""
+    """A cursor: a bare number (a next step, or an older state's byte offset) or a LogCursor."""
     if isinstance(value, dict):
         return LogCursor.from_value(where, value)
-    return check_integer(where, value)
+    return value if isinstance(value, LogCursor) else check_integer(where, value)
 
 
 def readable_fields(decision: dict[str, Any]) -> dict[str, Any]:
