@@ -232,10 +232,11 @@ class ScaleState(JsonModel):
     @model_validator(mode="before")
     @classmethod
     def _migrated(cls, data: Any) -> Any:
-        """Check the stored layout's version; a version 1 document gains the defaults."""
-        if not isinstance(data, dict) or "schema_version" not in data:
+        """Check the stored layout's version (a stored state always names it); a version 1
+        document gains the defaults."""
+        if not isinstance(data, dict):  # built in code, or refused as no JSON object
             return data
-        version = data["schema_version"]
+        version = data.get("schema_version")
         if version != SCHEMA_VERSION and version not in MIGRATABLE_SCHEMA_VERSIONS:
             raise ElasticGridError(
                 f"scale state schema_version must be {SCHEMA_VERSION} (or 1, which is migrated), "
@@ -338,23 +339,16 @@ class ScaleState(JsonModel):
     def remember(
         self, record: DecisionRecord, now: float, limit: int = DEFAULT_HISTORY_LIMIT
     ) -> ScaleState:
-        """The state after ``record``: its cooldown clock, the recommendation, the history.
-
-        A hold that repeats the previous entry is folded into it with a count
-        (:meth:`with_record`), so the history keeps the decisions that matter.
-        """
+        """The state after ``record``: its cooldown clock, the recommendation, the history
+        (a repeated hold folded into the previous entry), one revision on."""
         decision = record.decision
         window_s = float(record.inputs.scheduler.thresholds()["scale_down_window_s"])
         recent = [entry for entry in self.recent if now - entry.at <= window_s]
         if decision.recommended_nodes is not None:
             recent.append(Recommendation(now, decision.recommended_nodes))
-        state = replace(
-            self,
-            recent=tuple(recent[-RECENT_LIMIT:]),
-            revision=self.revision + 1,
-            updated_at=now,
-        )
-        return state.with_record(record, limit)
+        kept = tuple(recent[-RECENT_LIMIT:])
+        state = self.remember_event(record.to_dict(), now, limit)
+        return replace(state, recent=kept, cooldown=decision.cooldown)
 
     def advance(
         self,
@@ -364,22 +358,13 @@ class ScaleState(JsonModel):
         now: float,
         *,
         window_size: int = DEFAULT_WINDOW_SIZE,
-        deadline_at: float | None = None,
-        remaining_steps: float | None = None,
-        remaining_tokens: float | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
-        context: dict[str, Any] | None = None,
+        **decide_options: Any,
     ) -> tuple[ScaleState, DecisionRecord]:
-        """One check: :meth:`observe`, :meth:`decide`, :meth:`remember`."""
+        """One check: :meth:`observe`, :meth:`decide` (``decide_options`` are its keywords),
+        :meth:`remember`."""
         observed = self.observe(samples, current_nodes, now, window_size)
-        record = observed.decide(
-            scheduler,
-            now,
-            deadline_at=deadline_at,
-            remaining_steps=remaining_steps,
-            remaining_tokens=remaining_tokens,
-            context=context,
-        )
+        record = observed.decide(scheduler, now, **decide_options)
         return observed.remember(record, now, history_limit), record
 
     def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
@@ -393,11 +378,8 @@ class ScaleState(JsonModel):
     def remember_event(
         self, entry: dict[str, Any], now: float, limit: int = DEFAULT_HISTORY_LIMIT
     ) -> ScaleState:
-        """The state after an entry that is no policy decision, one revision on.
-
-        The check of an ended job records its ``job_ended`` entry this way, a
-        recovery its ``recover``/``give_up`` record (no cooldown, no recommendation).
-        """
+        """The state after a history entry, one revision on: alone for an entry that is no
+        policy decision (``job_ended``, ``recover``, ``give_up``)."""
         return replace(
             self,
             history=_with_entry(self.history, entry, limit),
@@ -407,13 +389,8 @@ class ScaleState(JsonModel):
 
     @classmethod
     def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
-        """Rebuild a state from a Variable's JSON; migrates version 1, refuses unknown versions.
-
-        With ``job_name``, a state that belongs to another job is refused too.
-        """
-        check_mapping("scale state", data)
-        if "schema_version" not in data:
-            data = {**data, "schema_version": None}  # refused: a state always names its layout
+        """Rebuild a state from a Variable's JSON (module docstring); with ``job_name``, a
+        state that belongs to another job is refused too."""
         state = cls.model_validate(data)
         if job_name is not None and state.job_name != job_name:
             raise ElasticGridError(
