@@ -64,11 +64,7 @@ from elasticgrid_provider.core.recovery import (
 )
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
 from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
-from elasticgrid_provider.core.state import (
-    DEFAULT_HISTORY_LIMIT,
-    JOB_ENDED_RULE,
-    ScaleState,
-)
+from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RULE, ScaleState
 from elasticgrid_provider.core.step_log import StepLogChunk
 from elasticgrid_provider.core.validation import check_number, number_from_text
 
@@ -245,11 +241,26 @@ class ScaleCheck:
         log: list[tuple[int, str]] = []
         taken = self._take_samples(state, snapshot, now, samples, chunks, log)
         if lost:
-            policy = recovery or RecoveryPolicy.checked()
-            return self._recover(state, taken, snapshot, lost, now, task, policy, planner, log)
+            return self._recover(state, taken, snapshot, lost, now, task, recovery, planner, log)
         state = taken
-        if snapshot.status in ("done", "stopped"):
-            return self._finish(state, snapshot, now, task, log)
+        if snapshot.status in ("done", "stopped"):  # no decision: a job_ended record and entry
+            ended: dict[str, Any] = {
+                "action": ScaleAction.HOLD.value,
+                "current_nodes": snapshot.nodes,
+                "target_nodes": snapshot.nodes,
+                "rule": JOB_ENDED_RULE,
+                "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
+                "decided_at": now,
+            }
+            ended["context"] = {
+                "job_status": snapshot.status,
+                "job_name": self.job_name,
+                "decided_at_iso": iso_time(now),
+                **asdict(task),
+                "readable": {"summary": decision_summary(ended)},
+            }
+            state = state.remember_event(ended, now, self.history_limit)
+            return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log))
         try:
             choice = deadline()
             record = state.decide(
@@ -280,7 +291,7 @@ class ScaleCheck:
         lost: Sequence[LostPart],
         now: float,
         task: TaskIdentity,
-        policy: RecoveryPolicy,
+        policy: RecoveryPolicy | None,
         planner: GridPlanner | None,
         log: list[tuple[int, str]],
     ) -> CheckOutcome:
@@ -300,7 +311,7 @@ class ScaleCheck:
                 min_nodes=int(thresholds["min_nodes"]),
                 max_nodes=int(thresholds["max_nodes"]),
                 memory=taken.recovery,
-                policy=policy,
+                policy=policy or RecoveryPolicy.checked(),
                 planner=planner,
                 now=now,
             )
@@ -362,33 +373,6 @@ class ScaleCheck:
         if not skipped:
             return state
         return replace(state, skipped_lines=state.skipped_lines + skipped)
-
-    def _finish(
-        self,
-        state: ScaleState,
-        snapshot: JobSnapshot,
-        now: float,
-        task: TaskIdentity,
-        log: list[tuple[int, str]],
-    ) -> CheckOutcome:
-        """A job that ended needs no decision: its ``job_ended`` record and history entry."""
-        record: dict[str, Any] = {
-            "action": ScaleAction.HOLD.value,
-            "current_nodes": snapshot.nodes,
-            "target_nodes": snapshot.nodes,
-            "rule": JOB_ENDED_RULE,
-            "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
-            "decided_at": now,
-        }
-        record["context"] = {
-            "job_status": snapshot.status,
-            "job_name": self.job_name,
-            "decided_at_iso": iso_time(now),
-            **asdict(task),
-            "readable": {"summary": decision_summary(record)},
-        }
-        state = state.remember_event(record, now, self.history_limit)
-        return CheckOutcome(CheckVerdict.FINISH, state, record, tuple(log))
 
     def _record_context(
         self,

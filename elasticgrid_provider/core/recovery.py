@@ -8,29 +8,23 @@ left of the grid, from its checkpoint. Rules:
 * **Lost.** Only a confirmed launch (manifest ``state: running``) can lose
   capacity. A part is lost when iroh-tinker reports it ``failed``, or
   ``running`` with ranks down that did not finish (:func:`part_is_lost`).
-  Each lost part is named with its provider and the cause, when the rank
-  logs or the engine give one (:func:`loss_cause`).
+  Each is named with its provider and, when the rank logs or the engine
+  give one, the cause (:func:`loss_cause`).
 * **Quarantine.** Each lost part's provider is quarantined for
-  ``quarantine_s`` seconds from the decision. Quarantines live in the job's
-  scale state (:class:`RecoveryMemory`) and appear in every record made
-  while they last; planning leaves quarantined providers out and the
-  placement says which and why (``GridPlanner.plan(leave_out=...)``).
-* **Size.** The job's current size, kept within ``[min_nodes, max_nodes]``,
-  re-planned on the grid without quarantined providers. When what is left
-  holds fewer nodes but at least ``min_nodes``, the job shrinks to it.
+  ``quarantine_s`` seconds. Quarantines live in the job's scale state
+  (:class:`RecoveryMemory`) and appear in every record made while they
+  last; planning leaves them out and the placement says which and why.
+* **Size.** The current size, kept within ``[min_nodes, max_nodes]``, on the
+  grid without quarantined providers; when less is left, but at least
+  ``min_nodes``, the job shrinks to it.
 * **Budget.** At most ``max_recoveries`` recoveries within
   ``recovery_window_s``; ``max_recoveries=0`` turns recovery off.
-* **Giving up.** Budget spent, or less than ``min_nodes`` left: the decision
-  is ``give_up`` with one sentence saying why. The check fails with it, what
-  is left of the job is stopped and its launch recorded down, so a later
-  check fails with the same sentence and nothing loops.
-* **Once per launch.** A recovery is decided once for the launch that lost
-  capacity (its launch id is remembered): a check that finds the same launch
-  still lost, because the relaunch has not run yet, decides ``wait`` and
-  records nothing.
+* **Giving up.** Budget spent, or less than ``min_nodes`` left: ``give_up``
+  with one sentence saying why. The check fails with it, what is left is
+  stopped and the launch recorded down, so a later check fails the same way.
+* **Once per launch.** A check that finds a launch still lost whose recovery
+  was decided (the relaunch has not run yet) decides ``wait``, recording nothing.
 
-The models are :func:`~elasticgrid_provider.core.validation.model` classes;
-a stored document that does not validate is refused with one sentence.
 Pure: no Airflow, no iroh-tinker, no file access.
 """
 
@@ -67,13 +61,11 @@ RECOVER_RULE: Final = "recover"
 RECOVER: Final = "recover"
 GIVE_UP: Final = "give_up"
 WAIT: Final = "wait"
-RECOVERY_ACTIONS = (RECOVER, GIVE_UP)
-"""The actions of recovery events that enter the history (``wait`` never does)."""
+RECOVERY_ACTIONS = (RECOVER, GIVE_UP)  # the ones that enter the history
 DEFAULT_MAX_RECOVERIES = 3
 DEFAULT_RECOVERY_WINDOW_S = 3600.0
 DEFAULT_QUARANTINE_S = 1800.0
-PAST_RECOVERIES_KEPT = 50
-"""The state keeps at most this many past recoveries (the window needs only the recent ones)."""
+PAST_RECOVERIES_KEPT = 50  # the window needs only the recent ones
 CAUSE_PATTERN = re.compile(
     "preempt|reclaim|evict|interrupt|terminat|killed|signal|out of memory|error|exception",
     re.IGNORECASE,
@@ -108,10 +100,6 @@ class QuarantineEntry(JsonModel):
     until: Finite
     reason: AnyText
 
-    def active(self, now: float) -> bool:
-        """Whether the quarantine still holds at ``now``."""
-        return self.until > now
-
 
 @model
 class PastRecovery(JsonModel):
@@ -136,7 +124,7 @@ class RecoveryMemory(JsonModel):
         """The quarantines that still hold at ``now``, one per provider (the longest)."""
         longest: dict[str, QuarantineEntry] = {}
         for entry in self.quarantine:
-            if entry.active(now) and (
+            if entry.until > now and (
                 entry.provider not in longest or entry.until > longest[entry.provider].until
             ):
                 longest[entry.provider] = entry
@@ -358,18 +346,13 @@ def remember_recovery(
 
 
 def quarantine_from_record(record: Any) -> dict[str, str]:
-    """``{provider: why}`` from a decision record's quarantine (top level or ``context``).
-
-    What a ``PlanPlacementOperator`` given ``nodes=check.output`` leaves out:
-    the quarantine in force when the check decided, as it was recorded.
-    """
+    """``{provider: why}`` from a decision record's quarantine (top level or ``context``):
+    what a ``PlanPlacementOperator`` given ``nodes=check.output`` leaves out."""
     if not isinstance(record, Mapping):
         return {}
     context = record.get("context")
     entries = record.get("quarantine")
     if entries is None and isinstance(context, Mapping):
         entries = context.get("quarantine")
-    if not entries:
-        return {}
-    memory = RecoveryMemory.model_validate({"quarantine": entries}, where="decision record")
+    memory = RecoveryMemory.model_validate({"quarantine": entries or ()}, where="decision record")
     return quarantine_reasons(memory.quarantine)
