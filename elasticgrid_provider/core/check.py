@@ -157,19 +157,16 @@ def handed_in_samples(samples: Any) -> list[StepSample]:
 
 
 def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) -> RecoveryPolicy:
-    """The recovery budget and quarantine from a task's (rendered) arguments.
-
-    Numbers may come as numeric strings from templates; the two durations
-    also as timedeltas. A bad value raises one sentence naming it.
-    """
-
-    def seconds(value: Any) -> Any:
-        return value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
-
+    """The recovery budget and quarantine from a task's (rendered) arguments: numbers may be
+    numeric strings, the durations timedeltas; a bad value raises one sentence naming it."""
+    window_s, quarantine_s = (
+        value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
+        for value in (recovery_window, quarantine)
+    )
     return RecoveryPolicy.checked(
         max_recoveries=number_from_text(max_recoveries),  # "3" from a template is 3
-        recovery_window_s=seconds(recovery_window),
-        quarantine_s=seconds(quarantine),
+        recovery_window_s=window_s,
+        quarantine_s=quarantine_s,
     )
 
 
@@ -301,15 +298,14 @@ class ScaleCheck:
         """
         if planner is None:
             raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
-        thresholds = self.scheduler.thresholds()
         try:
             decision = decide_recovery(
                 job_name=self.job_name,
                 launch_id=snapshot.manifest.launch_id,
                 lost=lost,
                 current_nodes=snapshot.nodes,
-                min_nodes=int(thresholds["min_nodes"]),
-                max_nodes=int(thresholds["max_nodes"]),
+                min_nodes=self.scheduler.min_nodes,
+                max_nodes=self.scheduler.max_nodes,
                 memory=taken.recovery,
                 policy=policy or RecoveryPolicy.checked(),
                 planner=planner,

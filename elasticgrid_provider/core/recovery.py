@@ -202,17 +202,11 @@ class RecoveryDecision(JsonModel):
     def to_dict(self, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Plain JSON: the record (with ``context``, its ``readable`` summary added)."""
         record = self.model_dump()
-        record["context"] = {
-            **(context or {}),
-            "readable": {
-                "summary": decision_summary(record),
-                "decided_at": iso_time(self.decided_at),
-                "quarantine": [
-                    {**entry.model_dump(), "until_iso": iso_time(entry.until)}
-                    for entry in self.quarantine
-                ],
-            },
-        }
+        quarantine = [
+            {**entry.model_dump(), "until_iso": iso_time(entry.until)} for entry in self.quarantine
+        ]
+        readable = {"summary": decision_summary(record), "decided_at": iso_time(self.decided_at)}
+        record["context"] = {**(context or {}), "readable": {**readable, "quarantine": quarantine}}
         return record
 
 
@@ -311,12 +305,10 @@ def decide_recovery(
         reason = f"{what} and no capacity is left to recover it: {problem}"
         return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
     where = ", ".join(f"{name} {count}" for name, count in placement.nodes_by_provider().items())
-    quarantined = (
-        f"quarantined {', '.join(repr(entry.provider) for entry in fresh)} for "
-        f"{policy.quarantine_s:g}s; "
-        if fresh
-        else ""
-    )
+    quarantined = ""
+    if fresh:
+        names = ", ".join(repr(entry.provider) for entry in fresh)
+        quarantined = f"quarantined {names} for {policy.quarantine_s:g}s; "
     reason = (
         f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
         f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "

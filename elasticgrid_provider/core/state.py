@@ -92,17 +92,12 @@ from elasticgrid_provider.core.validation import (
 )
 
 SCHEMA_VERSION = 2
-MIGRATABLE_SCHEMA_VERSIONS = (1,)
-"""Older layouts :meth:`ScaleState.from_dict` still reads (and upgrades)."""
+MIGRATABLE_SCHEMA_VERSIONS = (1,)  # older layouts still read (and upgraded)
 DEFAULT_HISTORY_LIMIT = 20
-JOB_ENDED_RULE = "job_ended"
-"""The ``rule`` of the history entry that records the end of the job."""
-# keys of a history entry that annotate the decision and are not decision fields
-RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")
-RECENT_LIMIT = 200
-"""At most this many recent recommendations are kept, however short the checks' interval."""
-MEASUREMENT_MIN_SAMPLES = 3
-"""A window with fewer samples does not replace a fuller measurement at the same size."""
+JOB_ENDED_RULE = "job_ended"  # the rule of the history entry that records the end of the job
+RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")  # keys of an entry beside the decision
+RECENT_LIMIT = 200  # recent recommendations kept, however short the checks' interval
+MEASUREMENT_MIN_SAMPLES = 3  # fewer samples do not replace a fuller measurement at a size
 
 
 def state_variable_key(job_name: str) -> str:
@@ -150,10 +145,8 @@ POLICY_V2_INPUT_FIELDS = ("capacity", "recent")
 
 
 def recorded_by_older_policy(entry: Any) -> bool:
-    """Whether a history entry's inputs predate :data:`POLICY_V2_INPUT_FIELDS` (schema 1).
-
-    Such a record replays under today's rules, which may decide otherwise.
-    """
+    """Whether a history entry's inputs predate :data:`POLICY_V2_INPUT_FIELDS` (schema 1):
+    it replays under today's rules, which may decide otherwise."""
     inputs = entry.get("inputs") if isinstance(entry, dict) else None
     return isinstance(inputs, dict) and any(name not in inputs for name in POLICY_V2_INPUT_FIELDS)
 
@@ -162,11 +155,11 @@ def recorded_by_older_policy(entry: Any) -> bool:
 class DecisionRecord(JsonModel):
     """A decision, its inputs, and what surrounded it (job, deadline source, placements).
 
-    Its JSON is the decision's fields with ``context`` (``readable`` added)
-    and ``inputs`` beside them: the sensor's XCom and one history entry.
+    Its JSON (the sensor's XCom, a history entry) is the decision's fields with
+    ``context`` (``readable`` added) and ``inputs`` beside them.
     """
 
-    OWNER = "decision record"  # its fields' errors name their own path: decision.rule, inputs.now
+    OWNER = "decision record"  # errors name their own path: decision.rule, inputs.now
 
     decision: ScaleDecision
     inputs: DecisionInputs
@@ -288,12 +281,8 @@ class ScaleState(JsonModel):
         now: float,
         window_size: int = DEFAULT_WINDOW_SIZE,
     ) -> ScaleState:
-        """Take new samples: only those measured at ``current_nodes`` enter the window.
-
-        A size other than the one last recorded means the job was resized:
-        the window starts afresh. What the window measured at this size is
-        kept in the capacity memory, which outlives the window.
-        """
+        """Take new samples: only those measured at ``current_nodes`` enter the window,
+        which starts afresh after a resize; what it measured enters the capacity memory."""
         window = MetricsWindow(window_size, self.window.samples)
         if self.current_nodes is not None and self.current_nodes != current_nodes:
             window = MetricsWindow(window_size)
