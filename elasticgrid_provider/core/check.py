@@ -150,10 +150,7 @@ def handed_in_samples(samples: Any) -> list[StepSample]:
             raise ElasticGridError(f"samples is not valid JSON: {exc.msg}") from None
     if not isinstance(samples, list):
         raise ElasticGridError(f"samples must be a list of sample objects, got {samples!r}")
-    return [
-        StepSample.from_dict(sample, where=f"samples entry {position}")
-        for position, sample in enumerate(samples)
-    ]
+    return [StepSample.from_dict(s, where=f"samples entry {i}") for i, s in enumerate(samples)]
 
 
 def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) -> RecoveryPolicy:
@@ -269,11 +266,9 @@ class ScaleCheck:
             )
         except ElasticGridError as exc:  # bad input: fail clearly, write nothing
             raise ElasticGridError(str(exc)) from None
-        target = record.decision.target_nodes
         quarantine = state.recovery.active_quarantine(now)
-        context = self._record_context(
-            snapshot, target, choice.source, now, task, planner, quarantine
-        )
+        target, source = record.decision.target_nodes, choice.source
+        context = self._record_context(snapshot, target, source, now, task, planner, quarantine)
         record = replace(record, context=context)
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
@@ -292,10 +287,8 @@ class ScaleCheck:
         planner: GridPlanner | None,
         log: list[tuple[int, str]],
     ) -> CheckOutcome:
-        """A job that lost capacity: ``recover``, ``wait`` or ``give_up`` (module docstring).
-
-        ``taken`` is ``state`` with the new samples; ``wait`` keeps ``state`` as it was.
-        """
+        """A lost part: ``recover``, ``wait`` (keeps ``state``, not ``taken`` with the new
+        samples) or ``give_up`` (module docstring)."""
         if planner is None:
             raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
         try:

@@ -261,13 +261,9 @@ def decide_recovery(
         )
         active = memory.active_quarantine(now)
         return decided(action=WAIT, target_nodes=current_nodes, reason=reason, quarantine=active)
+    until = now + policy.quarantine_s
     fresh = tuple(
-        QuarantineEntry(
-            provider=part.provider,
-            since=now,
-            until=now + policy.quarantine_s,
-            reason=f"lost part {part.part}: {part.cause}",
-        )
+        QuarantineEntry(part.provider, now, until, f"lost part {part.part}: {part.cause}")
         for part in lost
         if policy.quarantine_s > 0
     )

@@ -245,12 +245,15 @@ class ScaleState(JsonModel):
         """``{source: cursor}`` (sorted), a cursor a bare number (a next step, an older
         byte offset) or a LogCursor (an object when stored)."""
         check_mapping("scale state cursors", value)
-        return dict(
-            sorted(
-                (str(source), _stored_cursor(f"scale state cursor {source!r}", cursor))
-                for source, cursor in value.items()
-            )
-        )
+        cursors: dict[str, int | LogCursor] = {}
+        for source, cursor in sorted(value.items()):
+            where = f"scale state cursor {source!r}"
+            if isinstance(cursor, dict):
+                cursor = LogCursor.model_validate(cursor, where=where)
+            elif not isinstance(cursor, LogCursor):
+                cursor = check_integer(where, cursor)
+            cursors[str(source)] = cursor
+        return cursors
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -387,13 +390,6 @@ class ScaleState(JsonModel):
                 f"got {state.job_name!r}"
             )
         return state
-
-
-def _stored_cursor(where: str, value: Any) -> int | LogCursor:
-    """A cursor: a bare number (a next step, or an older state's byte offset) or a LogCursor."""
-    if isinstance(value, dict):
-        return LogCursor.from_value(where, value)
-    return value if isinstance(value, LogCursor) else check_integer(where, value)
 
 
 def readable_fields(decision: dict[str, Any]) -> dict[str, Any]:
