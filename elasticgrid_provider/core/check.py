@@ -71,8 +71,7 @@ from elasticgrid_provider.core.validation import check_number, number_from_text
 ARGUMENT_SOURCE = "samples argument"
 """The cursor key of samples handed in through the ``samples`` argument: its value is the
 next step number to take, so each DAG run may hand in a new, overlapping list."""
-SKIPPED_LINES_SHOWN = 5
-"""Bad step-log lines reported one by one per log and check; the rest are counted."""
+SKIPPED_LINES_SHOWN = 5  # bad step-log lines reported one by one per log; the rest counted
 
 
 class CheckVerdict(str, Enum):
@@ -185,11 +184,8 @@ class ScaleCheck:
         unshared_message: str | None = None,
         failure_report: str | None = None,
     ) -> str | None:
-        """Why the check must fail (one sentence, a log tail below it), or None.
-
-        ``unshared_message``: the sentence for a missing manifest whose job has
-        a stored state; ``failure_report``: the log tails of a down or failed job.
-        """
+        """Why the check must fail (one sentence, ``failure_report``'s log tails below it), or
+        None; ``unshared_message`` is the sentence for a manifest missing while a state exists."""
         if snapshot is None:
             return unshared_message or (
                 f"job {self.job_name!r} has no manifest under {jobs_root}; "
@@ -226,12 +222,9 @@ class ScaleCheck:
         lost: Sequence[LostPart] = (),
         recovery: RecoveryPolicy | None = None,
     ) -> CheckOutcome:
-        """One check: take samples, then recover, finish or decide (module docstring).
-
-        ``samples`` is the raw argument (None: use ``chunks``, the step-log reads
-        since the state's cursors); ``deadline`` is called only when a decision
-        is made; ``planner`` proposes placements and re-plans recoveries.
-        """
+        """One check (module docstring): ``samples`` is the raw argument (None: use the step-log
+        ``chunks``); ``deadline`` is called only when a decision is made; ``planner`` proposes
+        placements and re-plans recoveries."""
         log: list[tuple[int, str]] = []
         taken = self._take_samples(state, snapshot, now, samples, chunks, log)
         if lost:

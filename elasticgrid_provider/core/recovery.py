@@ -56,8 +56,7 @@ if TYPE_CHECKING:
     from elasticgrid_provider.core.planner import GridPlanner
     from elasticgrid_provider.core.state import ScaleState
 
-RECOVER_RULE: Final = "recover"
-"""The ``rule`` of every recovery event in a decision record and the history."""
+RECOVER_RULE: Final = "recover"  # the rule of every recovery event, in records and history
 RECOVER: Final = "recover"
 GIVE_UP: Final = "give_up"
 WAIT: Final = "wait"
@@ -123,11 +122,9 @@ class RecoveryMemory(JsonModel):
     def active_quarantine(self, now: float) -> tuple[QuarantineEntry, ...]:
         """The quarantines that still hold at ``now``, one per provider (the longest)."""
         longest: dict[str, QuarantineEntry] = {}
-        for entry in self.quarantine:
-            if entry.until > now and (
-                entry.provider not in longest or entry.until > longest[entry.provider].until
-            ):
-                longest[entry.provider] = entry
+        for entry in sorted(self.quarantine, key=lambda entry: entry.until, reverse=True):
+            if entry.until > now:
+                longest.setdefault(entry.provider, entry)
         return tuple(longest[name] for name in sorted(longest))
 
     def leave_out(self, now: float) -> dict[str, str]:
@@ -177,11 +174,9 @@ class RecoveryPolicy(JsonModel):
 
 @model
 class RecoveryDecision(JsonModel):
-    """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``.
-
-    Its record has the fields of every decision record, the lost parts, the
-    quarantine in force after it, the budget and the re-planned placement.
-    """
+    """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``; its
+    record has every decision record's fields, the lost parts, the quarantine in force after
+    it, the budget and the re-planned placement."""
 
     WHERE = "recovery decision"
 

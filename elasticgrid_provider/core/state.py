@@ -171,11 +171,8 @@ class DecisionRecord(JsonModel):
         if not isinstance(data, dict) or "decision" in data:
             return data
         plain = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
-        return {
-            "decision": plain,
-            "inputs": data.get("inputs"),
-            "context": data.get("context") or {},
-        }
+        context = data.get("context") or {}
+        return {"decision": plain, "inputs": data.get("inputs"), "context": context}
 
     @model_serializer(mode="plain")
     def _flat(self) -> dict[str, Any]:
@@ -361,23 +358,16 @@ class ScaleState(JsonModel):
 
     def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
         """A copy with ``record`` in the history (module docstring) and its cooldown clock."""
-        return replace(
-            self,
-            history=_with_entry(self.history, record.to_dict(), limit),
-            cooldown=record.decision.cooldown,
-        )
+        history = _with_entry(self.history, record.to_dict(), limit)
+        return replace(self, history=history, cooldown=record.decision.cooldown)
 
     def remember_event(
         self, entry: dict[str, Any], now: float, limit: int = DEFAULT_HISTORY_LIMIT
     ) -> ScaleState:
         """The state after a history entry, one revision on: alone for an entry that is no
         policy decision (``job_ended``, ``recover``, ``give_up``)."""
-        return replace(
-            self,
-            history=_with_entry(self.history, entry, limit),
-            revision=self.revision + 1,
-            updated_at=now,
-        )
+        history = _with_entry(self.history, entry, limit)
+        return replace(self, history=history, revision=self.revision + 1, updated_at=now)
 
     @classmethod
     def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
