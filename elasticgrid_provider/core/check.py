@@ -260,8 +260,9 @@ class ScaleCheck:
         except ElasticGridError as exc:  # bad input: fail clearly, write nothing
             raise ElasticGridError(str(exc)) from None
         quarantine = state.recovery.active_quarantine(now)
-        target, source = record.decision.target_nodes, choice.source
-        context = self._record_context(snapshot, target, source, now, task, planner, quarantine)
+        context = self._record_context(
+            snapshot, record.decision.target_nodes, choice.source, now, task, planner, quarantine
+        )
         record = replace(record, context=context)
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
