@@ -25,6 +25,7 @@ left of the grid, from its checkpoint. Rules:
 * **Once per launch.** A check that finds a launch still lost whose recovery
   was decided (the relaunch has not run yet) decides ``wait``, recording nothing.
 
+A stored document that does not validate is refused with one sentence.
 Pure: no Airflow, no iroh-tinker, no file access.
 """
 
