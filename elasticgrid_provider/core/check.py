@@ -2,52 +2,40 @@
 
 :class:`~elasticgrid_provider.sensors.scale.ElasticScaleSensor` is a thin
 shell over this module. Under the job's lock it asks the hook for the job
-(a :class:`JobSnapshot`), the stored :class:`ScaleState` and the step-log
-chunks that arrived since the last check, hands them to :class:`ScaleCheck`
-with the time, and then does what the :class:`CheckOutcome` says: write the
-state, log the lines, push the record, and fail, skip, hold or end with the
-record. The rules of one check, in order:
+(a :class:`JobSnapshot`), the stored :class:`ScaleState` and the new step-log
+chunks, hands them to :class:`ScaleCheck` with the time, and does what the
+:class:`CheckOutcome` says: write the state, log the lines, push the record,
+and fail, skip, hold or end with the record. The rules, in order:
 
 1. :meth:`ScaleCheck.failure`: a job that cannot be checked fails the task
-   with one sentence: no manifest (never launched here; or launched under a
-   jobs root this worker does not share, when its state exists), a launch
-   confirmed down (its ``down_reason``), a failed job (its failure report).
-   Nothing is written.
-2. :meth:`ScaleCheck.run` takes the new samples: those handed in through the
-   ``samples`` argument whose step is not below the argument's cursor (so
-   each sample is consumed once, however often a list is handed in again),
-   or else the step-log chunks (each moves its log's cursor; malformed lines
-   are logged, at most :data:`SKIPPED_LINES_SHOWN` per log, and counted).
-   Only samples measured at the job's current size enter the window
-   (:meth:`ScaleState.observe`).
-3. A job that ended (``done``/``stopped``) needs no decision: the outcome is
-   ``finish`` with a ``job_ended`` record, and the state gains that history
-   entry (:meth:`ScaleState.remember_event`).
-4. Otherwise the deadline is resolved (only now, so a job that ended is never
-   failed by its deadline), the scheduler decides
-   (:meth:`ScaleState.decide`), the record gets its context (the task, the
-   job, the placement and, for a change, the proposed placement and its
-   cost) and the state remembers it (:meth:`ScaleState.remember`: cooldown,
-   recent recommendations, bounded history, one revision on). A hold is
-   ``hold`` (keep waiting), a change ``resize`` to the target size. While a
-   quarantine lasts, the record carries it and the proposed placement leaves
-   those providers out.
+   with one sentence: no manifest (never launched here, or under a jobs root
+   this worker does not share), a launch confirmed down (its
+   ``down_reason``), a failed job (its failure report). Nothing is written.
+2. :meth:`ScaleCheck.run` takes the new samples: those of the ``samples``
+   argument whose step is not below its cursor (so each is consumed once,
+   however often a list is handed in), or else the step-log chunks (each
+   moves its log's cursor; malformed lines are logged, at most
+   :data:`SKIPPED_LINES_SHOWN` per log, and counted). Only samples measured
+   at the current size enter the window (:meth:`ScaleState.observe`).
+3. A job that ended (``done``/``stopped``) needs no decision: ``finish`` with
+   a ``job_ended`` record, which enters the history.
+4. Otherwise the deadline is resolved (only now, so an ended job is never
+   failed by it), the scheduler decides, the record gets its context (the
+   task, the job, the placement and, for a change, the proposed placement and
+   its cost) and the state remembers it. A hold is ``hold``, a change
+   ``resize``. While a quarantine lasts, the record carries it and the
+   proposed placement leaves those providers out.
 
-A job that lost capacity (a part failed, or some of its ranks are gone while
-the others run; :func:`~elasticgrid_provider.core.recovery.part_is_lost`) is
-not failed by rule 1: :meth:`ScaleCheck.run`, given the ``lost`` parts,
+A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`)
+is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
 takes the samples and decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
-``recover`` (quarantine the lost providers and end the wait with the record,
-so the downstream re-plan and relaunch take the safe resize path), ``wait``
-(this launch's recovery was decided already: hold, write nothing new) or
-``give_up`` (past ``max_recoveries`` within the window, or no capacity left:
-the shell stops what is left and fails the task with the record's reason).
+``recover`` (quarantine, then end the wait so the downstream re-plan and
+relaunch take the safe resize path), ``wait`` (already decided for this
+launch: hold, write nothing) or ``give_up`` (the shell stops what is left and
+fails the task with the reason).
 
 Bad input (a malformed ``samples`` argument, a bad deadline or
-``remaining_*`` value) raises :class:`ElasticGridError` and nothing is
-written. The models are read and built through their public methods only
-(``to_dict``/``from_dict``, ``dataclasses.replace`` and the transition methods of
-:class:`ScaleState`).
+``remaining_*`` value) raises :class:`ElasticGridError` and nothing is written.
 """
 
 from __future__ import annotations
@@ -55,7 +43,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from enum import Enum
 from typing import Any
@@ -66,7 +54,6 @@ from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import (
-    GIVE_UP,
     WAIT,
     LostPart,
     QuarantineEntry,
@@ -77,35 +64,24 @@ from elasticgrid_provider.core.recovery import (
 )
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
 from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
-from elasticgrid_provider.core.state import (
-    DEFAULT_HISTORY_LIMIT,
-    JOB_ENDED_RULE,
-    ScaleState,
-)
+from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RULE, ScaleState
 from elasticgrid_provider.core.step_log import StepLogChunk
 from elasticgrid_provider.core.validation import check_number, number_from_text
 
 ARGUMENT_SOURCE = "samples argument"
 """The cursor key of samples handed in through the ``samples`` argument: its value is the
 next step number to take, so each DAG run may hand in a new, overlapping list."""
-SKIPPED_LINES_SHOWN = 5
-"""Bad step-log lines reported one by one per log and check; the rest are counted."""
+SKIPPED_LINES_SHOWN = 5  # bad step-log lines reported one by one per log; the rest counted
 
 
 class CheckVerdict(str, Enum):
     """What the shell does after a check."""
 
-    HOLD = "hold"
-    """Keep waiting; the hold's record goes to XCom."""
-    RESIZE = "resize"
-    """End the wait with the record: the job should run at ``target_nodes``."""
-    FINISH = "finish"
-    """The job ended: record that and skip the resize downstream."""
-    RECOVER = "recover"
-    """The job lost capacity: end the wait with the record (re-plan without the
-    quarantined providers, relaunch from the checkpoint)."""
-    GIVE_UP = "give_up"
-    """The job lost capacity and is not recovered again: stop what is left, fail the task."""
+    HOLD = "hold"  # keep waiting; the record goes to XCom
+    RESIZE = "resize"  # end the wait: the job should run at ``target_nodes``
+    FINISH = "finish"  # the job ended: record that, skip the resize downstream
+    RECOVER = "recover"  # lost capacity: end the wait, re-plan and relaunch
+    GIVE_UP = "give_up"  # lost capacity, not recovered again: stop the rest, fail
 
 
 @dataclass(frozen=True)
@@ -128,10 +104,7 @@ class DeadlineChoice:
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    """What one check decided: the state to write, the record, and the log lines.
-
-    ``log`` holds ``(logging level, message)`` pairs in the order they arose.
-    """
+    """What one check decided: the state to write, the record, and ``(level, message)`` lines."""
 
     verdict: CheckVerdict
     state: ScaleState
@@ -160,11 +133,6 @@ def unshared_root_sentence(job_name: str, jobs_root: str, state_key: str) -> str
     )
 
 
-def failed_job_message(job_name: str, failure_report: str | None) -> str:
-    """The error of a failed job: one line, the failed ranks' log tails below it."""
-    return f"job {job_name!r} failed.\n{failure_report or ''}".rstrip()
-
-
 def optional_number(field: str, value: Any) -> float | None:
     """A templated number (numeric strings allowed), or None when unset; finite and >= 0."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -181,41 +149,26 @@ def handed_in_samples(samples: Any) -> list[StepSample]:
             raise ElasticGridError(f"samples is not valid JSON: {exc.msg}") from None
     if not isinstance(samples, list):
         raise ElasticGridError(f"samples must be a list of sample objects, got {samples!r}")
-    return [
-        StepSample.from_dict(sample, where=f"samples entry {position}")
-        for position, sample in enumerate(samples)
-    ]
+    return [StepSample.from_dict(s, where=f"samples entry {i}") for i, s in enumerate(samples)]
 
 
 def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) -> RecoveryPolicy:
-    """The recovery budget and quarantine from a task's (rendered) arguments.
-
-    Numbers may come as numeric strings from templates; the two durations
-    also as timedeltas. A bad value raises one sentence naming it.
-    """
-
-    def seconds(value: Any) -> Any:
-        return value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
-
-    recoveries = number_from_text(max_recoveries)
-    if isinstance(recoveries, float) and recoveries.is_integer():  # "3" from a template
-        recoveries = int(recoveries)
+    """The recovery budget and quarantine from a task's (rendered) arguments: numbers may be
+    numeric strings, the durations timedeltas; a bad value raises one sentence naming it."""
+    window_s, quarantine_s = (
+        value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
+        for value in (recovery_window, quarantine)
+    )
     return RecoveryPolicy.checked(
-        max_recoveries=recoveries,
-        recovery_window_s=seconds(recovery_window),
-        quarantine_s=seconds(quarantine),
+        max_recoveries=number_from_text(max_recoveries),  # "3" from a template is 3
+        recovery_window_s=window_s,
+        quarantine_s=quarantine_s,
     )
 
 
 @dataclass(frozen=True)
 class ScaleCheck:
-    """The rules of one check of ``job_name`` (module docstring), with the task's settings.
-
-    :param job_name: the job checked.
-    :param scheduler: the decision policy with the task's parameters.
-    :param window_size: how many samples the rolling window keeps.
-    :param history_limit: how many decisions the state keeps.
-    """
+    """The rules of one check of ``job_name`` (module docstring), with the task's settings."""
 
     job_name: str
     scheduler: ElasticScheduler
@@ -231,12 +184,8 @@ class ScaleCheck:
         unshared_message: str | None = None,
         failure_report: str | None = None,
     ) -> str | None:
-        """Why the check must fail (one sentence, a log tail below it), or None.
-
-        ``unshared_message`` is the sentence for a missing manifest whose job
-        has a stored state (the jobs root is not shared); ``failure_report``
-        the failed ranks' log tails of a down or failed job.
-        """
+        """Why the check must fail (one sentence, ``failure_report``'s log tails below it), or
+        None; ``unshared_message`` is the sentence for a manifest missing while a state exists."""
         if snapshot is None:
             return unshared_message or (
                 f"job {self.job_name!r} has no manifest under {jobs_root}; "
@@ -250,10 +199,11 @@ class ScaleCheck:
                 f"{manifest.launch_id} was confirmed dead ({reason}); launch it again with "
                 "LaunchOperator"
             )
-            return f"{sentence}\n{failure_report or ''}".rstrip()
-        if snapshot.status == "failed":
-            return failed_job_message(self.job_name, failure_report)
-        return None
+        elif snapshot.status == "failed":
+            sentence = f"job {self.job_name!r} failed."
+        else:
+            return None
+        return f"{sentence}\n{failure_report or ''}".rstrip()
 
     # -- rules 2-4 ----------------------------------------------------------------
     def run(
@@ -272,24 +222,32 @@ class ScaleCheck:
         lost: Sequence[LostPart] = (),
         recovery: RecoveryPolicy | None = None,
     ) -> CheckOutcome:
-        """One check: take samples, then recover, finish or decide (module docstring).
-
-        :param samples: the raw ``samples`` argument (None: use ``chunks``, the
-            step-log reads since the state's cursors).
-        :param deadline: resolves the deadline; called only when a decision is made.
-        :param planner: the grid's planner, for the proposed placement of a change
-            and the re-plan of a recovery.
-        :param lost: the parts that lost capacity (none: the job runs or ended).
-        :param recovery: the recovery budget and quarantine (default: the defaults).
-        """
+        """One check (module docstring): ``samples`` is the raw argument (None: use the step-log
+        ``chunks``); ``deadline`` is called only when a decision is made; ``planner`` proposes
+        placements and re-plans recoveries."""
         log: list[tuple[int, str]] = []
         taken = self._take_samples(state, snapshot, now, samples, chunks, log)
         if lost:
-            policy = recovery or RecoveryPolicy.checked()
-            return self._recover(state, taken, snapshot, lost, now, task, policy, planner, log)
+            return self._recover(state, taken, snapshot, lost, now, task, recovery, planner, log)
         state = taken
-        if snapshot.status in ("done", "stopped"):
-            return self._finish(state, snapshot, now, task, log)
+        if snapshot.status in ("done", "stopped"):  # no decision: a job_ended record and entry
+            ended: dict[str, Any] = {
+                "action": ScaleAction.HOLD.value,
+                "current_nodes": snapshot.nodes,
+                "target_nodes": snapshot.nodes,
+                "rule": JOB_ENDED_RULE,
+                "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
+                "decided_at": now,
+            }
+            ended["context"] = {
+                "job_status": snapshot.status,
+                "job_name": self.job_name,
+                "decided_at_iso": iso_time(now),
+                **asdict(task),
+                "readable": {"summary": decision_summary(ended)},
+            }
+            state = state.remember_event(ended, now, self.history_limit)
+            return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log))
         try:
             choice = deadline()
             record = state.decide(
@@ -301,17 +259,15 @@ class ScaleCheck:
             )
         except ElasticGridError as exc:  # bad input: fail clearly, write nothing
             raise ElasticGridError(str(exc)) from None
-        target = record.decision.target_nodes
         quarantine = state.recovery.active_quarantine(now)
         context = self._record_context(
-            snapshot, target, choice.source, now, task, planner, quarantine
+            snapshot, record.decision.target_nodes, choice.source, now, task, planner, quarantine
         )
         record = replace(record, context=context)
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
-        return CheckOutcome(
-            CheckVerdict.HOLD if hold else CheckVerdict.RESIZE, state, record.to_dict(), tuple(log)
-        )
+        verdict = CheckVerdict.HOLD if hold else CheckVerdict.RESIZE
+        return CheckOutcome(verdict, state, record.to_dict(), tuple(log))
 
     def _recover(
         self,
@@ -321,29 +277,24 @@ class ScaleCheck:
         lost: Sequence[LostPart],
         now: float,
         task: TaskIdentity,
-        policy: RecoveryPolicy,
+        policy: RecoveryPolicy | None,
         planner: GridPlanner | None,
         log: list[tuple[int, str]],
     ) -> CheckOutcome:
-        """A job that lost capacity: ``recover``, ``wait`` or ``give_up`` (module docstring).
-
-        ``taken`` is ``state`` with the new samples; ``wait`` keeps ``state`` as
-        it was (this launch's recovery is already recorded); ``recover`` and
-        ``give_up`` remember the quarantine, the recovery and the record.
-        """
+        """A lost part: ``recover``, ``wait`` (keeps ``state``, not ``taken`` with the new
+        samples) or ``give_up`` (module docstring)."""
         if planner is None:
             raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
-        thresholds = self.scheduler.thresholds()
         try:
             decision = decide_recovery(
                 job_name=self.job_name,
                 launch_id=snapshot.manifest.launch_id,
                 lost=lost,
                 current_nodes=snapshot.nodes,
-                min_nodes=int(thresholds["min_nodes"]),
-                max_nodes=int(thresholds["max_nodes"]),
+                min_nodes=self.scheduler.min_nodes,
+                max_nodes=self.scheduler.max_nodes,
                 memory=taken.recovery,
-                policy=policy,
+                policy=policy or RecoveryPolicy.checked(),
                 planner=planner,
                 now=now,
             )
@@ -356,9 +307,8 @@ class ScaleCheck:
         record = decision.to_dict(context)
         if decision.action == WAIT:
             return CheckOutcome(CheckVerdict.HOLD, state, record, tuple(log))
-        verdict = CheckVerdict.GIVE_UP if decision.action == GIVE_UP else CheckVerdict.RECOVER
         remembered = remember_recovery(taken, decision, record, self.history_limit)
-        return CheckOutcome(verdict, remembered, record, tuple(log))
+        return CheckOutcome(CheckVerdict(decision.action), remembered, record, tuple(log))
 
     def _take_samples(
         self,
@@ -380,87 +330,32 @@ class ScaleCheck:
                 state = state.with_cursor(ARGUMENT_SOURCE, max(s.step for s in fresh) + 1)
         else:
             for chunk in chunks:
-                first_read = state.log_cursor(chunk.source) is None
-                log.extend((logging.WARNING, note) for note in chunk.notes)
-                log.extend(
-                    (logging.WARNING, f"Skipped a step-log line: {line}")
-                    for line in chunk.skipped[:SKIPPED_LINES_SHOWN]
-                )
-                if len(chunk.skipped) > SKIPPED_LINES_SHOWN:
-                    log.append(
-                        (
-                            logging.WARNING,
-                            f"Skipped {len(chunk.skipped) - SKIPPED_LINES_SHOWN} more bad "
-                            f"line(s) of {chunk.source}.",
-                        )
-                    )
+                shown = chunk.skipped[:SKIPPED_LINES_SHOWN]
+                notes = [*chunk.notes, *(f"Skipped a step-log line: {line}" for line in shown)]
+                if len(chunk.skipped) > len(shown):
+                    more = len(chunk.skipped) - len(shown)
+                    notes.append(f"Skipped {more} more bad line(s) of {chunk.source}.")
+                log.extend((logging.WARNING, note) for note in notes)
                 skipped += len(chunk.skipped)
                 new_samples.extend(chunk.samples)
                 if chunk.lines_read:
-                    first = (
-                        " (first check: from its end, as far back as the window needs)"
-                        if first_read
-                        else ""
-                    )
-                    log.append(
-                        (
-                            logging.INFO,
-                            f"Read {chunk.lines_read} new line(s) from {chunk.source}{first}.",
-                        )
-                    )
+                    first = state.log_cursor(chunk.source) is None
+                    whence = " (first check: from its end, as far back as the window needs)"
+                    read = f"Read {chunk.lines_read} new line(s) from {chunk.source}"
+                    log.append((logging.INFO, f"{read}{whence if first else ''}."))
                 state = state.with_cursor(chunk.source, chunk.cursor)
         current = snapshot.nodes
         if state.current_nodes is not None and state.current_nodes != current:
-            log.append(
-                (
-                    logging.INFO,
-                    f"Job {self.job_name} changed size {state.current_nodes} -> {current} "
-                    "since the last check; starting a fresh window.",
-                )
-            )
+            changed = f"changed size {state.current_nodes} -> {current} since the last check"
+            log.append((logging.INFO, f"Job {self.job_name} {changed}; starting a fresh window."))
         ignored = sum(1 for sample in new_samples if sample.nodes != current)
         if ignored:
-            log.append(
-                (
-                    logging.INFO,
-                    f"Ignored {ignored} sample(s) measured at another size than the current "
-                    f"{current} nodes.",
-                )
-            )
+            where = f"another size than the current {current} nodes"
+            log.append((logging.INFO, f"Ignored {ignored} sample(s) measured at {where}."))
         state = state.observe(new_samples, current, now, self.window_size)
         if not skipped:
             return state
         return replace(state, skipped_lines=state.skipped_lines + skipped)
-
-    def _finish(
-        self,
-        state: ScaleState,
-        snapshot: JobSnapshot,
-        now: float,
-        task: TaskIdentity,
-        log: list[tuple[int, str]],
-    ) -> CheckOutcome:
-        """A job that ended needs no decision: its ``job_ended`` record and history entry."""
-        record: dict[str, Any] = {
-            "action": ScaleAction.HOLD.value,
-            "current_nodes": snapshot.nodes,
-            "target_nodes": snapshot.nodes,
-            "rule": JOB_ENDED_RULE,
-            "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
-            "decided_at": now,
-        }
-        record["context"] = {
-            "job_status": snapshot.status,
-            "job_name": self.job_name,
-            "decided_at_iso": iso_time(now),
-            "dag_id": task.dag_id,
-            "run_id": task.run_id,
-            "task_id": task.task_id,
-            "try_number": task.try_number,
-            "readable": {"summary": decision_summary(record)},
-        }
-        state = state.remember_event(record, now, self.history_limit)
-        return CheckOutcome(CheckVerdict.FINISH, state, record, tuple(log))
 
     def _record_context(
         self,
@@ -472,10 +367,8 @@ class ScaleCheck:
         planner: GridPlanner | None,
         quarantine: Sequence[QuarantineEntry] = (),
     ) -> dict[str, Any]:
-        """What surrounded the decision: the task, the job, the placements and their cost.
-
-        An active ``quarantine`` is recorded, and the proposed placement leaves it out.
-        """
+        """The task, the job, the placements and their cost; an active ``quarantine``
+        is recorded, and the proposed placement leaves it out."""
         placement = snapshot.manifest.placement
         context: dict[str, Any] = {
             "decided_at_iso": iso_time(now),
@@ -483,10 +376,7 @@ class ScaleCheck:
             "job_status": snapshot.status,
             "launch_id": snapshot.manifest.launch_id,
             "deadline_source": deadline_source,
-            "dag_id": task.dag_id,
-            "run_id": task.run_id,
-            "task_id": task.task_id,
-            "try_number": task.try_number,
+            **asdict(task),
             "placement": placement.to_dict(),
             "cost_per_hour": placement.cost_per_hour,
         }

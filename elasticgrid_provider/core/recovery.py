@@ -8,37 +8,33 @@ left of the grid, from its checkpoint. Rules:
 * **Lost.** Only a confirmed launch (manifest ``state: running``) can lose
   capacity. A part is lost when iroh-tinker reports it ``failed``, or
   ``running`` with ranks down that did not finish (:func:`part_is_lost`).
-  Each lost part is named with its provider and the cause, when the rank
-  logs or the engine give one (:func:`loss_cause`).
+  Each is named with its provider and, when the rank logs or the engine
+  give one, the cause (:func:`loss_cause`).
 * **Quarantine.** Each lost part's provider is quarantined for
-  ``quarantine_s`` seconds from the decision. Quarantines live in the job's
-  scale state (:class:`RecoveryMemory`) and appear in every record made
-  while they last; planning leaves quarantined providers out and the
-  placement says which and why (``GridPlanner.plan(leave_out=...)``).
-* **Size.** The job's current size, kept within ``[min_nodes, max_nodes]``,
-  re-planned on the grid without quarantined providers. When what is left
-  holds fewer nodes but at least ``min_nodes``, the job shrinks to it.
+  ``quarantine_s`` seconds. Quarantines live in the job's scale state
+  (:class:`RecoveryMemory`) and appear in every record made while they
+  last; planning leaves them out and the placement says which and why.
+* **Size.** The current size, kept within ``[min_nodes, max_nodes]``, on the
+  grid without quarantined providers; when less is left, but at least
+  ``min_nodes``, the job shrinks to it.
 * **Budget.** At most ``max_recoveries`` recoveries within
   ``recovery_window_s``; ``max_recoveries=0`` turns recovery off.
-* **Giving up.** Budget spent, or less than ``min_nodes`` left: the decision
-  is ``give_up`` with one sentence saying why. The check fails with it, what
-  is left of the job is stopped and its launch recorded down, so a later
-  check fails with the same sentence and nothing loops.
-* **Once per launch.** A recovery is decided once for the launch that lost
-  capacity (its launch id is remembered): a check that finds the same launch
-  still lost, because the relaunch has not run yet, decides ``wait`` and
-  records nothing.
+* **Giving up.** Budget spent, or less than ``min_nodes`` left: ``give_up``
+  with one sentence saying why. The check fails with it, what is left is
+  stopped and the launch recorded down, so a later check fails the same way.
+* **Once per launch.** A check that finds a launch still lost whose recovery
+  was decided (the relaunch has not run yet) decides ``wait``, recording nothing.
 
-The models are the house's (:func:`~elasticgrid_provider.core.validation.model`):
-frozen, strict numbers and strings, no NaN or infinity, unknown fields refused;
-stored documents that do not validate are refused with one sentence.
+A stored document that does not validate is refused with one sentence.
 Pure: no Airflow, no iroh-tinker, no file access.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, replace
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -61,29 +57,18 @@ if TYPE_CHECKING:
     from elasticgrid_provider.core.planner import GridPlanner
     from elasticgrid_provider.core.state import ScaleState
 
-RECOVER_RULE: Final = "recover"
-"""The ``rule`` of every recovery event in a decision record and the history."""
+RECOVER_RULE: Final = "recover"  # the rule of every recovery event, in records and history
 RECOVER: Final = "recover"
 GIVE_UP: Final = "give_up"
 WAIT: Final = "wait"
-RECOVERY_ACTIONS = (RECOVER, GIVE_UP)
-"""The actions of recovery events that enter the history (``wait`` never does)."""
+RECOVERY_ACTIONS = (RECOVER, GIVE_UP)  # the ones that enter the history
 DEFAULT_MAX_RECOVERIES = 3
 DEFAULT_RECOVERY_WINDOW_S = 3600.0
 DEFAULT_QUARANTINE_S = 1800.0
-PAST_RECOVERIES_KEPT = 50
-"""The state keeps at most this many past recoveries (the window needs only the recent ones)."""
-CAUSE_WORDS = (
-    "preempt",
-    "reclaim",
-    "evict",
-    "interrupt",
-    "terminat",
-    "killed",
-    "signal",
-    "out of memory",
-    "error",
-    "exception",
+PAST_RECOVERIES_KEPT = 50  # the window needs only the recent ones
+CAUSE_PATTERN = re.compile(
+    "preempt|reclaim|evict|interrupt|terminat|killed|signal|out of memory|error|exception",
+    re.IGNORECASE,
 )
 """Words that make a rank-log line the cause of a loss (the last such line is taken)."""
 
@@ -115,10 +100,6 @@ class QuarantineEntry(JsonModel):
     until: Finite
     reason: AnyText
 
-    def active(self, now: float) -> bool:
-        """Whether the quarantine still holds at ``now``."""
-        return self.until > now
-
 
 @model
 class PastRecovery(JsonModel):
@@ -142,11 +123,9 @@ class RecoveryMemory(JsonModel):
     def active_quarantine(self, now: float) -> tuple[QuarantineEntry, ...]:
         """The quarantines that still hold at ``now``, one per provider (the longest)."""
         longest: dict[str, QuarantineEntry] = {}
-        for entry in self.quarantine:
-            if entry.active(now) and (
-                entry.provider not in longest or entry.until > longest[entry.provider].until
-            ):
-                longest[entry.provider] = entry
+        for entry in sorted(self.quarantine, key=lambda entry: entry.until, reverse=True):
+            if entry.until > now:
+                longest.setdefault(entry.provider, entry)
         return tuple(longest[name] for name in sorted(longest))
 
     def leave_out(self, now: float) -> dict[str, str]:
@@ -196,14 +175,9 @@ class RecoveryPolicy(JsonModel):
 
 @model
 class RecoveryDecision(JsonModel):
-    """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``.
-
-    ``to_dict`` gives the record a check leaves in XCom and the history: the
-    decision fields every record has (``action``, ``current_nodes``,
-    ``target_nodes``, ``rule``, ``reason``, ``decided_at``), the lost parts,
-    the quarantine in force after the decision, the budget and the placement
-    re-planned without the quarantined providers.
-    """
+    """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``; its
+    record has every decision record's fields, the lost parts, the quarantine in force after
+    it, the budget and the re-planned placement."""
 
     WHERE = "recovery decision"
 
@@ -224,17 +198,11 @@ class RecoveryDecision(JsonModel):
     def to_dict(self, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Plain JSON: the record (with ``context``, its ``readable`` summary added)."""
         record = self.model_dump()
-        record["context"] = {
-            **(context or {}),
-            "readable": {
-                "summary": decision_summary(record),
-                "decided_at": iso_time(self.decided_at),
-                "quarantine": [
-                    {**entry.model_dump(), "until_iso": iso_time(entry.until)}
-                    for entry in self.quarantine
-                ],
-            },
-        }
+        quarantine = [
+            {**entry.model_dump(), "until_iso": iso_time(entry.until)} for entry in self.quarantine
+        ]
+        readable = {"summary": decision_summary(record), "decided_at": iso_time(self.decided_at)}
+        record["context"] = {**(context or {}), "readable": {**readable, "quarantine": quarantine}}
         return record
 
 
@@ -247,15 +215,11 @@ def loss_cause(log_tail: str, engine_error: str | None) -> str:
     """Why a part was lost: the last rank-log line naming a cause, else the engine's error."""
     for line in reversed(log_tail.splitlines()):
         text = line.strip()
-        if text and any(word in text.lower() for word in CAUSE_WORDS):
+        if CAUSE_PATTERN.search(text):
             return cut_report(text, 200)
     if engine_error:
         return f"its ranks stopped ({cut_report(engine_error, 200)})"
     return "its ranks stopped and their logs give no reason"
-
-
-def _lost_text(lost: Sequence[LostPart]) -> str:
-    return ", ".join(f"part {p.part} (provider {p.provider!r}: {p.cause})" for p in lost)
 
 
 def decide_recovery(
@@ -275,39 +239,34 @@ def decide_recovery(
     if not lost:
         raise ElasticGridError(f"job {job_name!r} lost no part; there is nothing to recover")
     lost = tuple(lost)
-    earlier = memory.decided_for(launch_id)
     in_window = memory.recoveries_within(now, policy.recovery_window_s)
-    base: dict[str, Any] = {
-        "current_nodes": current_nodes,
-        "decided_at": now,
-        "launch_id": launch_id,
-        "lost": lost,
-        "recoveries_in_window": len(in_window),
-        "policy": policy,
-    }
+    decided = partial(
+        RecoveryDecision,
+        current_nodes=current_nodes,
+        decided_at=now,
+        launch_id=launch_id,
+        lost=lost,
+        recoveries_in_window=len(in_window),
+        policy=policy,
+    )
+    earlier = memory.decided_for(launch_id)
     if earlier is not None:
-        return RecoveryDecision(
-            action=WAIT,
-            target_nodes=current_nodes,
-            reason=(
-                f"the recovery of launch {launch_id} was decided at {iso_time(earlier.at)}; "
-                "waiting for the relaunch"
-            ),
-            quarantine=memory.active_quarantine(now),
-            **base,
+        reason = (
+            f"the recovery of launch {launch_id} was decided at {iso_time(earlier.at)}; "
+            "waiting for the relaunch"
         )
+        active = memory.active_quarantine(now)
+        return decided(action=WAIT, target_nodes=current_nodes, reason=reason, quarantine=active)
+    until = now + policy.quarantine_s
     fresh = tuple(
-        QuarantineEntry(
-            provider=part.provider,
-            since=now,
-            until=now + policy.quarantine_s,
-            reason=f"lost part {part.part}: {part.cause}",
-        )
+        QuarantineEntry(part.provider, now, until, f"lost part {part.part}: {part.cause}")
         for part in lost
         if policy.quarantine_s > 0
     )
     quarantine = RecoveryMemory(quarantine=memory.quarantine + fresh).active_quarantine(now)
-    what = f"job {job_name!r} lost {_lost_text(lost)}"
+    what = f"job {job_name!r} lost " + ", ".join(
+        f"part {p.part} (provider {p.provider!r}: {p.cause})" for p in lost
+    )
     if len(in_window) >= policy.max_recoveries:
         spent = (
             "recovery is off (max_recoveries=0)"
@@ -315,21 +274,15 @@ def decide_recovery(
             else f"already recovered {len(in_window)} time(s) within the last "
             f"{policy.recovery_window_s:g}s (max_recoveries={policy.max_recoveries})"
         )
-        return RecoveryDecision(
-            action=GIVE_UP,
-            target_nodes=0,
-            reason=(
-                f"{what} and {spent}, so it is not recovered again; relaunch it with "
-                "LaunchOperator once the capacity is back"
-            ),
-            quarantine=quarantine,
-            **base,
+        reason = (
+            f"{what} and {spent}, so it is not recovered again; relaunch it with "
+            "LaunchOperator once the capacity is back"
         )
+        return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
     leave_out = quarantine_reasons(quarantine)
     left = sum(p.max_nodes for p in planner.providers if p.name not in leave_out)
     target = min(max(current_nodes, min_nodes), max_nodes, left)
     placement: Placement | None = None
-    problem = None
     if target < max(min_nodes, 1):
         problem = (
             f"the grid without the quarantined providers ({', '.join(sorted(leave_out)) or '-'}) "
@@ -341,31 +294,24 @@ def decide_recovery(
         except ElasticGridError as error:
             problem = str(error)
     if placement is None:
-        return RecoveryDecision(
-            action=GIVE_UP,
-            target_nodes=0,
-            reason=f"{what} and no capacity is left to recover it: {problem}",
-            quarantine=quarantine,
-            **base,
-        )
+        reason = f"{what} and no capacity is left to recover it: {problem}"
+        return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
     where = ", ".join(f"{name} {count}" for name, count in placement.nodes_by_provider().items())
-    quarantined = (
-        f"quarantined {', '.join(repr(entry.provider) for entry in fresh)} for "
-        f"{policy.quarantine_s:g}s; "
-        if fresh
-        else ""
+    quarantined = ""
+    if fresh:
+        names = ", ".join(repr(entry.provider) for entry in fresh)
+        quarantined = f"quarantined {names} for {policy.quarantine_s:g}s; "
+    reason = (
+        f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
+        f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "
+        f"within {policy.recovery_window_s:g}s)"
     )
-    return RecoveryDecision(
+    return decided(
         action=RECOVER,
         target_nodes=target,
-        reason=(
-            f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
-            f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "
-            f"within {policy.recovery_window_s:g}s)"
-        ),
+        reason=reason,
         quarantine=quarantine,
         placement=placement.to_dict(),
-        **base,
     )
 
 
@@ -375,32 +321,22 @@ def remember_recovery(
     """The state after a ``recover``/``give_up``: its quarantine, the recovery, the history entry."""
     if decision.action not in RECOVERY_ACTIONS:
         raise ElasticGridError(f"decision action {decision.action!r} is not recorded")
-    memory = state.recovery
-    recoveries = memory.recoveries
+    recoveries = state.recovery.recoveries
     if decision.action == RECOVER:
-        recoveries = (
-            *recoveries,
-            PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),
-        )
-    memory = RecoveryMemory(
-        quarantine=decision.quarantine, recoveries=recoveries[-PAST_RECOVERIES_KEPT:]
-    )
+        recoveries += (PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),)
+    kept = recoveries[-PAST_RECOVERIES_KEPT:]
+    memory = RecoveryMemory(quarantine=decision.quarantine, recoveries=kept)
     return replace(state.remember_event(record, decision.decided_at, limit), recovery=memory)
 
 
 def quarantine_from_record(record: Any) -> dict[str, str]:
-    """``{provider: why}`` from a decision record's quarantine (top level or ``context``).
-
-    What a ``PlanPlacementOperator`` given ``nodes=check.output`` leaves out:
-    the quarantine in force when the check decided, as it was recorded.
-    """
+    """``{provider: why}`` from a decision record's quarantine (top level or ``context``):
+    what a ``PlanPlacementOperator`` given ``nodes=check.output`` leaves out."""
     if not isinstance(record, Mapping):
         return {}
     context = record.get("context")
     entries = record.get("quarantine")
     if entries is None and isinstance(context, Mapping):
         entries = context.get("quarantine")
-    if not entries:
-        return {}
-    memory = RecoveryMemory.model_validate({"quarantine": entries}, where="decision record")
+    memory = RecoveryMemory.model_validate({"quarantine": entries or ()}, where="decision record")
     return quarantine_reasons(memory.quarantine)

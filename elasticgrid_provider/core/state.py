@@ -1,74 +1,64 @@
 """The scale state of one job, as it is kept between checks.
 
-Each scale check may run in a new process on another worker, so everything a
-decision depends on is in this one JSON document, stored as one Airflow
-Variable per job (:func:`state_variable_key`):
+Each check may run in a new process on another worker, so everything a
+decision depends on is in this one JSON document, one Airflow Variable per
+job (:func:`state_variable_key`):
 
 * ``window``: the rolling window of step samples at the job's current size;
 * ``cursors``: per step log, a :class:`~elasticgrid_provider.core.step_log.LogCursor`
-  (the byte offset consumed, the file's identity, the highest step taken;
-  a bare byte offset in older states); for handed-in samples, the next step;
+  (a bare byte offset in older states); for handed-in samples, the next step;
 * ``cooldown``: when the job was last resized, and in which direction;
 * ``capacity``: per-node throughput measured at each size the job ran at,
-  kept across resizes, from which the scheduler reads scaling efficiency;
-* ``recent``: the sizes recommended by the checks of the last
-  ``scale_down_window_s`` (the scale-down stabilisation window);
+  kept across resizes (the scheduler reads scaling efficiency from it);
+* ``recent``: the sizes recommended within ``scale_down_window_s``;
 * ``current_nodes``: the job's size when the state was written;
 * ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
-  holding the decision *and* its inputs, so it can be replayed exactly (see
-  "History" below);
+  with its inputs, so it replays exactly;
 * ``skipped_lines``: how many malformed step-log lines were skipped so far;
-* ``recovery``: the providers quarantined after lost capacity and the recent
-  recoveries (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`);
-  absent in states written before it (no recoveries yet);
+* ``recovery``: quarantined providers and recent recoveries
+  (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`; absent before it);
 * ``revision``: incremented on every write, so a reader can tell states apart;
-* ``schema_version``: the layout of this document (2). A version 1 document
-  (before ``capacity`` and ``recent``) is migrated on load: it gains an
-  empty capacity memory and no recent recommendations; its history is kept
-  as recorded (those decisions replay under today's policy). Other versions
-  are refused with one sentence saying what to do.
+* ``schema_version``: the layout (2). Version 1 (before ``capacity`` and
+  ``recent``) is migrated on load: an empty capacity memory, no recent
+  recommendations, its history as recorded (it replays under today's policy).
+  Other versions are refused with one sentence saying what to do.
 
-Reading refuses a document that is not a whole, valid state of the expected
-job with one sentence (a wrong-typed ``history``, say, or a ``job_name``
-naming another job); the caller must then leave the stored document alone,
-never replace it with a fresh state, or the cooldown and history are lost.
+A document that is not a whole, valid state of the expected job is refused
+with one sentence; the caller must then leave it alone, never replace it
+with a fresh state, or the cooldown and history are lost.
 
 History (:meth:`ScaleState.with_record`, :meth:`ScaleState.remember_event`):
 
 * every scale change and every end of the job gets its own entry;
 * a hold that repeats the previous entry (same rule, same rules holding it
-  back) replaces it, keeping the newest record (so it still replays) and a
-  ``hold_run`` ``{"count", "first_at", "last_at"}`` (with ISO times): "held 12
-  times by cooldown, 14:00-14:55" instead of twelve entries;
+  back) replaces it, keeping the newest record and a ``hold_run``
+  ``{"count", "first_at", "last_at"}``: "held 12 times by cooldown,
+  14:00-14:55" instead of twelve entries;
 * past ``limit`` entries the oldest *hold* goes first; changes and ends of the
   job go only when nothing but them is left.
 
-A record's ``context`` carries ``readable``: the one-line summary, ISO times
-and rounded signals, next to the exact epoch values and floats. ``hold_run``
-and ``readable`` are optional, so states written before them still load.
+A record's ``context`` carries ``readable`` (the summary line, ISO times,
+rounded signals) beside the exact values. ``hold_run`` and ``readable`` are
+optional, so older states still load.
 
-The transition of one check, the same in the sensor, ``elasticgrid simulate
---timeline`` and the policy benchmark: :meth:`ScaleState.observe` (take the
-new samples measured at the current size; a resize starts a fresh window;
-remember what they measured), :meth:`ScaleState.decide` (a
-:class:`DecisionRecord` whose inputs reproduce it), :meth:`ScaleState.remember`
-(cooldown, recent recommendations, history, revision). :meth:`ScaleState.advance`
-runs all three.
+One check, the same in the sensor, ``elasticgrid simulate --timeline`` and
+the policy benchmark: :meth:`ScaleState.observe` (take the samples measured
+at the current size; a resize starts a fresh window), :meth:`ScaleState.decide`
+(a record whose inputs reproduce it), :meth:`ScaleState.remember` (cooldown,
+recent recommendations, history, revision); :meth:`ScaleState.advance` runs all three.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Annotated, Any
 
 from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
-    ValidationInfo,
     computed_field,
-    field_serializer,
     field_validator,
     model_serializer,
     model_validator,
@@ -102,17 +92,12 @@ from elasticgrid_provider.core.validation import (
 )
 
 SCHEMA_VERSION = 2
-MIGRATABLE_SCHEMA_VERSIONS = (1,)
-"""Older layouts :meth:`ScaleState.from_dict` still reads (and upgrades)."""
+MIGRATABLE_SCHEMA_VERSIONS = (1,)  # older layouts still read (and upgraded)
 DEFAULT_HISTORY_LIMIT = 20
-JOB_ENDED_RULE = "job_ended"  # a history entry's rule, not a decision rule
-"""The ``rule`` of the history entry that records the end of the job."""
-# keys of a history entry that annotate the decision and are not decision fields
-RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")
-RECENT_LIMIT = 200
-"""At most this many recent recommendations are kept, however short the checks' interval."""
-MEASUREMENT_MIN_SAMPLES = 3
-"""A window with fewer samples does not replace a fuller measurement at the same size."""
+JOB_ENDED_RULE = "job_ended"  # the rule of the history entry that records the end of the job
+RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")  # keys of an entry beside the decision
+RECENT_LIMIT = 200  # recent recommendations kept, however short the checks' interval
+MEASUREMENT_MIN_SAMPLES = 3  # fewer samples do not replace a fuller measurement at a size
 
 
 def state_variable_key(job_name: str) -> str:
@@ -150,18 +135,9 @@ class DecisionInputs(JsonModel):
         return _none_as_default(data, "cooldown", "capacity", "recent")
 
     def decide(self) -> ScaleDecision:
-        """Run the scheduler on these inputs."""
-        return self.scheduler.decide(
-            self.window,
-            now=self.now,
-            current_nodes=self.current_nodes,
-            cooldown=self.cooldown,
-            deadline_at=self.deadline_at,
-            remaining_steps=self.remaining_steps,
-            remaining_tokens=self.remaining_tokens,
-            capacity=self.capacity,
-            recent=self.recent,
-        )
+        """Run the scheduler on these inputs (the fields after ``window`` are its keywords)."""
+        options = {field.name: getattr(self, field.name) for field in fields(self)[2:]}
+        return self.scheduler.decide(self.window, **options)
 
 
 POLICY_V2_INPUT_FIELDS = ("capacity", "recent")
@@ -169,10 +145,8 @@ POLICY_V2_INPUT_FIELDS = ("capacity", "recent")
 
 
 def recorded_by_older_policy(entry: Any) -> bool:
-    """Whether a history entry's inputs predate :data:`POLICY_V2_INPUT_FIELDS` (schema 1).
-
-    Such a record replays under today's rules, which may decide otherwise.
-    """
+    """Whether a history entry's inputs predate :data:`POLICY_V2_INPUT_FIELDS` (schema 1):
+    it replays under today's rules, which may decide otherwise."""
     inputs = entry.get("inputs") if isinstance(entry, dict) else None
     return isinstance(inputs, dict) and any(name not in inputs for name in POLICY_V2_INPUT_FIELDS)
 
@@ -181,11 +155,11 @@ def recorded_by_older_policy(entry: Any) -> bool:
 class DecisionRecord(JsonModel):
     """A decision, its inputs, and what surrounded it (job, deadline source, placements).
 
-    Its JSON is the decision's fields with ``context`` (``readable`` added)
-    and ``inputs`` beside them: the sensor's XCom and one history entry.
+    Its JSON (the sensor's XCom, a history entry) is the decision's fields with
+    ``context`` (``readable`` added) and ``inputs`` beside them.
     """
 
-    OWNER = "decision record"  # its fields' errors name their own path: decision.rule, inputs.now
+    OWNER = "decision record"  # errors name their own path: decision.rule, inputs.now
 
     decision: ScaleDecision
     inputs: DecisionInputs
@@ -196,12 +170,9 @@ class DecisionRecord(JsonModel):
     def _from_flat(cls, data: Any) -> Any:
         if not isinstance(data, dict) or "decision" in data:
             return data
-        decision = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
-        return {
-            "decision": decision,
-            "inputs": data.get("inputs"),
-            "context": data.get("context") or {},
-        }
+        plain = {k: v for k, v in data.items() if k not in RECORD_ANNOTATIONS}
+        context = data.get("context") or {}
+        return {"decision": plain, "inputs": data.get("inputs"), "context": context}
 
     @model_serializer(mode="plain")
     def _flat(self) -> dict[str, Any]:
@@ -233,7 +204,7 @@ class ScaleState(JsonModel):
 
     job_name: Text
     window: MetricsWindow = Field(default_factory=MetricsWindow)
-    cursors: tuple[tuple[str, int | LogCursor], ...] = ()
+    cursors: dict[str, int | LogCursor] = Field(default_factory=dict)
     cooldown: CooldownClock = Field(default_factory=CooldownClock)
     current_nodes: Positive | None = None
     history: Annotated[
@@ -251,10 +222,11 @@ class ScaleState(JsonModel):
     @model_validator(mode="before")
     @classmethod
     def _migrated(cls, data: Any) -> Any:
-        """Check the stored layout's version; a version 1 document gains the defaults."""
-        if not isinstance(data, dict) or "schema_version" not in data:
+        """Check the stored layout's version (a stored state always names it); a version 1
+        document gains the defaults."""
+        if not isinstance(data, dict):  # built in code, or refused as no JSON object
             return data
-        version = data["schema_version"]
+        version = data.get("schema_version")
         if version != SCHEMA_VERSION and version not in MIGRATABLE_SCHEMA_VERSIONS:
             raise ElasticGridError(
                 f"scale state schema_version must be {SCHEMA_VERSION} (or 1, which is migrated), "
@@ -266,19 +238,19 @@ class ScaleState(JsonModel):
 
     @field_validator("cursors", mode="before")
     @classmethod
-    def _stored_cursors(cls, value: Any, info: ValidationInfo) -> Any:
-        """Stored as ``{source: cursor}``, a cursor a bare number (a next step, an older
-        byte offset) or a LogCursor object; built in code, as ``(source, cursor)`` pairs."""
-        if not isinstance(value, dict):
-            if info.context is None:
-                return value
-            check_mapping("scale state cursors", value)
-        return tuple(
-            sorted(
-                (str(source), _stored_cursor(f"scale state cursor {source!r}", cursor))
-                for source, cursor in value.items()
-            )
-        )
+    def _stored_cursors(cls, value: Any) -> Any:
+        """``{source: cursor}`` (sorted), a cursor a bare number (a next step, an older
+        byte offset) or a LogCursor (an object when stored)."""
+        check_mapping("scale state cursors", value)
+        cursors: dict[str, int | LogCursor] = {}
+        for source, cursor in sorted(value.items()):
+            where = f"scale state cursor {source!r}"
+            if isinstance(cursor, dict):
+                cursor = LogCursor.model_validate(cursor, where=where)
+            elif not isinstance(cursor, LogCursor):
+                cursor = check_integer(where, cursor)
+            cursors[str(source)] = cursor
+        return cursors
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -286,27 +258,19 @@ class ScaleState(JsonModel):
         """The layout of this document (module docstring)."""
         return SCHEMA_VERSION
 
-    @field_serializer("cursors")
-    def _cursors_by_source(
-        self, cursors: tuple[tuple[str, int | LogCursor], ...]
-    ) -> dict[str, int | LogCursor]:
-        return dict(cursors)
-
     def cursor(self, source: str) -> int:
         """The position already consumed in ``source`` (0 when never read)."""
-        value = dict(self.cursors).get(source, 0)
+        value = self.cursors.get(source, 0)
         return value.offset if isinstance(value, LogCursor) else value
 
     def log_cursor(self, source: str) -> LogCursor | None:
         """Where the step log ``source`` was last read, or None when it never was."""
-        value = dict(self.cursors).get(source)
+        value = self.cursors.get(source)
         return LogCursor(offset=value) if isinstance(value, int) else value
 
     def with_cursor(self, source: str, offset: int | LogCursor) -> ScaleState:
         """A copy with ``source``'s cursor moved to ``offset``."""
-        cursors = dict(self.cursors)
-        cursors[source] = offset
-        return replace(self, cursors=tuple(sorted(cursors.items())))
+        return replace(self, cursors={**self.cursors, source: offset})
 
     # -- the transition of one check: observe -> decide -> remember ------------------
 
@@ -317,12 +281,8 @@ class ScaleState(JsonModel):
         now: float,
         window_size: int = DEFAULT_WINDOW_SIZE,
     ) -> ScaleState:
-        """Take new samples: only those measured at ``current_nodes`` enter the window.
-
-        A size other than the one last recorded means the job was resized:
-        the window starts afresh. What the window measured at this size is
-        kept in the capacity memory, which outlives the window.
-        """
+        """Take new samples: only those measured at ``current_nodes`` enter the window,
+        which starts afresh after a resize; what it measured enters the capacity memory."""
         window = MetricsWindow(window_size, self.window.samples)
         if self.current_nodes is not None and self.current_nodes != current_nodes:
             window = MetricsWindow(window_size)
@@ -368,23 +328,16 @@ class ScaleState(JsonModel):
     def remember(
         self, record: DecisionRecord, now: float, limit: int = DEFAULT_HISTORY_LIMIT
     ) -> ScaleState:
-        """The state after ``record``: its cooldown clock, the recommendation, the history.
-
-        A hold that repeats the previous entry is folded into it with a count
-        (:meth:`with_record`), so the history keeps the decisions that matter.
-        """
+        """The state after ``record``: its cooldown clock, the recommendation, the history
+        (a repeated hold folded into the previous entry), one revision on."""
         decision = record.decision
         window_s = float(record.inputs.scheduler.thresholds()["scale_down_window_s"])
         recent = [entry for entry in self.recent if now - entry.at <= window_s]
         if decision.recommended_nodes is not None:
             recent.append(Recommendation(now, decision.recommended_nodes))
-        state = replace(
-            self,
-            recent=tuple(recent[-RECENT_LIMIT:]),
-            revision=self.revision + 1,
-            updated_at=now,
-        )
-        return state.with_record(record, limit)
+        kept = tuple(recent[-RECENT_LIMIT:])
+        state = self.remember_event(record.to_dict(), now, limit)
+        return replace(state, recent=kept, cooldown=decision.cooldown)
 
     def advance(
         self,
@@ -394,56 +347,32 @@ class ScaleState(JsonModel):
         now: float,
         *,
         window_size: int = DEFAULT_WINDOW_SIZE,
-        deadline_at: float | None = None,
-        remaining_steps: float | None = None,
-        remaining_tokens: float | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
-        context: dict[str, Any] | None = None,
+        **decide_options: Any,
     ) -> tuple[ScaleState, DecisionRecord]:
-        """One check: :meth:`observe`, :meth:`decide`, :meth:`remember`."""
+        """One check: :meth:`observe`, :meth:`decide` (``decide_options`` are its keywords),
+        :meth:`remember`."""
         observed = self.observe(samples, current_nodes, now, window_size)
-        record = observed.decide(
-            scheduler,
-            now,
-            deadline_at=deadline_at,
-            remaining_steps=remaining_steps,
-            remaining_tokens=remaining_tokens,
-            context=context,
-        )
+        record = observed.decide(scheduler, now, **decide_options)
         return observed.remember(record, now, history_limit), record
 
     def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
         """A copy with ``record`` in the history (module docstring) and its cooldown clock."""
-        return replace(
-            self,
-            history=_with_entry(self.history, record.to_dict(), limit),
-            cooldown=record.decision.cooldown,
-        )
+        history = _with_entry(self.history, record.to_dict(), limit)
+        return replace(self, history=history, cooldown=record.decision.cooldown)
 
     def remember_event(
         self, entry: dict[str, Any], now: float, limit: int = DEFAULT_HISTORY_LIMIT
     ) -> ScaleState:
-        """The state after an entry that is no policy decision, one revision on.
-
-        The check of an ended job records its ``job_ended`` entry this way, a
-        recovery its ``recover``/``give_up`` record (no cooldown, no recommendation).
-        """
-        return replace(
-            self,
-            history=_with_entry(self.history, entry, limit),
-            revision=self.revision + 1,
-            updated_at=now,
-        )
+        """The state after a history entry, one revision on: alone for an entry that is no
+        policy decision (``job_ended``, ``recover``, ``give_up``)."""
+        history = _with_entry(self.history, entry, limit)
+        return replace(self, history=history, revision=self.revision + 1, updated_at=now)
 
     @classmethod
     def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
-        """Rebuild a state from a Variable's JSON; migrates version 1, refuses unknown versions.
-
-        With ``job_name``, a state that belongs to another job is refused too.
-        """
-        check_mapping("scale state", data)
-        if "schema_version" not in data:
-            data = {**data, "schema_version": None}  # refused: a state always names its layout
+        """Rebuild a state from a Variable's JSON (module docstring); with ``job_name``, a
+        state that belongs to another job is refused too."""
         state = cls.model_validate(data)
         if job_name is not None and state.job_name != job_name:
             raise ElasticGridError(
@@ -451,13 +380,6 @@ class ScaleState(JsonModel):
                 f"got {state.job_name!r}"
             )
         return state
-
-
-def _stored_cursor(where: str, value: Any) -> int | LogCursor:
-    """A stored cursor: a bare number (a next step, or an older state's byte offset) or a LogCursor."""
-    if isinstance(value, dict):
-        return LogCursor.from_value(where, value)
-    return check_integer(where, value)
 
 
 def readable_fields(decision: dict[str, Any]) -> dict[str, Any]:
