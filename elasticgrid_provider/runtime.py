@@ -54,7 +54,8 @@ from elasticgrid_provider.core.launch_spec import (
     ENV_WORLD_SIZE,
 )
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
-from elasticgrid_provider.core.validation import check_integer, check_number
+from elasticgrid_provider.core.samples import StepSample
+from elasticgrid_provider.core.validation import check_integer
 
 ENV_RANK = "RANK"
 ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"
@@ -191,16 +192,10 @@ class StepReporter:
         when the step ended) is added: the scale policy reads arrival rates and
         idle gaps from it.
         """
-        record = {
-            "step": check_integer("step", step),
-            "duration_s": check_number("duration_s", duration_s),
-            "queue_s": check_number("queue_s", queue_s),
-            "nodes": check_integer(
-                "nodes", self.context.nodes if nodes is None else nodes, minimum=1
-            ),
-            "tokens": check_number("tokens", tokens),
-            "time": epoch_now(),
-        }
+        fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
+        nodes = self.context.nodes if nodes is None else nodes
+        sample = {**fields, "nodes": nodes, "time": epoch_now()}
+        record = StepSample.model_validate(sample, where="").to_dict()
         if not self.enabled or self.path is None:
             return None
         self.path.parent.mkdir(parents=True, exist_ok=True)

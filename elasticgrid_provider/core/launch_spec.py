@@ -59,7 +59,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import PlainValidator, field_validator
+from pydantic import Field, PlainValidator, field_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.placement import Placement
@@ -70,12 +70,11 @@ from elasticgrid_provider.core.validation import (
     JsonModel,
     Positive,
     Text,
-    check_choice,
-    check_integer,
     check_mapping,
     check_text,
+    choice,
     model,
-    reject_unknown_keys,
+    whole,
 )
 
 if TYPE_CHECKING:
@@ -117,9 +116,6 @@ class RecoveryMode(Choice):
     NONE = "none"
 
 
-RECOVERY_MODES = tuple(mode.value for mode in RecoveryMode)
-
-
 def check_job_name(name: Any) -> str:
     """Return ``name`` if it is a valid job name (see the module rules), or raise."""
     check_text("job name", name)
@@ -159,18 +155,9 @@ def rendezvous_spec_fields(uri: Any) -> dict[str, str]:
     return parse_rendezvous(uri).spec_fields()
 
 
-def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping))
-
-
-def _plain(name: str, value: Any) -> dict[str, Any]:
-    """A JSON object (any mapping, copied) or one sentence naming ``name``."""
-    return check_mapping(name, dict(value) if isinstance(value, Mapping) else value)
-
-
 def _check_envs(envs: Any) -> dict[str, str]:
     checked: dict[str, str] = {}
-    for key, value in _plain("envs", envs).items():
+    for key, value in check_mapping("envs", envs).items():
         if not isinstance(key, str) or not _ENV_NAME_PATTERN.fullmatch(key):
             raise ElasticGridError(f"envs name must be a valid variable name, got {key!r}")
         if key in ELASTICGRID_ENV_NAMES or key in IROH_RUNNER_ENV_NAMES:
@@ -179,36 +166,44 @@ def _check_envs(envs: Any) -> dict[str, str]:
     return checked
 
 
-def _check_recovery(recovery: Any) -> dict[str, Any]:
-    recovery = _plain("recovery", recovery)
-    reject_unknown_keys("recovery", recovery, {"mode", "max_restarts", "signal_grace_s"})
-    mode = recovery.get("mode", RecoveryMode.RESTART)
-    checked: dict[str, Any] = {"mode": check_choice("recovery mode", mode, RECOVERY_MODES)}
-    for key in ("max_restarts", "signal_grace_s"):
-        if key in recovery:
-            checked[key] = check_integer(f"recovery {key}", recovery[key])
-    return checked
+def _unset(value: Any) -> bool:
+    return value is None
 
 
-def _check_checkpoint(checkpoint: Any) -> dict[str, Any]:
-    checkpoint = _plain("checkpoint", checkpoint)
-    reject_unknown_keys("checkpoint", checkpoint, {"uri", "interval_steps"})
-    checked: dict[str, Any] = {}
-    if checkpoint.get("uri") is not None:
-        checked["uri"] = check_text("checkpoint uri", checkpoint["uri"])
-    if "interval_steps" in checkpoint:
-        steps = checkpoint["interval_steps"]
-        checked["interval_steps"] = check_integer("checkpoint interval_steps", steps)
-    return checked
+_LeftOutOrCount = Annotated[int | None, whole()]
+"""A :data:`Count` that may be left out (an explicit null is refused, as for a Count)."""
 
 
-def _read_only(check: Callable[[Any], dict[str, Any]]) -> PlainValidator:
-    """A mapping field checked by ``check`` and stored read-only."""
-    return PlainValidator(lambda value: _frozen(check(value)))
+@model
+class _Recovery(JsonModel):
+    """``options.recovery``: iroh-tinker's ``RecoverySpec`` fields (unset ones left out)."""
+
+    WHERE = "recovery"
+
+    mode: Annotated[str, choice(RecoveryMode)] = RecoveryMode.RESTART
+    max_restarts: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
+    signal_grace_s: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
 
 
-def _no_mapping() -> Mapping[str, Any]:
-    return MappingProxyType({})
+@model
+class _Checkpoint(JsonModel):
+    """``options.checkpoint``: iroh-tinker's ``CheckpointSpec`` fields (unset ones left out)."""
+
+    WHERE = "checkpoint"
+
+    uri: Text | None = Field(default=None, exclude_if=_unset)
+    interval_steps: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
+
+
+def _read_only(check: Callable[[Any], Mapping[str, Any]]) -> PlainValidator:
+    """A mapping field (any mapping, copied) checked by ``check`` and stored read-only."""
+    return PlainValidator(
+        lambda value: MappingProxyType(check(dict(value) if isinstance(value, Mapping) else value))
+    )
+
+
+def _fields_of(kind: type[JsonModel]) -> Callable[[Any], dict[str, Any]]:
+    return lambda value: kind.model_validate(value).to_dict()
 
 
 @model
@@ -228,14 +223,14 @@ class LaunchOptions(JsonModel):
     procs_per_node: Positive = 1
     backend: Text = "numpy"
     envs: Annotated[Mapping[str, str], _read_only(_check_envs)] = field(
-        default_factory=_no_mapping, hash=False
+        default_factory=lambda: MappingProxyType({}), hash=False
     )
     setup: Text | None = None
     rendezvous: Text | None = None
-    recovery: Annotated[Mapping[str, Any], _read_only(_check_recovery)] | None = field(
+    recovery: Annotated[Mapping[str, Any], _read_only(_fields_of(_Recovery))] | None = field(
         default=None, hash=False
     )
-    checkpoint: Annotated[Mapping[str, Any], _read_only(_check_checkpoint)] | None = field(
+    checkpoint: Annotated[Mapping[str, Any], _read_only(_fields_of(_Checkpoint))] | None = field(
         default=None, hash=False
     )
     instance_type: Text | None = None
