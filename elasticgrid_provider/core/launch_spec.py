@@ -147,11 +147,7 @@ def part_name(job_name: str, provider: Provider) -> str:
 
 
 def rendezvous_spec_fields(uri: Any) -> dict[str, str]:
-    """Map a rendezvous URI to iroh-tinker ``RendezvousSpec`` fields (see :mod:`.rendezvous`).
-
-    ``dir:/x`` and ``/x`` give ``{"mode": "dir", "uri": "/x"}``; ``s3://b/p``
-    and ``gs://b/p`` keep the full URI as ``uri``. Anything else raises.
-    """
+    """A rendezvous URI as iroh-tinker ``RendezvousSpec`` fields (rules in :mod:`.rendezvous`)."""
     return parse_rendezvous(uri).spec_fields()
 
 
@@ -195,15 +191,14 @@ class _Checkpoint(JsonModel):
     interval_steps: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
 
 
-def _read_only(check: Callable[[Any], Mapping[str, Any]]) -> PlainValidator:
+def _read_only(check: Callable[[Any], Any]) -> PlainValidator:
     """A mapping field (any mapping, copied) checked by ``check`` and stored read-only."""
-    return PlainValidator(
-        lambda value: MappingProxyType(check(dict(value) if isinstance(value, Mapping) else value))
-    )
 
+    def stored(value: Any) -> Mapping[str, Any]:
+        checked = check(dict(value) if isinstance(value, Mapping) else value)
+        return MappingProxyType(checked.to_dict() if isinstance(checked, JsonModel) else checked)
 
-def _fields_of(kind: type[JsonModel]) -> Callable[[Any], dict[str, Any]]:
-    return lambda value: kind.model_validate(value).to_dict()
+    return PlainValidator(stored)
 
 
 @model
@@ -227,10 +222,10 @@ class LaunchOptions(JsonModel):
     )
     setup: Text | None = None
     rendezvous: Text | None = None
-    recovery: Annotated[Mapping[str, Any], _read_only(_fields_of(_Recovery))] | None = field(
+    recovery: Annotated[Mapping[str, Any], _read_only(_Recovery.model_validate)] | None = field(
         default=None, hash=False
     )
-    checkpoint: Annotated[Mapping[str, Any], _read_only(_fields_of(_Checkpoint))] | None = field(
+    checkpoint: Annotated[Mapping[str, Any], _read_only(_Checkpoint.model_validate)] | None = field(
         default=None, hash=False
     )
     instance_type: Text | None = None
@@ -255,12 +250,6 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
         raise ElasticGridError(f"options must be LaunchOptions, got {options!r}")
     check_job_name(name)
     return placement, options, placement.total_nodes * options.procs_per_node
-
-
-def _instance_type(placement: Placement, options: LaunchOptions) -> str | None:
-    if options.instance_type:
-        return options.instance_type
-    return placement.assignments[0].provider.accelerator or None
 
 
 def _spec_dict(
@@ -352,7 +341,7 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
         num_nodes=placement.total_nodes,
         infra=infra,
         use_spot=placement.spot_nodes > 0,
-        instance_type=_instance_type(placement, options),
+        instance_type=options.instance_type or placement.assignments[0].provider.accelerator,
         envs=_rank_envs(options, name, name, 0, world_size),
     )
     return validate_spec_dict(spec)
@@ -438,7 +427,7 @@ def build_launch_parts(
             num_nodes=share.nodes,
             infra=[provider.engine_target],
             use_spot=provider.spot,
-            instance_type=options.instance_type or provider.accelerator or None,
+            instance_type=options.instance_type or provider.accelerator,
             envs=_rank_envs(options, name, part, rank_offset, world_size),
         )
         validate_spec_dict(spec)

@@ -28,10 +28,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from enum import Enum
 from functools import cache, wraps
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import (
     BeforeValidator,
@@ -211,11 +211,13 @@ def _adapter(kind: Any, rule: Callable[..., Any] | None = None, *args: Any) -> T
     return TypeAdapter(kind if rule is None else Annotated[kind, rule(*args)])
 
 
-def _checked(field: str, value: Any, adapter: TypeAdapter[Any]) -> Any:
+def _checked(
+    field: str, value: Any, adapter: TypeAdapter[Any], owner: str | None = None, context: Any = None
+) -> Any:
     try:
-        return adapter.validate_python(value)
+        return adapter.validate_python(value, context=context)
     except ValidationError as error:
-        raise model_error(error, field) from None
+        raise model_error(error, field, owner) from None
 
 
 def check_number(
@@ -290,8 +292,8 @@ def model_error(
 
     ``owner`` names the model in "is missing" / "has an unknown field"
     sentences when ``where`` is empty; ``positional`` names the fields given
-    by position to a constructor. A validator that raised an :class:`ElasticGridError` already wrote the
-    whole sentence; it is kept as it is.
+    by position to a constructor. An :class:`ElasticGridError` a validator
+    raised is kept as it is.
     """
     problem = error.errors(include_url=False)[0]
     kind, value = problem["type"], problem.get("input")
@@ -343,11 +345,7 @@ class JsonModel:
     @classmethod
     def type_adapter(cls) -> TypeAdapter[Any]:
         """The cached pydantic adapter of this class."""
-        adapter = cls.__dict__.get("_adapter")
-        if adapter is None:
-            adapter = TypeAdapter(cls)
-            cls._adapter = adapter  # type: ignore[attr-defined]
-        return adapter
+        return _adapter(cast(Hashable, cls))
 
     def model_dump(self, *, mode: Literal["json", "python"] = "json") -> dict[str, Any]:
         """Plain JSON of this model (enums as their strings, tuples as lists); pydantic's ``mode``."""
@@ -361,12 +359,8 @@ class JsonModel:
     @classmethod
     def model_validate(cls, data: Any, *, where: str | None = None) -> Self:
         """Build from plain JSON, or raise one sentence naming the field and the value."""
-        try:
-            built: Self = cls.type_adapter().validate_python(data, context=FROM_JSON)
-        except ValidationError as error:
-            raise model_error(
-                error, cls._where(data) if where is None else where, cls.OWNER
-            ) from None
+        where = cls._where(data) if where is None else where
+        built: Self = _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
         return built
 
     @classmethod
@@ -390,12 +384,9 @@ def trusted(cls: type[ModelT], **values: Any) -> ModelT:
     """
     instance = object.__new__(cls)
     for name, field in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
-        if name in values:
-            continue
-        if field.default_factory is not dataclasses.MISSING:
-            values[name] = field.default_factory()
-        else:
-            values[name] = field.default
+        if name not in values:
+            factory = field.default_factory
+            values[name] = field.default if factory is dataclasses.MISSING else factory()
     instance.__dict__.update(values)
     return instance
 
