@@ -31,8 +31,7 @@ from step ``n``, whatever the world size now is. Commit before logging a step
 and no step before the last checkpoint is ever computed twice, also after a
 part is lost and the job relaunched on other capacity.
 
-Standard library only (plus this package's stdlib-only validation): no
-Airflow, no iroh_tinker, so it is cheap to import in every rank.
+No Airflow, no iroh_tinker: cheap to import in every rank.
 """
 
 from __future__ import annotations
@@ -151,11 +150,10 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
 
 
 class StepReporter:
-    """Appends one JSON line per training step to the job's step log.
+    """Appends one JSON line per training step to the job's step log (module docstring).
 
-    By default only global rank 0 writes (other ranks' ``record`` is a no-op
-    returning ``None``), to ``<job_dir>/steps.jsonl``. Pass ``path`` to write
-    elsewhere and ``all_ranks=True`` to let every rank write.
+    ``path`` writes elsewhere than ``<job_dir>/steps.jsonl``; ``all_ranks=True``
+    lets every rank write, not only global rank 0.
     """
 
     def __init__(
@@ -185,12 +183,10 @@ class StepReporter:
         nodes: int | None = None,
         tokens: float = 0.0,
     ) -> dict[str, Any] | None:
-        """Validate and append one step; return the written record (``None`` when disabled).
+        """Validate and append one step as a :class:`StepSample`; return it (``None`` if disabled).
 
-        ``nodes`` defaults to the job's node count (world size / processes per node),
-        the size the scale check compares samples with. ``time`` (epoch seconds,
-        when the step ended) is added: the scale policy reads arrival rates and
-        idle gaps from it.
+        ``nodes`` defaults to the job's node count; ``time`` (when the step
+        ended) is added.
         """
         fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
         nodes = self.context.nodes if nodes is None else nodes
@@ -229,9 +225,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class Checkpoint:
     """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
 
-    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without
-    a shared folder (a script run by hand) there is nothing to resume from and
-    :meth:`save` does nothing. Only global rank 0 writes.
+    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a
+    shared folder there is nothing to resume and :meth:`save` does nothing.
     """
 
     def __init__(
