@@ -24,10 +24,7 @@ iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
 
 Rules:
 
-* Rendezvous URIs are ``dir:/path``, a plain path (= ``dir``),
-  ``s3://bucket[/prefix]`` or ``gs://bucket[/prefix]``; any other scheme is an
-  error (0.1.0 silently mapped everything to ``dir``, SPEC 4.6.8). They are
-  parsed by :func:`elasticgrid_provider.core.rendezvous.parse_rendezvous`.
+* Rendezvous URIs follow :mod:`elasticgrid_provider.core.rendezvous`.
 * **Every launch needs a fresh rendezvous.** iroh's socket transport publishes
   ``rank-<n>.json`` in the rendezvous directory and trusts whatever it finds
   there; files left by an earlier launch (at another world size) make ranks
@@ -43,9 +40,8 @@ Rules:
   runner owns (``RANK``, ``WORLD_SIZE``, ``IROH_TINKER_JOB_DIR``,
   ``IROH_TINKER_RENDEZVOUS``): they would be silently overridden.
 
-This module is pure: no Airflow import, and iroh_tinker (which pulls numpy)
-is imported only inside the functions that validate a spec, because Airflow
-parses modules that import this one every few seconds.
+Pure: no Airflow, and iroh_tinker (which pulls numpy) only inside the
+functions that validate a spec (Airflow parses importers every few seconds).
 """
 
 from __future__ import annotations
@@ -206,9 +202,7 @@ class LaunchOptions(JsonModel):
     """What to run and how, independent of where: everything a spec needs but the placement.
 
     ``envs``, ``recovery`` and ``checkpoint`` are stored as read-only
-    mappings (pass plain dicts); they take no part in the hash, so options
-    stay hashable. ``rendezvous`` is a URI (see :func:`rendezvous_spec_fields`)
-    and must be fresh for every launch.
+    mappings, outside the hash. ``rendezvous`` must be fresh for every launch.
     """
 
     OWNER = "launch options"
@@ -306,11 +300,7 @@ def _rank_envs(
 
 
 def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
-    """Build an iroh-tinker ``LaunchSpec`` with ``spec_from_dict`` (which validates).
-
-    iroh-tinker's own ``ValueError``/``TypeError`` becomes an
-    :class:`ElasticGridError` naming the spec.
-    """
+    """An iroh-tinker ``LaunchSpec`` by ``spec_from_dict``; its complaint names the spec."""
     from iroh_tinker.cloud.spec import spec_from_dict
 
     try:
@@ -320,18 +310,11 @@ def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
 
 
 def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
-    """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4).
+    """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4), as one part.
 
-    ``num_nodes`` is the placement total, ``resources.infra`` the providers'
-    engine targets in failover order (repeats dropped), ``use_spot`` true when
-    any share is spot, ``instance_type`` from the options or else the first
-    share's accelerator. Ranks get the ``ELASTICGRID_*`` variables as a
-    single part (offset 0).
-
-    This is a description, not what launches use: iroh-tinker runs the whole
-    job on the first infra target that provisions (SPEC 4.6.7), so this spec
-    asks the first provider for every node. Launch with
-    :func:`build_launch_parts`.
+    ``resources.infra`` lists the engine targets in failover order. A
+    description only: iroh-tinker would ask the first target for every node
+    (SPEC 4.6.7), so launches use :func:`build_launch_parts`.
     """
     placement, options, world_size = _checked(placement, name, options)
     infra = list(dict.fromkeys(share.provider.engine_target for share in placement.assignments))
@@ -351,10 +334,8 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
 class LaunchPart:
     """One provider's share of a job, as one iroh-tinker job.
 
-    ``spec_json`` holds the part's launch spec as canonical JSON (immutable,
-    hashable); ``spec_dict`` returns a fresh plain dict of it for files, logs
-    and XCom. ``rank_offset`` is the global rank of the part's first process
-    and ``world_size`` the global process count.
+    ``spec_json`` is the part's launch spec as canonical JSON (immutable,
+    hashable); ``rank_offset`` is the global rank of its first process.
     """
 
     job_name: str
@@ -381,10 +362,7 @@ class LaunchPart:
         return validate_spec_dict(self.spec_dict)
 
     def write_spec(self, path: str | Path) -> Path:
-        """Write the spec as JSON to ``path`` (``JobManager.launch`` takes a file path).
-
-        The file is created with mode 0600: it holds the ``envs`` values.
-        """
+        """Write the spec as JSON to ``path``, mode 0600 (it holds ``envs`` values)."""
         target = Path(path)
         if target.suffix.lower() != ".json":
             raise ElasticGridError(f"spec file must end in .json, got {str(target)!r}")
@@ -398,13 +376,10 @@ class LaunchPart:
 def build_launch_parts(
     placement: Placement, name: str, options: LaunchOptions
 ) -> tuple[LaunchPart, ...]:
-    """Render one launch part per provider share, in failover order (SPEC 6.3).
+    """Render one launch part per provider share, in failover order (SPEC 6.3; module rules).
 
-    Each part has ``num_nodes`` = its share, ``resources.infra`` = only its
-    provider's engine target, ``use_spot`` = that provider's spot flag, the
-    same rendezvous as every other part, and the ``ELASTICGRID_*`` variables
-    that place its ranks in the global job. Global ranks are assigned in
-    share order. Specs are validated with iroh-tinker before returning.
+    Global ranks are assigned in share order; every spec is validated with
+    iroh-tinker.
     """
     placement, options, world_size = _checked(placement, name, options)
     if world_size > 1 and options.rendezvous is None:
