@@ -10,17 +10,14 @@ process a *part-local* ``RANK`` and ``WORLD_SIZE``; the launch adds
 * global world size = ``ELASTICGRID_WORLD_SIZE``, or iroh's ``WORLD_SIZE``
   when the job was not launched in parts (offset 0);
 * a process started by hand (no ``RANK``) is rank 0 of 1;
-* ``rendezvous_dir`` comes from ``IROH_TINKER_RENDEZVOUS`` (``dir:<path>`` or
-  a bare path); it is ``None`` for ``s3://``/``gs://`` rendezvous, which the
-  socket transport cannot use. The directory must be fresh for every launch:
-  the socket transport trusts any ``rank-<n>.json`` it finds there.
+* ``rendezvous_dir`` comes from ``IROH_TINKER_RENDEZVOUS`` (``None`` for an
+  object store, which the socket transport cannot use); it must be fresh for
+  every launch.
 
 :class:`StepReporter` appends one JSON line per training step to the job's
 step log (``<IROH_TINKER_JOB_DIR>/steps.jsonl``), on global rank 0 only, so a
-job has exactly one step log: in the job directory of the part that holds
-global rank 0. Each line is written with a single ``write`` on an
-``O_APPEND`` descriptor, so a reader sees whole lines, except possibly an
-unfinished last line, which readers must ignore until its newline arrives.
+job has exactly one. Each line is one ``write`` on an ``O_APPEND``
+descriptor: readers see whole lines, but must ignore an unfinished last one.
 
 :class:`Checkpoint` commits a job's progress to the shared folder
 (``ELASTICGRID_SHARED_DIR``, which outlives every relaunch) and resumes from
@@ -28,8 +25,7 @@ it: rank 0 writes the state first, then ``progress.json`` (``{"completed_steps":
 n, ...}``), each through a temporary file and an atomic rename, so the
 checkpoint is always consistent; every rank reads it on start and continues
 from step ``n``, whatever the world size now is. Commit before logging a step
-and no step before the last checkpoint is ever computed twice, also after a
-part is lost and the job relaunched on other capacity.
+and no step is computed twice, also across a relaunch on other capacity.
 
 No Airflow, no iroh_tinker: cheap to import in every rank.
 """
@@ -91,11 +87,9 @@ class DistributedContext:
         return self.rank == 0
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int:
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
-        if default is None:
-            raise ValueError(f"environment variable {name} is not set")
         return default
     try:
         value = int(raw.strip())
@@ -115,10 +109,10 @@ def _rendezvous_dir(raw: str | None) -> str | None:
 
 
 def distributed_context(environ: Mapping[str, str] | None = None) -> DistributedContext:
-    """Read this process's global position from the environment (``os.environ`` by default).
+    """This process's global position from the environment (``os.environ`` by default).
 
-    Raises ``ValueError`` naming the variable and value when a variable is not
-    a whole number or the numbers contradict each other.
+    A variable that is not a whole number, or numbers that contradict each
+    other, raise ``ValueError`` naming the variable and value.
     """
     env = os.environ if environ is None else environ
     local_rank = _env_int(env, ENV_RANK, 0, 0)

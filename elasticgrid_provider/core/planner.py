@@ -19,21 +19,16 @@ Rules (SPEC 4.3), for a job of ``N`` nodes:
   Assignments are listed in failover order: the order they were filled,
   cheapest first.
 
-Why the greedy fill is exact: think of each provider as ``max_nodes``
-identical node slots. The sets of slots that respect "at most ``cap`` per
-provider" and "at most ``K`` spot slots" are the independent sets of a
-laminar matroid (the per-provider groups nest inside the spot / on-demand
-split), and keeping only sets of at most ``N`` slots is still a matroid. Its
-cheapest basis is found by the matroid greedy algorithm: take slots
-cheapest first, skipping a slot only when taking it would break a limit;
-``K >= N - D`` guarantees ``N`` slots are reachable. Taking slots in
-provider order, whole runs at a time, is that algorithm in ``O(P log P)``
-for ``P`` providers, independent of ``N``. For ``balance``, capping every
-provider at ``M`` keeps the structure, so a binary search finds the
-smallest feasible ``M`` (each probe O(log P) on sorted capacities) and the
-same greedy gives the cheapest placement within it. A placement with largest
-share ``M`` is exactly one that fits caps ``min(max_nodes, M)``, and none
-fits a smaller ``M``, so this is the cheapest of the most even placements.
+Why the greedy fill is exact: as ``max_nodes`` node slots per provider, the
+sets within the per-provider caps and the spot allowance ``K`` (groups that
+nest in the spot / on-demand split), truncated at ``N``, are the independent
+sets of a laminar matroid. So taking slots cheapest first, skipping only
+those that break a limit, gives the cheapest basis (``K >= N - D`` makes
+``N`` reachable); taking whole runs per provider makes it ``O(P log P)``.
+For ``balance``, capping every provider at ``M`` keeps the structure: a
+binary search finds the smallest feasible ``M`` (a placement's largest share
+is ``M`` exactly when it fits caps ``min(max_nodes, M)``), and the same
+greedy the cheapest placement within it.
 """
 
 from __future__ import annotations

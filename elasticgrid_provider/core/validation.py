@@ -6,21 +6,18 @@ as 3, ``3.5`` and ``"2"`` are not). Every failure is an
 :class:`ElasticGridError` naming the field and the value, so callers never
 need their own wording.
 
-Each rule is written once, as a reusable ``Annotated`` field type
-(:data:`Finite`, :data:`NonNegative`, :data:`Count`, :data:`Text`, ..., and
-:func:`finite` / :func:`whole` / :func:`choice` for other bounds) for the
-fields of the pydantic models declared with :func:`model`. The ``check_*``
-functions are the same types in function form, for a single value with a
-field name. A model refuses unknown fields (``extra="forbid"``) and is
-frozen; :func:`model_error` turns pydantic's ``ValidationError`` into the
-one-sentence error, naming the field by its dotted path
-(``window samples.0.queue_s must be a finite number, got nan``).
+Each rule is written once, as an ``Annotated`` field type (:data:`Finite`,
+:data:`Count`, :data:`Text`, ..., :func:`finite` / :func:`whole` /
+:func:`choice` for other bounds) of the models declared with :func:`model`;
+the ``check_*`` functions are those types in function form. A model is
+frozen and refuses unknown fields; :func:`model_error` turns pydantic's
+``ValidationError`` into the one sentence, naming the field by its dotted
+path (``window samples.0.queue_s must be a finite number, got nan``).
 
-The models are pydantic *dataclasses*, so they keep positional
-construction, ``dataclasses.replace`` and ``dataclasses.fields``, which
-code outside ``core/`` uses; :class:`JsonModel` gives them pydantic's
-``model_dump`` / ``model_validate`` / ``model_json_schema`` and keeps
-``to_dict`` / ``from_dict`` as thin aliases.
+The models are pydantic *dataclasses* (positional construction,
+``dataclasses.replace`` and ``fields`` keep working); :class:`JsonModel`
+adds ``model_dump`` / ``model_validate`` / ``model_json_schema``, with
+``to_dict`` / ``from_dict`` as aliases.
 """
 
 from __future__ import annotations
@@ -143,11 +140,7 @@ ChoiceT = TypeVar("ChoiceT", bound=Choice)
 
 
 class OneOf:
-    """Metadata for ``Annotated[str, OneOf(words)]``: one of a fixed set of words.
-
-    The JSON Schema lists the words (``enum``); a member of a :class:`Choice`
-    is accepted as its word.
-    """
+    """Metadata for ``Annotated[str, OneOf(words)]``: one of a fixed set of words (schema ``enum``)."""
 
     def __init__(self, words: tuple[str, ...], members: tuple[Any, ...] | None = None) -> None:
         self.words = words
@@ -324,8 +317,7 @@ def model_error(
 
 ModelT = TypeVar("ModelT")
 FROM_JSON: dict[str, Any] = {"from_json": True}
-"""The validation context of :meth:`JsonModel.model_validate`: JSON objects may stand for
-models (built in code, a model's field takes model instances only where it says so)."""
+"""The context of :meth:`JsonModel.model_validate`: JSON objects may stand for models."""
 
 
 class JsonModel:
@@ -376,11 +368,10 @@ class JsonModel:
 
 
 def trusted(cls: type[ModelT], **values: Any) -> ModelT:
-    """A :func:`model` instance from values that are valid by construction, without checks.
+    """A :func:`model` instance, unchecked, from values derived from checked models.
 
-    Only for values derived from models already checked (signals of checked
-    samples, say), where the policy benchmark measured the checks' cost;
-    missing fields take their defaults.
+    Only where the policy benchmark measured the checks' cost; missing fields
+    take their defaults.
     """
     instance = object.__new__(cls)
     for name, field in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
