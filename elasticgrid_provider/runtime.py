@@ -10,17 +10,14 @@ process a *part-local* ``RANK`` and ``WORLD_SIZE``; the launch adds
 * global world size = ``ELASTICGRID_WORLD_SIZE``, or iroh's ``WORLD_SIZE``
   when the job was not launched in parts (offset 0);
 * a process started by hand (no ``RANK``) is rank 0 of 1;
-* ``rendezvous_dir`` comes from ``IROH_TINKER_RENDEZVOUS`` (``dir:<path>`` or
-  a bare path); it is ``None`` for ``s3://``/``gs://`` rendezvous, which the
-  socket transport cannot use. The directory must be fresh for every launch:
-  the socket transport trusts any ``rank-<n>.json`` it finds there.
+* ``rendezvous_dir`` comes from ``IROH_TINKER_RENDEZVOUS`` (``None`` for an
+  object store, which the socket transport cannot use); it must be fresh for
+  every launch.
 
 :class:`StepReporter` appends one JSON line per training step to the job's
 step log (``<IROH_TINKER_JOB_DIR>/steps.jsonl``), on global rank 0 only, so a
-job has exactly one step log: in the job directory of the part that holds
-global rank 0. Each line is written with a single ``write`` on an
-``O_APPEND`` descriptor, so a reader sees whole lines, except possibly an
-unfinished last line, which readers must ignore until its newline arrives.
+job has exactly one. Each line is one ``write`` on an ``O_APPEND``
+descriptor: readers see whole lines, but must ignore an unfinished last one.
 
 :class:`Checkpoint` commits a job's progress to the shared folder
 (``ELASTICGRID_SHARED_DIR``, which outlives every relaunch) and resumes from
@@ -28,11 +25,9 @@ it: rank 0 writes the state first, then ``progress.json`` (``{"completed_steps":
 n, ...}``), each through a temporary file and an atomic rename, so the
 checkpoint is always consistent; every rank reads it on start and continues
 from step ``n``, whatever the world size now is. Commit before logging a step
-and no step before the last checkpoint is ever computed twice, also after a
-part is lost and the job relaunched on other capacity.
+and no step is computed twice, also across a relaunch on other capacity.
 
-Standard library only (plus this package's stdlib-only validation): no
-Airflow, no iroh_tinker, so it is cheap to import in every rank.
+No Airflow, no iroh_tinker: cheap to import in every rank.
 """
 
 from __future__ import annotations
@@ -54,7 +49,8 @@ from elasticgrid_provider.core.launch_spec import (
     ENV_WORLD_SIZE,
 )
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
-from elasticgrid_provider.core.validation import check_integer, check_number
+from elasticgrid_provider.core.samples import StepSample
+from elasticgrid_provider.core.validation import check_integer
 
 ENV_RANK = "RANK"
 ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"
@@ -91,11 +87,9 @@ class DistributedContext:
         return self.rank == 0
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int:
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
-        if default is None:
-            raise ValueError(f"environment variable {name} is not set")
         return default
     try:
         value = int(raw.strip())
@@ -115,10 +109,10 @@ def _rendezvous_dir(raw: str | None) -> str | None:
 
 
 def distributed_context(environ: Mapping[str, str] | None = None) -> DistributedContext:
-    """Read this process's global position from the environment (``os.environ`` by default).
+    """This process's global position from the environment (``os.environ`` by default).
 
-    Raises ``ValueError`` naming the variable and value when a variable is not
-    a whole number or the numbers contradict each other.
+    A variable that is not a whole number, or numbers that contradict each
+    other, raise ``ValueError`` naming the variable and value.
     """
     env = os.environ if environ is None else environ
     local_rank = _env_int(env, ENV_RANK, 0, 0)
@@ -150,11 +144,10 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
 
 
 class StepReporter:
-    """Appends one JSON line per training step to the job's step log.
+    """Appends one JSON line per training step to the job's step log (module docstring).
 
-    By default only global rank 0 writes (other ranks' ``record`` is a no-op
-    returning ``None``), to ``<job_dir>/steps.jsonl``. Pass ``path`` to write
-    elsewhere and ``all_ranks=True`` to let every rank write.
+    ``path`` writes elsewhere than ``<job_dir>/steps.jsonl``; ``all_ranks=True``
+    lets every rank write, not only global rank 0.
     """
 
     def __init__(
@@ -184,23 +177,15 @@ class StepReporter:
         nodes: int | None = None,
         tokens: float = 0.0,
     ) -> dict[str, Any] | None:
-        """Validate and append one step; return the written record (``None`` when disabled).
+        """Validate and append one step as a :class:`StepSample`; return it (``None`` if disabled).
 
-        ``nodes`` defaults to the job's node count (world size / processes per node),
-        the size the scale check compares samples with. ``time`` (epoch seconds,
-        when the step ended) is added: the scale policy reads arrival rates and
-        idle gaps from it.
+        ``nodes`` defaults to the job's node count; ``time`` (when the step
+        ended) is added.
         """
-        record = {
-            "step": check_integer("step", step),
-            "duration_s": check_number("duration_s", duration_s),
-            "queue_s": check_number("queue_s", queue_s),
-            "nodes": check_integer(
-                "nodes", self.context.nodes if nodes is None else nodes, minimum=1
-            ),
-            "tokens": check_number("tokens", tokens),
-            "time": epoch_now(),
-        }
+        fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
+        nodes = self.context.nodes if nodes is None else nodes
+        sample = {**fields, "nodes": nodes, "time": epoch_now()}
+        record = StepSample.model_validate(sample, where="").to_dict()
         if not self.enabled or self.path is None:
             return None
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -234,9 +219,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class Checkpoint:
     """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
 
-    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without
-    a shared folder (a script run by hand) there is nothing to resume from and
-    :meth:`save` does nothing. Only global rank 0 writes.
+    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a
+    shared folder there is nothing to resume and :meth:`save` does nothing.
     """
 
     def __init__(

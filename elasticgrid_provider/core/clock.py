@@ -9,10 +9,8 @@ Rules:
 * Never a naive or local time: a ``datetime`` handed in without a zone is
   refused rather than guessed at, so a launch id cannot silently carry the
   machine's local time.
-* Only the wall clock lives here. Measuring how long something took (a
-  timeout, a grace period) is not a timestamp and keeps its own timer.
-
-Pure: standard library only, no I/O.
+* Only the wall clock lives here: a timeout or a grace period keeps its own
+  timer. Pure: standard library only, no I/O.
 """
 
 from __future__ import annotations

@@ -56,10 +56,4 @@ class JobLaunchError(RuntimeError):
 
 
 class JobFailedError(RuntimeError):
-    """The checked job failed, is down, or was never launched.
-
-    Deliberately not an ``AirflowException``, like the ``ElasticGridError`` a
-    bad argument raises: ``soft_fail`` (meant for a check that found no reason
-    to scale before its timeout) turns Airflow's failures into skips, and a
-    failed job or a misconfigured check must never pass as a skip.
-    """
+    """The checked job failed, is down, or was never launched (never a skip: module docstring)."""

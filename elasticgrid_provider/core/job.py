@@ -19,16 +19,14 @@ what it runs, so attach can compare without keeping ``envs`` values at rest.
 A manifest written before these fields existed reads as a confirmed launch
 with no fingerprints (so the next launch relaunches rather than attaches).
 
-Everything here is plain data that round-trips through JSON, so it can be
-pushed to XCom and shown in logs.
+Everything here is plain data that round-trips through JSON (XCom, logs).
 
 Manifest versions: ``manifest.json`` carries ``schema_version``
-(:data:`MANIFEST_SCHEMA_VERSION`); a manifest without one is version 1 (the
-layout before the field existed, which is the same). A field may only be
-added with a new version. A worker refuses a manifest of a newer version
-with one sentence naming both versions (upgrade the worker); within a
-version an unknown field is refused as a malformed manifest (``extra`` is
-forbidden), so a worker never half-understands a launch.
+(:data:`MANIFEST_SCHEMA_VERSION`); one without it is version 1 (the same
+layout). A field may only be added with a new version. A worker refuses a
+newer version in one sentence naming both (upgrade the worker), and an
+unknown field within a version as malformed, so it never half-understands
+a launch.
 """
 
 from __future__ import annotations
@@ -70,9 +68,6 @@ class JobStatus(Choice):
     def is_terminal(self) -> bool:
         """Whether the job has ended: nothing more will change without a new launch."""
         return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.STOPPED)
-
-
-JOB_STATUSES = tuple(status.value for status in JobStatus)
 
 
 @model

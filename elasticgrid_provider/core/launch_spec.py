@@ -24,10 +24,7 @@ iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
 
 Rules:
 
-* Rendezvous URIs are ``dir:/path``, a plain path (= ``dir``),
-  ``s3://bucket[/prefix]`` or ``gs://bucket[/prefix]``; any other scheme is an
-  error (0.1.0 silently mapped everything to ``dir``, SPEC 4.6.8). They are
-  parsed by :func:`elasticgrid_provider.core.rendezvous.parse_rendezvous`.
+* Rendezvous URIs follow :mod:`elasticgrid_provider.core.rendezvous`.
 * **Every launch needs a fresh rendezvous.** iroh's socket transport publishes
   ``rank-<n>.json`` in the rendezvous directory and trusts whatever it finds
   there; files left by an earlier launch (at another world size) make ranks
@@ -43,9 +40,8 @@ Rules:
   runner owns (``RANK``, ``WORLD_SIZE``, ``IROH_TINKER_JOB_DIR``,
   ``IROH_TINKER_RENDEZVOUS``): they would be silently overridden.
 
-This module is pure: no Airflow import, and iroh_tinker (which pulls numpy)
-is imported only inside the functions that validate a spec, because Airflow
-parses modules that import this one every few seconds.
+Pure: no Airflow, and iroh_tinker (which pulls numpy) only inside the
+functions that validate a spec (Airflow parses importers every few seconds).
 """
 
 from __future__ import annotations
@@ -59,7 +55,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import PlainValidator, field_validator
+from pydantic import Field, PlainValidator, field_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.placement import Placement
@@ -70,12 +66,11 @@ from elasticgrid_provider.core.validation import (
     JsonModel,
     Positive,
     Text,
-    check_choice,
-    check_integer,
     check_mapping,
     check_text,
+    choice,
     model,
-    reject_unknown_keys,
+    whole,
 )
 
 if TYPE_CHECKING:
@@ -117,9 +112,6 @@ class RecoveryMode(Choice):
     NONE = "none"
 
 
-RECOVERY_MODES = tuple(mode.value for mode in RecoveryMode)
-
-
 def check_job_name(name: Any) -> str:
     """Return ``name`` if it is a valid job name (see the module rules), or raise."""
     check_text("job name", name)
@@ -151,26 +143,13 @@ def part_name(job_name: str, provider: Provider) -> str:
 
 
 def rendezvous_spec_fields(uri: Any) -> dict[str, str]:
-    """Map a rendezvous URI to iroh-tinker ``RendezvousSpec`` fields (see :mod:`.rendezvous`).
-
-    ``dir:/x`` and ``/x`` give ``{"mode": "dir", "uri": "/x"}``; ``s3://b/p``
-    and ``gs://b/p`` keep the full URI as ``uri``. Anything else raises.
-    """
+    """A rendezvous URI as iroh-tinker ``RendezvousSpec`` fields (rules in :mod:`.rendezvous`)."""
     return parse_rendezvous(uri).spec_fields()
-
-
-def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping))
-
-
-def _plain(name: str, value: Any) -> dict[str, Any]:
-    """A JSON object (any mapping, copied) or one sentence naming ``name``."""
-    return check_mapping(name, dict(value) if isinstance(value, Mapping) else value)
 
 
 def _check_envs(envs: Any) -> dict[str, str]:
     checked: dict[str, str] = {}
-    for key, value in _plain("envs", envs).items():
+    for key, value in check_mapping("envs", envs).items():
         if not isinstance(key, str) or not _ENV_NAME_PATTERN.fullmatch(key):
             raise ElasticGridError(f"envs name must be a valid variable name, got {key!r}")
         if key in ELASTICGRID_ENV_NAMES or key in IROH_RUNNER_ENV_NAMES:
@@ -179,36 +158,43 @@ def _check_envs(envs: Any) -> dict[str, str]:
     return checked
 
 
-def _check_recovery(recovery: Any) -> dict[str, Any]:
-    recovery = _plain("recovery", recovery)
-    reject_unknown_keys("recovery", recovery, {"mode", "max_restarts", "signal_grace_s"})
-    mode = recovery.get("mode", RecoveryMode.RESTART)
-    checked: dict[str, Any] = {"mode": check_choice("recovery mode", mode, RECOVERY_MODES)}
-    for key in ("max_restarts", "signal_grace_s"):
-        if key in recovery:
-            checked[key] = check_integer(f"recovery {key}", recovery[key])
-    return checked
+def _unset(value: Any) -> bool:
+    return value is None
 
 
-def _check_checkpoint(checkpoint: Any) -> dict[str, Any]:
-    checkpoint = _plain("checkpoint", checkpoint)
-    reject_unknown_keys("checkpoint", checkpoint, {"uri", "interval_steps"})
-    checked: dict[str, Any] = {}
-    if checkpoint.get("uri") is not None:
-        checked["uri"] = check_text("checkpoint uri", checkpoint["uri"])
-    if "interval_steps" in checkpoint:
-        steps = checkpoint["interval_steps"]
-        checked["interval_steps"] = check_integer("checkpoint interval_steps", steps)
-    return checked
+_LeftOutOrCount = Annotated[int | None, whole()]
+"""A :data:`Count` that may be left out (an explicit null is refused, as for a Count)."""
 
 
-def _read_only(check: Callable[[Any], dict[str, Any]]) -> PlainValidator:
-    """A mapping field checked by ``check`` and stored read-only."""
-    return PlainValidator(lambda value: _frozen(check(value)))
+@model
+class _Recovery(JsonModel):
+    """``options.recovery``: iroh-tinker's ``RecoverySpec`` fields (unset ones left out)."""
+
+    WHERE = "recovery"
+
+    mode: Annotated[str, choice(RecoveryMode)] = RecoveryMode.RESTART
+    max_restarts: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
+    signal_grace_s: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
 
 
-def _no_mapping() -> Mapping[str, Any]:
-    return MappingProxyType({})
+@model
+class _Checkpoint(JsonModel):
+    """``options.checkpoint``: iroh-tinker's ``CheckpointSpec`` fields (unset ones left out)."""
+
+    WHERE = "checkpoint"
+
+    uri: Text | None = Field(default=None, exclude_if=_unset)
+    interval_steps: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
+
+
+def _read_only(check: Callable[[Any], Any]) -> PlainValidator:
+    """A mapping field (any mapping, copied) checked by ``check`` and stored read-only."""
+
+    def stored(value: Any) -> Mapping[str, Any]:
+        checked = check(dict(value) if isinstance(value, Mapping) else value)
+        return MappingProxyType(checked.to_dict() if isinstance(checked, JsonModel) else checked)
+
+    return PlainValidator(stored)
 
 
 @model
@@ -216,9 +202,7 @@ class LaunchOptions(JsonModel):
     """What to run and how, independent of where: everything a spec needs but the placement.
 
     ``envs``, ``recovery`` and ``checkpoint`` are stored as read-only
-    mappings (pass plain dicts); they take no part in the hash, so options
-    stay hashable. ``rendezvous`` is a URI (see :func:`rendezvous_spec_fields`)
-    and must be fresh for every launch.
+    mappings, outside the hash. ``rendezvous`` must be fresh for every launch.
     """
 
     OWNER = "launch options"
@@ -228,14 +212,14 @@ class LaunchOptions(JsonModel):
     procs_per_node: Positive = 1
     backend: Text = "numpy"
     envs: Annotated[Mapping[str, str], _read_only(_check_envs)] = field(
-        default_factory=_no_mapping, hash=False
+        default_factory=lambda: MappingProxyType({}), hash=False
     )
     setup: Text | None = None
     rendezvous: Text | None = None
-    recovery: Annotated[Mapping[str, Any], _read_only(_check_recovery)] | None = field(
+    recovery: Annotated[Mapping[str, Any], _read_only(_Recovery.model_validate)] | None = field(
         default=None, hash=False
     )
-    checkpoint: Annotated[Mapping[str, Any], _read_only(_check_checkpoint)] | None = field(
+    checkpoint: Annotated[Mapping[str, Any], _read_only(_Checkpoint.model_validate)] | None = field(
         default=None, hash=False
     )
     instance_type: Text | None = None
@@ -260,12 +244,6 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
         raise ElasticGridError(f"options must be LaunchOptions, got {options!r}")
     check_job_name(name)
     return placement, options, placement.total_nodes * options.procs_per_node
-
-
-def _instance_type(placement: Placement, options: LaunchOptions) -> str | None:
-    if options.instance_type:
-        return options.instance_type
-    return placement.assignments[0].provider.accelerator or None
 
 
 def _spec_dict(
@@ -322,11 +300,7 @@ def _rank_envs(
 
 
 def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
-    """Build an iroh-tinker ``LaunchSpec`` with ``spec_from_dict`` (which validates).
-
-    iroh-tinker's own ``ValueError``/``TypeError`` becomes an
-    :class:`ElasticGridError` naming the spec.
-    """
+    """An iroh-tinker ``LaunchSpec`` by ``spec_from_dict``; its complaint names the spec."""
     from iroh_tinker.cloud.spec import spec_from_dict
 
     try:
@@ -336,18 +310,11 @@ def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
 
 
 def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
-    """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4).
+    """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4), as one part.
 
-    ``num_nodes`` is the placement total, ``resources.infra`` the providers'
-    engine targets in failover order (repeats dropped), ``use_spot`` true when
-    any share is spot, ``instance_type`` from the options or else the first
-    share's accelerator. Ranks get the ``ELASTICGRID_*`` variables as a
-    single part (offset 0).
-
-    This is a description, not what launches use: iroh-tinker runs the whole
-    job on the first infra target that provisions (SPEC 4.6.7), so this spec
-    asks the first provider for every node. Launch with
-    :func:`build_launch_parts`.
+    ``resources.infra`` lists the engine targets in failover order. A
+    description only: iroh-tinker would ask the first target for every node
+    (SPEC 4.6.7), so launches use :func:`build_launch_parts`.
     """
     placement, options, world_size = _checked(placement, name, options)
     infra = list(dict.fromkeys(share.provider.engine_target for share in placement.assignments))
@@ -357,7 +324,7 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
         num_nodes=placement.total_nodes,
         infra=infra,
         use_spot=placement.spot_nodes > 0,
-        instance_type=_instance_type(placement, options),
+        instance_type=options.instance_type or placement.assignments[0].provider.accelerator,
         envs=_rank_envs(options, name, name, 0, world_size),
     )
     return validate_spec_dict(spec)
@@ -367,10 +334,8 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
 class LaunchPart:
     """One provider's share of a job, as one iroh-tinker job.
 
-    ``spec_json`` holds the part's launch spec as canonical JSON (immutable,
-    hashable); ``spec_dict`` returns a fresh plain dict of it for files, logs
-    and XCom. ``rank_offset`` is the global rank of the part's first process
-    and ``world_size`` the global process count.
+    ``spec_json`` is the part's launch spec as canonical JSON (immutable,
+    hashable); ``rank_offset`` is the global rank of its first process.
     """
 
     job_name: str
@@ -397,10 +362,7 @@ class LaunchPart:
         return validate_spec_dict(self.spec_dict)
 
     def write_spec(self, path: str | Path) -> Path:
-        """Write the spec as JSON to ``path`` (``JobManager.launch`` takes a file path).
-
-        The file is created with mode 0600: it holds the ``envs`` values.
-        """
+        """Write the spec as JSON to ``path``, mode 0600 (it holds ``envs`` values)."""
         target = Path(path)
         if target.suffix.lower() != ".json":
             raise ElasticGridError(f"spec file must end in .json, got {str(target)!r}")
@@ -414,13 +376,10 @@ class LaunchPart:
 def build_launch_parts(
     placement: Placement, name: str, options: LaunchOptions
 ) -> tuple[LaunchPart, ...]:
-    """Render one launch part per provider share, in failover order (SPEC 6.3).
+    """Render one launch part per provider share, in failover order (SPEC 6.3; module rules).
 
-    Each part has ``num_nodes`` = its share, ``resources.infra`` = only its
-    provider's engine target, ``use_spot`` = that provider's spot flag, the
-    same rendezvous as every other part, and the ``ELASTICGRID_*`` variables
-    that place its ranks in the global job. Global ranks are assigned in
-    share order. Specs are validated with iroh-tinker before returning.
+    Global ranks are assigned in share order; every spec is validated with
+    iroh-tinker.
     """
     placement, options, world_size = _checked(placement, name, options)
     if world_size > 1 and options.rendezvous is None:
@@ -443,7 +402,7 @@ def build_launch_parts(
             num_nodes=share.nodes,
             infra=[provider.engine_target],
             use_spot=provider.spot,
-            instance_type=options.instance_type or provider.accelerator or None,
+            instance_type=options.instance_type or provider.accelerator,
             envs=_rank_envs(options, name, part, rank_offset, world_size),
         )
         validate_spec_dict(spec)

@@ -19,21 +19,16 @@ Rules (SPEC 4.3), for a job of ``N`` nodes:
   Assignments are listed in failover order: the order they were filled,
   cheapest first.
 
-Why the greedy fill is exact: think of each provider as ``max_nodes``
-identical node slots. The sets of slots that respect "at most ``cap`` per
-provider" and "at most ``K`` spot slots" are the independent sets of a
-laminar matroid (the per-provider groups nest inside the spot / on-demand
-split), and keeping only sets of at most ``N`` slots is still a matroid. Its
-cheapest basis is found by the matroid greedy algorithm: take slots
-cheapest first, skipping a slot only when taking it would break a limit;
-``K >= N - D`` guarantees ``N`` slots are reachable. Taking slots in
-provider order, whole runs at a time, is that algorithm in ``O(P log P)``
-for ``P`` providers, independent of ``N``. For ``balance``, capping every
-provider at ``M`` keeps the structure, so a binary search finds the
-smallest feasible ``M`` (each probe O(log P) on sorted capacities) and the
-same greedy gives the cheapest placement within it. A placement with largest
-share ``M`` is exactly one that fits caps ``min(max_nodes, M)``, and none
-fits a smaller ``M``, so this is the cheapest of the most even placements.
+Why the greedy fill is exact: as ``max_nodes`` node slots per provider, the
+sets within the per-provider caps and the spot allowance ``K`` (groups that
+nest in the spot / on-demand split), truncated at ``N``, are the independent
+sets of a laminar matroid. So taking slots cheapest first, skipping only
+those that break a limit, gives the cheapest basis (``K >= N - D`` makes
+``N`` reachable); taking whole runs per provider makes it ``O(P log P)``.
+For ``balance``, capping every provider at ``M`` keeps the structure: a
+binary search finds the smallest feasible ``M`` (a placement's largest share
+is ``M`` exactly when it fits caps ``min(max_nodes, M)``), and the same
+greedy the cheapest placement within it.
 """
 
 from __future__ import annotations
@@ -41,7 +36,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Annotated
 
@@ -69,22 +64,14 @@ class Prefer(Choice):
 
 
 PREFER_CHOICES: tuple[str, ...] = tuple(prefer.value for prefer in Prefer)
-"""The placement preferences as plain strings (argument choices)."""
 
 _RELATIVE_TOLERANCE = 1e-12
-"""Slack for ``fraction * nodes`` so 0.7 * 10 counts as 7, not 6.999...; far
-above float rounding error (~1e-16) and far below any real gap."""
+"""Slack for ``fraction * nodes`` (0.7 * 10 is 7, not 6.999...): far above float error."""
 
 
 @model
 class GridPlanner(JsonModel):
-    """Plans where a job's nodes run on a grid of providers, under a spot policy.
-
-    ``max_spot_fraction`` caps the share of spot nodes (bent only when the
-    on-demand capacity cannot hold the job); ``prefer`` picks the cheapest
-    placement (``"cost"``) or the most even one, cheapest among equals
-    (``"balance"``).
-    """
+    """Plans where a job's nodes run on a grid of providers, under a spot policy (module rules)."""
 
     providers: Annotated[tuple[Provider, ...], PlainValidator(lambda p: _check_providers(p))]
     max_spot_fraction: Annotated[float, finite(0.0, 1.0)] = 1.0
@@ -133,7 +120,7 @@ class GridPlanner(JsonModel):
         if nodes > capacity:
             raise ElasticGridError(f"nodes {nodes} exceeds the grid's capacity of {capacity} nodes")
         spot_allowance = self.spot_allowance(nodes)
-        ordered = _cheapest_first(self.providers)
+        ordered = sorted(self.providers, key=lambda p: (p.cost_per_node_hour, p.name))  # fill order
         share_limit = None
         if self.prefer == Prefer.BALANCE:
             share_limit = _smallest_share_limit(ordered, nodes, spot_allowance)
@@ -141,7 +128,7 @@ class GridPlanner(JsonModel):
 
 
 def _check_providers(providers: object) -> tuple[Provider, ...]:
-    """Return the providers as a tuple of uniquely named :class:`Provider`, or raise."""
+    """The providers as a tuple of uniquely named :class:`Provider`, or raise."""
     if isinstance(providers, (str, bytes)) or not isinstance(providers, Iterable):
         raise ElasticGridError(f"providers must be a list of providers, got {providers!r}")
     result = tuple(providers)
@@ -159,22 +146,10 @@ def _floor_product(fraction: float, nodes: int) -> int:
     return math.floor(product + _RELATIVE_TOLERANCE * max(1.0, product))
 
 
-def _cheapest_first(providers: Iterable[Provider]) -> list[Provider]:
-    """Providers in fill (and failover) order: cheapest first, ties by name."""
-    return sorted(providers, key=lambda provider: (provider.cost_per_node_hour, provider.name))
-
-
-def _room(provider: Provider, share_limit: int | None) -> int:
-    """How many nodes ``provider`` may take, under an optional per-provider limit."""
-    if share_limit is None:
-        return provider.max_nodes
-    return min(provider.max_nodes, share_limit)
-
-
 def _fill_cheapest_first(
     ordered: Sequence[Provider], nodes: int, spot_allowance: int, share_limit: int | None
 ) -> tuple[Assignment, ...]:
-    """Fill providers in order, spot ones only while the spot allowance lasts.
+    """Fill providers in order (each up to ``share_limit``), spot ones while the allowance lasts.
 
     The caller guarantees the nodes fit, so the fill always completes.
     """
@@ -184,10 +159,8 @@ def _fill_cheapest_first(
     for provider in ordered:
         if remaining == 0:
             break
-        room = _room(provider, share_limit)
-        if provider.spot:
-            room = min(room, spot_left)
-        taken = min(room, remaining)
+        room = provider.max_nodes if share_limit is None else min(provider.max_nodes, share_limit)
+        taken = min(room, remaining, spot_left) if provider.spot else min(room, remaining)
         if taken <= 0:
             continue
         shares.append(Assignment(provider, taken))
@@ -199,30 +172,26 @@ def _fill_cheapest_first(
     return tuple(shares)
 
 
-class _RoomUnderLimit:
+def _room_under_limit(capacities: Iterable[int]) -> Callable[[int], int]:
     """Total room of a group of providers when each may take at most ``limit`` nodes.
 
     Capacities are sorted once with running sums, so each query is a binary
     search: O(log P) instead of a pass over every provider.
     """
+    ordered = sorted(capacities)
+    running_sums = [0, *itertools.accumulate(ordered)]
 
-    def __init__(self, capacities: Iterable[int]) -> None:
-        self._capacities = sorted(capacities)
-        self._running_sums = [0, *itertools.accumulate(self._capacities)]
+    def room(limit: int) -> int:
+        below = bisect.bisect_right(ordered, limit)
+        return running_sums[below] + limit * (len(ordered) - below)
 
-    def __call__(self, limit: int) -> int:
-        below = bisect.bisect_right(self._capacities, limit)
-        return self._running_sums[below] + limit * (len(self._capacities) - below)
+    return room
 
 
 def _smallest_share_limit(providers: Sequence[Provider], nodes: int, spot_allowance: int) -> int:
-    """The smallest largest share that still fits the job.
-
-    A limit fits when on-demand room plus spot room (at most the allowance)
-    holds the job; that only grows with the limit, so binary search finds it.
-    """
-    on_demand_room = _RoomUnderLimit(p.max_nodes for p in providers if not p.spot)
-    spot_room = _RoomUnderLimit(p.max_nodes for p in providers if p.spot)
+    """The smallest largest share that still fits the job (on-demand plus allowed spot room)."""
+    on_demand_room = _room_under_limit(p.max_nodes for p in providers if not p.spot)
+    spot_room = _room_under_limit(p.max_nodes for p in providers if p.spot)
 
     def fits(limit: int) -> bool:
         return on_demand_room(limit) + min(spot_allowance, spot_room(limit)) >= nodes

@@ -13,9 +13,8 @@ Rules:
   one sentence naming the field and the value (0.1.0 silently mapped every
   scheme to ``dir``, SPEC 4.6.8).
 
-The launch spec, the hook (which creates a ``dir`` rendezvous before a launch)
-and the rank runtime (which reads ``IROH_TINKER_RENDEZVOUS``) all call
-:func:`parse_rendezvous`. Pure: standard library only, no I/O.
+The launch spec, the hook and the rank runtime all call
+:func:`parse_rendezvous`. Pure: no I/O.
 """
 
 from __future__ import annotations

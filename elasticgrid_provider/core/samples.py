@@ -11,19 +11,15 @@ Design notes:
 * Every value is checked where it enters: a sample refuses NaN, infinity,
   negatives, booleans and strings with one sentence naming the field (the
   0.1.0 defect 4.6.6 let NaN durations through as "balanced").
-* Everything is immutable. ``MetricsWindow.add`` returns a new window, so a
-  window read from an Airflow Variable can be extended and written back
-  without aliasing surprises, and a recorded window replays exactly.
-* ``to_dict``/``from_dict`` (aliases of pydantic's ``model_dump`` /
-  ``model_validate``) are lossless through ``json``; ``from_dict`` names the
-  entry and field at fault (``window samples.3.duration_s ...``).
+* Everything is immutable (``MetricsWindow.add`` returns a new window), and
+  ``to_dict``/``from_dict`` are lossless through ``json``; ``from_dict``
+  names the entry and field at fault (``window samples.3.duration_s ...``).
 * Samples in a window are unique by step: a sample whose step is already in
   the window replaces the older one (a step log read twice, or written by
   two writers, never counts a step twice).
-* ``time`` (optional) is when the step ended, in epoch seconds, as the
-  step reporter writes it. Old logs and hand-written samples may lack it;
-  the scheduler then times the samples by their durations. The scheduler
-  reads arrival rates and idle gaps from these timestamps.
+* ``time`` (optional) is when the step ended, in epoch seconds: the
+  scheduler reads arrival rates and idle gaps from it, and times samples
+  without one (old logs, hand-written) by their durations.
 * ``queue_s`` may exceed ``duration_s`` (a sample can report queueing that
   overlapped the previous step); ``active_s`` is clamped at 0 and
   ``queue_fraction`` may then exceed 1, as in 0.1.0.
@@ -62,6 +58,7 @@ SATURATED_QUEUE_FRACTION = 0.2
 """A window whose queue fraction reaches this is ``saturated``."""
 STALLED_QUEUE_FRACTION = 0.6
 """A window whose queue fraction reaches this is ``stalled``."""
+_DERIVED = ("saturated", "stalled")
 
 
 @model
@@ -94,11 +91,7 @@ class StepSample(JsonModel):
 
 
 def _ratio(numerator: float, denominator: float) -> float:
-    """``numerator / denominator``: 0 when the denominator is 0, capped at the largest float.
-
-    The cap only matters for absurd inputs (a subnormal duration), and keeps
-    the signals finite, JSON-safe numbers.
-    """
+    """``numerator / denominator``, 0 for a 0 denominator, capped so the signals stay finite."""
     return min(numerator / denominator, sys.float_info.max) if denominator > 0 else 0.0
 
 
@@ -112,20 +105,9 @@ def _total(name: str, values: Iterable[float]) -> float:
         ) from None
 
 
-def _without(data: Any, derived: tuple[str, ...]) -> Any:
-    """``data`` without the ``derived`` keys its dump adds (they are recomputed)."""
-    if isinstance(data, dict) and any(name in data for name in derived):
-        return {key: value for key, value in data.items() if key not in derived}
-    return data
-
-
 @model
 class WindowSignals(JsonModel):
-    """What the scale decision reads from a window: means, fractions, throughput, size.
-
-    ``saturated`` and ``stalled`` are derived from ``queue_fraction`` so they
-    can never disagree with it.
-    """
+    """What the scale decision reads from a window; ``saturated``/``stalled`` derive from it."""
 
     WHERE = "signals"
 
@@ -140,7 +122,10 @@ class WindowSignals(JsonModel):
     @model_validator(mode="before")
     @classmethod
     def _drop_derived(cls, data: Any) -> Any:
-        return _without(data, ("saturated", "stalled"))
+        """A dump's ``saturated`` and ``stalled`` are recomputed, not read."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if key not in _DERIVED}
+        return data
 
     @classmethod
     def from_samples(cls, samples: Iterable[StepSample]) -> WindowSignals:
@@ -188,7 +173,7 @@ class MetricsWindow(JsonModel):
     @field_validator("samples", mode="before")
     @classmethod
     def _only_samples_in_code(cls, value: Any, info: ValidationInfo) -> Any:
-        """Built in code, a window takes StepSamples only (JSON objects come through from_dict)."""
+        """Built in code, a window takes StepSamples only (JSON comes through from_dict)."""
         if info.context is None and isinstance(value, (tuple, list)):
             for position, sample in enumerate(value):
                 if not isinstance(sample, StepSample):

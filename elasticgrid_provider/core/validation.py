@@ -6,22 +6,18 @@ as 3, ``3.5`` and ``"2"`` are not). Every failure is an
 :class:`ElasticGridError` naming the field and the value, so callers never
 need their own wording.
 
-The same rules serve two kinds of caller:
+Each rule is written once, as an ``Annotated`` field type (:data:`Finite`,
+:data:`Count`, :data:`Text`, ..., :func:`finite` / :func:`whole` /
+:func:`choice` for other bounds) of the models declared with :func:`model`;
+the ``check_*`` functions are those types in function form. A model is
+frozen and refuses unknown fields; :func:`model_error` turns pydantic's
+``ValidationError`` into the one sentence, naming the field by its dotted
+path (``window samples.0.queue_s must be a finite number, got nan``).
 
-* the ``check_*`` functions, for a single value with a field name;
-* the reusable ``Annotated`` types (:data:`Finite`, :data:`NonNegative`,
-  :data:`Count`, :data:`Text`, ..., and :func:`finite` / :func:`whole` for
-  other bounds), for the fields of the pydantic models declared with
-  :func:`model`. A model refuses unknown fields (``extra="forbid"``) and
-  is frozen; :func:`model_error` turns pydantic's ``ValidationError`` into
-  the one-sentence error, naming the field by its dotted path
-  (``window samples.0.queue_s must be a finite number, got nan``).
-
-The models are pydantic *dataclasses*, so they keep positional
-construction, ``dataclasses.replace`` and ``dataclasses.fields``, which
-code outside ``core/`` uses; :class:`JsonModel` gives them pydantic's
-``model_dump`` / ``model_validate`` / ``model_json_schema`` and keeps
-``to_dict`` / ``from_dict`` as thin aliases.
+The models are pydantic *dataclasses* (positional construction,
+``dataclasses.replace`` and ``fields`` keep working); :class:`JsonModel`
+adds ``model_dump`` / ``model_validate`` / ``model_json_schema``, with
+``to_dict`` / ``from_dict`` as aliases.
 """
 
 from __future__ import annotations
@@ -29,16 +25,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from enum import Enum
-from functools import wraps
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from functools import cache, wraps
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import (
     BeforeValidator,
     ConfigDict,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
+    Strict,
     TypeAdapter,
     ValidationError,
 )
@@ -52,158 +49,26 @@ _LARGEST = sys.float_info.max
 """Integers beyond a float are refused like infinity."""
 
 
-def _shown(value: Any) -> str:
-    return repr(value)  # callers that log cut long reports (step_log.cut_report)
-
-
 def _refuse(phrase: str) -> PydanticCustomError:
     """A refusal without the field's name: ``must be ..., got X`` (the caller names the field)."""
     return PydanticCustomError("elasticgrid", "{phrase}", {"phrase": phrase})
 
 
-def _phrase(error: PydanticCustomError) -> str:
-    return str((error.context or {}).get("phrase", error.message()))
-
-
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _refuse(f"must be a number, got {_shown(value)}")
+        raise _refuse(f"must be a number, got {value!r}")
     try:
         number = float(value)
     except OverflowError:  # an int beyond any float
-        raise _refuse(f"must be a finite number, got {_shown(value)}") from None
+        number = math.inf
     if not math.isfinite(number):
-        raise _refuse(f"must be a finite number, got {_shown(value)}")
+        raise _refuse(f"must be a finite number, got {value!r}")
     return number
-
-
-def _bounded_number(
-    value: Any,
-    minimum: float | None,
-    maximum: float | None,
-    exclusive_minimum: bool,
-    exclusive_maximum: bool,
-) -> float:
-    number = _number(value)
-    if minimum is not None:
-        if exclusive_minimum and not number > minimum:
-            raise _refuse(f"must be greater than {minimum:g}, got {value!r}")
-        if not exclusive_minimum and not number >= minimum:
-            raise _refuse(f"must be at least {minimum:g}, got {value!r}")
-    if maximum is not None:
-        if exclusive_maximum and not number < maximum:
-            raise _refuse(f"must be less than {maximum:g}, got {value!r}")
-        if not exclusive_maximum and not number <= maximum:
-            raise _refuse(f"must be at most {maximum:g}, got {value!r}")
-    return number
-
-
-def _whole_number(value: Any, minimum: int | None, maximum: int | None) -> int:
-    number = _number(value)
-    if not number.is_integer():
-        raise _refuse(f"must be a whole number, got {value!r}")
-    whole = int(number)
-    if minimum is not None and whole < minimum:
-        raise _refuse(f"must be at least {minimum}, got {value!r}")
-    if maximum is not None and whole > maximum:
-        raise _refuse(f"must be at most {maximum}, got {value!r}")
-    return whole
-
-
-def _text(value: Any, allow_empty: bool) -> str:
-    if not isinstance(value, str):
-        raise _refuse(f"must be a string, got {_shown(value)}")
-    if not allow_empty and not value.strip():
-        raise _refuse(f"must not be empty, got {value!r}")
-    return value
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _refuse(f"must be true or false, got {_shown(value)}")
-    return value
-
-
-def _named(field: str, check: Callable[[], Any]) -> Any:
-    try:
-        return check()
-    except PydanticCustomError as error:
-        raise ElasticGridError(f"{field} {_phrase(error)}") from None
-
-
-def check_number(
-    field: str,
-    value: Any,
-    *,
-    minimum: float | None = 0.0,
-    maximum: float | None = None,
-    exclusive_minimum: bool = False,
-    exclusive_maximum: bool = False,
-) -> float:
-    """Return ``value`` as a finite float within the bounds, or raise naming ``field``.
-
-    The default ``minimum=0`` makes "non-negative" the norm; pass ``None``
-    for no lower bound.
-    """
-    return float(
-        _named(
-            field,
-            lambda: _bounded_number(value, minimum, maximum, exclusive_minimum, exclusive_maximum),
-        )
-    )
-
-
-def check_integer(
-    field: str, value: Any, *, minimum: int | None = 0, maximum: int | None = None
-) -> int:
-    """Return ``value`` as an int within the bounds, or raise naming ``field``."""
-    return int(_named(field, lambda: _whole_number(value, minimum, maximum)))
-
-
-def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
-    """Return ``value`` as a string, or raise naming ``field`` (empty refused by default)."""
-    return str(_named(field, lambda: _text(value, allow_empty)))
-
-
-def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``choices`` (as the plain string), or raise naming ``field``."""
-    return str(_named(field, lambda: OneOf(choices).pick(value)))
-
-
-def check_mapping(field: str, value: Any) -> dict[str, Any]:
-    """Return ``value`` if it is a JSON object (dict), or raise naming ``field``."""
-    if not isinstance(value, dict):
-        raise ElasticGridError(f"{field} must be a JSON object, got {value!r}")
-    return value
-
-
-def reject_unknown_keys(field: str, data: dict[str, Any], known: set[str] | frozenset[str]) -> None:
-    """Raise naming the first key of ``data`` that is not in ``known``."""
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ElasticGridError(f"{field} has an unknown field {unknown[0]!r}")
-
-
-def number_from_text(value: Any) -> Any:
-    """A numeric string as a float; anything else unchanged, for the checks above to judge.
-
-    Connection forms and rendered templates hand numbers over as strings.
-    """
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            return value
-    return value
-
-
-# -- reusable field types for the models ------------------------------------------------
 
 
 def finite(
     minimum: float | None = 0.0,
     maximum: float | None = None,
-    *,
     exclusive_minimum: bool = False,
     exclusive_maximum: bool = False,
 ) -> BeforeValidator:
@@ -213,28 +78,55 @@ def finite(
 
     def check(value: Any) -> float:
         kind = type(value)
-        if kind is float or kind is int:  # the common case, without building a message
-            number = float(value) if -_LARGEST < value < _LARGEST else math.nan
-            if (low < number if exclusive_minimum else low <= number) and (
-                number < high if exclusive_maximum else number <= high
-            ):
-                return number
-        return _bounded_number(value, minimum, maximum, exclusive_minimum, exclusive_maximum)
+        if (kind is float or kind is int) and -_LARGEST < value < _LARGEST:
+            number = float(value)  # the common case, without the checks' messages
+        else:
+            number = _number(value)
+        if not (number > low if exclusive_minimum else number >= low):
+            bound = "greater than" if exclusive_minimum else "at least"
+            raise _refuse(f"must be {bound} {minimum:g}, got {value!r}")
+        if not (number < high if exclusive_maximum else number <= high):
+            bound = "less than" if exclusive_maximum else "at most"
+            raise _refuse(f"must be {bound} {maximum:g}, got {value!r}")
+        return number
 
     return BeforeValidator(check)
 
 
 def whole(minimum: int | None = 0, maximum: int | None = None) -> BeforeValidator:
     """Metadata for ``Annotated[int, whole(...)]``: a whole number (3.0 is 3; "3" is refused)."""
-    low = -math.inf if minimum is None else minimum
-    high = math.inf if maximum is None else maximum
 
     def check(value: Any) -> int:
-        if type(value) is int and low <= value <= high and -_LARGEST < value < _LARGEST:
-            return value
-        return _whole_number(value, minimum, maximum)
+        if type(value) is int and -_LARGEST < value < _LARGEST:
+            number = value
+        elif (as_float := _number(value)).is_integer():
+            number = int(as_float)
+        else:
+            raise _refuse(f"must be a whole number, got {value!r}")
+        if minimum is not None and number < minimum:
+            raise _refuse(f"must be at least {minimum}, got {value!r}")
+        if maximum is not None and number > maximum:
+            raise _refuse(f"must be at most {maximum}, got {value!r}")
+        return number
 
     return BeforeValidator(check)
+
+
+def _text(allow_empty: bool) -> BeforeValidator:
+    def check(value: Any) -> str:
+        if not isinstance(value, str):
+            raise _refuse(f"must be a string, got {value!r}")
+        if not allow_empty and not value.strip():
+            raise _refuse(f"must not be empty, got {value!r}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _refuse(f"must be true or false, got {value!r}")
+    return value
 
 
 class Choice(str, Enum):
@@ -248,11 +140,7 @@ ChoiceT = TypeVar("ChoiceT", bound=Choice)
 
 
 class OneOf:
-    """Metadata for ``Annotated[str, OneOf(words)]``: one of a fixed set of words.
-
-    The JSON Schema lists the words (``enum``); a member of a :class:`Choice`
-    is accepted as its word.
-    """
+    """Metadata for ``Annotated[str, OneOf(words)]``: one of a fixed set of words (schema ``enum``)."""
 
     def __init__(self, words: tuple[str, ...], members: tuple[Any, ...] | None = None) -> None:
         self.words = words
@@ -264,7 +152,7 @@ class OneOf:
             if value == word:
                 return member
         allowed = ", ".join(repr(word) for word in self.words)
-        raise _refuse(f"must be one of {allowed}, got {_shown(value)}")
+        raise _refuse(f"must be one of {allowed}, got {value!r}")
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
@@ -296,15 +184,87 @@ Count = Annotated[int, whole()]
 """A whole number >= 0."""
 Positive = Annotated[int, whole(1)]
 """A whole number >= 1 (a node count, a window size)."""
-Text = Annotated[str, BeforeValidator(lambda value: _text(value, False))]
+Text = Annotated[str, _text(allow_empty=False)]
 """A non-empty string."""
-AnyText = Annotated[str, BeforeValidator(lambda value: _text(value, True))]
+AnyText = Annotated[str, _text(allow_empty=True)]
 """A string, possibly empty."""
 Flag = Annotated[bool, BeforeValidator(_flag)]
 """True or false, never 1 or "yes"."""
 
 MODEL_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=False)
 """Every model: unknown fields refused, no NaN or infinity."""
+
+
+# -- the same types in function form, for one value with a field name ---------------------
+
+
+@cache
+def _adapter(kind: Any, rule: Callable[..., Any] | None = None, *args: Any) -> TypeAdapter[Any]:
+    """The cached adapter of ``kind``, or of ``Annotated[kind, rule(*args)]``."""
+    return TypeAdapter(kind if rule is None else Annotated[kind, rule(*args)])
+
+
+def _checked(
+    field: str, value: Any, adapter: TypeAdapter[Any], owner: str | None = None, context: Any = None
+) -> Any:
+    try:
+        return adapter.validate_python(value, context=context)
+    except ValidationError as error:
+        raise model_error(error, field, owner) from None
+
+
+def check_number(
+    field: str,
+    value: Any,
+    *,
+    minimum: float | None = 0.0,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    exclusive_maximum: bool = False,
+) -> float:
+    """:func:`finite` in function form: ``value`` as a float in bounds, or raise naming ``field``.
+
+    The default ``minimum=0`` makes "non-negative" the norm; pass ``None``
+    for no lower bound.
+    """
+    bounds = (minimum, maximum, exclusive_minimum, exclusive_maximum)
+    return float(_checked(field, value, _adapter(float, finite, *bounds)))
+
+
+def check_integer(
+    field: str, value: Any, *, minimum: int | None = 0, maximum: int | None = None
+) -> int:
+    """:func:`whole` in function form: ``value`` as an int in bounds, or raise naming ``field``."""
+    return int(_checked(field, value, _adapter(int, whole, minimum, maximum)))
+
+
+def check_text(field: str, value: Any, *, allow_empty: bool = False) -> str:
+    """:data:`Text` (or :data:`AnyText`) in function form: ``value`` as a string, or raise."""
+    return str(_checked(field, value, _adapter(AnyText if allow_empty else Text)))
+
+
+def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
+    """:func:`one_of` in function form: ``value`` as the plain string of one of ``choices``."""
+    return str(_checked(field, value, _adapter(str, one_of, choices)))
+
+
+def check_mapping(field: str, value: Any) -> dict[str, Any]:
+    """A strict ``dict`` field in function form: ``value`` if it is a JSON object, or raise."""
+    mapping: dict[str, Any] = _checked(field, value, _adapter(Annotated[dict, Strict()]))
+    return mapping
+
+
+def number_from_text(value: Any) -> Any:
+    """A numeric string as a float; anything else unchanged, for the checks above to judge.
+
+    Connection forms and rendered templates hand numbers over as strings.
+    """
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return value
+    return value
 
 
 # -- the one adapter from pydantic's errors to ours ---------------------------------------
@@ -325,8 +285,8 @@ def model_error(
 
     ``owner`` names the model in "is missing" / "has an unknown field"
     sentences when ``where`` is empty; ``positional`` names the fields given
-    by position to a constructor. A validator that raised an :class:`ElasticGridError` already wrote the
-    whole sentence; it is kept as it is.
+    by position to a constructor. An :class:`ElasticGridError` a validator
+    raised is kept as it is.
     """
     problem = error.errors(include_url=False)[0]
     kind, value = problem["type"], problem.get("input")
@@ -345,20 +305,19 @@ def model_error(
     if kind == "elasticgrid":
         phrase = str(problem["msg"])
     elif kind in _OBJECT_ERRORS:
-        phrase = f"must be a JSON object, got {_shown(value)}"
+        phrase = f"must be a JSON object, got {value!r}"
     elif kind in _LIST_ERRORS:
-        phrase = f"must be a list, got {_shown(value)}"
+        phrase = f"must be a list, got {value!r}"
     else:
         message = str(problem["msg"]).replace("Input should be", "must be")
-        phrase = f"{message[:1].lower()}{message[1:]}, got {_shown(value)}"
+        phrase = f"{message[:1].lower()}{message[1:]}, got {value!r}"
     field = " ".join(part for part in (where, ".".join(path)) if part) or owner or "input"
     return ElasticGridError(f"{field} {phrase}")
 
 
 ModelT = TypeVar("ModelT")
 FROM_JSON: dict[str, Any] = {"from_json": True}
-"""The validation context of :meth:`JsonModel.model_validate`: JSON objects may stand for
-models (built in code, a model's field takes model instances only where it says so)."""
+"""The context of :meth:`JsonModel.model_validate`: JSON objects may stand for models."""
 
 
 class JsonModel:
@@ -378,11 +337,7 @@ class JsonModel:
     @classmethod
     def type_adapter(cls) -> TypeAdapter[Any]:
         """The cached pydantic adapter of this class."""
-        adapter = cls.__dict__.get("_adapter")
-        if adapter is None:
-            adapter = TypeAdapter(cls)
-            cls._adapter = adapter  # type: ignore[attr-defined]
-        return adapter
+        return _adapter(cast(Hashable, cls))
 
     def model_dump(self, *, mode: Literal["json", "python"] = "json") -> dict[str, Any]:
         """Plain JSON of this model (enums as their strings, tuples as lists); pydantic's ``mode``."""
@@ -396,12 +351,8 @@ class JsonModel:
     @classmethod
     def model_validate(cls, data: Any, *, where: str | None = None) -> Self:
         """Build from plain JSON, or raise one sentence naming the field and the value."""
-        try:
-            built: Self = cls.type_adapter().validate_python(data, context=FROM_JSON)
-        except ValidationError as error:
-            raise model_error(
-                error, cls._where(data) if where is None else where, cls.OWNER
-            ) from None
+        where = cls._where(data) if where is None else where
+        built: Self = _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
         return built
 
     @classmethod
@@ -417,20 +368,16 @@ class JsonModel:
 
 
 def trusted(cls: type[ModelT], **values: Any) -> ModelT:
-    """A :func:`model` instance from values that are valid by construction, without checks.
+    """A :func:`model` instance, unchecked, from values derived from checked models.
 
-    Only for values derived from models already checked (signals of checked
-    samples, say), where the policy benchmark measured the checks' cost;
-    missing fields take their defaults.
+    Only where the policy benchmark measured the checks' cost; missing fields
+    take their defaults.
     """
     instance = object.__new__(cls)
     for name, field in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
-        if name in values:
-            continue
-        if field.default_factory is not dataclasses.MISSING:
-            values[name] = field.default_factory()
-        else:
-            values[name] = field.default
+        if name not in values:
+            factory = field.default_factory
+            values[name] = field.default if factory is dataclasses.MISSING else factory()
     instance.__dict__.update(values)
     return instance
 
