@@ -23,9 +23,6 @@ missing or wrong-typed field, NaN, an impossible size, a bad option), printed
 as one line, ``error: ...`` on stderr (``{"error": "..."}`` on stdout with
 ``--json``), never a traceback.
 
-Input files are described in :mod:`~elasticgrid_provider.cli.inputs`, the clock,
-the timeline and the replay of ``simulate`` in :mod:`~elasticgrid_provider.cli.simulate`.
-
 JSON output (``--json``), keeping 0.1.0's keys:
 
 * ``providers``: ``{"providers": [Provider.to_dict(), ...]}``;
@@ -42,17 +39,12 @@ JSON output (``--json``), keeping 0.1.0's keys:
   "decision"}``; ``older_policy``: the record predates the restart-aware policy's inputs;
 * errors: ``{"error": "..."}``.
 
-The package, one rule per module:
-
-* :mod:`~elasticgrid_provider.cli.parsing`: the command line (argparse only);
-* :mod:`~elasticgrid_provider.cli.inputs`: the files (providers, samples, states);
-* :mod:`~elasticgrid_provider.cli.commands` and
-  :mod:`~elasticgrid_provider.cli.simulate`: run a command, return a ``Result``;
-* :mod:`~elasticgrid_provider.cli.rendering`: text, JSON and errors.
-
-To add a command: an ``add_<name>_arguments`` in ``parsing``, a ``run_<name>``
-returning a ``Result`` (in ``commands`` or its own module), and one
-:class:`~elasticgrid_provider.cli.parsing.Command` line in :data:`COMMANDS`.
+The package: :mod:`~elasticgrid_provider.cli.parsing` (argparse; the input files),
+:mod:`~elasticgrid_provider.cli.commands` (run a command, return a ``Result``; the clock
+and the replay of ``simulate``) and :mod:`~elasticgrid_provider.cli.rendering` (text,
+JSON, errors). To add a command: an
+``add_<name>_arguments`` in ``parsing``, a ``run_<name>`` in ``commands``, and one
+:class:`~elasticgrid_provider.cli.parsing.Command` in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
@@ -62,10 +54,10 @@ import json
 import sys
 from collections.abc import Sequence
 
-from elasticgrid_provider.cli import commands, parsing, simulate
+from elasticgrid_provider.cli import commands, parsing
+from elasticgrid_provider.cli.commands import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.cli.parsing import Command
 from elasticgrid_provider.cli.rendering import EXIT_OK, Result, emit, fail
-from elasticgrid_provider.cli.simulate import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.core.errors import ElasticGridError
 
 COMMANDS: tuple[Command, ...] = (
@@ -91,7 +83,7 @@ COMMANDS: tuple[Command, ...] = (
         "simulate",
         "decide the size from step samples, or replay a recorded decision",
         parsing.add_simulate_arguments,
-        simulate.run_simulate,
+        commands.run_simulate,
         parsing.SIMULATE_DESCRIPTION,
     ),
     Command(

@@ -1,40 +1,50 @@
-"""The ``elasticgrid`` command line: argparse only, no files read and nothing decided.
+"""The ``elasticgrid`` command line and the files it names; nothing is decided here.
 
 Rules:
 
-* Every command is a :class:`Command`: its name, its help, the function that
-  adds its options (one ``add_<command>_arguments`` here) and the function that
-  runs it. :data:`elasticgrid_provider.cli.COMMANDS` lists them, the one place
-  a command is registered; :func:`build_parser` turns that list into the parser.
-* ``--json`` is accepted before or after the command: every sub-parser adds it
-  with ``SUPPRESS`` so a ``--json`` given before the command survives.
-* A bad command line raises :class:`UsageError` (one line, exit status 2)
-  instead of argparse's usage dump and ``SystemExit``; ``--help`` and
-  ``--version`` still print and exit 0.
-* argparse checks only types, choices and mutually exclusive options; ranges
-  and other combinations are checked by the command (with
-  :mod:`~elasticgrid_provider.core.validation`), so a message names the flag
-  the user typed.
+* Every command is a :class:`Command` (name, help, the ``add_<command>_arguments``
+  here that adds its options, the function that runs it);
+  :data:`elasticgrid_provider.cli.COMMANDS` registers them and :func:`build_parser`
+  turns that list into the parser.
+* ``--json`` is accepted before or after the command (sub-parsers add it with
+  ``SUPPRESS``, so one given before the command survives).
+* A bad command line raises :class:`UsageError` (one line, exit status 2), not
+  argparse's usage dump; ``--help`` and ``--version`` still print and exit 0.
+  argparse checks only types, choices and exclusive options; the command checks
+  ranges, so a message names the flag typed.
+* A file is read whole as UTF-8; every problem (missing, a directory, not UTF-8,
+  bad JSON, a bad field) is one :class:`ElasticGridError` sentence naming the file
+  and the line or entry. A providers file is a JSON list of providers or
+  ``{"providers": [...]}`` (default: the built-in grid of SPEC 4.5). A samples
+  file is a JSON list of samples or JSON Lines (blank lines ignored), as the step
+  reporter writes it; a sample's ``time`` (when the step ended) drives the clock
+  and the scheduler's arrival rates. A state file is a scale-state Variable's
+  JSON (``ScaleState.to_dict()``), bare or as Airflow exports it: an object with
+  one key whose value is the state (or the state as a JSON string).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from elasticgrid_provider import __version__
-from elasticgrid_provider.core.errors import UsageError
+from elasticgrid_provider.core.errors import ElasticGridError, UsageError
 from elasticgrid_provider.core.planner import PREFER_CHOICES
-from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE
+from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
+from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
 from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.schemas import SCHEMA_KINDS
+from elasticgrid_provider.core.state import ScaleState
 
 if TYPE_CHECKING:
     from elasticgrid_provider.cli.rendering import Result
 
+T = TypeVar("T")
 DEFAULT_JOB_NAME = "elasticgrid-job"
 DEFAULT_RUN = "python train.py"
 DEFAULT_RENDEZVOUS = "dir:/tmp/elasticgrid/{name}/rendezvous"
@@ -83,6 +93,11 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
 def given(args: argparse.Namespace, name: str) -> bool:
     """True when the option ``name`` was given on the command line."""
     return getattr(args, name, None) is not None
+
+
+def option_flag(name: str) -> str:
+    """The option that sets ``name``: ``--window-size`` for ``window_size``."""
+    return "--" + name.replace("_", "-")
 
 
 def _add_json(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -208,7 +223,7 @@ _SCHEDULER_HELP = {
 SCHEDULER_OPTIONS = tuple(
     SchedulerOption(
         field,
-        _RENAMED_FLAGS.get(field, "--" + field.replace("_", "-")),
+        _RENAMED_FLAGS.get(field, option_flag(field)),
         int if _SCHEDULER_FIELDS[field].type in ("int", int) else float,
         text,
     )
@@ -216,13 +231,19 @@ SCHEDULER_OPTIONS = tuple(
 )
 """The scheduler's parameters, each with the flag that sets it (type and default from it)."""
 
+SAMPLE_INPUTS: dict[str, float | None] = {
+    "nodes": 1,
+    "window_size": 1,
+    "now": None,
+    "deadline_in": None,
+    "remaining_steps": 0.0,
+    "remaining_tokens": 0.0,
+}
+"""The decision inputs of ``simulate --samples``, each with its least value (None: any)."""
+
+
 SIMULATE_ONLY_FOR_SAMPLES = (
-    ("nodes", "--nodes"),
-    ("window_size", "--window-size"),
-    ("now", "--now"),
-    ("deadline_in", "--deadline-in"),
-    ("remaining_steps", "--remaining-steps"),
-    ("remaining_tokens", "--remaining-tokens"),
+    *((name, option_flag(name)) for name in SAMPLE_INPUTS),
     *((option.field, option.flag) for option in SCHEDULER_OPTIONS),
 )
 """Options that decide from samples, so ``--state`` (a replay) refuses them."""
@@ -298,3 +319,98 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
             metavar="N" if option.kind is int else "X",
             help=option.help + shown,
         )
+
+
+# -- the files --------------------------------------------------------------------------
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise ElasticGridError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ElasticGridError(f"{what} {path} is a directory, not a file") from None
+    except UnicodeDecodeError as error:
+        raise ElasticGridError(f"{what} {path} is not UTF-8 text ({error.reason})") from None
+    except OSError as error:
+        raise ElasticGridError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ElasticGridError(
+            f"{where} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise ElasticGridError(f"{where} is nested too deeply to read") from None
+
+
+def _load_json(path: str, what: str) -> Any:
+    return _parse_json(_read_text(path, what), f"{what} {path}")
+
+
+def from_dict(build: Callable[[Any], T], data: Any, where: str) -> T:
+    """``build(data)``; its one-sentence error is prefixed with ``where`` (the file or entry)."""
+    try:
+        return build(data)
+    except ElasticGridError as error:
+        raise ElasticGridError(f"{where}: {error}") from None
+
+
+def load_grid(path: str | None) -> tuple[Provider, ...]:
+    """The providers of a providers file; the built-in grid when there is none."""
+    if path is None:
+        return DEFAULT_PROVIDERS
+    return from_dict(providers_from_dicts, _load_json(path, "providers file"), path)
+
+
+def load_samples(path: str) -> tuple[StepSample, ...]:
+    """The samples of a samples file (a JSON list or JSON Lines), oldest first."""
+    text = _read_text(path, "samples file")
+    entries: list[tuple[str, Any]] = []
+    if text.lstrip().startswith("["):
+        data = _parse_json(text, f"samples file {path}")
+        entries = [(f"{path} index {position}", entry) for position, entry in enumerate(data)]
+    else:
+        for number, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append((f"{path} line {number}", json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise ElasticGridError(
+                    f"{path} line {number}: not valid JSON: {error.msg} at column {error.colno}"
+                ) from None
+    if not entries:
+        raise ElasticGridError(f"samples file {path} holds no samples")
+    return tuple(from_dict(StepSample.from_dict, entry, where) for where, entry in entries)
+
+
+def sample_clock(samples: Sequence[StepSample], start: float) -> list[float]:
+    """Each sample's time: its ``time`` field, else the previous time plus its duration."""
+    times: list[float] = []
+    previous = start
+    for sample in samples:
+        previous = sample.time if sample.time is not None else previous + sample.duration_s
+        times.append(previous)
+    return times
+
+
+def load_state(path: str) -> ScaleState:
+    """The scale state of a state file, bare or as Airflow exports it (``{"key": state}``)."""
+    data = _load_json(path, "state file")
+    if isinstance(data, dict) and "schema_version" not in data and len(data) == 1:
+        key, value = next(iter(data.items()))
+        if isinstance(value, str):
+            value = _parse_json(value, f"state file {path}: the value of {key!r}")
+        data = value
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ElasticGridError(
+            f"state file {path} must hold a scale state (a JSON object with 'schema_version'), "
+            "or an object with exactly one key whose value is one"
+        )
+    return from_dict(ScaleState.from_dict, data, f"state file {path}")
