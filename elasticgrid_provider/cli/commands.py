@@ -64,7 +64,6 @@ from elasticgrid_provider.cli.rendering import (
     replay_text,
     signals_lines,
     spec_text,
-    timeline_row,
     timeline_text,
     window_data,
     window_note,
@@ -239,7 +238,6 @@ def _timeline(
     state = ScaleState(job_name=SIMULATED_JOB)
     current = args.nodes if args.nodes is not None else samples[0].nodes
     entries: list[dict[str, Any]] = []
-    rows: list[tuple[str, ...]] = []
     for index, (sample, now) in enumerate(zip(samples, times, strict=True)):
         if index > 0 and sample.nodes != samples[index - 1].nodes:
             current = sample.nodes  # the samples say the job was resized
@@ -267,11 +265,9 @@ def _timeline(
                 "decision": decision.to_dict(),
             }
         )
-        rows.append(timeline_row(index + 1, sample.step, now, len(window), decision))
         if decision.changed:
             current = decision.target_nodes
-    changes = sum(1 for entry in entries if entry["decision"]["action"] != "hold")
-    text = timeline_text(window_note(window, len(samples)), rows, changes, current)
+    text = timeline_text(window_note(window, len(samples)), entries, current)
     return Result(text, {"timeline": entries, "window": window_data(window, len(samples))})
 
 
