@@ -44,7 +44,7 @@ from typing import Any
 from elasticgrid_provider.cli.parsing import (
     DEFAULT_RENDEZVOUS,
     SAMPLE_INPUTS,
-    SCHEDULER_OPTIONS,
+    SCHEDULER_FLAGS,
     SIMULATE_ONLY_FOR_SAMPLES,
     from_dict,
     given,
@@ -180,18 +180,14 @@ def run_simulate(args: argparse.Namespace) -> Result:
 
 
 def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
-    parameters = {
-        option.field: getattr(args, option.field)
-        for option in SCHEDULER_OPTIONS
-        if given(args, option.field)
-    }
+    parameters = {field: getattr(args, field) for field in SCHEDULER_FLAGS if given(args, field)}
     try:
         return ElasticScheduler(**parameters)
     except ElasticGridError as error:
         message = str(error)
-        for option in SCHEDULER_OPTIONS:  # name the option the user typed
-            if message.startswith(option.field + " "):
-                message = option.flag + message[len(option.field) :]
+        for field, flag in SCHEDULER_FLAGS.items():  # name the option the user typed
+            if message.startswith(field + " "):
+                message = flag + message[len(field) :]
                 break
         raise ElasticGridError(message) from None
 

@@ -178,17 +178,6 @@ SIMULATE_DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class SchedulerOption:
-    """An :class:`ElasticScheduler` parameter as a ``simulate`` option."""
-
-    field: str
-    flag: str
-    kind: type
-    help: str
-
-
-_SCHEDULER_FIELDS = {field.name: field for field in dataclasses.fields(ElasticScheduler)}
 _RENAMED_FLAGS = {
     "cooldown_s": "--cooldown",
     "scale_down_cooldown_s": "--scale-down-cooldown",
@@ -219,17 +208,10 @@ _SCHEDULER_HELP = {
     "scaling_loss": "prior per-node throughput lost per doubling",
 }
 """Each scheduler parameter the command exposes, in ``--help`` order, with its help."""
-
-SCHEDULER_OPTIONS = tuple(
-    SchedulerOption(
-        field,
-        _RENAMED_FLAGS.get(field, option_flag(field)),
-        int if _SCHEDULER_FIELDS[field].type in ("int", int) else float,
-        text,
-    )
-    for field, text in _SCHEDULER_HELP.items()
-)
-"""The scheduler's parameters, each with the flag that sets it (type and default from it)."""
+SCHEDULER_FLAGS = {
+    field: _RENAMED_FLAGS.get(field, option_flag(field)) for field in _SCHEDULER_HELP
+}
+"""Each of those parameters with the flag that sets it."""
 
 SAMPLE_INPUTS: dict[str, float | None] = {
     "nodes": 1,
@@ -244,7 +226,7 @@ SAMPLE_INPUTS: dict[str, float | None] = {
 
 SIMULATE_ONLY_FOR_SAMPLES = (
     *((name, option_flag(name)) for name in SAMPLE_INPUTS),
-    *((option.field, option.flag) for option in SCHEDULER_OPTIONS),
+    *SCHEDULER_FLAGS.items(),
 )
 """Options that decide from samples, so ``--state`` (a replay) refuses them."""
 
@@ -309,15 +291,11 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         help="replay the samples in order and decide after each, carrying the cooldown",
     )
     scheduler = parser.add_argument_group("scheduler (with --samples)")
-    for option in SCHEDULER_OPTIONS:
-        default = _SCHEDULER_FIELDS[option.field].default
-        shown = "" if default is None else f" (default {default:g})"
+    defaults = {field.name: field.default for field in dataclasses.fields(ElasticScheduler)}
+    for field, text in _SCHEDULER_HELP.items():
+        shown = "" if defaults[field] is None else f" (default {defaults[field]:g})"
         scheduler.add_argument(
-            option.flag,
-            dest=option.field,
-            type=option.kind,
-            metavar="N" if option.kind is int else "X",
-            help=option.help + shown,
+            SCHEDULER_FLAGS[field], dest=field, type=float, metavar="X", help=text + shown
         )
 
 
