@@ -49,7 +49,6 @@ JSON, errors). To add a command: an
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -96,18 +95,13 @@ COMMANDS: tuple[Command, ...] = (
 """Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``elasticgrid`` argument parser (all of :data:`COMMANDS`)."""
-    return parsing.build_parser(COMMANDS)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``elasticgrid`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     options_part = arguments[: arguments.index("--")] if "--" in arguments else arguments
     want_json = "--json" in options_part
     try:
-        args = build_parser().parse_args(arguments)
+        args = parsing.build_parser(COMMANDS).parse_args(arguments)
         want_json = bool(args.json)
         result: Result = args.handler(args)
     except SystemExit as exit_request:  # --help, --version

@@ -78,13 +78,10 @@ def fail(message: str, want_json: bool) -> int:
     return EXIT_USAGE
 
 
-# -- building blocks --------------------------------------------------------------------
-
-
-def key_rows(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> list[str]:
+def key_rows(pairs: Sequence[tuple[str, str]]) -> list[str]:
     """A key/value block, keys padded to a shared width."""
     width = max(_KEY_WIDTH, *(len(key) for key, _ in pairs))
-    return [f"{indent}{key.ljust(width)}  {value}" for key, value in pairs]
+    return [f"  {key.ljust(width)}  {value}" for key, value in pairs]
 
 
 def time_text(value: float | None, *, raw: bool = True) -> str:

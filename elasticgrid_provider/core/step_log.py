@@ -173,10 +173,8 @@ class _Reader:
         return sample
 
     def last_step(self, previous: int | None) -> int | None:
-        steps = [sample.step for sample in self.samples]
-        if previous is not None:
-            steps.append(previous)
-        return max(steps) if steps else None
+        steps = [sample.step for sample in self.samples] + ([] if previous is None else [previous])
+        return max(steps, default=None)
 
     def identity(self, handle: IO[bytes]) -> tuple[int, str | None]:
         """The open file's inode and its first line's fingerprint (None while incomplete)."""
