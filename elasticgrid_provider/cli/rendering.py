@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,9 +102,6 @@ def cooldown_text(clock: CooldownClock) -> str:
     return f"last change ({clock.last_action}) at {time_text(clock.last_change_at)}"
 
 
-# -- providers, plan, spec --------------------------------------------------------------
-
-
 def providers_text(grid: Sequence[Provider], source: str) -> str:
     """The grid as a table, then its capacity on-demand and on spot."""
     rows = [("name", "region", "max_nodes", "$/node/h", "accelerator", "spot", "engine")]
@@ -163,14 +161,15 @@ def spec_text(
     rows = [("part", "provider", "nodes", "ranks", "infra", "spot")]
     for part in parts:
         last_rank = part.rank_offset + part.nodes * procs_per_node - 1
+        ranks = (
+            f"{part.rank_offset}-{last_rank}" if last_rank > part.rank_offset else str(last_rank)
+        )
         rows.append(
             (
                 part.part_name,
                 part.provider.name,
                 str(part.nodes),
-                f"{part.rank_offset}-{last_rank}"
-                if last_rank > part.rank_offset
-                else str(part.rank_offset),
+                ranks,
                 part.engine_target,
                 "yes" if part.provider.spot else "no",
             )
@@ -186,15 +185,9 @@ def spec_text(
     ]
     blocks = ["\n".join(header)]
     for part in parts:
-        spec_json = json.dumps(part.spec_dict, indent=2)
-        blocks.append(
-            f"{part.part_name} (rank offset {part.rank_offset}):\n"
-            + "\n".join("  " + line for line in spec_json.splitlines())
-        )
+        spec_json = textwrap.indent(json.dumps(part.spec_dict, indent=2), "  ")
+        blocks.append(f"{part.part_name} (rank offset {part.rank_offset}):\n{spec_json}")
     return "\n\n".join(blocks)
-
-
-# -- simulate ---------------------------------------------------------------------------
 
 
 def window_data(window: MetricsWindow, total: int) -> dict[str, Any]:
@@ -248,10 +241,8 @@ def decision_lines(decision: ScaleDecision) -> list[str]:
         left = decision.time_left_s
         pairs.append(("deadline", f"{time_text(decision.deadline_at)}, {seconds_text(left)} left"))
     pairs += projection_rows(decision.projection)
-    if decision.changed:
-        pairs.append(("cooldown", f"starts now ({decision.action.value})"))
-    else:
-        pairs.append(("cooldown", cooldown_text(decision.cooldown)))
+    starts = f"starts now ({decision.action.value})"
+    pairs.append(("cooldown", starts if decision.changed else cooldown_text(decision.cooldown)))
     head = f"decision: {decision.action.value} {decision.current_nodes} -> {decision.target_nodes}"
     return [head, *key_rows(pairs)]
 
