@@ -161,9 +161,7 @@ def spec_text(
     rows = [("part", "provider", "nodes", "ranks", "infra", "spot")]
     for part in parts:
         last_rank = part.rank_offset + part.nodes * procs_per_node - 1
-        ranks = (
-            f"{part.rank_offset}-{last_rank}" if last_rank > part.rank_offset else str(last_rank)
-        )
+        ranks = str(part.rank_offset) + (f"-{last_rank}" if last_rank > part.rank_offset else "")
         rows.append(
             (
                 part.part_name,
