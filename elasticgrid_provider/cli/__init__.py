@@ -16,35 +16,32 @@ Synopsis::
     elasticgrid schema state|decision
     elasticgrid --version
 
-``--json`` is accepted before or after the command. Exit status: 0 on
-success; 1 when ``simulate --state`` replays a decision that differs from the
-recorded one; 2 on any user error (missing or unreadable file, bad JSON, a
-missing or wrong-typed field, NaN, an impossible size, a bad option), printed
-as one line, ``error: ...`` on stderr (``{"error": "..."}`` on stdout with
-``--json``), never a traceback.
+``--json`` is accepted before or after the command. Exit status: 0 on success; 1
+when ``simulate --state`` replays a decision that differs from the recorded one; 2 on
+any user error (a missing or unreadable file, bad JSON, a missing or wrong-typed
+field, NaN, an impossible size, a bad option), printed as one line, ``error: ...`` on
+stderr (``{"error": "..."}`` on stdout with ``--json``), never a traceback.
 
 JSON output (``--json``), keeping 0.1.0's keys:
 
 * ``providers``: ``{"providers": [Provider.to_dict(), ...]}``;
-* ``plan``: ``Placement.to_dict()``;
+  ``plan``: ``Placement.to_dict()``;
 * ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
   "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
-* ``simulate``: ``{"window", "decision"}``: the window's signals plus
-  ``size``, ``kept``, ``total`` and ``dropped`` (plus ``other_size``: samples left out
-  for being measured at another size than the current), and ``ScaleDecision.to_dict()``;
-* ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step",
-  "time", "window_samples", "decision"}], "window"}``;
-* ``simulate --state``: ``{"replay": {"state_file", "job_name", "index",
-  "history_size", "matches", "differences", "older_policy"}, "window", "recorded",
-  "decision"}``; ``older_policy``: the record predates the restart-aware policy's inputs;
-* errors: ``{"error": "..."}``.
+* ``simulate``: ``{"window", "decision"}``: the window's signals plus ``size``,
+  ``kept``, ``total``, ``dropped`` and ``other_size`` (samples measured at another
+  size than the current), and ``ScaleDecision.to_dict()``;
+* ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step", "time",
+  "window_samples", "decision"}], "window"}``;
+* ``simulate --state``: ``{"replay": {"state_file", "job_name", "index", "history_size",
+  "matches", "differences", "older_policy"}, "window", "recorded", "decision"}``, where
+  ``older_policy`` says the record predates the restart-aware policy's inputs.
 
 The package: :mod:`~elasticgrid_provider.cli.parsing` (argparse; the input files),
 :mod:`~elasticgrid_provider.cli.commands` (run a command, return a ``Result``; the clock
 and the replay of ``simulate``) and :mod:`~elasticgrid_provider.cli.rendering` (text,
-JSON, errors). To add a command: an
-``add_<name>_arguments`` in ``parsing``, a ``run_<name>`` in ``commands``, and one
-:class:`~elasticgrid_provider.cli.parsing.Command` in :data:`COMMANDS`.
+JSON, errors). To add a command: an ``add_<name>_arguments`` in ``parsing``, a
+``run_<name>`` in ``commands``, and one :class:`Command` in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
