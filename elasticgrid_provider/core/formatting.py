@@ -88,9 +88,8 @@ RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {
 def bounded_or_none(value: Any) -> Any:
     """``None`` for a float that stands for infinity, any other value as is.
 
-    The scheduler caps unbounded figures (demand when the queue fills every
-    step, a finish that never comes) at ``sys.float_info.max`` so its
-    arithmetic stays finite; a record keeps JSON finite and says "unknown".
+    The scheduler caps unbounded figures (a finish that never comes) at
+    ``sys.float_info.max`` to keep its arithmetic and its JSON finite.
     """
     if isinstance(value, float) and (not math.isfinite(value) or abs(value) >= sys.float_info.max):
         return None

@@ -63,12 +63,9 @@ def cut_report(text: str, limit: int = REPORT_LIMIT) -> str:
 
 @model
 class LogCursor(JsonModel):
-    """Where the previous read stopped in one step log, and which file that was.
-
-    ``offset``: bytes consumed; ``inode`` and ``head`` (a fingerprint of the
-    first line): the file's identity, None until known; ``last_step``: the
-    highest step taken from this log so far.
-    """
+    """Where the previous read stopped in one step log (``offset``, bytes consumed), which
+    file that was (``inode`` and ``head``, its first line's fingerprint; None until known),
+    and the highest step taken from it (``last_step``)."""
 
     WHERE = "cursor"
 
@@ -99,11 +96,8 @@ class SkippedLine:
 
 @dataclass(frozen=True)
 class StepLogChunk:
-    """What one read found: samples (oldest first), the new cursor, skipped lines, notes.
-
-    ``notes`` are sentences for the task log: a truncation, a rotation, steps
-    that may be lost. ``bytes_read`` counts every byte read from disk.
-    """
+    """What one read found: samples (oldest first), the new cursor, skipped lines, and
+    ``notes`` for the task log (a truncation, a rotation, steps that may be lost)."""
 
     source: str
     samples: tuple[StepSample, ...]
@@ -328,11 +322,9 @@ def read_step_log(
 ) -> StepLogChunk:
     """Read what is new in the step log at ``path`` since ``cursor`` (rules: module docstring).
 
-    ``cursor=None`` means the log was never read: with ``tail`` only the
-    newest ``tail`` samples are read from the end (when ``nodes`` is given,
-    reading back also stops at a sample measured at another size), otherwise
-    the whole log. A missing file reads as empty, and a later first read of
-    it starts at its beginning (everything in it is new).
+    Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end
+    (stopping early at one measured at another size than ``nodes``, if given). A
+    missing file reads as empty; a later first read of it starts at its beginning.
     """
     previous = LogCursor(offset=cursor) if isinstance(cursor, int) else cursor
     reader = _Reader(str(path))
