@@ -1,37 +1,32 @@
 """The ``elasticgrid`` commands: read the inputs, let the pure core compute, build a Result.
 
-A command takes the parsed arguments and returns a
-:class:`~elasticgrid_provider.cli.rendering.Result` holding its text and its JSON
-data (0.1.0's keys, listed in :mod:`elasticgrid_provider.cli`); it never prints
-and never formats text itself. Bad input surfaces as the core's one-sentence
-:class:`ElasticGridError`; options are checked before any file is read, naming the
-flag typed (``--cooldown``, not ``cooldown_s``).
+A command returns a :class:`~elasticgrid_provider.cli.rendering.Result` (its text and
+its JSON data, 0.1.0's keys); it never prints or formats text itself. Bad input is the
+core's one-sentence :class:`ElasticGridError`; options are checked before any file is
+read, naming the flag typed (``--cooldown``, not ``cooldown_s``).
 
 The clock of ``simulate`` is deterministic (no wall clock is read):
 
 * a sample's time is its ``time`` field, else the previous sample's time plus its
-  own ``duration_s``; the time before the first sample is 0 (``--now`` with
-  ``--timeline``);
+  ``duration_s``; the time before the first sample is 0 (``--now`` with ``--timeline``);
 * a single decision is made at ``--now`` (default: the newest sample's time),
   observing all samples at once at ``--nodes`` (default: the newest sample's);
-* ``--timeline`` runs the sensor's transition
-  (:meth:`~elasticgrid_provider.core.state.ScaleState.advance`) once per sample, in
-  file order, at that sample's time, so it keeps the sensor's window rules (only
-  samples at the current size enter, a resize starts a fresh window) and carries
-  the cooldown, the capacity memory and the recent recommendations. The size
-  starts at ``--nodes`` (default: the first sample's), becomes each scale
-  decision's target, and follows the samples when their ``nodes`` changes;
-* ``--deadline-in S`` puts the deadline S seconds after the single decision's
-  time, or after the newest sample's time for every decision of a timeline;
-* ``--remaining-steps`` / ``--remaining-tokens`` are the work left after the
-  newest sample; a timeline's earlier decisions also count the samples still to
-  come (one step each, and their tokens).
+* ``--timeline`` runs the sensor's transition (:meth:`ScaleState.advance`) once per
+  sample, in file order, at its time, so it keeps the sensor's window rules (only
+  samples at the current size enter, a resize starts a fresh window) and carries the
+  cooldown, the capacity memory and the recent recommendations. The size starts at
+  ``--nodes`` (default: the first sample's), becomes each scale decision's target, and
+  follows the samples when their ``nodes`` changes;
+* ``--deadline-in S``: S seconds after the single decision's time, or after the newest
+  sample's time for every decision of a timeline;
+* ``--remaining-steps`` / ``--remaining-tokens``: the work left after the newest sample;
+  a timeline's earlier decisions add the samples still to come (a step each, their tokens).
 
-``simulate --state`` replays history entry ``--decision`` (default: the newest
-that holds a policy decision; the end of the job and a recovery hold none) from
-its recorded inputs and compares :data:`REPLAY_FIELDS`: exit 0 when they all agree,
-1 when any differs. A record whose inputs lack ``capacity`` and ``recent`` (a
-version 1 state) was made by an older policy, and the output says so.
+``simulate --state`` replays history entry ``--decision`` (default: the newest that
+holds a policy decision; the end of the job and a recovery hold none) from its recorded
+inputs and compares :data:`REPLAY_FIELDS`: exit 0 when all agree, 1 when any differs. A
+record whose inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
+older policy, and the output says so.
 """
 
 from __future__ import annotations
@@ -184,11 +179,10 @@ def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
     try:
         return ElasticScheduler(**parameters)
     except ElasticGridError as error:
-        message = str(error)
-        for field, flag in SCHEDULER_FLAGS.items():  # name the option the user typed
-            if message.startswith(field + " "):
-                message = flag + message[len(field) :]
-                break
+        message = str(error)  # named by the option the user typed
+        field = next((name for name in SCHEDULER_FLAGS if message.startswith(name + " ")), "")
+        if field:
+            message = SCHEDULER_FLAGS[field] + message[len(field) :]
         raise ElasticGridError(message) from None
 
 

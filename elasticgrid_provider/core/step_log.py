@@ -63,9 +63,12 @@ def cut_report(text: str, limit: int = REPORT_LIMIT) -> str:
 
 @model
 class LogCursor(JsonModel):
-    """Where the previous read stopped in one step log (``offset``, bytes consumed), which
-    file that was (``inode`` and ``head``, its first line's fingerprint; None until known),
-    and the highest step taken from it (``last_step``)."""
+    """Where the previous read stopped in one step log, and which file that was.
+
+    ``offset``: bytes consumed; ``inode`` and ``head`` (a fingerprint of the
+    first line): the file's identity, None until known; ``last_step``: the
+    highest step taken from this log so far.
+    """
 
     WHERE = "cursor"
 
