@@ -165,7 +165,7 @@ def run_simulate(args: argparse.Namespace) -> Result:
                     f"{option_flag(name)} only counts toward a deadline; it needs --deadline-in"
                 )
     scheduler = _scheduler(args)
-    for name, minimum in SAMPLE_INPUTS.items():
+    for name, _, minimum, _, _ in SAMPLE_INPUTS:
         if given(args, name):
             check_number(option_flag(name), getattr(args, name), minimum=minimum)
     samples = load_samples(args.samples)

@@ -213,19 +213,46 @@ SCHEDULER_FLAGS = {
 }
 """Each of those parameters with the flag that sets it."""
 
-SAMPLE_INPUTS: dict[str, float | None] = {
-    "nodes": 1,
-    "window_size": 1,
-    "now": None,
-    "deadline_in": None,
-    "remaining_steps": 0.0,
-    "remaining_tokens": 0.0,
-}
-"""The decision inputs of ``simulate --samples``, each with its least value (None: any)."""
+SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
+    ("nodes", int, 1, "N", "current size (default: the newest sample's nodes)"),
+    ("window_size", int, 1, "W", f"samples the window keeps (default {DEFAULT_WINDOW_SIZE})"),
+    (
+        "now",
+        float,
+        None,
+        "T",
+        "decision time, epoch seconds (default: the newest sample's time); with "
+        "--timeline, the time before the first sample (default 0)",
+    ),
+    (
+        "deadline_in",
+        float,
+        None,
+        "S",
+        "a deadline S seconds after the decision time (with --timeline: after the newest "
+        "sample's time)",
+    ),
+    (
+        "remaining_steps",
+        float,
+        0.0,
+        "R",
+        "steps left after the newest sample (needs --deadline-in)",
+    ),
+    (
+        "remaining_tokens",
+        float,
+        0.0,
+        "R",
+        "tokens left after the newest sample (needs --deadline-in)",
+    ),
+)
+"""The decision inputs of ``simulate --samples``: name, type, least value (None: any),
+metavar and help; the two ``remaining_`` ones exclude each other."""
 
 
 SIMULATE_ONLY_FOR_SAMPLES = (
-    *((name, option_flag(name)) for name in SAMPLE_INPUTS),
+    *((name, option_flag(name)) for name, *_ in SAMPLE_INPUTS),
     *SCHEDULER_FLAGS.items(),
 )
 """Options that decide from samples, so ``--state`` (a replay) refuses them."""
@@ -249,42 +276,10 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         "(default -1, the newest)",
     )
     inputs = parser.add_argument_group("decision inputs (with --samples)")
-    inputs.add_argument(
-        "--nodes", type=int, metavar="N", help="current size (default: the newest sample's nodes)"
-    )
-    inputs.add_argument(
-        "--window-size",
-        type=int,
-        metavar="W",
-        help=f"samples the window keeps (default {DEFAULT_WINDOW_SIZE})",
-    )
-    inputs.add_argument(
-        "--now",
-        type=float,
-        metavar="T",
-        help="decision time, epoch seconds (default: the newest sample's time); with "
-        "--timeline, the time before the first sample (default 0)",
-    )
-    inputs.add_argument(
-        "--deadline-in",
-        type=float,
-        metavar="S",
-        help="a deadline S seconds after the decision time (with --timeline: after the newest "
-        "sample's time)",
-    )
     work = inputs.add_mutually_exclusive_group()
-    work.add_argument(
-        "--remaining-steps",
-        type=float,
-        metavar="R",
-        help="steps left after the newest sample (needs --deadline-in)",
-    )
-    work.add_argument(
-        "--remaining-tokens",
-        type=float,
-        metavar="R",
-        help="tokens left after the newest sample (needs --deadline-in)",
-    )
+    for name, kind, _, metavar, text in SAMPLE_INPUTS:
+        group = work if name.startswith("remaining_") else inputs
+        group.add_argument(option_flag(name), type=kind, metavar=metavar, help=text)
     inputs.add_argument(
         "--timeline",
         action="store_true",
