@@ -311,21 +311,21 @@ def _replay(args: argparse.Namespace) -> Result:
     recorded = record.decision
     before, after = recorded.to_dict(), replayed.to_dict()
     differences = [name for name in REPLAY_FIELDS if before[name] != after[name]]
-    older_policy = recorded_by_older_policy(history[index])
     window = record.inputs.window
-    text = replay_text(state.job_name, index, count, record, replayed, differences, older_policy)
+    replay = {
+        "state_file": path,
+        "job_name": state.job_name,
+        "index": index,
+        "history_size": count,
+        "matches": not differences,
+        "differences": differences,
+        "older_policy": recorded_by_older_policy(history[index]),
+    }
     data = {
-        "replay": {
-            "state_file": path,
-            "job_name": state.job_name,
-            "index": index,
-            "history_size": count,
-            "matches": not differences,
-            "differences": differences,
-            "older_policy": older_policy,
-        },
+        "replay": replay,
         "window": window_data(window, len(window)),
         "recorded": before,
         "decision": after,
     }
+    text = replay_text(replay, record, replayed)
     return Result(text, data, EXIT_REPLAY_MISMATCH if differences else EXIT_OK)

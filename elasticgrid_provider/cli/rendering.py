@@ -304,21 +304,16 @@ def timeline_text(note: str, entries: Sequence[dict[str, Any]], final: int) -> s
     return "\n".join([note, "", aligned_table(rows, right=(0, 1, 3)), "", summary])
 
 
-def replay_text(
-    job_name: str,
-    index: int,
-    count: int,
-    record: DecisionRecord,
-    replayed: ScaleDecision,
-    differences: Sequence[str],
-    older_policy: bool,
-) -> str:
-    """``simulate --state``: the recorded inputs, both decisions, and whether they match."""
+def replay_text(replay: dict[str, Any], record: DecisionRecord, replayed: ScaleDecision) -> str:
+    """``simulate --state``: the recorded inputs, both decisions, and whether they match.
+
+    ``replay`` is the command's JSON ``replay`` object (job, index, differences, ...).
+    """
     recorded = record.decision
     window = record.inputs.window
     lines = [
-        f"job {job_name}: history entry {index} of {count} (0 = the oldest), "
-        f"decided at {time_text(recorded.decided_at)}",
+        f"job {replay['job_name']}: history entry {replay['index']} of "
+        f"{replay['history_size']} (0 = the oldest), decided at {time_text(recorded.decided_at)}",
         *key_rows(
             [
                 ("window", f"{len(window)} samples (size {window.size})"),
@@ -332,15 +327,14 @@ def replay_text(
         "replayed",
         "  " + decision_summary(replayed.to_dict()),
     ]
-    if older_policy:
+    if replay["older_policy"]:
         lines.append(
             "note: recorded by an older policy; the replay uses today's rules (its inputs "
             "have no capacity memory or recent recommendations)"
         )
-    if differences:
-        lines.append(
-            "MISMATCH: the replay differs in " + ", ".join(differences) + " (exit status 1)"
-        )
+    if replay["differences"]:
+        differences = ", ".join(replay["differences"])
+        lines.append(f"MISMATCH: the replay differs in {differences} (exit status 1)")
     else:
         lines.append("match: the replay gives the recorded decision")
     return "\n".join(lines)
