@@ -16,56 +16,44 @@ Synopsis::
     elasticgrid schema state|decision
     elasticgrid --version
 
-``--json`` is accepted before or after the command. Exit status: 0 on
-success; 1 when ``simulate --state`` replays a decision that differs from the
-recorded one; 2 on any user error (missing or unreadable file, bad JSON, a
-missing or wrong-typed field, NaN, an impossible size, a bad option), printed
-as one line, ``error: ...`` on stderr (``{"error": "..."}`` on stdout with
-``--json``), never a traceback.
-
-Input files are described in :mod:`~elasticgrid_provider.cli.inputs`, the clock,
-the timeline and the replay of ``simulate`` in :mod:`~elasticgrid_provider.cli.simulate`.
+``--json`` is accepted before or after the command. Exit status: 0 on success; 1
+when ``simulate --state`` replays a decision that differs from the recorded one; 2 on
+any user error (a missing or unreadable file, bad JSON, a missing or wrong-typed
+field, NaN, an impossible size, a bad option), printed as one line, ``error: ...`` on
+stderr (``{"error": "..."}`` on stdout with ``--json``), never a traceback.
 
 JSON output (``--json``), keeping 0.1.0's keys:
 
 * ``providers``: ``{"providers": [Provider.to_dict(), ...]}``;
-* ``plan``: ``Placement.to_dict()``;
+  ``plan``: ``Placement.to_dict()``;
 * ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
   "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
-* ``simulate``: ``{"window", "decision"}``: the window's signals plus
-  ``size``, ``kept``, ``total`` and ``dropped`` (plus ``other_size``: samples left out
-  for being measured at another size than the current), and ``ScaleDecision.to_dict()``;
-* ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step",
-  "time", "window_samples", "decision"}], "window"}``;
-* ``simulate --state``: ``{"replay": {"state_file", "job_name", "index",
-  "history_size", "matches", "differences", "older_policy"}, "window", "recorded",
-  "decision"}``; ``older_policy``: the record predates the restart-aware policy's inputs;
-* errors: ``{"error": "..."}``.
+* ``simulate``: ``{"window", "decision"}``: the window's signals plus ``size``,
+  ``kept``, ``total``, ``dropped`` and ``other_size`` (samples measured at another
+  size than the current), and ``ScaleDecision.to_dict()``;
+* ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step", "time",
+  "window_samples", "decision"}], "window"}``;
+* ``simulate --state``: ``{"replay": {"state_file", "job_name", "index", "history_size",
+  "matches", "differences", "older_policy"}, "window", "recorded", "decision"}``, where
+  ``older_policy`` says the record predates the restart-aware policy's inputs.
 
-The package, one rule per module:
-
-* :mod:`~elasticgrid_provider.cli.parsing`: the command line (argparse only);
-* :mod:`~elasticgrid_provider.cli.inputs`: the files (providers, samples, states);
-* :mod:`~elasticgrid_provider.cli.commands` and
-  :mod:`~elasticgrid_provider.cli.simulate`: run a command, return a ``Result``;
-* :mod:`~elasticgrid_provider.cli.rendering`: text, JSON and errors.
-
-To add a command: an ``add_<name>_arguments`` in ``parsing``, a ``run_<name>``
-returning a ``Result`` (in ``commands`` or its own module), and one
-:class:`~elasticgrid_provider.cli.parsing.Command` line in :data:`COMMANDS`.
+The package: :mod:`~elasticgrid_provider.cli.parsing` (argparse; the input files),
+:mod:`~elasticgrid_provider.cli.commands` (run a command, return a ``Result``; the clock
+and the replay of ``simulate``) and :mod:`~elasticgrid_provider.cli.rendering` (text,
+JSON, errors). To add a command: an ``add_<name>_arguments`` in ``parsing``, a
+``run_<name>`` in ``commands``, and one :class:`Command` in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 
-from elasticgrid_provider.cli import commands, parsing, simulate
+from elasticgrid_provider.cli import commands, parsing
+from elasticgrid_provider.cli.commands import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.cli.parsing import Command
 from elasticgrid_provider.cli.rendering import EXIT_OK, Result, emit, fail
-from elasticgrid_provider.cli.simulate import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.core.errors import ElasticGridError
 
 COMMANDS: tuple[Command, ...] = (
@@ -91,7 +79,7 @@ COMMANDS: tuple[Command, ...] = (
         "simulate",
         "decide the size from step samples, or replay a recorded decision",
         parsing.add_simulate_arguments,
-        simulate.run_simulate,
+        commands.run_simulate,
         parsing.SIMULATE_DESCRIPTION,
     ),
     Command(
@@ -104,18 +92,13 @@ COMMANDS: tuple[Command, ...] = (
 """Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``elasticgrid`` argument parser (all of :data:`COMMANDS`)."""
-    return parsing.build_parser(COMMANDS)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``elasticgrid`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     options_part = arguments[: arguments.index("--")] if "--" in arguments else arguments
     want_json = "--json" in options_part
     try:
-        args = build_parser().parse_args(arguments)
+        args = parsing.build_parser(COMMANDS).parse_args(arguments)
         want_json = bool(args.json)
         result: Result = args.handler(args)
     except SystemExit as exit_request:  # --help, --version

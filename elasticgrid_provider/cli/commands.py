@@ -1,31 +1,89 @@
-"""The grid commands, ``providers``, ``plan`` and ``spec``, and ``schema``: read inputs, compute, build a Result.
+"""The ``elasticgrid`` commands: read the inputs, let the pure core compute, build a Result.
 
-Rules:
+A command returns a :class:`~elasticgrid_provider.cli.rendering.Result` (its text and
+its JSON data, 0.1.0's keys); it never prints or formats text itself. Bad input is the
+core's one-sentence :class:`ElasticGridError`; options are checked before any file is
+read, naming the flag typed (``--cooldown``, not ``cooldown_s``).
 
-* A command takes the parsed arguments and returns a
-  :class:`~elasticgrid_provider.cli.rendering.Result` holding both its text
-  and its JSON data; it never prints (``main`` does) and never formats text
-  itself (:mod:`~elasticgrid_provider.cli.rendering` does).
-* The work is the pure core's (:class:`GridPlanner`, :func:`build_launch_parts`);
-  bad input surfaces as the core's one-sentence :class:`ElasticGridError`.
-* JSON keeps 0.1.0's keys (listed in :mod:`elasticgrid_provider.cli`).
+The clock of ``simulate`` is deterministic (no wall clock is read):
 
-``simulate`` lives in :mod:`elasticgrid_provider.cli.simulate`.
+* a sample's time is its ``time`` field, else the previous sample's time plus its
+  ``duration_s``; the time before the first sample is 0 (``--now`` with ``--timeline``);
+* a single decision is made at ``--now`` (default: the newest sample's time),
+  observing all samples at once at ``--nodes`` (default: the newest sample's);
+* ``--timeline`` runs the sensor's transition (:meth:`ScaleState.advance`) once per
+  sample, in file order, at its time, so it keeps the sensor's window rules (only
+  samples at the current size enter, a resize starts a fresh window) and carries the
+  cooldown, the capacity memory and the recent recommendations. The size starts at
+  ``--nodes`` (default: the first sample's), becomes each scale decision's target, and
+  follows the samples when their ``nodes`` changes;
+* ``--deadline-in S``: S seconds after the single decision's time, or after the newest
+  sample's time for every decision of a timeline;
+* ``--remaining-steps`` / ``--remaining-tokens``: the work left after the newest sample;
+  a timeline's earlier decisions add the samples still to come (a step each, their tokens).
+
+``simulate --state`` replays history entry ``--decision`` (default: the newest that
+holds a policy decision; the end of the job and a recovery hold none) from its recorded
+inputs and compares :data:`REPLAY_FIELDS`: exit 0 when all agree, 1 when any differs. A
+record whose inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
+older policy, and the output says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from itertools import accumulate
+from typing import Any
 
-from elasticgrid_provider.cli.inputs import load_grid
-from elasticgrid_provider.cli.parsing import DEFAULT_RENDEZVOUS
-from elasticgrid_provider.cli.rendering import Result, plan_summary, providers_text, spec_text
+from elasticgrid_provider.cli.parsing import (
+    DEFAULT_RENDEZVOUS,
+    SAMPLE_INPUTS,
+    SCHEDULER_FLAGS,
+    SIMULATE_ONLY_FOR_SAMPLES,
+    from_dict,
+    given,
+    load_grid,
+    load_samples,
+    load_state,
+    option_flag,
+    sample_clock,
+)
+from elasticgrid_provider.cli.rendering import (
+    EXIT_OK,
+    EXIT_REPLAY_MISMATCH,
+    Result,
+    decision_lines,
+    plan_summary,
+    providers_text,
+    replay_text,
+    signals_lines,
+    spec_text,
+    timeline_text,
+    window_data,
+    window_note,
+)
+from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.recovery import RECOVER_RULE
+from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
+from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.schemas import json_schema
+from elasticgrid_provider.core.state import (
+    JOB_ENDED_RULE,
+    DecisionRecord,
+    ScaleState,
+    recorded_by_older_policy,
+)
+from elasticgrid_provider.core.validation import check_number
+
+SIMULATED_JOB = "simulate"
+"""The job name of the state ``simulate`` runs its transition on."""
+REPLAY_FIELDS = ("action", "current_nodes", "target_nodes", "rule", "held_by", "reason")
+"""What must agree for a replayed decision to match the recorded one."""
 
 
 def run_providers(args: argparse.Namespace) -> Result:
@@ -59,12 +117,7 @@ def run_spec(args: argparse.Namespace) -> Result:
     options = LaunchOptions(run=args.run, procs_per_node=args.procs_per_node, rendezvous=rendezvous)
     parts = build_launch_parts(placement, args.name, options)
     text = spec_text(
-        args.name,
-        placement,
-        parts,
-        options.procs_per_node,
-        rendezvous,
-        default_rendezvous=args.rendezvous is None,
+        args.name, placement, parts, options.procs_per_node, rendezvous, args.rendezvous is None
     )
     data = {
         "job_name": args.name,
@@ -90,3 +143,189 @@ def run_schema(args: argparse.Namespace) -> Result:
     """``schema state|decision``: the stored document's JSON Schema (always JSON)."""
     schema = json_schema(args.kind)
     return Result(json.dumps(schema, indent=2), schema)
+
+
+# -- simulate ---------------------------------------------------------------------------
+
+
+def run_simulate(args: argparse.Namespace) -> Result:
+    """``simulate``: one decision, a timeline of decisions, or a replay (``--state``)."""
+    if args.state is not None:
+        return _replay(args)
+    if args.decision is not None:
+        raise ElasticGridError("--decision picks a recorded decision; it needs --state FILE")
+    if args.samples is None:
+        raise ElasticGridError(
+            "simulate needs --samples FILE (or --state FILE to replay a recorded decision)"
+        )
+    if args.deadline_in is None:
+        for name in ("remaining_steps", "remaining_tokens"):
+            if given(args, name):
+                raise ElasticGridError(
+                    f"{option_flag(name)} only counts toward a deadline; it needs --deadline-in"
+                )
+    scheduler = _scheduler(args)
+    for name, _, minimum, _, _ in SAMPLE_INPUTS:
+        if given(args, name):
+            check_number(option_flag(name), getattr(args, name), minimum=minimum)
+    samples = load_samples(args.samples)
+    if args.timeline:
+        return _timeline(args, scheduler, samples)
+    return _single(args, scheduler, samples)
+
+
+def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
+    parameters = {field: getattr(args, field) for field in SCHEDULER_FLAGS if given(args, field)}
+    try:
+        return ElasticScheduler(**parameters)
+    except ElasticGridError as error:
+        message = str(error)  # named by the option the user typed
+        field = next((name for name in SCHEDULER_FLAGS if message.startswith(name + " ")), "")
+        if field:
+            message = SCHEDULER_FLAGS[field] + message[len(field) :]
+        raise ElasticGridError(message) from None
+
+
+def _window_size(args: argparse.Namespace) -> int:
+    return DEFAULT_WINDOW_SIZE if args.window_size is None else int(args.window_size)
+
+
+def _single(
+    args: argparse.Namespace, scheduler: ElasticScheduler, samples: tuple[StepSample, ...]
+) -> Result:
+    now = args.now if args.now is not None else sample_clock(samples, 0.0)[-1]
+    current = args.nodes if args.nodes is not None else samples[-1].nodes
+    state, record = ScaleState(job_name=SIMULATED_JOB).advance(
+        scheduler,
+        samples,
+        current,
+        now,
+        window_size=_window_size(args),
+        deadline_at=None if args.deadline_in is None else now + args.deadline_in,
+        remaining_steps=args.remaining_steps,
+        remaining_tokens=args.remaining_tokens,
+    )
+    window, decision = state.window, record.decision
+    other_size = sum(1 for sample in samples if sample.nodes != current)
+    note = window_note(window, len(samples))
+    if other_size:
+        note += (
+            f"; {other_size} left out for being measured at another size than "
+            f"{'--nodes' if args.nodes is not None else 'the newest sample'} {current}"
+        )
+    lines = [note, *signals_lines(window.signals()), *decision_lines(decision)]
+    window_json = {**window_data(window, len(samples)), "other_size": other_size}
+    return Result("\n".join(lines), {"window": window_json, "decision": decision.to_dict()})
+
+
+def _timeline(
+    args: argparse.Namespace, scheduler: ElasticScheduler, samples: tuple[StepSample, ...]
+) -> Result:
+    times = sample_clock(samples, 0.0 if args.now is None else args.now)
+    deadline_at = None if args.deadline_in is None else times[-1] + args.deadline_in
+    # the tokens of the samples after each one (added up from the newest, as they arrive)
+    tokens_after = list(accumulate(reversed([s.tokens for s in samples[1:]]), initial=0.0))[::-1]
+    state = ScaleState(job_name=SIMULATED_JOB)
+    current = args.nodes if args.nodes is not None else samples[0].nodes
+    entries: list[dict[str, Any]] = []
+    for index, (sample, now) in enumerate(zip(samples, times, strict=True)):
+        if index > 0 and sample.nodes != samples[index - 1].nodes:
+            current = sample.nodes  # the samples say the job was resized
+        state, record = state.advance(
+            scheduler,
+            [sample],
+            current,
+            now,
+            window_size=_window_size(args),
+            deadline_at=deadline_at,
+            remaining_steps=None
+            if args.remaining_steps is None
+            else args.remaining_steps + (len(samples) - 1 - index),
+            remaining_tokens=None
+            if args.remaining_tokens is None
+            else args.remaining_tokens + tokens_after[index],
+        )
+        window, decision = state.window, record.decision
+        entries.append(
+            {
+                "sample": index + 1,
+                "step": sample.step,
+                "time": now,
+                "window_samples": len(window),
+                "decision": decision.to_dict(),
+            }
+        )
+        if decision.changed:
+            current = decision.target_nodes
+    text = timeline_text(window_note(window, len(samples)), entries, current)
+    return Result(text, {"timeline": entries, "window": window_data(window, len(samples))})
+
+
+def _not_a_decision(entry: Any) -> str:
+    """Why a history entry has no policy decision to replay ("" when it has one)."""
+    rule = entry.get("rule") if isinstance(entry, dict) else None
+    if rule == JOB_ENDED_RULE:
+        return "records the end of the job; it has no decision to replay"
+    if rule == RECOVER_RULE:
+        return (
+            f"is a recovery ({entry.get('action')}), not a policy decision, "
+            "so it cannot be replayed"
+        )
+    return ""
+
+
+def _replay(args: argparse.Namespace) -> Result:
+    if args.samples is not None:
+        raise ElasticGridError(
+            "--state replays a recorded decision from its recorded window; "
+            "it cannot be combined with --samples"
+        )
+    refused = [flag for name, flag in SIMULATE_ONLY_FOR_SAMPLES if given(args, name)]
+    if args.timeline:
+        refused.append("--timeline")
+    if refused:
+        raise ElasticGridError(
+            f"--state replays the recorded inputs; {refused[0]} cannot be combined with it"
+        )
+    path = args.state
+    state = load_state(path)
+    history = state.history
+    if not history:
+        raise ElasticGridError(f"state file {path} has no decisions in its history")
+    count = len(history)
+    skipped = [_not_a_decision(entry) for entry in history]
+    requested = args.decision
+    if requested is None:  # the newest decision: the end of the job or a recovery has none
+        requested = max((i for i, why in enumerate(skipped) if not why), default=-1)
+    if not -count <= requested < count:
+        raise ElasticGridError(
+            f"--decision {requested} is out of range: the history holds {count} "
+            f"decision{'s' if count != 1 else ''} (0 to {count - 1}, or -{count} to -1)"
+        )
+    index = requested % count
+    where = f"state file {path} history entry {index}"
+    if skipped[index]:
+        raise ElasticGridError(f"{where} {skipped[index]}")
+    record = from_dict(DecisionRecord.from_dict, history[index], where)
+    replayed = from_dict(DecisionRecord.replay, record, where)
+    recorded = record.decision
+    before, after = recorded.to_dict(), replayed.to_dict()
+    differences = [name for name in REPLAY_FIELDS if before[name] != after[name]]
+    window = record.inputs.window
+    replay = {
+        "state_file": path,
+        "job_name": state.job_name,
+        "index": index,
+        "history_size": count,
+        "matches": not differences,
+        "differences": differences,
+        "older_policy": recorded_by_older_policy(history[index]),
+    }
+    data = {
+        "replay": replay,
+        "window": window_data(window, len(window)),
+        "recorded": before,
+        "decision": after,
+    }
+    text = replay_text(replay, record, replayed)
+    return Result(text, data, EXIT_REPLAY_MISMATCH if differences else EXIT_OK)

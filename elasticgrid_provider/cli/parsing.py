@@ -1,40 +1,50 @@
-"""The ``elasticgrid`` command line: argparse only, no files read and nothing decided.
+"""The ``elasticgrid`` command line and the files it names; nothing is decided here.
 
 Rules:
 
-* Every command is a :class:`Command`: its name, its help, the function that
-  adds its options (one ``add_<command>_arguments`` here) and the function that
-  runs it. :data:`elasticgrid_provider.cli.COMMANDS` lists them, the one place
-  a command is registered; :func:`build_parser` turns that list into the parser.
-* ``--json`` is accepted before or after the command: every sub-parser adds it
-  with ``SUPPRESS`` so a ``--json`` given before the command survives.
-* A bad command line raises :class:`UsageError` (one line, exit status 2)
-  instead of argparse's usage dump and ``SystemExit``; ``--help`` and
-  ``--version`` still print and exit 0.
-* argparse checks only types, choices and mutually exclusive options; ranges
-  and other combinations are checked by the command (with
-  :mod:`~elasticgrid_provider.core.validation`), so a message names the flag
-  the user typed.
+* Every command is a :class:`Command` (name, help, the ``add_<command>_arguments``
+  here that adds its options, the function that runs it);
+  :data:`elasticgrid_provider.cli.COMMANDS` registers them and :func:`build_parser`
+  turns that list into the parser.
+* ``--json`` is accepted before or after the command (sub-parsers add it with
+  ``SUPPRESS``, so one given before the command survives).
+* A bad command line raises :class:`UsageError` (one line, exit status 2), not
+  argparse's usage dump; ``--help`` and ``--version`` still print and exit 0.
+  argparse checks only types, choices and exclusive options; the command checks
+  ranges, so a message names the flag typed.
+* A file is read whole as UTF-8; every problem (missing, a directory, not UTF-8,
+  bad JSON, a bad field) is one :class:`ElasticGridError` sentence naming the file
+  and the line or entry. A providers file is a JSON list of providers or
+  ``{"providers": [...]}`` (default: the built-in grid of SPEC 4.5). A samples
+  file is a JSON list of samples or JSON Lines (blank lines ignored), as the step
+  reporter writes it; a sample's ``time`` (when the step ended) drives the clock
+  and the scheduler's arrival rates. A state file is a scale-state Variable's
+  JSON (``ScaleState.to_dict()``), bare or as Airflow exports it: an object with
+  one key whose value is the state (or the state as a JSON string).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from elasticgrid_provider import __version__
-from elasticgrid_provider.core.errors import UsageError
+from elasticgrid_provider.core.errors import ElasticGridError, UsageError
 from elasticgrid_provider.core.planner import PREFER_CHOICES
-from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE
+from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
+from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
 from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.schemas import SCHEMA_KINDS
+from elasticgrid_provider.core.state import ScaleState
 
 if TYPE_CHECKING:
     from elasticgrid_provider.cli.rendering import Result
 
+T = TypeVar("T")
 DEFAULT_JOB_NAME = "elasticgrid-job"
 DEFAULT_RUN = "python train.py"
 DEFAULT_RENDEZVOUS = "dir:/tmp/elasticgrid/{name}/rendezvous"
@@ -83,6 +93,11 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
 def given(args: argparse.Namespace, name: str) -> bool:
     """True when the option ``name`` was given on the command line."""
     return getattr(args, name, None) is not None
+
+
+def option_flag(name: str) -> str:
+    """The option that sets ``name``: ``--window-size`` for ``window_size``."""
+    return "--" + name.replace("_", "-")
 
 
 def _add_json(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -163,17 +178,6 @@ SIMULATE_DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class SchedulerOption:
-    """An :class:`ElasticScheduler` parameter as a ``simulate`` option."""
-
-    field: str
-    flag: str
-    kind: type
-    help: str
-
-
-_SCHEDULER_FIELDS = {field.name: field for field in dataclasses.fields(ElasticScheduler)}
 _RENAMED_FLAGS = {
     "cooldown_s": "--cooldown",
     "scale_down_cooldown_s": "--scale-down-cooldown",
@@ -204,26 +208,52 @@ _SCHEDULER_HELP = {
     "scaling_loss": "prior per-node throughput lost per doubling",
 }
 """Each scheduler parameter the command exposes, in ``--help`` order, with its help."""
+SCHEDULER_FLAGS = {
+    field: _RENAMED_FLAGS.get(field, option_flag(field)) for field in _SCHEDULER_HELP
+}
+"""Each of those parameters with the flag that sets it."""
 
-SCHEDULER_OPTIONS = tuple(
-    SchedulerOption(
-        field,
-        _RENAMED_FLAGS.get(field, "--" + field.replace("_", "-")),
-        int if _SCHEDULER_FIELDS[field].type in ("int", int) else float,
-        text,
-    )
-    for field, text in _SCHEDULER_HELP.items()
+SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
+    ("nodes", int, 1, "N", "current size (default: the newest sample's nodes)"),
+    ("window_size", int, 1, "W", f"samples the window keeps (default {DEFAULT_WINDOW_SIZE})"),
+    (
+        "now",
+        float,
+        None,
+        "T",
+        "decision time, epoch seconds (default: the newest sample's time); with "
+        "--timeline, the time before the first sample (default 0)",
+    ),
+    (
+        "deadline_in",
+        float,
+        None,
+        "S",
+        "a deadline S seconds after the decision time (with --timeline: after the newest "
+        "sample's time)",
+    ),
+    (
+        "remaining_steps",
+        float,
+        0.0,
+        "R",
+        "steps left after the newest sample (needs --deadline-in)",
+    ),
+    (
+        "remaining_tokens",
+        float,
+        0.0,
+        "R",
+        "tokens left after the newest sample (needs --deadline-in)",
+    ),
 )
-"""The scheduler's parameters, each with the flag that sets it (type and default from it)."""
+"""The decision inputs of ``simulate --samples``: name, type, least value (None: any),
+metavar and help; the two ``remaining_`` ones exclude each other."""
+
 
 SIMULATE_ONLY_FOR_SAMPLES = (
-    ("nodes", "--nodes"),
-    ("window_size", "--window-size"),
-    ("now", "--now"),
-    ("deadline_in", "--deadline-in"),
-    ("remaining_steps", "--remaining-steps"),
-    ("remaining_tokens", "--remaining-tokens"),
-    *((option.field, option.flag) for option in SCHEDULER_OPTIONS),
+    *((name, option_flag(name)) for name, *_ in SAMPLE_INPUTS),
+    *SCHEDULER_FLAGS.items(),
 )
 """Options that decide from samples, so ``--state`` (a replay) refuses them."""
 
@@ -246,55 +276,114 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         "(default -1, the newest)",
     )
     inputs = parser.add_argument_group("decision inputs (with --samples)")
-    inputs.add_argument(
-        "--nodes", type=int, metavar="N", help="current size (default: the newest sample's nodes)"
-    )
-    inputs.add_argument(
-        "--window-size",
-        type=int,
-        metavar="W",
-        help=f"samples the window keeps (default {DEFAULT_WINDOW_SIZE})",
-    )
-    inputs.add_argument(
-        "--now",
-        type=float,
-        metavar="T",
-        help="decision time, epoch seconds (default: the newest sample's time); with "
-        "--timeline, the time before the first sample (default 0)",
-    )
-    inputs.add_argument(
-        "--deadline-in",
-        type=float,
-        metavar="S",
-        help="a deadline S seconds after the decision time (with --timeline: after the newest "
-        "sample's time)",
-    )
     work = inputs.add_mutually_exclusive_group()
-    work.add_argument(
-        "--remaining-steps",
-        type=float,
-        metavar="R",
-        help="steps left after the newest sample (needs --deadline-in)",
-    )
-    work.add_argument(
-        "--remaining-tokens",
-        type=float,
-        metavar="R",
-        help="tokens left after the newest sample (needs --deadline-in)",
-    )
+    for name, kind, _, metavar, text in SAMPLE_INPUTS:
+        group = work if name.startswith("remaining_") else inputs
+        group.add_argument(option_flag(name), type=kind, metavar=metavar, help=text)
     inputs.add_argument(
         "--timeline",
         action="store_true",
         help="replay the samples in order and decide after each, carrying the cooldown",
     )
     scheduler = parser.add_argument_group("scheduler (with --samples)")
-    for option in SCHEDULER_OPTIONS:
-        default = _SCHEDULER_FIELDS[option.field].default
-        shown = "" if default is None else f" (default {default:g})"
+    defaults = {field.name: field.default for field in dataclasses.fields(ElasticScheduler)}
+    for field, text in _SCHEDULER_HELP.items():
+        shown = "" if defaults[field] is None else f" (default {defaults[field]:g})"
         scheduler.add_argument(
-            option.flag,
-            dest=option.field,
-            type=option.kind,
-            metavar="N" if option.kind is int else "X",
-            help=option.help + shown,
+            SCHEDULER_FLAGS[field], dest=field, type=float, metavar="X", help=text + shown
         )
+
+
+# -- the files --------------------------------------------------------------------------
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise ElasticGridError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ElasticGridError(f"{what} {path} is a directory, not a file") from None
+    except UnicodeDecodeError as error:
+        raise ElasticGridError(f"{what} {path} is not UTF-8 text ({error.reason})") from None
+    except OSError as error:
+        raise ElasticGridError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ElasticGridError(
+            f"{where} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise ElasticGridError(f"{where} is nested too deeply to read") from None
+
+
+def _load_json(path: str, what: str) -> Any:
+    return _parse_json(_read_text(path, what), f"{what} {path}")
+
+
+def from_dict(build: Callable[[Any], T], data: Any, where: str) -> T:
+    """``build(data)``; its one-sentence error is prefixed with ``where`` (the file or entry)."""
+    try:
+        return build(data)
+    except ElasticGridError as error:
+        raise ElasticGridError(f"{where}: {error}") from None
+
+
+def load_grid(path: str | None) -> tuple[Provider, ...]:
+    """The providers of a providers file; the built-in grid when there is none."""
+    if path is None:
+        return DEFAULT_PROVIDERS
+    return from_dict(providers_from_dicts, _load_json(path, "providers file"), path)
+
+
+def load_samples(path: str) -> tuple[StepSample, ...]:
+    """The samples of a samples file (a JSON list or JSON Lines), oldest first."""
+    text = _read_text(path, "samples file")
+    entries: list[tuple[str, Any]] = []
+    if text.lstrip().startswith("["):
+        data = _parse_json(text, f"samples file {path}")
+        entries = [(f"{path} index {position}", entry) for position, entry in enumerate(data)]
+    else:
+        for number, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append((f"{path} line {number}", json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise ElasticGridError(
+                    f"{path} line {number}: not valid JSON: {error.msg} at column {error.colno}"
+                ) from None
+    if not entries:
+        raise ElasticGridError(f"samples file {path} holds no samples")
+    return tuple(from_dict(StepSample.from_dict, entry, where) for where, entry in entries)
+
+
+def sample_clock(samples: Sequence[StepSample], start: float) -> list[float]:
+    """Each sample's time: its ``time`` field, else the previous time plus its duration."""
+    times: list[float] = []
+    previous = start
+    for sample in samples:
+        previous = sample.time if sample.time is not None else previous + sample.duration_s
+        times.append(previous)
+    return times
+
+
+def load_state(path: str) -> ScaleState:
+    """The scale state of a state file, bare or as Airflow exports it (``{"key": state}``)."""
+    data = _load_json(path, "state file")
+    if isinstance(data, dict) and "schema_version" not in data and len(data) == 1:
+        key, value = next(iter(data.items()))
+        if isinstance(value, str):
+            value = _parse_json(value, f"state file {path}: the value of {key!r}")
+        data = value
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ElasticGridError(
+            f"state file {path} must hold a scale state (a JSON object with 'schema_version'), "
+            "or an object with exactly one key whose value is one"
+        )
+    return from_dict(ScaleState.from_dict, data, f"state file {path}")

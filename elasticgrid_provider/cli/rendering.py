@@ -1,25 +1,20 @@
 """What the ``elasticgrid`` command prints: text tables and blocks, JSON, errors.
 
-Rules:
-
-* Pure presentation: values in, text out. Nothing here reads a file or makes
-  a decision; a command builds a :class:`Result` with both its text and its
-  JSON-ready data, and :func:`emit` prints one of them.
-* The one-line decision (``simulate --state``'s recorded and replayed
-  decisions) is :func:`~elasticgrid_provider.core.formatting.decision_summary`,
-  the same line the sensor logs and the UI shows; numbers, durations, clock
-  times, rules and holds go through :mod:`elasticgrid_provider.core.formatting`
-  too, so the terminal reads like the task log and the "Scale decisions" page.
-* Tables are aligned columns two spaces apart; key/value blocks share one key
-  width so the window and decision blocks line up.
-* An error is one line, exit status 2 (:mod:`elasticgrid_provider.cli`).
+Pure presentation: a command builds a :class:`Result` with its text and its
+JSON-ready data, and :func:`emit` prints one of them. A decision on one line is
+:func:`~elasticgrid_provider.core.formatting.decision_summary`, as in the task log
+and the UI; numbers, durations, times, rules and holds also go through
+:mod:`~elasticgrid_provider.core.formatting`. Tables are aligned columns; key/value
+blocks share one key width so they line up. An error is one line, exit status 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +64,8 @@ def emit(result: Result, want_json: bool) -> int:
             print(result.text)
         sys.stdout.flush()
     except BrokenPipeError:  # `elasticgrid ... | head`: stop quietly
-        _silence_stdout()
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return result.code
 
 
@@ -83,21 +79,10 @@ def fail(message: str, want_json: bool) -> int:
     return EXIT_USAGE
 
 
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
-# -- building blocks --------------------------------------------------------------------
-
-
-def key_rows(pairs: Sequence[tuple[str, str]], indent: str = "  ") -> list[str]:
+def key_rows(pairs: Sequence[tuple[str, str]]) -> list[str]:
     """A key/value block, keys padded to a shared width."""
     width = max(_KEY_WIDTH, *(len(key) for key, _ in pairs))
-    return [f"{indent}{key.ljust(width)}  {value}" for key, value in pairs]
+    return [f"  {key.ljust(width)}  {value}" for key, value in pairs]
 
 
 def time_text(value: float | None, *, raw: bool = True) -> str:
@@ -115,9 +100,6 @@ def cooldown_text(clock: CooldownClock) -> str:
     if clock.last_change_at is None:
         return "no change yet"
     return f"last change ({clock.last_action}) at {time_text(clock.last_change_at)}"
-
-
-# -- providers, plan, spec --------------------------------------------------------------
 
 
 def providers_text(grid: Sequence[Provider], source: str) -> str:
@@ -179,14 +161,13 @@ def spec_text(
     rows = [("part", "provider", "nodes", "ranks", "infra", "spot")]
     for part in parts:
         last_rank = part.rank_offset + part.nodes * procs_per_node - 1
+        ranks = str(part.rank_offset) + (f"-{last_rank}" if last_rank > part.rank_offset else "")
         rows.append(
             (
                 part.part_name,
                 part.provider.name,
                 str(part.nodes),
-                f"{part.rank_offset}-{last_rank}"
-                if last_rank > part.rank_offset
-                else str(part.rank_offset),
+                ranks,
                 part.engine_target,
                 "yes" if part.provider.spot else "no",
             )
@@ -202,15 +183,9 @@ def spec_text(
     ]
     blocks = ["\n".join(header)]
     for part in parts:
-        spec_json = json.dumps(part.spec_dict, indent=2)
-        blocks.append(
-            f"{part.part_name} (rank offset {part.rank_offset}):\n"
-            + "\n".join("  " + line for line in spec_json.splitlines())
-        )
+        spec_json = textwrap.indent(json.dumps(part.spec_dict, indent=2), "  ")
+        blocks.append(f"{part.part_name} (rank offset {part.rank_offset}):\n{spec_json}")
     return "\n\n".join(blocks)
-
-
-# -- simulate ---------------------------------------------------------------------------
 
 
 def window_data(window: MetricsWindow, total: int) -> dict[str, Any]:
@@ -263,106 +238,82 @@ def decision_lines(decision: ScaleDecision) -> list[str]:
     if decision.deadline_at is not None:
         left = decision.time_left_s
         pairs.append(("deadline", f"{time_text(decision.deadline_at)}, {seconds_text(left)} left"))
-    pairs += projectionkey_rows(decision.projection)
-    if decision.changed:
-        pairs.append(("cooldown", f"starts now ({decision.action.value})"))
-    else:
-        pairs.append(("cooldown", cooldown_text(decision.cooldown)))
+    pairs += projection_rows(decision.projection)
+    starts = f"starts now ({decision.action.value})"
+    pairs.append(("cooldown", starts if decision.changed else cooldown_text(decision.cooldown)))
     head = f"decision: {decision.action.value} {decision.current_nodes} -> {decision.target_nodes}"
     return [head, *key_rows(pairs)]
 
 
-def projectionkey_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]:
+def projection_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]:
     """What the decision projected: demand vs capacity, finish times, the restart price."""
-    if not projection:
-        return []
+    p = projection or {}
+    basis = p.get("basis", "work")
     rows: list[tuple[str, str]] = []
-    basis = projection.get("basis", "work")
-    if "demand_per_s" in projection:
-        demand = projection.get("demand_per_s")
-        utilisation = projection.get("utilisation")
-        rows.append(
-            (
-                "demand",
-                f"{'unbounded' if demand is None else f'{number_text(demand)} {basis}/s'} against a "
-                f"capacity of {number_text(projection.get('capacity_per_s'))} {basis}/s "
-                f"({'unbounded' if utilisation is None else f'{utilisation:.0%}'}, "
-                f"{projection.get('loop')} loop)",
-            )
-        )
-    if projection.get("remaining") is not None and projection.get("current_finish_s") is not None:
-        verdict = "meets" if projection.get("meets_deadline") else "misses"
-        target_finish = projection.get("target_finish_s")
-        target_text = "-" if target_finish is None else seconds_text(target_finish)
+    if "demand_per_s" in p:
+        demand, share = p.get("demand_per_s"), p.get("utilisation")
+        demand_text = "unbounded" if demand is None else f"{number_text(demand)} {basis}/s"
+        share_text = "unbounded" if share is None else f"{share:.0%}"
+        capacity = f"{number_text(p.get('capacity_per_s'))} {basis}/s"
+        loop = f"({share_text}, {p.get('loop')} loop)"
+        rows.append(("demand", f"{demand_text} against a capacity of {capacity} {loop}"))
+    if p.get("remaining") is not None and p.get("current_finish_s") is not None:
+        verdict = "meets" if p.get("meets_deadline") else "misses"
+        target = "-" if p.get("target_finish_s") is None else seconds_text(p["target_finish_s"])
         rows.append(
             (
                 "projection",
-                f"{number_text(projection['remaining'])} {basis} take "
-                f"{seconds_text(projection['current_finish_s'])} on {projection['current_nodes']} "
-                f"nodes, {target_text} on {projection['target_nodes']}: {verdict} the deadline",
+                f"{number_text(p['remaining'])} {basis} take {seconds_text(p['current_finish_s'])} "
+                f"on {p['current_nodes']} nodes, {target} on {p['target_nodes']}: "
+                f"{verdict} the deadline",
             )
         )
-    if projection.get("target_nodes") != projection.get("current_nodes"):
-        rows.append(
-            (
-                "restart",
-                f"{seconds_text(projection.get('startup_s', 0.0))} of no progress, "
-                f"{number_text(projection.get('restart_cost_node_s', 0.0))} node-seconds",
-            )
-        )
-    if projection.get("gain") is not None:
-        rows.append(
-            (
-                "pays off",
-                f"gain {number_text(projection['gain'])} {projection['gain_unit']} against a "
-                f"price of {number_text(projection['price'])}",
-            )
-        )
+    if p and p.get("target_nodes") != p.get("current_nodes"):
+        price = number_text(p.get("restart_cost_node_s", 0.0))
+        no_progress = seconds_text(p.get("startup_s", 0.0))
+        rows.append(("restart", f"{no_progress} of no progress, {price} node-seconds"))
+    if p.get("gain") is not None:
+        gain = f"{number_text(p['gain'])} {p['gain_unit']}"
+        rows.append(("pays off", f"gain {gain} against a price of {number_text(p['price'])}"))
     return rows
 
 
-def timeline_row(
-    number: int, step: int, now: float, window_samples: int, decision: ScaleDecision
-) -> tuple[str, ...]:
-    """One row of ``simulate --timeline``: the sample, the window and the decision after it."""
-    return (
-        str(number),
-        str(step),
-        time_text(now, raw=False),
-        str(window_samples),
-        decision.action.value,
-        f"{decision.current_nodes} -> {decision.target_nodes}",
-        decision.rule,
-        held_text(decision.to_dict()),
-        decision.reason,
-    )
-
-
-def timeline_text(note: str, rows: Sequence[tuple[str, ...]], changes: int, final: int) -> str:
-    """The window note, the timeline table and a one-line summary."""
-    header = ("#", "step", "time", "window", "action", "nodes", "rule", "held by", "reason")
+def timeline_text(note: str, entries: Sequence[dict[str, Any]], final: int) -> str:
+    """The window note, a table of the timeline's entries and a one-line summary."""
+    rows = [("#", "step", "time", "window", "action", "nodes", "rule", "held by", "reason")]
+    for entry in entries:
+        decision = entry["decision"]
+        rows.append(
+            (
+                str(entry["sample"]),
+                str(entry["step"]),
+                time_text(entry["time"], raw=False),
+                str(entry["window_samples"]),
+                decision["action"],
+                f"{decision['current_nodes']} -> {decision['target_nodes']}",
+                decision["rule"],
+                held_text(decision),
+                decision["reason"],
+            )
+        )
+    changes = sum(1 for entry in entries if entry["decision"]["action"] != "hold")
     summary = (
-        f"{len(rows)} decisions, {changes} scale change{'s' if changes != 1 else ''}; "
+        f"{len(entries)} decisions, {changes} scale change{'s' if changes != 1 else ''}; "
         f"final size {final}"
     )
-    return "\n".join([note, "", aligned_table([header, *rows], right=(0, 1, 3)), "", summary])
+    return "\n".join([note, "", aligned_table(rows, right=(0, 1, 3)), "", summary])
 
 
-def replay_text(
-    job_name: str,
-    index: int,
-    count: int,
-    record: DecisionRecord,
-    replayed: ScaleDecision,
-    differences: Sequence[str],
-    older_policy: bool,
-) -> str:
-    """``simulate --state``: the recorded inputs, both decisions, and whether they match."""
+def replay_text(replay: dict[str, Any], record: DecisionRecord, replayed: ScaleDecision) -> str:
+    """``simulate --state``: the recorded inputs, both decisions, and whether they match.
+
+    ``replay`` is the command's JSON ``replay`` object (job, index, differences, ...).
+    """
     recorded = record.decision
     window = record.inputs.window
     lines = [
-        f"job {job_name}: history entry {index} of {count} (0 = the oldest), "
-        f"decided at {time_text(recorded.decided_at)}",
+        f"job {replay['job_name']}: history entry {replay['index']} of "
+        f"{replay['history_size']} (0 = the oldest), decided at {time_text(recorded.decided_at)}",
         *key_rows(
             [
                 ("window", f"{len(window)} samples (size {window.size})"),
@@ -376,15 +327,14 @@ def replay_text(
         "replayed",
         "  " + decision_summary(replayed.to_dict()),
     ]
-    if older_policy:
+    if replay["older_policy"]:
         lines.append(
             "note: recorded by an older policy; the replay uses today's rules (its inputs "
             "have no capacity memory or recent recommendations)"
         )
-    if differences:
-        lines.append(
-            "MISMATCH: the replay differs in " + ", ".join(differences) + " (exit status 1)"
-        )
+    if replay["differences"]:
+        differences = ", ".join(replay["differences"])
+        lines.append(f"MISMATCH: the replay differs in {differences} (exit status 1)")
     else:
         lines.append("match: the replay gives the recorded decision")
     return "\n".join(lines)

@@ -1,13 +1,10 @@
 """Human-readable renderings shared by task logs, the CLI and the UI plugin.
 
-One function per thing shown, so a placement or a decision reads the same in
-an Airflow log, in a terminal and on the "Scale decisions" page. A decision
-on one line is always :func:`decision_summary`: the sensor logs it, the CLI
-prints it (``simulate --state``), the UI shows it, and :func:`decision_line`
-only puts the time in front of it. Decision
-helpers take the record's plain JSON (``DecisionRecord.to_dict()`` or a
-history entry) and read optional fields with ``.get``, so records written
-before a field existed still render.
+One function per thing shown, so a placement or a decision reads the same in an
+Airflow log, a terminal and the "Scale decisions" page. A decision on one line is
+always :func:`decision_summary` (the sensor's log, ``simulate --state``, the UI;
+:func:`decision_line` puts the time in front). Decision helpers take the record's
+plain JSON and read optional fields with ``.get``, so older records still render.
 """
 
 from __future__ import annotations
@@ -68,8 +65,7 @@ def decision_line(record: dict[str, Any]) -> str:
     return f"{when}  {decision_summary(record)}"
 
 
-# the scheduler parameters each rule compares against (SPEC 4.2, core/scheduler.py);
-# names are those of ElasticScheduler.thresholds()
+# the scheduler parameters (ElasticScheduler.thresholds()) each rule compares against
 RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {
     "min_samples": ("min_samples",),
     "bounds": ("min_nodes", "max_nodes"),
@@ -92,9 +88,8 @@ RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {
 def bounded_or_none(value: Any) -> Any:
     """``None`` for a float that stands for infinity, any other value as is.
 
-    The scheduler caps unbounded figures (demand when the queue fills every
-    step, a finish that never comes) at ``sys.float_info.max`` so its
-    arithmetic stays finite; a record keeps JSON finite and says "unknown".
+    The scheduler caps unbounded figures (a finish that never comes) at
+    ``sys.float_info.max`` to keep its arithmetic and its JSON finite.
     """
     if isinstance(value, float) and (not math.isfinite(value) or abs(value) >= sys.float_info.max):
         return None

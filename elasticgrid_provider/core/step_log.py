@@ -1,35 +1,27 @@
 """Reading a job's step log incrementally, safe against truncation and rotation.
 
-A training job's reporter appends one JSON object per step, one per line, to
-a step log. A scale check must not re-read the whole log every few minutes,
-so it keeps a :class:`LogCursor`: the byte offset just past the last complete
-line it consumed, and the *identity* of the file it consumed it from (its
-inode and a fingerprint of its first line), plus the highest step it took.
-Rules:
+A training job's reporter appends one JSON object per step, one per line. A
+scale check keeps a :class:`LogCursor` instead of re-reading the whole log: the
+byte offset past the last complete line consumed, the file's *identity* (inode
+and a fingerprint of its first line) and the highest step taken. Rules:
 
 * only complete lines count: a trailing line without its newline is being
-  written right now and is left for the next check (the cursor stops before it);
-* a line that is not JSON, or not a valid sample, is skipped and reported,
-  its report cut to about :data:`REPORT_LIMIT` characters (a 10 MB value
-  never reaches the task log whole), and the cursor moves past it so it is
-  reported once;
-* the first check of a log (no cursor yet) reads from the **end**, only as
-  many lines as the window needs (:func:`read_step_log` ``tail=``): on a
-  long-running job the earlier lines could never enter the window anyway;
-* same inode, same first line, shorter than the cursor: the log was
-  truncated to its first lines, which were all read before. Nothing is read
-  again (no step is counted twice); reading continues at the new end;
-* another inode, or another first line: the log was rotated (moved away and
-  a new file started) or rewritten. The rest of the old file is read first
-  when it is still at a known name (``steps.jsonl.1``, recognised by its
-  inode and first line); otherwise the chunk says which steps may be lost.
-  The new file is then read from its start, leaving out steps at or below
-  the highest step already taken, so a copy of old lines is not counted
-  twice;
-* a cursor stored as a plain byte offset (before identities were kept) is
-  honoured, and gains an identity at the next read;
-* the reporter's ``time`` field (when the line was written, i.e. when the
-  step ended) is kept in the sample: the scheduler reads arrival rates from it.
+  written and is left for the next check;
+* a line that is not JSON, or not a valid sample, is skipped and reported once
+  (the cursor moves past it), its report cut to about :data:`REPORT_LIMIT`
+  characters so a 10 MB value never reaches the task log whole;
+* the first check (no cursor) reads from the **end**, only as many lines as the
+  window needs (``tail=``): earlier lines could never enter the window;
+* same inode and first line, but shorter than the cursor: truncated to lines
+  all read before, so nothing is read again; reading continues at the new end;
+* another inode or first line: rotated or rewritten. The rest of the old file
+  is read first if it is still at a known name (``steps.jsonl.1``, recognised
+  by its identity), else a note says which steps may be lost; the new file is
+  then read from its start, leaving out steps at or below the highest taken;
+* a cursor stored as a plain byte offset (older states) is honoured, and gains
+  an identity at the next read;
+* the reporter's ``time`` field (when the step ended) is kept in the sample:
+  the scheduler reads arrival rates from it.
 """
 
 from __future__ import annotations
@@ -107,11 +99,8 @@ class SkippedLine:
 
 @dataclass(frozen=True)
 class StepLogChunk:
-    """What one read found: samples (oldest first), the new cursor, skipped lines, notes.
-
-    ``notes`` are sentences for the task log: a truncation, a rotation, steps
-    that may be lost. ``bytes_read`` counts every byte read from disk.
-    """
+    """What one read found: samples (oldest first), the new cursor, skipped lines, and
+    ``notes`` for the task log (a truncation, a rotation, steps that may be lost)."""
 
     source: str
     samples: tuple[StepSample, ...]
@@ -143,17 +132,27 @@ def _split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
+def _line_end(offset: int, line: bytes) -> int:
+    """Where the complete lines end, given the newest line (unfinished without its newline)."""
+    return offset + len(line) if line.endswith(b"\n") else offset
+
+
 @dataclass
 class _Reader:
-    """Parses lines of one source and collects samples, skipped lines and counters."""
+    """Reads one step log: collects samples, skipped lines, notes and counters."""
 
     source: str
     after_step: int | None = None
     samples: list[StepSample] = field(default_factory=list)
     skipped: list[SkippedLine] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     lines_read: int = 0
     bytes_read: int = 0
     already_taken: int = 0
+
+    @property
+    def path(self) -> Path:
+        return Path(self.source)
 
     def take(self, offset: int, line: bytes) -> StepSample | None:
         """Parse one complete line; a sample at or below ``after_step`` is counted, not kept."""
@@ -170,6 +169,23 @@ class _Reader:
             return None
         return sample
 
+    def last_step(self, previous: int | None) -> int | None:
+        steps = [sample.step for sample in self.samples] + ([] if previous is None else [previous])
+        return max(steps, default=None)
+
+    def identity(self, handle: IO[bytes]) -> tuple[int, str | None]:
+        """The open file's inode and its first line's fingerprint (None while incomplete)."""
+        inode = os.fstat(handle.fileno()).st_ino
+        handle.seek(0)
+        head = handle.read(HEAD_BYTES)
+        newline = head.find(b"\n")
+        if newline >= 0:
+            head = head[: newline + 1]
+        self.bytes_read += len(head)
+        if newline < 0 and len(head) < HEAD_BYTES:
+            return inode, None  # the first line is still being written
+        return inode, hashlib.sha256(head).hexdigest()[:32]
+
     def read_forward(self, handle: IO[bytes], start: int, size: int) -> int:
         """Read the complete lines in ``[start, size)``; returns the offset after the last one."""
         handle.seek(start)
@@ -184,109 +200,120 @@ class _Reader:
             offset += len(line)
         return start + end
 
-    def last_step(self, previous: int | None) -> int | None:
-        steps = [sample.step for sample in self.samples]
-        if previous is not None:
-            steps.append(previous)
-        return max(steps) if steps else None
+    def lines_backwards(self, handle: IO[bytes], end: int) -> Iterator[tuple[int, bytes]]:
+        """The lines before byte ``end``, newest first, read from disk in growing blocks."""
+        position = end
+        pending = b""  # the bytes between ``position`` and the newest line not yet yielded
+        block = _FIRST_BLOCK
+        while position > 0:
+            start = max(0, position - block)
+            handle.seek(start)
+            data = handle.read(position - start)
+            self.bytes_read += len(data)
+            pending = data + pending
+            position = start
+            block = min(block * 2, _LARGEST_BLOCK)
+            # every line but the first in ``pending`` is whole; the first is whole only at byte 0
+            lines = _split_lines(pending)
+            keep = 0 if position == 0 else 1
+            offset = position + len(pending)
+            for line in reversed(lines[keep:]):
+                offset -= len(line)
+                yield offset, line
+            pending = b"".join(lines[:keep])
 
-
-def _identity(handle: IO[bytes]) -> tuple[int, str | None, int]:
-    """The open file's inode, its first line's fingerprint (None while incomplete), bytes read."""
-    inode = os.fstat(handle.fileno()).st_ino
-    handle.seek(0)
-    head = handle.read(HEAD_BYTES)
-    newline = head.find(b"\n")
-    if newline >= 0:
-        head = head[: newline + 1]
-    elif len(head) < HEAD_BYTES:
-        return inode, None, len(head)  # the first line is still being written
-    return inode, hashlib.sha256(head).hexdigest()[:32], len(head)
-
-
-def _same_file(cursor: LogCursor, inode: int, head: str | None) -> bool:
-    if cursor.inode is None:  # a bare offset from an older state: trust it
-        return True
-    return cursor.inode == inode and (cursor.head is None or cursor.head == head)
-
-
-def _lines_backwards(handle: IO[bytes], end: int, reader: _Reader) -> Iterator[tuple[int, bytes]]:
-    """The complete lines before byte ``end``, newest first, read from disk in growing blocks."""
-    position = end
-    pending = b""  # the bytes between ``position`` and the newest line not yet yielded
-    block = _FIRST_BLOCK
-    while position > 0:
-        start = max(0, position - block)
-        handle.seek(start)
-        data = handle.read(position - start)
-        reader.bytes_read += len(data)
-        pending = data + pending
-        position = start
-        block = min(block * 2, _LARGEST_BLOCK)
-        # every line but the first in ``pending`` is whole; the first is whole only at byte 0
-        lines = _split_lines(pending)
-        keep = 0 if position == 0 else 1
-        offset = position + len(pending)
-        for line in reversed(lines[keep:]):
-            offset -= len(line)
-            yield offset, line
-        pending = b"".join(lines[:keep])
-
-
-def _end_of_lines(handle: IO[bytes], size: int, reader: _Reader) -> int:
-    """The offset just past the last complete line of the first ``size`` bytes."""
-    for offset, line in _lines_backwards(handle, size, reader):
-        return offset + len(line) if line.endswith(b"\n") else offset
-    return 0
-
-
-def _read_tail(
-    handle: IO[bytes], size: int, reader: _Reader, wanted: int, nodes: int | None
-) -> int:
-    """Take the newest ``wanted`` samples (at ``nodes`` nodes); returns the end of the lines."""
-    end: int | None = None
-    newest_first: list[StepSample] = []
-    first_skipped = len(reader.skipped)
-    for offset, line in _lines_backwards(handle, size, reader):
-        if end is None:
-            end = offset + len(line) if line.endswith(b"\n") else offset
+    def read_tail(self, handle: IO[bytes], size: int, wanted: int, nodes: int | None) -> int:
+        """Take the newest ``wanted`` samples (at ``nodes`` nodes); returns the end of the lines."""
+        end: int | None = None
+        newest_first: list[StepSample] = []
+        first_skipped = len(self.skipped)
+        for offset, line in self.lines_backwards(handle, size):
+            if end is None:
+                end = _line_end(offset, line)
             if not line.endswith(b"\n"):
                 continue  # the line being written: left for the next check
-        sample = reader.take(offset, line)
-        if sample is None:
-            continue
-        if nodes is not None and sample.nodes != nodes:
-            break  # measured at an earlier size: nothing before it can enter the window
-        newest_first.append(sample)
-        if len(newest_first) >= wanted:
-            break
-    reader.samples.extend(reversed(newest_first))
-    reader.skipped[first_skipped:] = reversed(reader.skipped[first_skipped:])
-    return end or 0
+            sample = self.take(offset, line)
+            if sample is None:
+                continue
+            if nodes is not None and sample.nodes != nodes:
+                break  # measured at an earlier size: nothing before it can enter the window
+            newest_first.append(sample)
+            if len(newest_first) >= wanted:
+                break
+        self.samples.extend(reversed(newest_first))
+        self.skipped[first_skipped:] = reversed(self.skipped[first_skipped:])
+        return end or 0
 
+    def rotated_rest(self, cursor: LogCursor) -> bool:
+        """Read the rest of the previous file when it still exists under a rotated name."""
+        for suffix in ROTATED_SUFFIXES:
+            candidate = self.path.with_name(self.path.name + suffix)
+            try:
+                with open(candidate, "rb") as handle:
+                    if self.identity(handle) != (cursor.inode, cursor.head):
+                        continue
+                    before = len(self.samples)
+                    self.read_forward(handle, cursor.offset, handle.seek(0, os.SEEK_END))
+                    self.notes.append(
+                        f"Step log {self.path} was rotated; read the rest of the previous file "
+                        f"at {candidate} ({len(self.samples) - before} sample(s) after byte "
+                        f"{cursor.offset}), then the new file from its start."
+                    )
+                    return True
+            except FileNotFoundError:
+                continue
+        return False
 
-def _rotated_rest(path: Path, cursor: LogCursor, reader: _Reader, notes: list[str]) -> Path | None:
-    """Read the rest of the previous file when it still exists under a rotated name."""
-    for suffix in ROTATED_SUFFIXES:
-        candidate = path.with_name(path.name + suffix)
-        try:
-            with open(candidate, "rb") as handle:
-                inode, head, head_bytes = _identity(handle)
-                reader.bytes_read += head_bytes
-                if inode != cursor.inode or head != cursor.head:
-                    continue
-                size = handle.seek(0, os.SEEK_END)
-                before = len(reader.samples)
-                reader.read_forward(handle, cursor.offset, size)
-                notes.append(
-                    f"Step log {path} was rotated; read the rest of the previous file at "
-                    f"{candidate} ({len(reader.samples) - before} sample(s) after byte "
-                    f"{cursor.offset}), then the new file from its start."
-                )
-                return candidate
-        except FileNotFoundError:
-            continue
-    return None
+    def note_lost(self, previous: LogCursor, what: str) -> None:
+        names = " or ".join(str(self.path.with_name(self.path.name + s)) for s in ROTATED_SUFFIXES)
+        after = "" if previous.last_step is None else f" after step {previous.last_step}"
+        self.notes.append(
+            f"Step log {self.path} {what} and the previous file is not at {names}: any steps it "
+            f"received{after} (past byte {previous.offset}) since the last check are lost; "
+            "reading the log from its start, without the steps already taken."
+        )
+
+    def read_open(
+        self, handle: IO[bytes], previous: LogCursor | None, tail: int | None, nodes: int | None
+    ) -> LogCursor:
+        """:func:`read_step_log` on the open file; returns the new cursor."""
+        inode, head = self.identity(handle)
+        size = handle.seek(0, os.SEEK_END)
+        if previous is None:
+            if tail is None:
+                end = self.read_forward(handle, 0, size)
+            else:
+                end = self.read_tail(handle, size, tail, nodes)
+            return LogCursor(end, inode, head, self.last_step(None))
+        same_file = previous.inode is None or (  # a bare offset from an older state: trusted
+            previous.inode == inode and previous.head in (None, head)
+        )
+        if same_file and size >= previous.offset:
+            end = self.read_forward(handle, previous.offset, size)
+            return LogCursor(end, inode, head, self.last_step(previous.last_step))
+        if same_file and previous.inode is not None:
+            self.notes.append(
+                f"Step log {self.path} was truncated to {size} bytes (it had {previous.offset} "
+                "when last read); its remaining lines were read before, so reading continues at "
+                "its new end."
+            )
+            end = next((_line_end(*line) for line in self.lines_backwards(handle, size)), 0)
+            return LogCursor(end, inode, head, previous.last_step)
+        if previous.inode is None:  # a bare offset, now past the end
+            self.notes.append(
+                f"Step log {self.path} is shorter than the {previous.offset} bytes read before; "
+                "reading it again from its start, without the steps already taken."
+            )
+        elif not self.rotated_rest(previous):
+            self.note_lost(previous, "was emptied" if head is None else "was replaced or rewritten")
+        self.after_step = self.last_step(previous.last_step)
+        end = self.read_forward(handle, 0, size)
+        if self.already_taken:
+            self.notes.append(
+                f"Left out {self.already_taken} line(s) of {self.path} whose step was already "
+                f"taken (up to step {self.after_step})."
+            )
+        return LogCursor(end, inode, head, self.last_step(self.after_step))
 
 
 def read_step_log(
@@ -298,23 +325,20 @@ def read_step_log(
 ) -> StepLogChunk:
     """Read what is new in the step log at ``path`` since ``cursor`` (rules: module docstring).
 
-    ``cursor=None`` means the log was never read: with ``tail`` only the
-    newest ``tail`` samples are read from the end (when ``nodes`` is given,
-    reading back also stops at a sample measured at another size), otherwise
-    the whole log. A missing file reads as empty, and a later first read of
-    it starts at its beginning (everything in it is new).
+    Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end
+    (stopping early at one measured at another size than ``nodes``, if given). A
+    missing file reads as empty; a later first read of it starts at its beginning.
     """
     previous = LogCursor(offset=cursor) if isinstance(cursor, int) else cursor
     reader = _Reader(str(path))
-    notes: list[str] = []
     try:
         with open(path, "rb") as handle:
-            new_cursor = _read_open_log(handle, Path(path), previous, reader, notes, tail, nodes)
+            new_cursor = reader.read_open(handle, previous, tail, nodes)
     except FileNotFoundError:
         new_cursor = previous or LogCursor()
         if previous is not None and previous.inode is not None:
-            if _rotated_rest(Path(path), previous, reader, notes) is None:
-                notes.append(_lost_note(Path(path), previous, "was removed"))
+            if not reader.rotated_rest(previous):
+                reader.note_lost(previous, "was removed")
             new_cursor = LogCursor(last_step=reader.last_step(previous.last_step))
     return StepLogChunk(
         source=reader.source,
@@ -322,65 +346,6 @@ def read_step_log(
         cursor=new_cursor,
         skipped=tuple(reader.skipped),
         lines_read=reader.lines_read,
-        notes=tuple(notes),
+        notes=tuple(reader.notes),
         bytes_read=reader.bytes_read,
-    )
-
-
-def _read_open_log(
-    handle: IO[bytes],
-    path: Path,
-    previous: LogCursor | None,
-    reader: _Reader,
-    notes: list[str],
-    tail: int | None,
-    nodes: int | None,
-) -> LogCursor:
-    """:func:`read_step_log` on the open file; returns the new cursor."""
-    inode, head, head_bytes = _identity(handle)
-    reader.bytes_read += head_bytes
-    size = handle.seek(0, os.SEEK_END)
-    if previous is None:
-        if tail is None:
-            end = reader.read_forward(handle, 0, size)
-        else:
-            end = _read_tail(handle, size, reader, tail, nodes)
-        return LogCursor(end, inode, head, reader.last_step(None))
-    same_file = _same_file(previous, inode, head)
-    if same_file and size >= previous.offset:
-        end = reader.read_forward(handle, previous.offset, size)
-        return LogCursor(end, inode, head, reader.last_step(previous.last_step))
-    if same_file and previous.inode is not None:
-        # truncated to its first lines, all of which were read before: count nothing twice
-        notes.append(
-            f"Step log {path} was truncated to {size} bytes (it had {previous.offset} when "
-            "last read); its remaining lines were read before, so reading continues at its "
-            "new end."
-        )
-        return LogCursor(_end_of_lines(handle, size, reader), inode, head, previous.last_step)
-    if previous.inode is None:  # a bare offset from an older state, now past the end
-        notes.append(
-            f"Step log {path} is shorter than the {previous.offset} bytes read before; reading "
-            "it again from its start, without the steps already taken."
-        )
-    elif _rotated_rest(path, previous, reader, notes) is None:
-        what = "was emptied" if head is None else "was replaced or rewritten"
-        notes.append(_lost_note(path, previous, what))
-    reader.after_step = reader.last_step(previous.last_step)
-    end = reader.read_forward(handle, 0, size)
-    if reader.already_taken:
-        notes.append(
-            f"Left out {reader.already_taken} line(s) of {path} whose step was already "
-            f"taken (up to step {reader.after_step})."
-        )
-    return LogCursor(end, inode, head, reader.last_step(reader.after_step))
-
-
-def _lost_note(path: Path, previous: LogCursor, what: str) -> str:
-    names = " or ".join(str(path.with_name(path.name + suffix)) for suffix in ROTATED_SUFFIXES)
-    after = "" if previous.last_step is None else f" after step {previous.last_step}"
-    return (
-        f"Step log {path} {what} and the previous file is not at {names}: any steps it "
-        f"received{after} (past byte {previous.offset}) since the last check are lost; "
-        "reading the log from its start, without the steps already taken."
     )
