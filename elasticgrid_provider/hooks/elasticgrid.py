@@ -186,9 +186,8 @@ def _unfinished_ranks(part: PartRecord, procs_per_node: int) -> list[int]:
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
-    :param elasticgrid_conn_id: connection with the grid and defaults. An id that
-        names no connection is an error, except the default ``elasticgrid_default``:
-        without it the built-in default grid applies (and the log says so).
+    :param elasticgrid_conn_id: connection with the grid and defaults; only the default
+        ``elasticgrid_default`` may be missing (the built-in grid applies, and the log says so).
     :param providers: an inline grid (list of provider dicts) that overrides the connection's.
     :param jobs_root: the JobManager root; overrides the connection's ``jobs_root``.
     """
@@ -472,16 +471,13 @@ class ElasticGridHook(BaseHook):
         self._in_progress = manifest
         try:
             for record in records:
-                self._clear_markers(record.name)
                 prepare_part_folder(self.jobs_root, record.name)
             failure = self._run_launcher(manifest, spec_folder)
         finally:
             for record in records:  # the launcher redacts too, unless it was killed first
                 redact_part_specs(self.jobs_root, record.name, record.spec_path)
         if failure is not None:
-            stopped, untracked = self._stop_launch(manifest)
-            self._mark_down(manifest, failure)
-            self._in_progress = None
+            stopped, untracked = self._abandon(manifest, failure)
             leftovers = (
                 f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
                 f"recorded (pids {', '.join(map(str, untracked))})"
@@ -557,14 +553,19 @@ class ElasticGridHook(BaseHook):
         report = self.failure_report(snapshot)
         if report:
             self.log.error("Job %s did not start:\n%s", manifest.job_name, report)
-        self._stop_launch(manifest)
         reason = f"its ranks were not all up {grace_s:g} s after the start ({'; '.join(problems)})"
-        self._mark_down(manifest, reason)
-        self._in_progress = None
+        self._abandon(manifest, reason)
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
     def _mark_down(self, manifest: JobManifest, reason: str) -> None:
         self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
+
+    def _abandon(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
+        """Stop a launch that cannot go on and record it down (see :meth:`_stop_launch`)."""
+        stopped = self._stop_launch(manifest)
+        self._mark_down(manifest, reason)
+        self._in_progress = None
+        return stopped
 
     def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
         """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids.
@@ -615,16 +616,6 @@ class ElasticGridHook(BaseHook):
             if held:
                 self._mark_down(manifest, "stopped: the task that launched it was killed")
             return self.job_snapshot(job_name)
-
-    def _clear_markers(self, part_name: str) -> None:
-        """Remove a previous launch's ``done_*``/``attempt_*`` markers from the part's folder.
-
-        iroh-tinker never clears them: a stale ``done_0`` would make a failed
-        relaunch look done, stale attempts would eat the new restart budget.
-        """
-        for pattern in ("done_*", "attempt_*"):
-            for marker in (self.jobs_root / part_name).glob(pattern):
-                marker.unlink(missing_ok=True)
 
     @staticmethod
     def _write_part_spec(part: LaunchPart, spec_folder: Path) -> PartRecord:
@@ -710,9 +701,7 @@ class ElasticGridHook(BaseHook):
 
     def give_up(self, manifest: JobManifest, reason: str) -> list[str]:
         """Under the job's lock: stop what is left of an unrecoverable launch, record it down."""
-        stopped, _ = self._stop_launch(manifest)
-        self._mark_down(manifest, reason)
-        return stopped
+        return self._abandon(manifest, reason)[0]
 
     def read_step_logs(
         self, snapshot: JobSnapshot, state: ScaleState, tail: int

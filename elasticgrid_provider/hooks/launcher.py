@@ -90,10 +90,17 @@ def redact_part_specs(jobs_root: Path, part_name: str, spec_path: str) -> None:
 
 
 def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
-    """Create the part's folder 0700 and its ``spec.json`` 0600 before iroh-tinker copies
-    the spec, ``envs`` included, there with the default mode.
+    """Ready iroh-tinker's folder of a part for a new launch.
+
+    The folder is made 0700 and ``spec.json`` 0600 before iroh-tinker copies
+    the spec (``envs`` included) there with the default mode. A previous
+    launch's ``done_*``/``attempt_*`` markers, which iroh-tinker never clears,
+    are removed: a stale ``done_0`` would make a failed relaunch look done,
+    stale attempts would eat the new launch's restart budget.
     """
     folder = private_folder(jobs_root / part_name)
+    for marker in [*folder.glob("done_*"), *folder.glob("attempt_*")]:
+        marker.unlink(missing_ok=True)
     copy = folder / "spec.json"
     copy.touch(mode=0o600, exist_ok=True)
     copy.chmod(0o600)
