@@ -670,7 +670,7 @@ class ElasticGridHook(BaseHook):
     def _rank_log(self, part_name: str, rank: int, tail: int) -> str:
         """The last ``tail`` lines of a rank's log; empty when there is none to read."""
         try:
-            return str(self.job_manager.logs(part_name, rank=rank, tail=tail))
+            return self.job_manager.logs(part_name, rank=rank, tail=tail)
         except (KeyError, OSError):
             return ""
 

@@ -129,7 +129,8 @@ def start_launcher(request: dict[str, Any], folder: Path, env: dict[str, str]) -
 def read_result(folder: Path) -> dict[str, Any]:
     """What the launcher reported (``started`` parts, ``failed`` part and error), or {}."""
     with contextlib.suppress(OSError, ValueError):
-        return dict(json.loads((folder / RESULT_NAME).read_text()))
+        result: dict[str, Any] = json.loads((folder / RESULT_NAME).read_text())
+        return result
     return {}
 
 
