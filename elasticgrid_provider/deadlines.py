@@ -1,30 +1,27 @@
 """Which deadline a scale check works to, and how sure we are of it.
 
 Airflow 3 replaced task SLAs with DAG-level ``deadline=DeadlineAlert(...)``.
-A task sees the alerts as authored (``context["dag"].deadline``, one alert or
-a list) and its DAG run (``logical_date``, ``run_after``, ``start_date``; no
-``queued_at``). The rules, in order:
+A task sees the alerts as authored (``context["dag"].deadline``, one or a
+list) and its DAG run (``logical_date``, ``run_after``; no ``queued_at``).
+The rules, in order:
 
-1. An explicit ``deadline`` argument (a datetime or an ISO-8601 string,
-   usually templated) wins.
-2. Otherwise each alert is evaluated as *reference time + interval*:
+1. An explicit ``deadline`` argument (a datetime or an ISO-8601 string) wins.
+2. Otherwise each alert is *reference time + interval* (a ``VariableInterval``
+   is read from its Variable, in seconds), and the earliest deadline applies:
 
    * ``FIXED_DATETIME(dt)``: ``dt``, exact;
-   * ``DAGRUN_LOGICAL_DATE``: the run's ``logical_date``, exact (a run
-     without a logical date has none, and the alert is skipped with a warning);
-   * ``DAGRUN_QUEUED_AT``: approximated by the run's ``run_after``. A run is
-     queued at or after ``run_after``, so this deadline is never later than
-     the real one: the scheduler may think it has less time, never more;
+   * ``DAGRUN_LOGICAL_DATE``: the run's ``logical_date``, exact (skipped with
+     a warning when the run has none);
+   * ``DAGRUN_QUEUED_AT``: approximated by ``run_after``. A run is queued at or
+     after it, so the scheduler may think it has less time, never more;
    * ``AVERAGE_RUNTIME`` and custom references need the metadata database,
      which a task cannot query: skipped, with a warning.
-
-   A ``VariableInterval`` is read from its Variable (seconds). With several
-   alerts, the earliest deadline applies.
 3. No deadline at all: the scheduler runs without the deadline rules.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -61,20 +58,15 @@ class ResolvedDeadline:
 def parse_deadline(value: Any) -> pendulum.DateTime:
     """A datetime or ISO-8601 string as an aware pendulum time (naive means UTC)."""
     if isinstance(value, datetime):
-        moment = pendulum.instance(value)
-    elif isinstance(value, str) and value.strip():
-        try:
-            parsed = pendulum.parse(value.strip())
-        except (ValueError, ParserError):
-            raise ElasticGridError(
-                f"deadline must be an ISO-8601 datetime, got {value!r}"
-            ) from None
-        if not isinstance(parsed, pendulum.DateTime):
-            raise ElasticGridError(f"deadline must be an ISO-8601 datetime, got {value!r}")
-        moment = parsed
-    else:
+        return pendulum.instance(value)
+    if not isinstance(value, str) or not value.strip():
         raise ElasticGridError(f"deadline must be a datetime or an ISO-8601 string, got {value!r}")
-    return moment
+    parsed = None
+    with suppress(ValueError, ParserError):
+        parsed = pendulum.parse(value.strip())
+    if not isinstance(parsed, pendulum.DateTime):
+        raise ElasticGridError(f"deadline must be an ISO-8601 datetime, got {value!r}")
+    return parsed
 
 
 def _interval(alert: Any) -> timedelta:
@@ -118,7 +110,7 @@ def resolve_deadline(explicit: Any, dag: Any, dag_run: Any) -> ResolvedDeadline:
     """Apply the rules in the module docstring."""
     if explicit not in (None, ""):
         return ResolvedDeadline(parse_deadline(explicit), "the deadline argument")
-    alerts = getattr(dag, "deadline", None) if dag is not None else None
+    alerts = getattr(dag, "deadline", None)
     if alerts is None:
         return ResolvedDeadline(None, "no deadline argument and no DAG deadline alert")
     if not isinstance(alerts, (list, tuple)):

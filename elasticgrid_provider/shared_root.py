@@ -1,16 +1,12 @@
 """Detect a jobs root that the workers do not share, before it costs a second copy.
 
-A job's scale state lives in an Airflow Variable (visible to every worker),
-its files (manifest, lock, specs, iroh-tinker folders) under the JobManager
-root on the worker's filesystem. A worker that finds the Variable but not the
-files is looking at a jobs root that is not the one the job was launched
-under: most often each worker has its own local folder. Launching there would
-start a second copy of a job that still runs elsewhere, and a check there
-would find "no job"; both fail instead with one sentence saying the jobs root
-must be shared (README "Deploying"), or that the Variable can be deleted
-when the job's files are gone for good. The Variable is read through the
-hook (:meth:`ElasticGridHook.scale_state_exists`); the sentence is
-:func:`~elasticgrid_provider.core.check.unshared_root_sentence`.
+A job's state Variable is visible to every worker, its files (manifest, lock,
+specs) only under the JobManager root on the worker that launched it. A worker
+that finds the Variable but not the files has another jobs root (most often a
+local folder per worker): a launch there would start a second copy, a check
+would find "no job". Both fail instead with one sentence
+(:func:`~elasticgrid_provider.core.check.unshared_root_sentence`): share the
+jobs root (README "Deploying"), or delete the Variable if the job is gone.
 """
 
 from __future__ import annotations
@@ -26,8 +22,7 @@ from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
     """The one-sentence error when the job's state Variable exists but its files do not.
 
-    Call it only after finding no manifest for ``job_name`` under ``jobs_root``;
-    None means the job is simply new.
+    Call it only after finding no manifest under ``jobs_root``; None: the job is new.
     """
     if not ElasticGridHook.scale_state_exists(job_name):
         return None

@@ -1,47 +1,36 @@
-"""ElasticGridHook: the connection, the grid, and the only door to iroh-tinker.
+"""ElasticGridHook: the connection, the grid, and the provider's one door to the outside.
 
 The hook turns the ``elasticgrid`` connection into a grid of providers and
-planner defaults, and runs jobs through iroh-tinker's ``JobManager``. Nothing
-is built in ``__init__``: the connection is read, and ``iroh_tinker`` (which
-pulls in numpy) is imported, only when a task first needs them, because
-Airflow imports DAG files, and so this module, every few seconds.
+planner defaults, and does all the provider's I/O: Variables (the scale state,
+deadline intervals, the UI's listing), files (manifests, step logs), locks and
+iroh-tinker's ``JobManager``. The sensor's decisions are pure
+(:mod:`elasticgrid_provider.core.check`). Nothing is built in ``__init__``:
+Airflow imports this module every few seconds, so the connection is read, and
+``iroh_tinker`` (numpy) imported, only when a task first needs them.
 
 Files, under the JobManager root (``jobs_root``)::
 
     <job>/manifest.json              which parts make up the job (JobManifest)
     <job>/.lock                      held while a task launches, stops or checks the job
-    <job>/specs/<launch_id>/*.json   the parts' launch specs, as iroh-tinker reads them
-                                     (0600 in 0700 folders; envs values redacted to
-                                     ``***`` as soon as the launch has started)
+    <job>/specs/<launch_id>/*.json   the parts' launch specs (0600 in 0700 folders;
+                                     envs values redacted to ``***`` once started)
     <job>/specs/<launch_id>/launcher.log          the launcher process's output
     <job>/specs/<launch_id>/launcher-result.json  which parts it started, what failed
     <job>/rendezvous/<launch_id>/    a fresh rendezvous per launch (stale rank
                                      addresses from a previous size break the socket mesh)
-    <job>--<provider>/               iroh-tinker's own folder for each part (0700; its
-                                     copy of the spec is redacted like ours)
+    <job>--<provider>/               iroh-tinker's folder for each part (0700, spec redacted)
 
 Connections: an explicit ``elasticgrid_conn_id`` that names no connection is
-an error (a typo must not quietly plan on another grid or start a second
-copy of a job under another jobs root). Only the default id,
-``elasticgrid_default``, may be absent: the built-in grid and iroh-tinker's
-default jobs root apply, and the log says "built-in grid" only when that grid
-is the one used (an inline ``providers`` grid is not).
+an error (a typo must not plan on another grid or start a second copy under
+another jobs root). Only the default ``elasticgrid_default`` may be absent:
+the built-in grid (the log says so) and iroh-tinker's default jobs root apply.
 
-The scale state of a job is one Airflow Variable, read and written only here
-(:meth:`ElasticGridHook.read_scale_state` / :meth:`ElasticGridHook.write_scale_state`),
-under the job's lock. A Variable that is empty, not JSON, ``null``, of another
-job or otherwise malformed is refused with one sentence and never overwritten.
-
-The hook is the provider's one door to the outside: Variables (the state,
-its existence, a deadline interval's; the UI plugin's listing through
-:meth:`ElasticGridHook.stored_scale_states`), files (manifests, step logs
-through :meth:`ElasticGridHook.read_step_logs`), locks and the JobManager.
-The sensor reads and writes nothing itself; what it decides is pure
-(:mod:`elasticgrid_provider.core.check`).
+A job's scale state is one Airflow Variable, read and written only here,
+under the job's lock; one that is empty, not JSON, ``null``, another job's or
+otherwise malformed is refused with one sentence and never overwritten.
 
 The lock is an exclusive ``flock`` on a file next to the job's iroh-tinker
-state. Every worker that can stop or resize a job must already share that
-folder, so the lock needs no extra infrastructure, and it is what makes a
+state, which every worker that can stop or resize the job already shares: a
 launch, a resize and a scale check of one job happen one at a time.
 """
 
@@ -104,7 +93,7 @@ from elasticgrid_provider.hooks.launcher import (
     prepare_part_folder,
     private_folder,
     read_result,
-    redact_spec_envs,
+    redact_part_specs,
     start_launcher,
     terminate,
 )
@@ -119,6 +108,7 @@ DEFAULT_STARTUP_GRACE_S = 3.0
 STOP_LOCK_WAIT_S = 2.0
 """How long a killed task waits for the job's lock before it stops its own launch anyway
 (Airflow SIGKILLs 5 s after SIGTERM); only that launch's parts and processes are touched."""
+CANCELLED = "the launch was cancelled (the task was killed)"
 
 
 @dataclass(frozen=True)
@@ -158,13 +148,12 @@ def _acquire(descriptor: int, timeout: float | None) -> bool:
         return True
     deadline = time.monotonic() + timeout
     while True:
-        try:
+        with suppress(BlockingIOError):
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def _part_status(state: Any) -> str:
@@ -173,26 +162,32 @@ def _part_status(state: Any) -> str:
     return status if status in ("running", "done", "failed", "stopped") else "failed"
 
 
-def _ranks_down(part: PartRecord) -> list[int]:
-    """Ranks iroh-tinker reports down (``down ranks: [..]``) that did not finish successfully.
+def _finished(part: PartRecord, rank: int) -> bool:
+    """Whether the rank finished successfully (iroh-tinker wrote ``done_<rank>``)."""
+    return (Path(part.job_dir) / f"done_{rank}").exists()
 
-    iroh-tinker calls every rank whose process is gone "down", including one
-    that finished (it wrote ``done_<rank>``); only the others count.
-    """
+
+def _ranks_down(part: PartRecord) -> list[int]:
+    """Ranks iroh-tinker reports down (``down ranks: [..]``), less those that finished."""
     error = part.last_error or ""
     if not error.startswith("down ranks: [") or not error.endswith("]"):
         return []
     listed = error[len("down ranks: [") : -1]
-    ranks = [int(rank) for rank in listed.split(",") if rank.strip().isdigit()]
-    return [rank for rank in ranks if not (Path(part.job_dir) / f"done_{rank}").exists()]
+    return [
+        int(r) for r in listed.split(",") if r.strip().isdigit() and not _finished(part, int(r))
+    ]
+
+
+def _unfinished_ranks(part: PartRecord, procs_per_node: int) -> list[int]:
+    """Every rank of the part that did not finish successfully."""
+    return [rank for rank in range(part.nodes * procs_per_node) if not _finished(part, rank)]
 
 
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
-    :param elasticgrid_conn_id: connection with the grid and defaults. An id that
-        names no connection is an error, except the default ``elasticgrid_default``:
-        without it the built-in default grid applies (and the log says so).
+    :param elasticgrid_conn_id: connection with the grid and defaults; only the default
+        ``elasticgrid_default`` may be missing (the built-in grid applies, and the log says so).
     :param providers: an inline grid (list of provider dicts) that overrides the connection's.
     :param jobs_root: the JobManager root; overrides the connection's ``jobs_root``.
     """
@@ -216,16 +211,11 @@ class ElasticGridHook(BaseHook):
         self._in_progress: JobManifest | None = None
         self._launcher: subprocess.Popen | None = None
 
-    # -- configuration ------------------------------------------------------
-    # The connection form (fields and hidden fields) is declared in get_provider_info,
-    # the Airflow 3.2+ way; the UI stores each field under its own name in ``extra``.
+    # -- configuration (the connection form is declared in get_provider_info) --------
 
     @cached_property
     def connection_extra(self) -> dict[str, Any] | None:
-        """The connection's extra fields; None when the *default* connection does not exist.
-
-        Raises ElasticGridError when an explicitly named connection does not exist.
-        """
+        """The connection's extra fields; None when the *default* connection does not exist."""
         try:
             connection = self.get_connection(self.elasticgrid_conn_id)
         except AirflowNotFoundException:
@@ -242,33 +232,25 @@ class ElasticGridHook(BaseHook):
     @cached_property
     def settings(self) -> GridSettings:
         """The grid and defaults, from the inline grid, the connection or the built-in default."""
-        extra = self.connection_extra
-        conn = self.elasticgrid_conn_id
+        extra, inline = self.connection_extra, self._inline_providers
         if extra is None:
-            if self._inline_providers is None:
-                self.log.info(
-                    "Connection %r does not exist; using the built-in default grid.", conn
-                )
-            else:
-                self.log.info(
-                    "Connection %r does not exist; using the task's providers and the default "
-                    "planner settings.",
-                    conn,
-                )
-        return grid_settings(extra, conn, self._inline_providers)
+            self.log.info(
+                "Connection %r does not exist; using %s.",
+                self.elasticgrid_conn_id,
+                "the built-in default grid"
+                if inline is None
+                else "the task's providers and the default planner settings",
+            )
+        return grid_settings(extra, self.elasticgrid_conn_id, inline)
 
     def get_planner(
         self, max_spot_fraction: float | None = None, prefer: str | None = None
     ) -> GridPlanner:
         """A planner over the configured grid; arguments override the connection's defaults."""
         settings = self.settings
-        return GridPlanner(
-            providers=settings.providers,
-            max_spot_fraction=settings.max_spot_fraction
-            if max_spot_fraction is None
-            else max_spot_fraction,
-            prefer=settings.prefer if prefer is None else prefer,
-        )
+        spot = settings.max_spot_fraction if max_spot_fraction is None else max_spot_fraction
+        prefer = settings.prefer if prefer is None else prefer
+        return GridPlanner(providers=settings.providers, max_spot_fraction=spot, prefer=prefer)
 
     # -- the JobManager ------------------------------------------------------
     @cached_property
@@ -296,8 +278,7 @@ class ElasticGridHook(BaseHook):
     def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
         """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first.
 
-        ``timeout=None`` waits as long as it takes (launches and stops do);
-        a scale check waits a bounded time and holds when the job is busy.
+        ``None`` waits as long as it takes (launches, stops); a scale check waits less.
         """
         folder = self.job_folder(job_name)
         folder.mkdir(parents=True, exist_ok=True)
@@ -336,20 +317,14 @@ class ElasticGridHook(BaseHook):
             except KeyError:  # never started: its launch failed or was cut short
                 parts.append(replace(part, status="stopped", last_error="not started"))
                 continue
+            job_dir, error = str(state.job_dir), state.last_error
             parts.append(
-                replace(
-                    part,
-                    status=_part_status(state),
-                    job_dir=str(state.job_dir),
-                    last_error=state.last_error,
-                )
+                replace(part, status=_part_status(state), job_dir=job_dir, last_error=error)
             )
         return JobSnapshot(manifest=manifest, parts=tuple(parts))
 
-    # -- lifecycle -----------------------------------------------------------
-    # Every launch is record intent -> act -> confirm (core/launch_record.py). The
-    # task never calls JobManager.launch itself: a launcher child process does
-    # (hooks/launcher.py), so no rank inherits a descriptor of the task.
+    # -- lifecycle: record intent -> act -> confirm (core/launch_record.py); a launcher
+    # child process (hooks/launcher.py) starts the parts, so no rank inherits the task's fds.
 
     def launch(
         self,
@@ -362,19 +337,16 @@ class ElasticGridHook(BaseHook):
         """Run ``placement`` as the job: attach, or launch/resize in five steps, never two copies.
 
         Attach (start nothing) only when the last launch was confirmed, every
-        part runs, the placement is the same and ``run``, ``envs`` and
-        ``setup`` are unchanged (by fingerprint). Otherwise, and the log says why:
+        part runs, and the placement and the fingerprints of ``run``, ``envs``
+        and ``setup`` are unchanged. Otherwise, and the log says why:
 
         1. prepare: render and validate the parts, resolve every engine, check
-           that the run command's program exists where it can be checked;
-        2. stop the old parts, and any process of the old launch that
-           iroh-tinker never recorded (a launch cut short by a kill);
+           the run command's program where it can be (nothing written on failure);
+        2. stop the old parts and any process of the old launch iroh-tinker never recorded;
         3. record the new launch (state ``starting``), then start its parts;
         4. after ``startup_grace_s`` seconds, confirm every rank is still up;
-        5. if not, stop the new parts, record the job as ``down`` and raise
+        5. if not, stop the new parts, record the job ``down`` and raise
            :class:`JobLaunchError` with one sentence naming what failed.
-
-        Nothing is stopped or written when step 1 fails.
         """
         startup_grace_s = check_number("startup_grace_s", startup_grace_s)
         launch = self.prepare_launch(job_name, placement, options)
@@ -404,10 +376,7 @@ class ElasticGridHook(BaseHook):
     def prepare_launch(
         self, job_name: str, placement: Placement, options: LaunchOptions
     ) -> PreparedLaunch:
-        """Step 1: render and validate the parts, resolve engines, check the program.
-
-        Nothing is written or started; any problem is an :class:`ElasticGridError`.
-        """
+        """Step 1 (nothing written or started); any problem is an :class:`ElasticGridError`."""
         launch_id = new_launch_id()
         folder = self.job_folder(job_name)
         if options.rendezvous is None:
@@ -444,11 +413,7 @@ class ElasticGridHook(BaseHook):
                 f"run is not a valid command line, got {options.run!r}"
             ) from None
         search_path = options.envs.get("PATH", os.environ.get("PATH", ""))
-        if "/" in program:
-            found = os.path.isfile(program) and os.access(program, os.X_OK)
-        else:
-            found = shutil.which(program, path=search_path) is not None
-        if not found:
+        if shutil.which(program, path=search_path) is None:  # a path with a "/" is checked as is
             raise ElasticGridError(
                 f"run command's program {program!r} is not an executable on this machine "
                 f"(provider {part.provider.name!r}, engine {target!r})"
@@ -506,17 +471,13 @@ class ElasticGridHook(BaseHook):
         self._in_progress = manifest
         try:
             for record in records:
-                self._clear_markers(record.name)
                 prepare_part_folder(self.jobs_root, record.name)
             failure = self._run_launcher(manifest, spec_folder)
         finally:
             for record in records:  # the launcher redacts too, unless it was killed first
-                redact_spec_envs(Path(record.spec_path))
-                redact_spec_envs(self.jobs_root / record.name / "spec.json")
+                redact_part_specs(self.jobs_root, record.name, record.spec_path)
         if failure is not None:
-            stopped, untracked = self._stop_launch(manifest)
-            self._mark_down(manifest, failure)
-            self._in_progress = None
+            stopped, untracked = self._abandon(manifest, failure)
             leftovers = (
                 f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
                 f"recorded (pids {', '.join(map(str, untracked))})"
@@ -538,16 +499,15 @@ class ElasticGridHook(BaseHook):
         }
         env = {**os.environ, ENV_JOB: manifest.job_name, ENV_LAUNCH_ID: manifest.launch_id}
         if self._cancelled:
-            return "the launch was cancelled (the task was killed)"
-        process = start_launcher(request, spec_folder, env)
-        self._launcher = process
+            return CANCELLED
+        self._launcher = start_launcher(request, spec_folder, env)
         try:
-            returncode = process.wait()
+            returncode = self._launcher.wait()
         finally:
             self._launcher = None
         result = read_result(spec_folder)
         if self._cancelled:
-            return "the launch was cancelled (the task was killed)"
+            return CANCELLED
         failed = result.get("failed")
         if failed:
             provider = next(
@@ -570,7 +530,7 @@ class ElasticGridHook(BaseHook):
         assert snapshot is not None  # the manifest was written by this launch
         problems = []
         if self._cancelled:
-            problems.append("the launch was cancelled (the task was killed)")
+            problems.append(CANCELLED)
         for part in snapshot.parts:
             restarted = (
                 sorted(m.name.split("_", 1)[1] for m in Path(part.job_dir).glob("attempt_*"))
@@ -593,20 +553,24 @@ class ElasticGridHook(BaseHook):
         report = self.failure_report(snapshot)
         if report:
             self.log.error("Job %s did not start:\n%s", manifest.job_name, report)
-        self._stop_launch(manifest)
         reason = f"its ranks were not all up {grace_s:g} s after the start ({'; '.join(problems)})"
-        self._mark_down(manifest, reason)
-        self._in_progress = None
+        self._abandon(manifest, reason)
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
     def _mark_down(self, manifest: JobManifest, reason: str) -> None:
         self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
 
-    def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
-        """Stop everything one launch started: its recorded parts, then its unrecorded processes.
+    def _abandon(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
+        """Stop a launch that cannot go on and record it down (see :meth:`_stop_launch`)."""
+        stopped = self._stop_launch(manifest)
+        self._mark_down(manifest, reason)
+        self._in_progress = None
+        return stopped
 
-        A live launcher of that launch is killed first, so it starts nothing
-        more. Returns the parts stopped and the pids iroh-tinker had not recorded.
+    def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
+        """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids.
+
+        Returns the parts stopped and the pids iroh-tinker had not recorded.
         """
         job, launch_ids = manifest.job_name, [manifest.launch_id]
         terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
@@ -624,11 +588,8 @@ class ElasticGridHook(BaseHook):
     def cancel_launch(self) -> bool:
         """Stop the launch this hook is running now (``on_kill``); False when there is none.
 
-        Only what this task started is touched: while the task still waits
-        for the job's lock, or attached to a running job, nothing is stopped
-        (and a launch that gets the lock afterwards starts nothing). The
-        launcher is killed, then the launch's parts and unrecorded ranks are
-        stopped, without the lock, which the task itself holds.
+        Waiting for the lock or attached, nothing is stopped (and a launch that
+        gets the lock afterwards starts nothing). The lock is not taken: the task holds it.
         """
         self._cancelled = True
         manifest = self._in_progress
@@ -644,8 +605,7 @@ class ElasticGridHook(BaseHook):
     def stop_launch(self, job_name: str, launch_id: str) -> JobSnapshot | None:
         """Stop the job only if it still runs ``launch_id`` (what a killed task started).
 
-        A later launch (a resize by another task) is left alone; its parts are
-        told apart by the spec folder iroh-tinker recorded for them.
+        A later launch (another task's resize) is left alone, told apart by its spec folder.
         """
         with self.job_lock(job_name, timeout=STOP_LOCK_WAIT_S) as held:
             manifest = self.read_manifest(job_name)
@@ -656,18 +616,6 @@ class ElasticGridHook(BaseHook):
             if held:
                 self._mark_down(manifest, "stopped: the task that launched it was killed")
             return self.job_snapshot(job_name)
-
-    def _clear_markers(self, part_name: str) -> None:
-        """Remove a previous launch's ``done_*``/``attempt_*`` markers from the part's folder.
-
-        iroh-tinker reuses a job's folder and never clears them, so a stale
-        ``done_0`` would make a failed relaunch look done, and stale attempt
-        counters would eat the new launch's restart budget.
-        """
-        part_folder = self.jobs_root / part_name
-        for pattern in ("done_*", "attempt_*"):
-            for marker in part_folder.glob(pattern):
-                marker.unlink(missing_ok=True)
 
     @staticmethod
     def _write_part_spec(part: LaunchPart, spec_folder: Path) -> PartRecord:
@@ -711,31 +659,25 @@ class ElasticGridHook(BaseHook):
 
     def failure_report(self, snapshot: JobSnapshot, tail: int = 20) -> str:
         """For each failed part, the tail of the log of each rank that did not finish."""
-        lines = []
-        for part in snapshot.parts:
-            if part.status != "failed":
-                continue
-            failing_ranks = [
-                rank
-                for rank in range(part.nodes * snapshot.manifest.procs_per_node)
-                if not (Path(part.job_dir) / f"done_{rank}").exists()
-            ] or [0]
-            for rank in failing_ranks:
-                try:
-                    log_tail = self.job_manager.logs(part.name, rank=rank, tail=tail)
-                except KeyError:
-                    log_tail = ""
-                lines.append(
-                    f"part {part.name} rank {rank} failed ({part.last_error or 'no error recorded'}); "
-                    f"last {tail} log lines:\n{log_tail}"
-                )
-        return "\n".join(lines)
+        return "\n".join(
+            f"part {part.name} rank {rank} failed ({part.last_error or 'no error recorded'}); "
+            f"last {tail} log lines:\n{self._rank_log(part.name, rank, tail)}"
+            for part in snapshot.parts
+            if part.status == "failed"
+            for rank in _unfinished_ranks(part, snapshot.manifest.procs_per_node) or [0]
+        )
+
+    def _rank_log(self, part_name: str, rank: int, tail: int) -> str:
+        """The last ``tail`` lines of a rank's log; empty when there is none to read."""
+        try:
+            return self.job_manager.logs(part_name, rank=rank, tail=tail)
+        except (KeyError, OSError):
+            return ""
 
     def lost_parts(self, snapshot: JobSnapshot, tail: int = 20) -> tuple[LostPart, ...]:
-        """The parts of a confirmed launch that lost ranks, with the cause from their logs.
+        """The parts of a launch confirmed running that lost ranks, with the cause from their logs.
 
-        Rules in :mod:`elasticgrid_provider.core.recovery`; a launch that is
-        not confirmed running (starting, or recorded down) has no lost parts.
+        Rules in :mod:`elasticgrid_provider.core.recovery`.
         """
         if snapshot.manifest.state != LAUNCH_RUNNING:
             return ()
@@ -744,17 +686,8 @@ class ElasticGridHook(BaseHook):
             down = _ranks_down(part) if part.status == "running" else []
             if not part_is_lost(part.status, down):
                 continue
-            ranks = down or [
-                rank
-                for rank in range(part.nodes * snapshot.manifest.procs_per_node)
-                if not (Path(part.job_dir) / f"done_{rank}").exists()
-            ]
-            try:
-                log_tail = self.job_manager.logs(
-                    part.name, rank=ranks[0] if ranks else 0, tail=tail
-                )
-            except (KeyError, OSError):
-                log_tail = ""
+            ranks = down or _unfinished_ranks(part, snapshot.manifest.procs_per_node)
+            log_tail = self._rank_log(part.name, ranks[0] if ranks else 0, tail)
             lost.append(
                 LostPart(
                     part=part.name,
@@ -767,36 +700,24 @@ class ElasticGridHook(BaseHook):
         return tuple(lost)
 
     def give_up(self, manifest: JobManifest, reason: str) -> list[str]:
-        """Stop what is left of a launch that cannot be recovered and record it down.
-
-        The caller holds the job's lock; a later check fails with ``reason``.
-        """
-        stopped, _ = self._stop_launch(manifest)
-        self._mark_down(manifest, reason)
-        return stopped
-
-    def step_logs(self, snapshot: JobSnapshot) -> list[Path]:
-        """The step-log files the job's reporter writes, one per part folder."""
-        from elasticgrid_provider.runtime import STEP_LOG_NAME
-
-        return [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
+        """Under the job's lock: stop what is left of an unrecoverable launch, record it down."""
+        return self._abandon(manifest, reason)[0]
 
     def read_step_logs(
         self, snapshot: JobSnapshot, state: ScaleState, tail: int
     ) -> list[StepLogChunk]:
-        """What each of the job's step logs gained since the state's cursor for it.
+        """What each part's step log gained since the state's cursor for it.
 
         A log never read before is read from its end, at most ``tail`` samples
         at the job's current size (:func:`~elasticgrid_provider.core.step_log.read_step_log`).
         """
-        return [
-            read_step_log(path, state.log_cursor(str(path)), tail=tail, nodes=snapshot.nodes)
-            for path in self.step_logs(snapshot)
-        ]
+        from elasticgrid_provider.runtime import STEP_LOG_NAME
 
-    # -- Variables -----------------------------------------------------------------
-    # Static, so the deadline resolution, the shared-root check and the API server's
-    # UI plugin read them without building a hook (nor reading its connection).
+        paths = [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
+        cursor = state.log_cursor
+        return [read_step_log(p, cursor(str(p)), tail=tail, nodes=snapshot.nodes) for p in paths]
+
+    # -- Variables: static, so deadlines, shared_root and the UI plugin need no hook ---
 
     @staticmethod
     def read_variable(key: str) -> str | None:
@@ -812,8 +733,7 @@ class ElasticGridHook(BaseHook):
     def stored_scale_states(job_name: str | None = None) -> list[tuple[str, str | None]]:
         """Every job's state Variable (or just ``job_name``'s) as (key, raw text) pairs.
 
-        Read from the metadata DB directly, as the API server's UI plugin does
-        (outside a task, where ``Variable.get`` has no task context to go through).
+        Read from the metadata DB: the UI plugin runs outside a task, with no ``Variable.get``.
         """
         from airflow.models.variable import Variable as VariableModel
         from airflow.utils.session import create_session
@@ -832,9 +752,7 @@ class ElasticGridHook(BaseHook):
     def read_scale_state(self, job_name: str) -> ScaleState:
         """The job's scale state from its Variable; a fresh state when there is none yet.
 
-        Raises CorruptStateError, naming the Variable and what is wrong, when the
-        Variable exists but is empty, not JSON, ``null``, malformed or another
-        job's; the Variable is left as it is.
+        A Variable that cannot be used (module docstring) raises CorruptStateError and is kept.
         """
         key = state_variable_key(job_name)
         text = self.read_variable(key)

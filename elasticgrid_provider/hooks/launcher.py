@@ -2,33 +2,26 @@
 
 Why a child process (issue 12): iroh-tinker's engines start ranks and
 ``setup`` commands with the descriptors of the process that calls
-``JobManager.launch`` (the local engine sets no ``stdin``). Inside an
-Airflow task that process holds the supervisor's sockets, so a rank would
-keep the task's channel open for as long as it runs. The launcher runs
-``JobManager.launch`` for each part in a process that owns nothing of the
-task's:
+``JobManager.launch``; inside an Airflow task those include the supervisor's
+sockets, which a rank would keep open for as long as it runs. The launcher
+calls ``JobManager.launch`` for each part in a process that owns nothing of
+the task's, for every engine (user ``module=`` ones included):
 
-* ``stdin`` is ``/dev/null``; ``stdout``/``stderr`` go to a launch log
-  *file* (a pipe would stay open in every rank); every other descriptor is
-  closed (``close_fds``);
-* it runs in its own session and process group, so the task can kill it
-  (and only it) on ``on_kill``;
+* ``stdin`` is ``/dev/null``, ``stdout``/``stderr`` a launch log *file* (a pipe
+  would stay open in every rank), every other descriptor closed;
+* its own session and process group, so ``on_kill`` can kill it, and only it;
 * it dies with the task (``PR_SET_PDEATHSIG``): a SIGKILLed task starts no
   further part;
-* the task becomes a child subreaper, so ranks orphaned by the launcher's
-  exit are still reaped by the task that waits on them (some hosts' PID 1
-  never reaps, and an unreaped rank would read as running forever).
+* the task is a child subreaper, so it reaps ranks orphaned by the launcher's
+  exit (some hosts' PID 1 never does, and a zombie rank reads as running).
 
-This holds for every engine, user ``module=`` engines included, without
-patching iroh-tinker. The launcher writes its progress to a result file
-after each part; the task reads it when the launcher exits.
+The launcher writes its progress to a result file after each part.
 
-Finding a launch's processes: every rank (and the launcher) carries
-``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its environment, so
-:func:`launch_processes` can find them in ``/proc/*/environ`` even when
-iroh-tinker never recorded their pids (it records them only after the
-engine's ``start`` returns). Only processes of this user, this job and the
-given launch ids match.
+Every rank (and the launcher) carries ``ELASTICGRID_JOB`` and
+``ELASTICGRID_LAUNCH_ID`` in its environment, so :func:`launch_processes`
+finds them in ``/proc/*/environ`` even when iroh-tinker never recorded their
+pids (it does only after the engine's ``start`` returns). Only this user's
+processes of this job and the given launch ids match.
 """
 
 from __future__ import annotations
@@ -78,11 +71,7 @@ def private_folder(path: Path) -> Path:
 
 
 def redact_spec_envs(path: Path) -> None:
-    """Replace every ``envs`` value in a spec file by ``***`` (the ranks already have them).
-
-    iroh-tinker needs ``envs`` only to start ranks; its status, stop and logs
-    rebuild the engine from the spec but do not read them.
-    """
+    """Replace every ``envs`` value in a spec file by ``***`` (only starting ranks reads them)."""
     try:
         spec = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -94,14 +83,24 @@ def redact_spec_envs(path: Path) -> None:
     write_private_json(path, spec)
 
 
-def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
-    """Make iroh-tinker's folder for a part private before it copies the spec there.
+def redact_part_specs(jobs_root: Path, part_name: str, spec_path: str) -> None:
+    """Redact a part's spec and iroh-tinker's copy of it (:func:`redact_spec_envs`)."""
+    redact_spec_envs(Path(spec_path))
+    redact_spec_envs(jobs_root / part_name / "spec.json")
 
-    ``JobManager.launch`` copies the spec (with its ``envs``) to
-    ``<part>/spec.json`` with the default mode; creating the folder 0700 and
-    the file 0600 first keeps that copy private too.
+
+def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
+    """Ready iroh-tinker's folder of a part for a new launch.
+
+    The folder is made 0700 and ``spec.json`` 0600 before iroh-tinker copies
+    the spec (``envs`` included) there with the default mode. A previous
+    launch's ``done_*``/``attempt_*`` markers, which iroh-tinker never clears,
+    are removed: a stale ``done_0`` would make a failed relaunch look done,
+    stale attempts would eat the new launch's restart budget.
     """
     folder = private_folder(jobs_root / part_name)
+    for marker in [*folder.glob("done_*"), *folder.glob("attempt_*")]:
+        marker.unlink(missing_ok=True)
     copy = folder / "spec.json"
     copy.touch(mode=0o600, exist_ok=True)
     copy.chmod(0o600)
@@ -129,11 +128,10 @@ def start_launcher(request: dict[str, Any], folder: Path, env: dict[str, str]) -
 
 def read_result(folder: Path) -> dict[str, Any]:
     """What the launcher reported (``started`` parts, ``failed`` part and error), or {}."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         result: dict[str, Any] = json.loads((folder / RESULT_NAME).read_text())
-    except (OSError, ValueError):
-        return {}
-    return result
+        return result
+    return {}
 
 
 def log_tail(folder: Path, lines: int = 5) -> str:
@@ -187,7 +185,7 @@ def _alive(pid: int) -> bool:
 
 
 def terminate(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:
-    """SIGTERM the processes (and their process groups), SIGKILL what outlives ``grace_s``.
+    """SIGTERM the processes (and their groups), SIGKILL what outlives ``grace_s``.
 
     Returns the pids that were alive when asked to stop.
     """
@@ -229,8 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["failed"] = {"part": part["name"], "error": str(exc)}
                 return 1
             finally:
-                redact_spec_envs(Path(part["spec_path"]))
-                redact_spec_envs(jobs_root / part["name"] / "spec.json")
+                redact_part_specs(jobs_root, part["name"], part["spec_path"])
             result["started"].append(part["name"])
             write_private_json(result_path, result)
         return 0

@@ -1,21 +1,14 @@
 """LaunchOperator: run a placement as an iroh-tinker job, faithfully and once.
 
 A placement of ``a: 64, b: 36`` is launched as one iroh-tinker job part per
-provider share (SPEC 6.3), through :meth:`ElasticGridHook.launch`, which
-makes the task safe to retry:
-
-* the job already runs this placement with the same ``run``, ``envs`` and
-  ``setup`` (its last launch confirmed): attach, start nothing;
-* otherwise resize in five steps (prepare and check everything, stop the old
-  parts, start the new ones, confirm their ranks are up after
-  ``startup_grace_s``, else fail naming what failed and record the job as
-  down): a dead job is never reported as launched;
-* a part fails to provision: the parts already started, and any rank the
-  engine started without iroh-tinker recording it, are stopped and the task
-  fails naming each.
-
-The parts are started by a launcher child process that holds none of the
-task's descriptors (see :mod:`elasticgrid_provider.hooks.launcher`).
+provider share (SPEC 6.3), by a launcher child process that holds none of the
+task's descriptors, through :meth:`ElasticGridHook.launch`, which makes the
+task safe to retry: it attaches (starts nothing) when the job already runs
+this placement with the same ``run``, ``envs`` and ``setup``; otherwise it
+resizes in five steps and fails, naming what failed and recording the job
+down, when the new ranks are not up after ``startup_grace_s`` or a part fails
+to provision (stopping the parts and unrecorded ranks it started). A dead job
+is never reported as launched.
 
 The job's identity and state go to XCom (key ``job``) right after the launch.
 With ``wait_for_completion`` the task then waits for the job to end, in the
@@ -50,6 +43,7 @@ from elasticgrid_provider.hooks.elasticgrid import (
     DEFAULT_STARTUP_GRACE_S,
     ElasticGridHook,
     JobLaunchError,
+    LaunchOutcome,
 )
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import require_shared_jobs_root
@@ -67,17 +61,15 @@ class LaunchOperator(BaseOperator):
     :param job_name: the job's name; its parts are ``<job_name>--<provider>`` (templated).
     :param run: the command each rank runs (templated).
     :param placement: the placement, usually ``plan.output`` of a PlanPlacementOperator.
-    :param procs_per_node: processes per node.
-    :param backend: iroh-tinker backend name.
+    :param procs_per_node, backend: processes per node, and the iroh-tinker backend name.
     :param envs: extra environment variables for every rank (templated).
     :param setup: a setup command run once per part before the ranks start (templated).
     :param workdir: the ranks' working directory (templated).
     :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh
         directory per launch under the job's folder.
-    :param recovery: iroh-tinker recovery, e.g. ``{"mode": "none"}``.
-    :param checkpoint: iroh-tinker checkpoint settings.
-    :param wait_for_completion: wait until the job is done or failed.
-    :param poll_interval: seconds between status checks while waiting.
+    :param recovery, checkpoint: iroh-tinker's settings, e.g. ``recovery={"mode": "none"}``.
+    :param wait_for_completion, poll_interval: wait until the job is done or failed,
+        checking its status every ``poll_interval`` seconds.
     :param startup_grace_s: how long the new ranks must stay up before the launch
         counts as started (a run command that dies at once fails the task).
     :param deferrable: wait in the triggerer instead of a worker slot; default
@@ -157,40 +149,33 @@ class LaunchOperator(BaseOperator):
                 if isinstance(value, str) and value:
                     mask_secret(value)
 
-    def _launch_inputs(self) -> tuple[Placement, LaunchOptions]:
-        try:
-            placement = Placement.from_dict(self.placement)
-            if placement.total_nodes == 0:
-                raise ElasticGridError("placement has no nodes; nothing to launch")
-            options = LaunchOptions(
-                run=self.run,
-                workdir=self.workdir,
-                procs_per_node=self.procs_per_node,
-                backend=self.backend,
-                envs=self.envs,
-                setup=self.setup,
-                rendezvous=self.rendezvous,
-                recovery=self.recovery,
-                checkpoint=self.checkpoint,
-            )
-        except ElasticGridError as exc:
-            raise AirflowFailException(str(exc)) from None
-        return placement, options
+    def _launch(self) -> tuple[Placement, LaunchOutcome]:
+        placement = Placement.from_dict(self.placement)
+        if placement.total_nodes == 0:
+            raise ElasticGridError("placement has no nodes; nothing to launch")
+        options = LaunchOptions(
+            run=self.run,
+            workdir=self.workdir,
+            procs_per_node=self.procs_per_node,
+            backend=self.backend,
+            envs=self.envs,
+            setup=self.setup,
+            rendezvous=self.rendezvous,
+            recovery=self.recovery,
+            checkpoint=self.checkpoint,
+        )
+        # a state Variable but no files here: never start a second copy
+        if self.hook.read_manifest(self.job_name) is None:
+            require_shared_jobs_root(self.job_name, self.hook.jobs_root)
+        self._mask_envs()
+        grace = self.startup_grace_s
+        return placement, self.hook.launch(self.job_name, placement, options, startup_grace_s=grace)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
-        placement, options = self._launch_inputs()
-        try:  # a state Variable but no files here: never start a second copy
-            if self.hook.read_manifest(self.job_name) is None:
-                require_shared_jobs_root(self.job_name, self.hook.jobs_root)
-        except ElasticGridError as exc:
-            raise AirflowFailException(str(exc)) from None
-        self._mask_envs()
         try:
-            outcome = self.hook.launch(
-                self.job_name, placement, options, startup_grace_s=self.startup_grace_s
-            )
-        except JobLaunchError as exc:
+            placement, outcome = self._launch()
+        except JobLaunchError as exc:  # a launch that failed: a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
             raise AirflowFailException(str(exc)) from None

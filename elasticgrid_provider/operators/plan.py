@@ -1,14 +1,11 @@
 """PlanPlacementOperator: how many nodes, where, at what cost.
 
-A thin shell over :class:`~elasticgrid_provider.core.planner.GridPlanner`:
-the grid comes from the ``providers`` argument, else the connection, else the
-built-in default grid. ``nodes`` is an int, a numeric string (templated), or
-an upstream scale decision, whose ``target_nodes`` is used, so a DAG can
-write ``PlanPlacementOperator(nodes=scale_check.output, ...)``. A decision
-that records a quarantine (a provider that lost capacity, see
-:mod:`elasticgrid_provider.core.recovery`) has those providers left out, and
-the placement's ``left_out`` says why. The placement is the task's return
-value, plain JSON for the launch task.
+A thin shell over :class:`~elasticgrid_provider.core.planner.GridPlanner` on
+the ``providers`` argument, else the connection's grid, else the built-in one.
+``nodes`` may be an upstream scale decision (``nodes=scale_check.output``):
+its ``target_nodes`` is placed, without the providers it quarantines (they lost
+capacity, :mod:`elasticgrid_provider.core.recovery`; ``left_out`` says why).
+The placement, plain JSON, is the task's return value for the launch task.
 """
 
 from __future__ import annotations

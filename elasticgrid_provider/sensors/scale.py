@@ -1,59 +1,32 @@
 """ElasticScaleSensor: one audited scale decision per check, state kept in Airflow.
 
-Each check (a poke, a reschedule, or a resume from the trigger):
+Each check (a poke, a reschedule, or a resume from the trigger) takes the
+job's lock (:meth:`ElasticGridHook.job_lock`), so two checks of one job never
+interleave: the second waits, then reads what the first wrote (its cooldown
+included) and holds. Airflow has no compare-and-set on Variables; the lock
+makes read-decide-write of the state one step. Under it the sensor asks the
+hook for the job, its lost parts, the state Variable and the step-log lines
+that arrived since the last check (it opens no file and reads no Variable
+itself) and hands them to the pure :class:`~elasticgrid_provider.core.check.ScaleCheck`,
+whose module docstring gives the rules: a job that cannot be checked (never
+launched here, confirmed down, failed) fails the sensor; one that lost
+capacity is recovered (re-plan and relaunch downstream, the safe resize path)
+or, past ``max_recoveries`` or out of capacity, stopped and failed; one that
+ended ends it (skipping the resize downstream); otherwise the deadline
+(:mod:`elasticgrid_provider.deadlines`) is resolved and the scheduler decides.
+``elasticgrid simulate --timeline`` and the policy benchmark run the same rules.
 
-1. takes the job's lock (:meth:`ElasticGridHook.job_lock`), so two checks of
-   one job never interleave: the second waits, then reads what the first
-   wrote (its cooldown included) and holds. Airflow has no compare-and-set on
-   Variables; the lock makes the read-decide-write of the state one step;
-2. reads the job's status: a job whose launch was confirmed down (its
-   manifest's ``state``) fails the sensor with the ``down_reason``, so no
-   decision is made on the samples it left; a job that lost part of its
-   capacity (a part failed, or ranks down) is recovered
-   (:mod:`elasticgrid_provider.core.recovery`): the check decides ``recover``,
-   quarantines the lost providers, and ends with a record whose
-   ``target_nodes`` and ``quarantine`` the downstream re-plan and relaunch
-   use, the same safe resize path as any resize; past ``max_recoveries``
-   within ``recovery_window``, or with no capacity left, it stops what is left
-   and fails with one sentence; a failed job fails it with its error, a
-   job that ended ends it (skipping the resize downstream) with a record
-   saying so, a job that was never launched fails it;
-3. reads only the step-log lines that arrived since the last check (the
-   cursors in the state), skipping and counting malformed lines; the first
-   check of a log reads from its end only as many samples as the window
-   holds; truncation and rotation are recognised by the file's identity
-   (:mod:`elasticgrid_provider.core.step_log`), so no step counts twice;
-4. observes them (:meth:`ScaleState.observe`): only samples measured at the
-   job's current size enter the window (a resize starts a fresh window), and
-   what they measured joins the job's capacity memory;
-5. resolves the deadline (:mod:`elasticgrid_provider.deadlines`) and decides
-   (:meth:`ScaleState.decide`, the
-   :class:`~elasticgrid_provider.core.scheduler.ElasticScheduler`);
-6. remembers the decision (:meth:`ScaleState.remember`: cooldown, recent
-   recommendations, bounded history), writes the state Variable and leaves
-   one record per check in XCom ``return_value``. ``elasticgrid simulate --timeline``
-   and the policy benchmark run the same observe -> decide -> remember.
-
-Steps 2-6 are the pure rules of :class:`~elasticgrid_provider.core.check.ScaleCheck`
-(tested without Airflow); the sensor is a shell over them: it holds the lock,
-asks the hook for the job, the state and the new step-log chunks (it opens no
-file and reads no Variable itself), resolves the deadline when asked, and
-writes, logs, pushes, skips or fails as the outcome says.
-
-The state Variable is read and written through the hook. A Variable that
-cannot be used (empty, not JSON, ``null``, another job's, malformed) fails
-the check with one sentence and is never overwritten: replacing it with a
-fresh state would lose the cooldown and the history.
+A state Variable that cannot be used (empty, not JSON, ``null``, another
+job's, malformed) fails the check with one sentence and is never overwritten:
+a fresh state would lose the cooldown and the history.
 
 ``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with
 the decision record as its return value, which a PlanPlacementOperator takes
 as ``nodes`` (``check.output``). A hold's record is pushed to the same key
-(downstream never runs on a hold), so every check leaves exactly one record.
-Repeated holds are folded into one history entry with a count
-(:meth:`ScaleState.with_record`); the end of the job is a history entry too.
-The log line is :func:`~elasticgrid_provider.core.formatting.decision_summary`
-(thresholds included), and the task's extra link opens the job's page in the
-"Scale decisions" view.
+(downstream never runs on a hold), so every check leaves exactly one record;
+repeated holds fold into one history entry with a count. The log line is
+:func:`~elasticgrid_provider.core.formatting.decision_summary`, and the
+task's extra link opens the job in the "Scale decisions" view.
 """
 
 from __future__ import annotations
@@ -107,20 +80,20 @@ LOCK_WAIT_S = 60.0
 """How long a check waits for a job that a launch or another check is busy with."""
 
 
+def _seconds(value: float | timedelta) -> float:
+    """Airflow's ``timeout``/``poke_interval``, which may be a timedelta, in seconds."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
 class ElasticScaleSensor(BaseSensorOperator):
     """Decide whether a running job should scale up, down or hold, and record why.
 
     :param job_name: the job to check (templated).
-    :param min_nodes, max_nodes, scale_up_factor, scale_down_factor, cooldown_s,
-        scale_down_cooldown_s, target_queue_fraction, idle_queue_fraction,
-        idle_step_fraction, target_step_s, min_samples, startup_s, horizon_s,
-        resize_margin, headroom, tolerance, drain_s, scale_down_window_s,
-        deadline_margin, final_stretch_s, scaling_loss: the scheduler's
-        parameters (see :mod:`elasticgrid_provider.core.scheduler`); unset
-        ones keep ElasticScheduler's defaults.
+    :param min_nodes ... scaling_loss: the scheduler's parameters (``SCHEDULER_PARAMETERS``
+        of :mod:`elasticgrid_provider.core.scheduler`); unset ones keep its defaults.
     :param window_size: how many samples the rolling window keeps.
-    :param remaining_steps: work left, in steps, for deadline pressure (templated).
-    :param remaining_tokens: work left, in tokens, for deadline pressure (templated).
+    :param remaining_steps, remaining_tokens: work left, in steps or tokens, for
+        deadline pressure (templated).
     :param deadline: explicit deadline, a datetime or ISO string (templated);
         default: the DAG's ``deadline=`` alerts.
     :param samples: samples handed in (a list of dicts or its JSON, e.g. an upstream
@@ -128,10 +101,8 @@ class ElasticScaleSensor(BaseSensorOperator):
         the samples whose step it has not seen yet.
     :param max_recoveries: how many times a job that lost capacity is recovered within
         ``recovery_window`` before the check gives up (templated; 0: never recover).
-    :param recovery_window: seconds (or a timedelta) over which ``max_recoveries`` counts
-        (templated).
-    :param quarantine: seconds (or a timedelta) a provider that lost capacity is left out
-        of placements (templated).
+    :param recovery_window, quarantine: seconds (or a timedelta, templated) over which
+        ``max_recoveries`` counts, and for which a provider that lost capacity is left out.
     :param history_limit: how many decisions the state Variable keeps.
     :param providers: an inline grid for costing the proposed placement; default: the connection's.
     :param deferrable: wait between checks in the triggerer; default
@@ -227,12 +198,12 @@ class ElasticScaleSensor(BaseSensorOperator):
         """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
         if not self.deferrable:
             return super().execute(context)
-        if self._poke_seconds() < MIN_DEFERRAL_S:
+        if _seconds(self.poke_interval) < MIN_DEFERRAL_S:
             # a trigger firing this soon after deferral races the scheduler (MIN_DEFERRAL_S)
             self.log.info(
                 "poke_interval %.0fs is below the %.0fs a deferral must last to be safe on a "
                 "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
-                self._poke_seconds(),
+                _seconds(self.poke_interval),
                 MIN_DEFERRAL_S,
                 self.job_name,
             )
@@ -249,16 +220,16 @@ class ElasticScaleSensor(BaseSensorOperator):
         record = self.check(context)
         if record is not None:
             return record
-        remaining = self._timeout_seconds() - (time.time() - started_at)
+        remaining = _seconds(self.timeout) - (time.time() - started_at)
         if remaining <= 0:
             message = (
-                f"no scale decision for job {self.job_name!r} within {self._timeout_seconds():.0f}s"
+                f"no scale decision for job {self.job_name!r} within {_seconds(self.timeout):.0f}s"
             )
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
         # never shorter than MIN_DEFERRAL_S, even when little time is left before the timeout
-        wait = max(min(self._poke_seconds(), remaining), MIN_DEFERRAL_S)
+        wait = max(min(_seconds(self.poke_interval), remaining), MIN_DEFERRAL_S)
         self.log.info(
             "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait
         )
@@ -272,16 +243,8 @@ class ElasticScaleSensor(BaseSensorOperator):
                 payload={"started_at": started_at},
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=remaining + self._poke_seconds()),
+            timeout=timedelta(seconds=remaining + _seconds(self.poke_interval)),
         )
-
-    def _timeout_seconds(self) -> float:
-        timeout = self.timeout
-        return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-
-    def _poke_seconds(self) -> float:
-        interval = self.poke_interval
-        return interval.total_seconds() if isinstance(interval, timedelta) else float(interval)
 
     # -- the check ----------------------------------------------------------------
     @cached_property
@@ -312,21 +275,20 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
                 return None
             snapshot = hook.job_snapshot(self.job_name)
-            # only a launch confirmed running can lose parts (a down one fails below)
-            lost = () if snapshot is None else hook.lost_parts(snapshot)
+            jobs_root = str(hook.jobs_root)
+            if snapshot is None:
+                unshared = unshared_jobs_root_message(self.job_name, hook.jobs_root)
+                raise JobFailedError(
+                    rules.failure(None, jobs_root=jobs_root, unshared_message=unshared)
+                )
+            # only a launch confirmed running can lose parts (a down one fails here)
+            lost, report = hook.lost_parts(snapshot), hook.failure_report(snapshot)
             failure = (
                 None
                 if lost
-                else rules.failure(
-                    snapshot,
-                    jobs_root=str(hook.jobs_root),
-                    unshared_message=None
-                    if snapshot is not None
-                    else unshared_jobs_root_message(self.job_name, hook.jobs_root),
-                    failure_report=None if snapshot is None else hook.failure_report(snapshot),
-                )
+                else rules.failure(snapshot, jobs_root=jobs_root, failure_report=report)
             )
-            if failure is not None or snapshot is None:
+            if failure is not None:
                 raise JobFailedError(failure)
             state = hook.read_scale_state(self.job_name)
             now = epoch_now()
@@ -359,7 +321,6 @@ class ElasticScaleSensor(BaseSensorOperator):
                 self.log.info("%s", found.describe(now))
             hook.write_scale_state(outcome.state)
             if outcome.verdict is CheckVerdict.GIVE_UP:
-                report = hook.failure_report(snapshot)
                 stopped = hook.give_up(snapshot.manifest, outcome.reason)
                 if stopped:
                     self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)

@@ -1,11 +1,9 @@
 """JobStatusTrigger: wait, in the triggerer, for a job to end (or for the next check).
 
-The trigger polls the job's status every ``poll_interval`` seconds (the
-blocking file and process checks run in a thread, off the event loop) and
-fires when the job ended: ``done``, ``failed``, ``stopped``, or ``missing``
-when it has no manifest. With ``wake_after_s`` it also fires once that many
-seconds have passed while the job still runs, which is how a deferrable
-scale sensor waits between checks.
+The trigger polls the job's status every ``poll_interval`` seconds (in a
+thread, off the event loop) and fires when the job ended: ``done``,
+``failed``, ``stopped``, or ``missing`` (no manifest); with ``wake_after_s``,
+also once that long has passed (a deferrable scale sensor's next check).
 
 Everything the resumed task needs is in the event, not in ``defer(kwargs=)``:
 Airflow 3.3.2's ``dag.test()`` drops those kwargs on resume (SPEC 6.1), and a
@@ -15,6 +13,7 @@ real triggerer keeps them; the event works on both.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -26,18 +25,13 @@ if TYPE_CHECKING:
 
 ENDED_STATUSES = ("done", "failed", "stopped", "missing")
 
-#: The shortest time, in seconds, between a deferral and its trigger's event.
-#: On a real scheduler (Airflow 3.3.2), a trigger that fires within a few seconds
-#: of deferral can get the resumed task marked FAILED with no error in its log:
-#: the executor's late "success" for the deferring try is read after the resumed
-#: try was queued ("Executor ... reported that the task instance ... finished with
-#: state success, but the task instance's state attribute is queued").
-#: Upstream: https://github.com/apache/airflow/issues/72716,
-#: https://github.com/apache/airflow/issues/71580, fix proposed (not released) in
-#: https://github.com/apache/airflow/pull/72767. Seen with a scale sensor deferring
-#: for 2 s, not at 15 s (SPEC 6.5), so 15 s it is: the scale sensor never defers for
-#: less (below that poke interval it checks in the worker), and deferrable waits
-#: hold their trigger's event back until this long after deferral.
+#: The shortest time, in seconds, between a deferral and its trigger's event. On a
+#: real scheduler (Airflow 3.3.2) a trigger firing within seconds of deferral can get
+#: the resumed task marked FAILED with no error in its log: the executor's late
+#: "success" for the deferring try is read after the resumed try was queued
+#: (apache/airflow#72716, #71580; fix proposed in #72767). Seen at 2 s, not at 15 s
+#: (SPEC 6.5): the scale sensor never defers for less (it checks in the worker
+#: instead), and deferrable waits hold their event back until then.
 MIN_DEFERRAL_S = 15.0
 
 
@@ -46,12 +40,8 @@ def job_event(hook: ElasticGridHook, job_name: str, *, woke: bool = False) -> di
     snapshot = hook.job_snapshot(job_name)
     if snapshot is None:
         return {"job_name": job_name, "status": "missing", "job": None, "woke": woke}
-    event: dict[str, Any] = {
-        "job_name": job_name,
-        "status": snapshot.status,
-        "job": snapshot.to_dict(),
-        "woke": woke,
-    }
+    event: dict[str, Any] = {"job_name": job_name, "status": snapshot.status, "woke": woke}
+    event["job"] = snapshot.to_dict()
     if snapshot.status == "failed":
         event["failure_report"] = hook.failure_report(snapshot)
     return event
@@ -60,18 +50,15 @@ def job_event(hook: ElasticGridHook, job_name: str, *, woke: bool = False) -> di
 class JobStatusTrigger(BaseTrigger):
     """Fire when the job ends, or after ``wake_after_s`` seconds if it is set.
 
-    :param job_name: the elasticgrid job (all its parts).
-    :param jobs_root: the JobManager root the job was launched under.
+    :param job_name, jobs_root: the job, and the JobManager root it was launched under.
     :param poll_interval: seconds between status checks.
     :param wake_after_s: fire after this long even if the job still runs.
     :param min_wait_s: fire no sooner than this many seconds after the trigger started,
         even when the job has already ended (see :data:`MIN_DEFERRAL_S`).
     :param payload: plain JSON copied into the event (what the resumed task needs).
-    :param stop_on_kill: stop the job when the deferred task is killed (marked failed or
-        cleared); set by LaunchOperator, never by the scale sensor, whose kill must not
-        stop the job it watches.
-    :param launch_id: with ``stop_on_kill``, the launch the task started: only that
-        launch is stopped (a later resize by another task is left running).
+    :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``
+        (the launch it started; a later resize is left running). LaunchOperator's; a
+        scale sensor's kill never stops the job it watches.
     """
 
     def __init__(
@@ -97,37 +84,27 @@ class JobStatusTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Classpath and arguments, so the triggerer can rebuild this trigger."""
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "job_name": self.job_name,
-                "jobs_root": self.jobs_root,
-                "poll_interval": self.poll_interval,
-                "wake_after_s": self.wake_after_s,
-                "payload": self.payload,
-                "stop_on_kill": self.stop_on_kill,
-                "min_wait_s": self.min_wait_s,
-                "launch_id": self.launch_id,
-            },
-        )
+        names = inspect.signature(type(self)).parameters
+        classpath = f"{type(self).__module__}.{type(self).__qualname__}"
+        return classpath, {name: getattr(self, name) for name in names}
+
+    def _hook(self) -> ElasticGridHook:
+        from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+
+        return ElasticGridHook(jobs_root=self.jobs_root)
 
     async def on_kill(self) -> None:
         """The deferred task was killed: stop the job if this trigger owns it."""
         if not self.stop_on_kill or self.launch_id is None:
             return
-        from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-
-        hook = ElasticGridHook(jobs_root=self.jobs_root)
         self.log.info(
             "Deferred task killed: stopping job %s (launch %s).", self.job_name, self.launch_id
         )
-        await asyncio.to_thread(hook.stop_launch, self.job_name, self.launch_id)
+        await asyncio.to_thread(self._hook().stop_launch, self.job_name, self.launch_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until the job ends or the wake-up time passes, then fire once."""
-        from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-
-        hook = ElasticGridHook(jobs_root=self.jobs_root)
+        hook = self._hook()
         started = time.monotonic()
         while True:
             event = await asyncio.to_thread(job_event, hook, self.job_name)
