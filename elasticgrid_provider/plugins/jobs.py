@@ -1,16 +1,14 @@
 """What the "Scale decisions" pages show, built from the jobs' state Variables.
 
 :func:`read_scale_states` is the one reader: it loads every
-``elasticgrid_scale_state__<job>`` Variable (:func:`state_variable_key`)
-from the metadata DB on the API server (through
-:meth:`ElasticGridHook.stored_scale_states`) and checks it with
-:meth:`ScaleState.from_dict`; a state that does not load is listed with its
-error instead of breaking the page. :func:`job_view` turns one state into
-plain JSON: the summary (current, desired, min and max nodes), the signals
-against their targets, the conditions, the timeline and the chart points.
-It reads every decision field with ``.get``, so records from before a field
-existed (or fields added since) render without a change here. The JSON route
-serves this dictionary as it is; the HTML pages render it.
+``elasticgrid_scale_state__<job>`` Variable through
+:meth:`ElasticGridHook.stored_scale_states` (on the API server) and checks it
+with :meth:`ScaleState.from_dict`; a state that does not load is listed with
+its error instead of breaking the page. :func:`job_view` turns one state into
+plain JSON (summary, signals against targets, conditions, recoveries,
+timeline, chart points), reading every decision field with ``.get`` so records
+from before a field existed (or with fields added since) still render. The
+JSON route serves it as it is; the HTML pages render it.
 """
 
 from __future__ import annotations
@@ -95,41 +93,25 @@ def _objects(items: Any) -> list[dict[str, Any]]:
     return [item for item in items or () if isinstance(item, dict)]
 
 
-def _moment(epoch: Any) -> datetime | None:
-    iso = iso_time(epoch)
-    return None if iso is None else datetime.fromisoformat(iso)
-
-
-def _day(moment: datetime) -> str:
-    """``2026-01-01 `` for a day other than today, else nothing."""
-    return "" if moment.date() == utc_now().date() else f"{moment:%Y-%m-%d} "
-
-
-def _clock(epoch: Any) -> str:
-    """``14:05 UTC`` (with the date when not today's)."""
-    moment = _moment(epoch)
-    return "-" if moment is None else f"{_day(moment)}{moment:%H:%M} UTC"
-
-
-def _span(first: Any, last: Any) -> str:
-    """``14:00-14:55 UTC``: a run of holds (dates added when not today, or spanning days)."""
-    begin, finish = _moment(first), _moment(last)
-    if begin is None or finish is None:
-        return _clock(first if begin else last)
+def _clock(*epochs: Any) -> str:
+    """``14:05 UTC``, or a run of holds ``14:00-14:55 UTC``; dated when not today or over days."""
+    moments = [datetime.fromisoformat(iso) for iso in map(iso_time, epochs) if iso is not None]
+    if not moments:
+        return "-"
+    begin, finish = moments[0], moments[-1]
     if begin.date() != finish.date():
         return f"{begin:%Y-%m-%d %H:%M}-{finish:%Y-%m-%d %H:%M} UTC"
-    return f"{_day(begin)}{begin:%H:%M}-{finish:%H:%M} UTC"
+    day = "" if begin.date() == utc_now().date() else f"{begin:%Y-%m-%d} "
+    until = f"-{finish:%H:%M}" if len(moments) > 1 else ""
+    return f"{day}{begin:%H:%M}{until} UTC"
 
 
 def _context(entry: dict[str, Any]) -> dict[str, Any]:
-    context = entry.get("context")
-    return context if isinstance(context, dict) else {}
+    return context if isinstance(context := entry.get("context"), dict) else {}
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
 
 
 def _records(keys: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -163,7 +145,7 @@ def timeline_row(entry: dict[str, Any], airflow_root: str) -> dict[str, Any]:
     count = run.get("count", 1)
     if count > 1:
         why = " and ".join(str(hold.get("rule")) for hold in entry.get("held_by") or ())
-        span = _span(run.get("first_at"), run.get("last_at"))
+        span = _clock(run.get("first_at"), run.get("last_at"))
         headline = f"held {count} times by {why or entry.get('rule')}, {span}"
     else:
         headline = iso_time(at) or "-"
@@ -352,33 +334,25 @@ def _hold_reason(holds: list[dict[str, Any]], rule: str) -> str:
     return "; ".join(str(hold.get("reason")) for hold in holds if hold.get("rule") == rule)
 
 
-def _point(at: Any, nodes: Any, queue_fraction: Any, cost: Any) -> dict[str, Any]:
-    return {
-        "at": at,
-        "at_iso": iso_time(at),
-        "nodes": nodes,
-        "queue_fraction": queue_fraction,
-        "cost_per_hour": cost,
-    }
-
-
 def chart_points(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Size, queue fraction and cost over time: one point per decision (two per hold run)."""
-    points = []
+    points = []  # at, at_iso, nodes, queue_fraction, cost_per_hour
     for entry in history:
         context = _context(entry)
         run = hold_run(entry)
         queue = _number((entry.get("signals") or {}).get("queue_fraction"))
         cost = _number(context.get("cost_per_hour"))
+        at = entry.get("decided_at")
         times = [run.get("first_at"), run.get("last_at")] if run.get("count", 1) > 1 else []
-        times = [t for t in times if _number(t) is not None] or [entry.get("decided_at")]
+        times = [t for t in times if _number(t) is not None] or [at]
         nodes = entry.get("current_nodes")
-        points += [_point(at, nodes, queue, cost) for at in times if _number(at) is not None]
-        if entry.get("action") in ("scale_up", "scale_down") and _number(entry.get("decided_at")):
+        points += [(t, iso_time(t), nodes, queue, cost) for t in times if _number(t) is not None]
+        if entry.get("action") in ("scale_up", "scale_down") and _number(at):
             after = _number(context.get("proposed_cost_per_hour"))
             cost = after if after is not None else cost
-            points.append(_point(entry["decided_at"], entry.get("target_nodes"), queue, cost))
-    return sorted(rounded(points), key=lambda point: point["at"])
+            points.append((at, iso_time(at), entry.get("target_nodes"), queue, cost))
+    keys = ("at", "at_iso", "nodes", "queue_fraction", "cost_per_hour")
+    return sorted(rounded(_records(keys, points)), key=lambda point: point["at"])
 
 
 def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[str, Any]:
