@@ -359,11 +359,13 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
     """Everything one job's page shows, as plain JSON (module docstring)."""
     data = stored.data or {}
     history = stored.history
-    newest = history[-1] if history else None
+    newest = history[-1] if history else {}
     last = _last_decision(history)
     limits = (last or {}).get("thresholds") or {}
-    newest_context = _context(newest or {})
+    newest_context = _context(newest)
     current = data.get("current_nodes")
+    # the size the policy wants: its recommendation (before holds), else the decision's target
+    desired = newest.get("recommended_nodes")
     return {
         "job_name": stored.job_name,
         "variable_key": stored.variable_key,
@@ -375,11 +377,11 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
         "updated_at_iso": iso_time(data.get("updated_at")),
         "summary": {
             "current_nodes": current,
-            "desired_nodes": _desired_nodes(newest, current),
+            "desired_nodes": newest.get("target_nodes", current) if desired is None else desired,
             "min_nodes": limits.get("min_nodes"),
             "max_nodes": limits.get("max_nodes"),
             "last_decision": decision_summary(newest) if newest else None,
-            "last_decision_at_iso": iso_time((newest or {}).get("decided_at")),
+            "last_decision_at_iso": iso_time(newest.get("decided_at")),
             "cost_per_hour": rounded(newest_context.get("cost_per_hour"), 2),
             "skipped_lines": data.get("skipped_lines"),
         },
@@ -390,14 +392,6 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
         "timeline": [timeline_row(entry, airflow_root) for entry in reversed(history)],
         "chart": chart_points(history),
     }
-
-
-def _desired_nodes(newest: dict[str, Any] | None, current: Any) -> Any:
-    """The size the policy wants: its recommendation (before holds), else the decision's target."""
-    if not newest:
-        return current
-    recommended = newest.get("recommended_nodes")
-    return recommended if recommended is not None else newest.get("target_nodes", current)
 
 
 def job_row(stored: StoredState) -> dict[str, Any]:
