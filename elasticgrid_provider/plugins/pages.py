@@ -230,8 +230,8 @@ def job_page(view: dict[str, Any], highlight: dict[str, Any] | None = None) -> s
             f"{q['provider']} until {q['until_iso']}" for q in view["quarantine"]
         )
         parts.append(f"<p>Quarantined now: {esc(quarantined)}</p>")
-    lost = _table(view["recoveries"], RECOVERIES) if view.get("recoveries") else ""
-    parts.append(lost or '<p class="muted">No capacity lost so far.</p>')
+    no_loss = '<p class="muted">No capacity lost so far.</p>'
+    parts.append(_table(view["recoveries"], RECOVERIES) if view.get("recoveries") else no_loss)
     parts.append(_section("Size, queue fraction and cost over time", chart_svg(view["chart"])))
     timeline = view["timeline"]
     marked = {
