@@ -1,21 +1,20 @@
 """What the "Scale decisions" pages show, built from the jobs' state Variables.
 
 :func:`read_scale_states` is the one reader: it loads every
-``elasticgrid_scale_state__<job>`` Variable (:func:`state_variable_key`)
-from the metadata DB on the API server (through
-:meth:`ElasticGridHook.stored_scale_states`) and checks it with
-:meth:`ScaleState.from_dict`; a state that does not load is listed with its
-error instead of breaking the page. :func:`job_view` turns one state into
-plain JSON: the summary (current, desired, min and max nodes), the signals
-against their targets, the conditions, the timeline and the chart points.
-It reads every decision field with ``.get``, so records from before a field
-existed (or fields added since) render without a change here. The JSON route
-serves this dictionary as it is; the HTML pages render it.
+``elasticgrid_scale_state__<job>`` Variable through
+:meth:`ElasticGridHook.stored_scale_states` (on the API server) and checks it
+with :meth:`ScaleState.from_dict`; a state that does not load is listed with
+its error instead of breaking the page. :func:`job_view` turns one state into
+plain JSON (summary, signals against targets, conditions, recoveries,
+timeline, chart points), reading every decision field with ``.get`` so records
+from before a field existed (or with fields added since) still render. The
+JSON route serves it as it is; the HTML pages render it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,6 +37,7 @@ from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, hold_run
 STATE_PREFIX = state_variable_key("")
 # words that mark the demand/capacity figures a policy may add to a decision
 DEMAND_WORDS = ("demand", "capacity", "arrival", "utilisation", "utilization")
+RUN_KEYS = ("dag_id", "run_id", "task_id")
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class StoredState:
     @property
     def history(self) -> list[dict[str, Any]]:
         """The history entries that are JSON objects (oldest first)."""
-        entries = (self.data or {}).get("history") or []
-        return [entry for entry in entries if isinstance(entry, dict)]
+        return _objects((self.data or {}).get("history"))
 
     @property
     def dag_ids(self) -> list[str]:
@@ -89,38 +88,35 @@ def read_scale_states(job_name: str | None = None) -> list[StoredState]:
 # -- one job's page --------------------------------------------------------------
 
 
-def _clock(epoch: Any) -> str:
-    """``14:05 UTC`` (with the date when not today's)."""
-    iso = iso_time(epoch)
-    if iso is None:
+def _objects(items: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a list (a history, lost parts, holds); the rest is skipped."""
+    return [item for item in items or () if isinstance(item, dict)]
+
+
+def _clock(*epochs: Any) -> str:
+    """``14:05 UTC``, or a run of holds ``14:00-14:55 UTC``; dated when not today or over days."""
+    moments = [datetime.fromisoformat(iso) for iso in map(iso_time, epochs) if iso is not None]
+    if not moments:
         return "-"
-    moment = datetime.fromisoformat(iso)
-    today = utc_now().date()
-    text = moment.strftime("%H:%M UTC")
-    return text if moment.date() == today else moment.strftime("%Y-%m-%d ") + text
-
-
-def _span(first: Any, last: Any) -> str:
-    """``14:00-14:55 UTC``: a run of holds (dates added when not today, or spanning days)."""
-    start, end = iso_time(first), iso_time(last)
-    if start is None or end is None:
-        return _clock(first if start else last)
-    begin, finish = datetime.fromisoformat(start), datetime.fromisoformat(end)
+    begin, finish = moments[0], moments[-1]
     if begin.date() != finish.date():
         return f"{begin:%Y-%m-%d %H:%M}-{finish:%Y-%m-%d %H:%M} UTC"
     day = "" if begin.date() == utc_now().date() else f"{begin:%Y-%m-%d} "
-    return f"{day}{begin:%H:%M}-{finish:%H:%M} UTC"
+    until = f"-{finish:%H:%M}" if len(moments) > 1 else ""
+    return f"{day}{begin:%H:%M}{until} UTC"
 
 
 def _context(entry: dict[str, Any]) -> dict[str, Any]:
-    context = entry.get("context")
-    return context if isinstance(context, dict) else {}
+    return context if isinstance(context := entry.get("context"), dict) else {}
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+
+
+def _records(keys: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Rows of values as JSON objects with ``keys``."""
+    return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
 def _last_decision(history: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -133,7 +129,7 @@ def _last_decision(history: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def run_links(airflow_root: str, context: dict[str, Any]) -> dict[str, str | None]:
     """Links to the DAG run and the task instance in the Airflow UI (None when unknown)."""
-    dag_id, run_id, task_id = (context.get(k) for k in ("dag_id", "run_id", "task_id"))
+    dag_id, run_id, task_id = (context.get(k) for k in RUN_KEYS)
     if not isinstance(dag_id, str) or not isinstance(run_id, str):
         return {"run": None, "task": None}
     run = f"{airflow_root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
@@ -147,10 +143,10 @@ def timeline_row(entry: dict[str, Any], airflow_root: str) -> dict[str, Any]:
     run = hold_run(entry)
     at = entry.get("decided_at")
     count = run.get("count", 1)
-    held_rules = [str(hold.get("rule")) for hold in entry.get("held_by") or ()]
     if count > 1:
-        why = " and ".join(held_rules) or str(entry.get("rule"))
-        headline = f"held {count} times by {why}, {_span(run.get('first_at'), run.get('last_at'))}"
+        why = " and ".join(str(hold.get("rule")) for hold in entry.get("held_by") or ())
+        span = _clock(run.get("first_at"), run.get("last_at"))
+        headline = f"held {count} times by {why or entry.get('rule')}, {span}"
     else:
         headline = iso_time(at) or "-"
     cost_before = _number(context.get("cost_per_hour"))
@@ -173,49 +169,39 @@ def timeline_row(entry: dict[str, Any], airflow_root: str) -> dict[str, Any]:
         "summary": decision_summary(entry),
         "cost_per_hour_before": cost_before,
         "cost_per_hour_after": cost_after,
-        "dag_id": context.get("dag_id"),
-        "run_id": context.get("run_id"),
-        "task_id": context.get("task_id"),
-        "try_number": context.get("try_number"),
+        **{key: context.get(key) for key in (*RUN_KEYS, "try_number")},
         "links": run_links(airflow_root, context),
         "kind": "recovery" if entry.get("rule") == RECOVER_RULE else "decision",
-        "lost": [part for part in entry.get("lost") or () if isinstance(part, dict)],
-        "quarantine": [q for q in entry.get("quarantine") or () if isinstance(q, dict)],
+        "lost": _objects(entry.get("lost")),
+        "quarantine": _objects(entry.get("quarantine")),
     }
 
 
 def recovery_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The recoveries (newest first): when, what was lost and why, the quarantine, the placement."""
-    rows = []
-    for entry in reversed(history):
-        if entry.get("rule") != RECOVER_RULE:
-            continue
-        placement = entry.get("placement") or {}
-        rows.append(
-            {
-                "decided_at_iso": iso_time(entry.get("decided_at")),
-                "action": entry.get("action"),
-                "from_nodes": entry.get("current_nodes"),
-                "to_nodes": entry.get("target_nodes"),
-                "lost": [
-                    f"{p.get('part')} on {p.get('provider')}: {p.get('cause')}"
-                    for p in entry.get("lost") or ()
-                    if isinstance(p, dict)
-                ],
-                "quarantine": [
-                    f"{q.get('provider')} until {iso_time(q.get('until'))}"
-                    for q in entry.get("quarantine") or ()
-                    if isinstance(q, dict)
-                ],
-                "relaunched_on": ", ".join(
-                    f"{a.get('provider')} {a.get('nodes')}"
-                    for a in placement.get("assignments") or ()
-                    if isinstance(a, dict)
-                ),
-                "reason": entry.get("reason"),
-            }
-        )
-    return rows
+    return [
+        {
+            "decided_at_iso": iso_time(entry.get("decided_at")),
+            "action": entry.get("action"),
+            "from_nodes": entry.get("current_nodes"),
+            "to_nodes": entry.get("target_nodes"),
+            "lost": [
+                f"{p.get('part')} on {p.get('provider')}: {p.get('cause')}"
+                for p in _objects(entry.get("lost"))
+            ],
+            "quarantine": [
+                f"{q.get('provider')} until {iso_time(q.get('until'))}"
+                for q in _objects(entry.get("quarantine"))
+            ],
+            "relaunched_on": ", ".join(
+                f"{a.get('provider')} {a.get('nodes')}"
+                for a in _objects((entry.get("placement") or {}).get("assignments"))
+            ),
+            "reason": entry.get("reason"),
+        }
+        for entry in reversed(history)
+        if entry.get("rule") == RECOVER_RULE
+    ]
 
 
 def active_quarantine(data: dict[str, Any], now: float) -> list[dict[str, Any]]:
@@ -230,34 +216,28 @@ def active_quarantine(data: dict[str, Any], now: float) -> list[dict[str, Any]]:
     ]
 
 
-def _signals(last: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The signals of the newest decision against their targets (kubectl's Metrics block)."""
-    if last is None:
-        return []
+def _signals(last: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """The newest decision's signals against their targets (kubectl's Metrics block)."""
     signals = last.get("signals") or {}
     limits = last.get("thresholds") or {}
-    rows = [
-        {
-            "name": "samples in the window",
-            "current": number_text(signals.get("samples")),
-            "target": f"at least {number_text(limits.get('min_samples'))} to decide",
-        },
-        {
-            "name": "queue fraction",
-            "current": number_text(signals.get("queue_fraction")),
-            "target": f"scale up at >= {number_text(limits.get('target_queue_fraction'))}; "
-            f"idle at <= {number_text(limits.get('idle_queue_fraction'))}",
-        },
-    ]
+    yield (
+        "samples in the window",
+        number_text(signals.get("samples")),
+        f"at least {number_text(limits.get('min_samples'))} to decide",
+    )
+    yield (
+        "queue fraction",
+        number_text(signals.get("queue_fraction")),
+        f"scale up at >= {number_text(limits.get('target_queue_fraction'))}; "
+        f"idle at <= {number_text(limits.get('idle_queue_fraction'))}",
+    )
     target_step = _number(limits.get("target_step_s"))
     idle_fraction = _number(limits.get("idle_step_fraction"))
     idle_step = "-" if target_step is None or idle_fraction is None else target_step * idle_fraction
-    rows.append(
-        {
-            "name": "mean step",
-            "current": f"{number_text(signals.get('mean_step_s'))}s",
-            "target": f"target {number_text(target_step)}s; idle at <= {number_text(idle_step)}s",
-        }
+    yield (
+        "mean step",
+        f"{number_text(signals.get('mean_step_s'))}s",
+        f"target {number_text(target_step)}s; idle at <= {number_text(idle_step)}s",
     )
     projection = last.get("projection") or {}
     deadline = iso_time(last.get("deadline_at"))
@@ -273,21 +253,9 @@ def _signals(last: dict[str, Any] | None) -> list[dict[str, str]]:
                 f", {seconds_text(projection.get('target_finish_s'))} at "
                 f"{number_text(projection.get('target_nodes'))} with the restart"
             )
-        rows.append(
-            {
-                "name": "projected finish",
-                "current": finish,
-                "target": deadline_text or "no deadline",
-            }
-        )
+        yield ("projected finish", finish, deadline_text or "no deadline")
     elif deadline:
-        rows.append(
-            {
-                "name": "deadline",
-                "current": "no projection (remaining work unknown)",
-                "target": deadline_text,
-            }
-        )
+        yield ("deadline", "no projection (remaining work unknown)", deadline_text)
     demand = {
         f"{where}{key}": value
         for where, block in (("", last), ("signals.", signals), ("projection.", projection))
@@ -296,100 +264,69 @@ def _signals(last: dict[str, Any] | None) -> list[dict[str, str]]:
         if any(word in key for word in DEMAND_WORDS) and not isinstance(value, (dict, list))
     }
     if demand:
-        rows.append(
-            {
-                "name": "demand vs capacity",
-                "current": ", ".join(
-                    f"{k} {'unbounded' if v is None else number_text(v)}" for k, v in demand.items()
-                ),
-                "target": "capacity covers demand",
-            }
-        )
-    return rows
+        figures = (f"{k} {'unbounded' if v is None else number_text(v)}" for k, v in demand.items())
+        yield ("demand vs capacity", ", ".join(figures), "capacity covers demand")
 
 
-def _conditions(data: dict[str, Any], history: list[dict[str, Any]], now: float) -> list[dict]:
+def _conditions(
+    data: dict[str, Any], history: list[dict[str, Any]], now: float
+) -> Iterator[tuple[str, bool, str]]:
     """kubectl-style conditions: can it scale now, what limits it, is there enough data."""
-    newest = history[-1] if history else None
+    newest = history[-1] if history else {}
+    if newest.get("rule") == JOB_ENDED_RULE:
+        yield ("JobRunning", False, str(newest.get("reason")))
     last = _last_decision(history)
-    conditions: list[dict[str, Any]] = []
-    if newest is not None and newest.get("rule") == JOB_ENDED_RULE:
-        conditions.append(
-            {"type": "JobRunning", "status": False, "message": str(newest.get("reason"))}
-        )
     if last is None:
-        conditions.append(
-            {"type": "AbleToScale", "status": False, "message": "no decision recorded yet"}
-        )
-        return conditions
+        yield ("AbleToScale", False, "no decision recorded yet")
+        return
     limits = last.get("thresholds") or {}
-    cooldown = data.get("cooldown") or {}
-    changed_at = _number(cooldown.get("last_change_at"))
-    until = []
-    if changed_at is not None:
-        for kind, name in (("scale-up", "cooldown_s"), ("scale-down", "scale_down_cooldown_s")):
-            length = _number(limits.get(name))
-            if length and changed_at + length > now:
-                until.append((kind, changed_at + length))
-    holds = [hold for hold in last.get("held_by") or () if isinstance(hold, dict)]
-    held_messages = [
+    changed_at = _number((data.get("cooldown") or {}).get("last_change_at"))
+    until = [
+        (kind, changed_at + length)
+        for kind, name in (("scale-up", "cooldown_s"), ("scale-down", "scale_down_cooldown_s"))
+        if changed_at is not None
+        and (length := _number(limits.get(name)))
+        and changed_at + length > now
+    ]
+    holds = _objects(last.get("held_by"))
+    held = [
         f"held by {rule_text(str(hold.get('rule')), limits)}: {hold.get('reason')}"
         for hold in holds
         if hold.get("rule") != "cooldown"
     ]
-    if until:
-        if len({at for _, at in until}) == 1:
-            held_messages.append(f"held by cooldown until {_clock(until[0][1])}")
-        else:
-            held_messages += [f"{kind} held by cooldown until {_clock(at)}" for kind, at in until]
-    elif changed_at is None and any(hold.get("rule") == "cooldown" for hold in holds):
-        # no clock to say until when: the record's own words
-        held_messages.append(f"held by cooldown: {_hold_reason(holds, 'cooldown')}")
-    if held_messages:
-        conditions.append(
-            {"type": "AbleToScale", "status": False, "message": "; ".join(held_messages)}
-        )
+    if len({at for _, at in until}) == 1:
+        held.append(f"held by cooldown until {_clock(until[0][1])}")
     else:
-        conditions.append({"type": "AbleToScale", "status": True, "message": "able to scale"})
+        held += [f"{kind} held by cooldown until {_clock(at)}" for kind, at in until]
+    if changed_at is None and any(hold.get("rule") == "cooldown" for hold in holds):
+        # no clock to say until when: the record's own words
+        held.append(f"held by cooldown: {_hold_reason(holds, 'cooldown')}")
+    yield ("AbleToScale", not held, "; ".join(held) or "able to scale")
     current = data.get("current_nodes")
     if not isinstance(current, int):
         current = last.get("current_nodes")
-    held = {str(hold.get("rule")) for hold in holds}
+    rules = {str(hold.get("rule")) for hold in holds}
     maximum, minimum = limits.get("max_nodes"), limits.get("min_nodes")
-    if "ceiling" in held or (isinstance(current, int) and current >= (maximum or current + 1)):
+    if "ceiling" in rules or (isinstance(current, int) and current >= (maximum or current + 1)):
         limited = f"limited by ceiling (max_nodes={number_text(maximum)})"
-    elif "floor" in held or (isinstance(current, int) and current <= (minimum or 0)):
+    elif "floor" in rules or (isinstance(current, int) and current <= (minimum or 0)):
         limited = f"limited by floor (min_nodes={number_text(minimum)})"
-    elif "deadline" in held:
+    elif "deadline" in rules:
         limited = "limited by the deadline: " + _hold_reason(holds, "deadline")
-    elif "final_stretch" in held:
+    elif "final_stretch" in rules:
         limited = "limited by the final stretch: " + _hold_reason(holds, "final_stretch")
     else:
         limited = None
-    conditions.append(
-        {
-            "type": "ScalingLimited",
-            "status": limited is not None,
-            "message": limited
-            or f"within bounds ({number_text(minimum)}-{number_text(maximum)} nodes)",
-        }
-    )
+    within = f"within bounds ({number_text(minimum)}-{number_text(maximum)} nodes)"
+    yield ("ScalingLimited", limited is not None, limited or within)
     if last.get("rule") == "min_samples":
-        conditions.append(
-            {"type": "EnoughSamples", "status": False, "message": str(last.get("reason"))}
-        )
+        yield ("EnoughSamples", False, str(last.get("reason")))
     projection = last.get("projection") or {}
     if "meets_deadline" in projection:
         meets = bool(projection.get("meets_deadline"))
-        conditions.append(
-            {
-                "type": "MeetsDeadline",
-                "status": meets,
-                "message": f"{'meets' if meets else 'misses'} the deadline "
-                f"{iso_time(last.get('deadline_at')) or ''}".rstrip(),
-            }
-        )
-    return conditions
+        deadline = iso_time(last.get("deadline_at")) or ""
+        verb = "meets" if meets else "misses"
+        yield ("MeetsDeadline", meets, f"{verb} the deadline {deadline}".rstrip())
 
 
 def _hold_reason(holds: list[dict[str, Any]], rule: str) -> str:
@@ -399,46 +336,36 @@ def _hold_reason(holds: list[dict[str, Any]], rule: str) -> str:
 
 def chart_points(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Size, queue fraction and cost over time: one point per decision (two per hold run)."""
-    points = []
+    points = []  # at, at_iso, nodes, queue_fraction, cost_per_hour
     for entry in history:
         context = _context(entry)
         run = hold_run(entry)
-        signals = entry.get("signals") or {}
+        queue = _number((entry.get("signals") or {}).get("queue_fraction"))
         cost = _number(context.get("cost_per_hour"))
-        base = {
-            "nodes": entry.get("current_nodes"),
-            "queue_fraction": _number(signals.get("queue_fraction")),
-            "cost_per_hour": cost,
-        }
+        at = entry.get("decided_at")
         times = [run.get("first_at"), run.get("last_at")] if run.get("count", 1) > 1 else []
-        times = [t for t in times if _number(t) is not None] or [entry.get("decided_at")]
-        for at in times:
-            if _number(at) is not None:
-                points.append({"at": at, "at_iso": iso_time(at), **base})
-        target = entry.get("target_nodes")
-        if entry.get("action") in ("scale_up", "scale_down") and _number(entry.get("decided_at")):
+        times = [t for t in times if _number(t) is not None] or [at]
+        nodes = entry.get("current_nodes")
+        points += [(t, iso_time(t), nodes, queue, cost) for t in times if _number(t) is not None]
+        if entry.get("action") in ("scale_up", "scale_down") and _number(at):
             after = _number(context.get("proposed_cost_per_hour"))
-            points.append(
-                {
-                    "at": entry["decided_at"],
-                    "at_iso": iso_time(entry["decided_at"]),
-                    "nodes": target,
-                    "queue_fraction": base["queue_fraction"],
-                    "cost_per_hour": after if after is not None else cost,
-                }
-            )
-    return sorted(rounded(points), key=lambda point: point["at"])
+            cost = after if after is not None else cost
+            points.append((at, iso_time(at), entry.get("target_nodes"), queue, cost))
+    keys = ("at", "at_iso", "nodes", "queue_fraction", "cost_per_hour")
+    return sorted(rounded(_records(keys, points)), key=lambda point: point["at"])
 
 
 def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[str, Any]:
     """Everything one job's page shows, as plain JSON (module docstring)."""
     data = stored.data or {}
     history = stored.history
-    newest = history[-1] if history else None
+    newest = history[-1] if history else {}
     last = _last_decision(history)
     limits = (last or {}).get("thresholds") or {}
-    newest_context = _context(newest or {})
+    newest_context = _context(newest)
     current = data.get("current_nodes")
+    # the size the policy wants: its recommendation (before holds), else the decision's target
+    desired = newest.get("recommended_nodes")
     return {
         "job_name": stored.job_name,
         "variable_key": stored.variable_key,
@@ -450,29 +377,21 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
         "updated_at_iso": iso_time(data.get("updated_at")),
         "summary": {
             "current_nodes": current,
-            "desired_nodes": _desired_nodes(newest, current),
+            "desired_nodes": newest.get("target_nodes", current) if desired is None else desired,
             "min_nodes": limits.get("min_nodes"),
             "max_nodes": limits.get("max_nodes"),
             "last_decision": decision_summary(newest) if newest else None,
-            "last_decision_at_iso": iso_time((newest or {}).get("decided_at")),
+            "last_decision_at_iso": iso_time(newest.get("decided_at")),
             "cost_per_hour": rounded(newest_context.get("cost_per_hour"), 2),
             "skipped_lines": data.get("skipped_lines"),
         },
-        "signals": _signals(last),
-        "conditions": _conditions(data, history, now),
+        "signals": _records(("name", "current", "target"), _signals(last) if last else ()),
+        "conditions": _records(("type", "status", "message"), _conditions(data, history, now)),
         "quarantine": active_quarantine(data, now),
         "recoveries": recovery_rows(history),
         "timeline": [timeline_row(entry, airflow_root) for entry in reversed(history)],
         "chart": chart_points(history),
     }
-
-
-def _desired_nodes(newest: dict[str, Any] | None, current: Any) -> Any:
-    """The size the policy wants: its recommendation (before holds), else the decision's target."""
-    if not newest:
-        return current
-    recommended = newest.get("recommended_nodes")
-    return recommended if recommended is not None else newest.get("target_nodes", current)
 
 
 def job_row(stored: StoredState) -> dict[str, Any]:
@@ -501,14 +420,11 @@ def find_task_decision(
     states: list[StoredState], dag_id: str, task_id: str, run_id: str
 ) -> tuple[StoredState, int] | None:
     """The job and history position of the newest decision made by this task instance."""
+    wanted = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
     for stored in states:
         history = stored.history
-        for position in range(len(history) - 1, -1, -1):
+        for position in reversed(range(len(history))):
             context = _context(history[position])
-            if (context.get("dag_id"), context.get("task_id"), context.get("run_id")) == (
-                dag_id,
-                task_id,
-                run_id,
-            ):
+            if all(context.get(key) == value for key, value in wanted.items()):
                 return stored, position
     return None

@@ -24,13 +24,6 @@ def job_page_path(job_name: str, **query: str) -> str:
     return f"{path}?{urlencode(query)}" if query else path
 
 
-def api_base_url() -> str:
-    """``[api] base_url`` without its trailing slash; empty when unset."""
-    from airflow.sdk.configuration import conf
-
-    return (conf.get("api", "base_url", fallback="") or "").rstrip("/")
-
-
 class ScaleDecisionsLink(BaseOperatorLink):
     """ "Scale decisions": the page of the operator's ``job_name``, pointing at this task's run."""
 
@@ -41,5 +34,8 @@ class ScaleDecisionsLink(BaseOperatorLink):
         job_name = getattr(operator, "job_name", None)
         if not isinstance(job_name, str) or not job_name or "{{" in job_name:
             return ""
+        from airflow.sdk.configuration import conf
+
         query = {"dag_id": ti_key.dag_id, "run_id": ti_key.run_id, "task_id": ti_key.task_id}
-        return api_base_url() + job_page_path(job_name, **query)
+        base_url = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+        return base_url + job_page_path(job_name, **query)

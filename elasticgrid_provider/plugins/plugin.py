@@ -9,15 +9,12 @@ without scripts.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
 from elasticgrid_provider.plugins.links import URL_PREFIX
-
-APP_FACTORY = "elasticgrid_provider.plugins.app:create_app"
 
 
 class LazyApp:
@@ -27,8 +24,7 @@ class LazyApp:
     calls the app, so FastAPI and the routes are loaded there and only there.
     """
 
-    def __init__(self, factory: str = APP_FACTORY) -> None:
-        self.factory = factory
+    def __init__(self) -> None:
         self._app: Any = None
         self._lock = threading.Lock()
 
@@ -36,8 +32,9 @@ class LazyApp:
         """The FastAPI app, built once."""
         with self._lock:
             if self._app is None:
-                module_name, _, attribute = self.factory.partition(":")
-                self._app = getattr(importlib.import_module(module_name), attribute)()
+                from elasticgrid_provider.plugins.app import create_app
+
+                self._app = create_app()
             return self._app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
