@@ -103,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         default=PROJECT / ".demo",
         help="where the demo keeps Airflow, jobs and logs (default: .demo)",
     )
-    demo = parser.parse_args(argv).home.resolve()
+    parser.add_argument(
+        "--steps", type=int, default=60, help="the training job's total steps (default: 60)"
+    )
+    arguments = parser.parse_args(argv)
+    demo = arguments.home.resolve()
     jobs_root = demo / "jobs"
     for folder in (demo / "airflow", jobs_root, demo / "logs"):
         folder.mkdir(parents=True, exist_ok=True)
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     status = airflow(
-        ["dags", "test", "elastic_training", "--conf", json.dumps({"job_name": job})],
+        ["dags", "test", "elastic_training", "--conf", json.dumps({"job_name": job, "steps": arguments.steps})],
         environment,
         dag_log,
     )

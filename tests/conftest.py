@@ -61,18 +61,26 @@ CACHE_FOLDERS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache"
 
 
 def tree_entries(root: Path) -> frozenset[str]:
-    """Every file and folder under ``root`` (relative paths), caches and virtualenvs left out."""
+    """Every file and folder under ``root`` (relative paths), caches and virtualenvs left out.
+
+    Run twice per test, so it stays on plain strings and ``os.scandir``.
+    """
     entries: set[str] = set()
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = [
-            name
-            for name in subfolders
-            if name not in CACHE_FOLDERS
-            and not name.endswith(".egg-info")
-            and not (Path(folder) / name / "pyvenv.cfg").exists()
-        ]
-        relative = Path(folder).relative_to(root)
-        entries.update(str(relative / name) for name in (*subfolders, *files))
+    folders = [(str(root), "")]
+    while folders:
+        folder, relative = folders.pop()
+        with os.scandir(folder) as scan:
+            for entry in scan:
+                name = f"{relative}{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if (
+                        entry.name in CACHE_FOLDERS
+                        or entry.name.endswith(".egg-info")
+                        or os.path.exists(os.path.join(entry.path, "pyvenv.cfg"))
+                    ):
+                        continue
+                    folders.append((entry.path, f"{name}/"))
+                entries.add(name)
     return frozenset(entries)
 
 

@@ -49,8 +49,8 @@ with DAG(dag_id="scale_check_cooldown", schedule=None, catchup=False):
     check(min_nodes=1, max_nodes=8, min_samples=3, cooldown_s=3600, timeout=4, soft_fail=True)
 
 with DAG(dag_id="scale_check_patient", schedule=None, catchup=False):
-    # never decides (min_samples is out of reach): every check reads and holds
-    check(min_samples=1000, timeout=1, soft_fail=True)
+    # never decides (min_samples is out of reach): one check per run, which reads and holds
+    check(min_samples=1000, timeout=0, soft_fail=True)
 
 with DAG(dag_id="scale_check_deferrable", schedule=None, catchup=False):
     # below MIN_DEFERRAL_S: checks in the worker instead of deferring
@@ -101,7 +101,7 @@ with DAG(dag_id="scale_check_handed_in", schedule=None, catchup=False):
         min_nodes=1,
         max_nodes=8,
         cooldown_s=3600,
-        timeout=2,
+        timeout=0,  # one check per run: the handed-in samples are all there at once
         soft_fail=True,
         samples="{{ dag_run.conf['samples'] | tojson }}",
     )
