@@ -125,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     status = airflow(
-        ["dags", "test", "elastic_training", "--conf", json.dumps({"job_name": job, "steps": arguments.steps})],
+        [
+            "dags",
+            "test",
+            "elastic_training",
+            "--conf",
+            json.dumps({"job_name": job, "steps": arguments.steps}),
+        ],
         environment,
         dag_log,
     )

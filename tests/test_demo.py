@@ -15,7 +15,14 @@ pytestmark = pytest.mark.airflow
 
 def test_the_demo_scales_a_real_job_up_and_the_queue_fraction_drops(tmp_path):
     demo = subprocess.run(
-        [sys.executable, str(TESTS.parent / "scripts" / "demo.py"), "--home", str(tmp_path), "--steps", "30"],
+        [
+            sys.executable,
+            str(TESTS.parent / "scripts" / "demo.py"),
+            "--home",
+            str(tmp_path),
+            "--steps",
+            "30",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
