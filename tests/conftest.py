@@ -2,13 +2,14 @@
 
 The environment is set here, before anything imports Airflow, so no test ever
 touches the developer's own ``AIRFLOW_HOME`` or iroh-tinker job folder. The
-database is migrated once per session, and only when a test asks for it.
+database is migrated once per run, and only when a test asks for it.
 
-``make test`` runs the suite on two pytest-xdist workers. Each worker imports
+``make test`` runs the suite on pytest-xdist workers. Each worker imports
 this module itself, so each has its own session folder: its own Airflow home
-and SQLite metadata DB, iroh-tinker home, Fernet key and session marker
+and SQLite metadata DB (a copy of one migrated template), iroh-tinker home,
+Fernet key and session marker
 (``ELASTICGRID_TEST_SESSION``, inherited by every process it starts, so
-:func:`tests.job_processes.job_ranks` never counts the other worker's ranks
+:func:`tests.job_processes.job_ranks` never counts another worker's ranks
 of a job with the same name). Every test's jobs live under its own
 ``tmp_path``; servers bind port 0. So any test may run on any worker, next to
 any other.
@@ -24,6 +25,7 @@ session's temporary folder instead of ``.hypothesis``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -37,6 +39,12 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 SESSION_HOME = Path(tempfile.mkdtemp(prefix="elasticgrid-tests-"))
+# the folder of the one migrated metadata DB that every worker of the run copies: set by the
+# first process (the xdist controller, or pytest alone), inherited by the workers it starts
+TEMPLATE_DB_HOME = Path(
+    os.environ.setdefault("ELASTICGRID_TEST_TEMPLATE_DB", str(SESSION_HOME / "template-db"))
+)
+
 
 os.environ.update(
     {
@@ -123,12 +131,39 @@ def airflow_command() -> list[str]:
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
-    """Migrate the session's SQLite metadata DB once; returns the Airflow home."""
-    result = subprocess.run(
-        [*airflow_command(), "db", "migrate"], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return Path(os.environ["AIRFLOW_HOME"])
+    """The session's SQLite metadata DB, migrated; returns the Airflow home.
+
+    ``airflow db migrate`` runs once per ``pytest`` run, in the first worker
+    that needs it, into a template DB (a file lock makes the other workers
+    wait for it); each worker copies the template into its own Airflow home
+    with SQLite's backup API, which is safe even if this process already
+    opened its (empty) DB.
+    """
+    import fcntl
+    import sqlite3
+
+    home = Path(os.environ["AIRFLOW_HOME"])
+    template = TEMPLATE_DB_HOME / "airflow.db"
+    TEMPLATE_DB_HOME.mkdir(parents=True, exist_ok=True)
+    with (TEMPLATE_DB_HOME / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template.exists():
+            result = subprocess.run(
+                [*airflow_command(), "db", "migrate"],
+                env={**os.environ, "AIRFLOW_HOME": str(TEMPLATE_DB_HOME / "building")},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert result.returncode == 0, result.stdout + result.stderr
+            (TEMPLATE_DB_HOME / "building" / "airflow.db").rename(template)
+    home.mkdir(parents=True, exist_ok=True)
+    with (
+        contextlib.closing(sqlite3.connect(template)) as source,
+        contextlib.closing(sqlite3.connect(home / "airflow.db")) as target,
+    ):
+        source.backup(target)
+    return home
 
 
 @pytest.fixture
