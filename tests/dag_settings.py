@@ -43,6 +43,9 @@ FAILING_RUN = (
     f"{sys.executable} -c \"import sys; print('loading shard 7'); "
     "print('boom: corrupt batch'); sys.exit(3)\""
 )
+# for launches of jobs that start fine: the launch confirms their ranks after 1 s instead of
+# the default 3 s (the tests of the grace itself keep the default or set a longer one)
+QUICK_START = {"startup_grace_s": 1}
 # a real job whose step log the test writes itself
 SLEEPING_RUN = f'{sys.executable} -c "import time; time.sleep(600)"'
 # a job whose "cloud" part fails (after the launch was confirmed) while its "onprem" part

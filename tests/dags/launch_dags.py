@@ -13,6 +13,7 @@ from tests.dag_settings import (
     NODES,
     ONE_FAILING_PROVIDER,
     QUEUE_BOUND_RUN,
+    QUICK_START,
     SLEEPING_RUN,
     TRAIN_RUN,
     TWO_LOCAL_PROVIDERS,
@@ -47,10 +48,16 @@ launch_dag(
 launch_dag("launch_failing_job", TWO_LOCAL_PROVIDERS, FAILING_RUN, wait_for_completion=True)
 launch_dag("launch_failing_job_no_wait", TWO_LOCAL_PROVIDERS, FAILING_RUN)
 launch_dag("launch_provider_fails", ONE_FAILING_PROVIDER, TRAIN_RUN)
-launch_dag("launch_queue_bound", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN)
-launch_dag("launch_sleeping", TWO_LOCAL_PROVIDERS, SLEEPING_RUN)
+launch_dag("launch_queue_bound", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN, **QUICK_START)
+launch_dag("launch_sleeping", TWO_LOCAL_PROVIDERS, SLEEPING_RUN, **QUICK_START)
 launch_dag("launch_half_failing", TWO_LOCAL_PROVIDERS, HALF_FAILING_RUN)
-launch_dag("launch_queue_bound_two_procs", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN, procs_per_node=2)
+launch_dag(
+    "launch_queue_bound_two_procs",
+    TWO_LOCAL_PROVIDERS,
+    QUEUE_BOUND_RUN,
+    procs_per_node=2,
+    **QUICK_START,
+)
 launch_dag(
     "launch_late_failing_job", TWO_LOCAL_PROVIDERS, LATE_FAILING_RUN, wait_for_completion=True
 )
@@ -82,4 +89,5 @@ launch_dag(
     SLEEPING_RUN,
     envs={"TRAINING_DATA_URL": "{{ dag_run.conf.get('data_url', 'https://data.example/v1') }}"},
     setup="{{ dag_run.conf.get('setup', 'true') }}",
+    **QUICK_START,
 )

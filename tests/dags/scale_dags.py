@@ -14,7 +14,7 @@ from airflow.sdk import DAG, AsyncCallback, DeadlineAlert, DeadlineReference
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
-from tests.dag_settings import JOB, QUEUE_BOUND_RUN
+from tests.dag_settings import JOB, QUEUE_BOUND_RUN, QUICK_START
 from tests.dag_settings import TWO_LOCAL_PROVIDERS as GRID
 
 FIXED_DEADLINE = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -36,6 +36,7 @@ with DAG(dag_id="scale_up_then_resize", schedule=None, catchup=False):
         run=QUEUE_BOUND_RUN,
         placement=plan.output,
         recovery={"mode": "none"},
+        **QUICK_START,
     )
     scale_check >> plan >> resize
 
@@ -70,6 +71,7 @@ with DAG(dag_id="scale_check_concurrent", schedule=None, catchup=False, max_acti
         run=QUEUE_BOUND_RUN,
         placement=plan.output,
         recovery={"mode": "none"},
+        **QUICK_START,
     )
     scale_check >> plan >> resize
 
