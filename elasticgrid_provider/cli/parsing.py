@@ -2,10 +2,8 @@
 
 Rules:
 
-* Every command is a :class:`Command` (name, help, the ``add_<command>_arguments``
-  here that adds its options, the function that runs it);
-  :data:`elasticgrid_provider.cli.COMMANDS` registers them and :func:`build_parser`
-  turns that list into the parser.
+* Every command is a :class:`Command`; :data:`elasticgrid_provider.cli.COMMANDS`
+  lists them and :func:`build_parser` turns that list into the parser.
 * ``--json`` is accepted before or after the command (sub-parsers add it with
   ``SUPPRESS``, so one given before the command survives).
 * A bad command line raises :class:`UsageError` (one line, exit status 2), not
@@ -14,13 +12,10 @@ Rules:
   ranges, so a message names the flag typed.
 * A file is read whole as UTF-8; every problem (missing, a directory, not UTF-8,
   bad JSON, a bad field) is one :class:`ElasticGridError` sentence naming the file
-  and the line or entry. A providers file is a JSON list of providers or
-  ``{"providers": [...]}`` (default: the built-in grid of SPEC 4.5). A samples
-  file is a JSON list of samples or JSON Lines (blank lines ignored), as the step
-  reporter writes it; a sample's ``time`` (when the step ended) drives the clock
-  and the scheduler's arrival rates. A state file is a scale-state Variable's
-  JSON (``ScaleState.to_dict()``), bare or as Airflow exports it: an object with
-  one key whose value is the state (or the state as a JSON string).
+  and the line or entry. A providers file is a JSON list or ``{"providers": [...]}``
+  (default: the built-in grid); a samples file a JSON list or JSON Lines (blank
+  lines ignored), as the step reporter writes it; a state file a scale state's JSON,
+  bare or as Airflow exports it (one key whose value is the state or its JSON string).
 """
 
 from __future__ import annotations
@@ -101,7 +96,6 @@ def option_flag(name: str) -> str:
 
 
 def _add_json(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    # Sub-commands must not reset a --json given before the command: SUPPRESS keeps it.
     parser.add_argument(
         "--json",
         action="store_true",
@@ -213,6 +207,7 @@ SCHEDULER_FLAGS = {
 }
 """Each of those parameters with the flag that sets it."""
 
+_NEEDS_DEADLINE = "(needs --deadline-in)"
 SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
     ("nodes", int, 1, "N", "current size (default: the newest sample's nodes)"),
     ("window_size", int, 1, "W", f"samples the window keeps (default {DEFAULT_WINDOW_SIZE})"),
@@ -232,23 +227,10 @@ SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
         "a deadline S seconds after the decision time (with --timeline: after the newest "
         "sample's time)",
     ),
-    (
-        "remaining_steps",
-        float,
-        0.0,
-        "R",
-        "steps left after the newest sample (needs --deadline-in)",
-    ),
-    (
-        "remaining_tokens",
-        float,
-        0.0,
-        "R",
-        "tokens left after the newest sample (needs --deadline-in)",
-    ),
+    ("remaining_steps", float, 0.0, "R", f"steps left after the newest sample {_NEEDS_DEADLINE}"),
+    ("remaining_tokens", float, 0.0, "R", f"tokens left after the newest sample {_NEEDS_DEADLINE}"),
 )
-"""The decision inputs of ``simulate --samples``: name, type, least value (None: any),
-metavar and help; the two ``remaining_`` ones exclude each other."""
+"""``simulate --samples``'s inputs: name, type, least value (None: any), metavar, help."""
 
 
 SIMULATE_ONLY_FOR_SAMPLES = (

@@ -133,8 +133,7 @@ def plan_summary(planner: GridPlanner, placement: Placement) -> str:
         return "0 nodes: an empty placement, nothing to run"
     nodes = placement.total_nodes
     allowance = planner.spot_allowance(nodes)
-    # The policy is bent when the spot nodes the job must use, N - on-demand capacity (a
-    # whole number), exceed floor(fraction * N); the slack absorbs float error in the product.
+    # bent: the spot nodes the job must use exceed floor(fraction * N) (slack for float error)
     bent = nodes - planner.on_demand_capacity > planner.max_spot_fraction * nodes + 1e-9
     policy = f"max spot fraction {planner.max_spot_fraction:g}, prefer {planner.prefer}"
     line = (
@@ -305,10 +304,7 @@ def timeline_text(note: str, entries: Sequence[dict[str, Any]], final: int) -> s
 
 
 def replay_text(replay: dict[str, Any], record: DecisionRecord, replayed: ScaleDecision) -> str:
-    """``simulate --state``: the recorded inputs, both decisions, and whether they match.
-
-    ``replay`` is the command's JSON ``replay`` object (job, index, differences, ...).
-    """
+    """``simulate --state``: the inputs, both decisions and whether they match (JSON ``replay``)."""
     recorded = record.decision
     window = record.inputs.window
     lines = [

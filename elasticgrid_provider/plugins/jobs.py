@@ -1,14 +1,11 @@
 """What the "Scale decisions" pages show, built from the jobs' state Variables.
 
-:func:`read_scale_states` is the one reader: it loads every
-``elasticgrid_scale_state__<job>`` Variable through
-:meth:`ElasticGridHook.stored_scale_states` (on the API server) and checks it
-with :meth:`ScaleState.from_dict`; a state that does not load is listed with
-its error instead of breaking the page. :func:`job_view` turns one state into
-plain JSON (summary, signals against targets, conditions, recoveries,
-timeline, chart points), reading every decision field with ``.get`` so records
-from before a field existed (or with fields added since) still render. The
-JSON route serves it as it is; the HTML pages render it.
+:func:`read_scale_states` is the one reader (through
+:meth:`ElasticGridHook.stored_scale_states`, on the API server); a state that
+does not load as a :class:`ScaleState` is listed with its error instead of
+breaking the page. :func:`job_view` turns one state into the plain JSON that
+the JSON route serves and the HTML pages render; it reads every decision field
+with ``.get``, so records from before a field existed (or after) still render.
 """
 
 from __future__ import annotations
