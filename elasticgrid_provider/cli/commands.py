@@ -144,9 +144,6 @@ def run_schema(args: argparse.Namespace) -> Result:
     return Result(json.dumps(schema, indent=2), schema)
 
 
-# -- simulate ---------------------------------------------------------------------------
-
-
 def run_simulate(args: argparse.Namespace) -> Result:
     """``simulate``: one decision, a timeline of decisions, or a replay (``--state``)."""
     if args.state is not None:

@@ -109,9 +109,6 @@ def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kind", choices=SCHEMA_KINDS, help="the scale state or a decision record")
 
 
-# -- providers, plan, spec --------------------------------------------------------------
-
-
 def add_providers_arguments(parser: argparse.ArgumentParser) -> None:
     """``providers [--providers FILE]``."""
     parser.add_argument(
@@ -143,14 +140,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``plan`` options plus the job's name, command, processes and rendezvous."""
     add_plan_arguments(parser)
-    parser.add_argument(
-        "--name", default=DEFAULT_JOB_NAME, help=f"job name (default {DEFAULT_JOB_NAME})"
-    )
+    parser.add_argument("--name", default=DEFAULT_JOB_NAME, help="job name (default %(default)s)")
     parser.add_argument(
         "--run",
         default=DEFAULT_RUN,
         metavar="CMD",
-        help=f"command each rank runs (default {DEFAULT_RUN!r})",
+        help="command each rank runs (default %(default)r)",
     )
     parser.add_argument(
         "--procs-per-node", type=int, default=1, metavar="P", help="processes per node (default 1)"
@@ -162,8 +157,6 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         "per launch (default " + DEFAULT_RENDEZVOUS.format(name="NAME") + ")",
     )
 
-
-# -- simulate ---------------------------------------------------------------------------
 
 SIMULATE_DESCRIPTION = (
     "Decide once over the window of the samples (or after every sample with "
@@ -274,9 +267,6 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         scheduler.add_argument(
             SCHEDULER_FLAGS[field], dest=field, type=float, metavar="X", help=text + shown
         )
-
-
-# -- the files --------------------------------------------------------------------------
 
 
 def _read_text(path: str, what: str) -> str:

@@ -58,10 +58,7 @@ class Result:
 def emit(result: Result, want_json: bool) -> int:
     """Print ``result`` as JSON or text; return its exit status."""
     try:
-        if want_json:
-            print(json.dumps(result.data, indent=2, allow_nan=False))
-        else:
-            print(result.text)
+        print(json.dumps(result.data, indent=2, allow_nan=False) if want_json else result.text)
         sys.stdout.flush()
     except BrokenPipeError:  # `elasticgrid ... | head`: stop quietly
         with contextlib.suppress(OSError, ValueError):
@@ -258,7 +255,7 @@ def projection_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]:
         rows.append(("demand", f"{demand_text} against a capacity of {capacity} {loop}"))
     if p.get("remaining") is not None and p.get("current_finish_s") is not None:
         verdict = "meets" if p.get("meets_deadline") else "misses"
-        target = "-" if p.get("target_finish_s") is None else seconds_text(p["target_finish_s"])
+        target = seconds_text(p.get("target_finish_s"))
         rows.append(
             (
                 "projection",

@@ -82,9 +82,6 @@ def read_scale_states(job_name: str | None = None) -> list[StoredState]:
     return sorted((parse_state(key, value) for key, value in rows), key=lambda s: s.job_name)
 
 
-# -- one job's page --------------------------------------------------------------
-
-
 def _objects(items: Any) -> list[dict[str, Any]]:
     """The JSON objects of a list (a history, lost parts, holds); the rest is skipped."""
     return [item for item in items or () if isinstance(item, dict)]

@@ -18,11 +18,8 @@ from elasticgrid_provider.plugins.links import URL_PREFIX
 
 
 class LazyApp:
-    """An ASGI app that imports and builds the real FastAPI app on its first request.
-
-    Every Airflow component imports this module; only the API server ever
-    calls the app, so FastAPI and the routes are loaded there and only there.
-    """
+    """An ASGI app that builds the FastAPI app on its first request: every Airflow component
+    imports this module, but only the API server calls the app and so loads FastAPI."""
 
     def __init__(self) -> None:
         self._app: Any = None
