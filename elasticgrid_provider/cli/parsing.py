@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from elasticgrid_provider.cli.rendering import Result
 
 T = TypeVar("T")
-DEFAULT_JOB_NAME = "elasticgrid-job"
-DEFAULT_RUN = "python train.py"
 DEFAULT_RENDEZVOUS = "dir:/tmp/elasticgrid/{name}/rendezvous"
 """``spec`` previews a launch; a real launch needs a fresh rendezvous each time."""
 
@@ -73,15 +71,20 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
         "2 a user error (one line, never a traceback).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    _add_json(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in commands:
         sub = subparsers.add_parser(
             command.name, help=command.help, description=command.description
         )
         command.add_arguments(sub)
-        _add_json(sub, top=False)
         sub.set_defaults(handler=command.run)
+    for each in (parser, *subparsers.choices.values()):  # a sub-command keeps an earlier --json
+        each.add_argument(
+            "--json",
+            action="store_true",
+            default=False if each is parser else argparse.SUPPRESS,
+            help="print JSON instead of text (also accepted before the command)",
+        )
     return parser
 
 
@@ -93,15 +96,6 @@ def given(args: argparse.Namespace, name: str) -> bool:
 def option_flag(name: str) -> str:
     """The option that sets ``name``: ``--window-size`` for ``window_size``."""
     return "--" + name.replace("_", "-")
-
-
-def _add_json(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        default=False if top else argparse.SUPPRESS,
-        help="print JSON instead of text (also accepted before the command)",
-    )
 
 
 def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,10 +134,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``plan`` options plus the job's name, command, processes and rendezvous."""
     add_plan_arguments(parser)
-    parser.add_argument("--name", default=DEFAULT_JOB_NAME, help="job name (default %(default)s)")
+    parser.add_argument("--name", default="elasticgrid-job", help="job name (default %(default)s)")
     parser.add_argument(
         "--run",
-        default=DEFAULT_RUN,
+        default="python train.py",
         metavar="CMD",
         help="command each rank runs (default %(default)r)",
     )

@@ -65,13 +65,12 @@ def parse_state(variable_key: str, text: str | None) -> StoredState:
         data = json.loads(text or "")
     except ValueError as exc:
         return StoredState(job_name, variable_key, None, f"the state is not valid JSON ({exc})")
+    error = None
     try:
         ScaleState.from_dict(data)
     except ElasticGridError as exc:
-        return StoredState(
-            job_name, variable_key, data if isinstance(data, dict) else None, str(exc)
-        )
-    return StoredState(job_name, variable_key, data)
+        error = str(exc)
+    return StoredState(job_name, variable_key, data if isinstance(data, dict) else None, error)
 
 
 def read_scale_states(job_name: str | None = None) -> list[StoredState]:

@@ -1,10 +1,9 @@
 """The Airflow plugin: the mounted app, the Browse menu entry and the task-instance tab.
 
-Shipped through the ``airflow.plugins`` entry point (always loaded; the
-provider-info ``plugins`` key alone loads nothing with lazy provider
-discovery, SPEC 6.4). Both views open the plugin's pages in the UI's
-same-origin iframe (``url_route``); every page is server-rendered HTML
-without scripts.
+Shipped through the ``airflow.plugins`` entry point (always loaded; with lazy provider
+discovery the provider-info ``plugins`` key alone loads nothing, SPEC 6.4). Both views
+open the plugin's script-free, server-rendered pages in the UI's same-origin iframe
+(``url_route``).
 """
 
 from __future__ import annotations
