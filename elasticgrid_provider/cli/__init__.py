@@ -12,8 +12,7 @@ stderr (``{"error": "..."}`` on stdout with ``--json``), never a traceback.
 
 JSON output (``--json``), keeping 0.1.0's keys:
 
-* ``providers``: ``{"providers": [Provider.to_dict(), ...]}``;
-  ``plan``: ``Placement.to_dict()``;
+* ``providers``: ``{"providers": [Provider.to_dict(), ...]}``; ``plan``: ``Placement.to_dict()``;
 * ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
   "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
 * ``simulate``: ``{"window", "decision"}``: the window's signals plus ``size``,

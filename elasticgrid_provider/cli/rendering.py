@@ -1,9 +1,8 @@
 """What the ``elasticgrid`` command prints: text tables and blocks, JSON, errors.
 
-Pure presentation: a command builds a :class:`Result` with its text and its
-JSON-ready data, and :func:`emit` prints one of them. A decision on one line is
-:func:`~elasticgrid_provider.core.formatting.decision_summary`, as in the task log
-and the UI; numbers, durations, times, rules and holds also go through
+Pure presentation: a command builds a :class:`Result` with its text and its JSON-ready
+data, and :func:`emit` prints one of them. Decisions (one line: ``decision_summary``, as
+in the task log and the UI), numbers, durations, times, rules and holds go through
 :mod:`~elasticgrid_provider.core.formatting`. Tables are aligned columns; key/value
 blocks share one key width so they line up. An error is one line, exit status 2.
 """

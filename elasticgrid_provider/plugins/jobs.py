@@ -417,7 +417,6 @@ def find_task_decision(
     for stored in states:
         history = stored.history
         for position in reversed(range(len(history))):
-            context = _context(history[position])
-            if all(context.get(key) == value for key, value in wanted.items()):
+            if all(_context(history[position]).get(k) == v for k, v in wanted.items()):
                 return stored, position
     return None

@@ -35,8 +35,7 @@ class LazyApp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Serve one ASGI call with the built app."""
-        app = self._app if self._app is not None else self.build()
-        await app(scope, receive, send)
+        await (self._app or self.build())(scope, receive, send)
 
 
 class ElasticGridPlugin(AirflowPlugin):
