@@ -1,9 +1,7 @@
 """elasticgrid: an Airflow provider for elastic, cross-cloud training on iroh-tinker.
 
-Import the operators from :mod:`elasticgrid_provider.operators`, the sensor
-from :mod:`elasticgrid_provider.sensors`, the pure domain from
-:mod:`elasticgrid_provider.core`. Nothing is imported here, so that Airflow's
-provider discovery stays cheap.
+Import the operators from :mod:`.operators`, the sensor from :mod:`.sensors` and the
+pure domain from :mod:`.core`; nothing is imported here, so provider discovery stays cheap.
 """
 
 __version__ = "0.2.0"

@@ -1,20 +1,8 @@
 """The ``elasticgrid`` command: the grid, placements, launch parts and scale decisions.
 
-Synopsis::
-
-    elasticgrid [--json] providers [--providers FILE]
-    elasticgrid [--json] plan --nodes N [--providers FILE] [--max-spot-fraction F]
-                              [--prefer cost|balance]
-    elasticgrid [--json] spec --nodes N [--name NAME] [--run CMD] [--providers FILE]
-                              [--max-spot-fraction F] [--prefer cost|balance]
-                              [--procs-per-node P] [--rendezvous URI]
-    elasticgrid [--json] simulate --samples FILE [--nodes N] [--window-size W]
-                              [--now T] [--deadline-in S]
-                              [--remaining-steps R | --remaining-tokens R]
-                              [scheduler options] [--timeline]
-    elasticgrid [--json] simulate --state FILE [--decision I]
-    elasticgrid schema state|decision
-    elasticgrid --version
+Commands (``--help`` lists the options; the README gives the synopsis): ``providers``,
+``plan --nodes N``, ``spec --nodes N``, ``simulate --samples FILE [--timeline]``,
+``simulate --state FILE [--decision I]``, ``schema state|decision``; ``--version``.
 
 ``--json`` is accepted before or after the command. Exit status: 0 on success; 1
 when ``simulate --state`` replays a decision that differs from the recorded one; 2 on
@@ -24,8 +12,7 @@ stderr (``{"error": "..."}`` on stdout with ``--json``), never a traceback.
 
 JSON output (``--json``), keeping 0.1.0's keys:
 
-* ``providers``: ``{"providers": [Provider.to_dict(), ...]}``;
-  ``plan``: ``Placement.to_dict()``;
+* ``providers``: ``{"providers": [Provider.to_dict(), ...]}``; ``plan``: ``Placement.to_dict()``;
 * ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
   "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
 * ``simulate``: ``{"window", "decision"}``: the window's signals plus ``size``,
@@ -38,10 +25,10 @@ JSON output (``--json``), keeping 0.1.0's keys:
   ``older_policy`` says the record predates the restart-aware policy's inputs.
 
 The package: :mod:`~elasticgrid_provider.cli.parsing` (argparse; the input files),
-:mod:`~elasticgrid_provider.cli.commands` (run a command, return a ``Result``; the clock
-and the replay of ``simulate``) and :mod:`~elasticgrid_provider.cli.rendering` (text,
-JSON, errors). To add a command: an ``add_<name>_arguments`` in ``parsing``, a
-``run_<name>`` in ``commands``, and one :class:`Command` in :data:`COMMANDS`.
+:mod:`~elasticgrid_provider.cli.commands` (run a command, return a ``Result``) and
+:mod:`~elasticgrid_provider.cli.rendering` (text, JSON, errors). To add a command: an
+``add_<name>_arguments`` in ``parsing``, a ``run_<name>`` in ``commands``, and one
+:class:`Command` in :data:`COMMANDS`.
 """
 
 from __future__ import annotations

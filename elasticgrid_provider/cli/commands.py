@@ -1,9 +1,9 @@
 """The ``elasticgrid`` commands: read the inputs, let the pure core compute, build a Result.
 
 A command returns a :class:`~elasticgrid_provider.cli.rendering.Result` (its text and
-its JSON data, 0.1.0's keys); it never prints or formats text itself. Bad input is the
-core's one-sentence :class:`ElasticGridError`; options are checked before any file is
-read, naming the flag typed (``--cooldown``, not ``cooldown_s``).
+its JSON data, 0.1.0's keys) and never prints. Bad input is the core's one-sentence
+:class:`ElasticGridError`; options are checked before any file is read, naming the flag
+typed (``--cooldown``, not ``cooldown_s``).
 
 The clock of ``simulate`` is deterministic (no wall clock is read):
 
@@ -12,21 +12,20 @@ The clock of ``simulate`` is deterministic (no wall clock is read):
 * a single decision is made at ``--now`` (default: the newest sample's time),
   observing all samples at once at ``--nodes`` (default: the newest sample's);
 * ``--timeline`` runs the sensor's transition (:meth:`ScaleState.advance`) once per
-  sample, in file order, at its time, so it keeps the sensor's window rules (only
-  samples at the current size enter, a resize starts a fresh window) and carries the
-  cooldown, the capacity memory and the recent recommendations. The size starts at
-  ``--nodes`` (default: the first sample's), becomes each scale decision's target, and
-  follows the samples when their ``nodes`` changes;
+  sample, in file order, at its time: the sensor's window rules, cooldown, capacity
+  memory and recent recommendations. The size starts at ``--nodes`` (default: the
+  first sample's), becomes each scale decision's target, and follows the samples
+  when their ``nodes`` changes;
 * ``--deadline-in S``: S seconds after the single decision's time, or after the newest
   sample's time for every decision of a timeline;
 * ``--remaining-steps`` / ``--remaining-tokens``: the work left after the newest sample;
   a timeline's earlier decisions add the samples still to come (a step each, their tokens).
 
-``simulate --state`` replays history entry ``--decision`` (default: the newest that
-holds a policy decision; the end of the job and a recovery hold none) from its recorded
-inputs and compares :data:`REPLAY_FIELDS`: exit 0 when all agree, 1 when any differs. A
-record whose inputs lack ``capacity`` and ``recent`` (a version 1 state) was made by an
-older policy, and the output says so.
+``simulate --state`` replays history entry ``--decision`` (default: the newest policy
+decision; the end of the job and a recovery are none) from its recorded inputs and
+compares :data:`REPLAY_FIELDS`: exit 0 when all agree, 1 when any differs. A record
+whose inputs lack ``capacity`` and ``recent`` (a version 1 state) came from an older
+policy, and the output says so.
 """
 
 from __future__ import annotations
@@ -145,9 +144,6 @@ def run_schema(args: argparse.Namespace) -> Result:
     return Result(json.dumps(schema, indent=2), schema)
 
 
-# -- simulate ---------------------------------------------------------------------------
-
-
 def run_simulate(args: argparse.Namespace) -> Result:
     """``simulate``: one decision, a timeline of decisions, or a replay (``--state``)."""
     if args.state is not None:
@@ -186,10 +182,6 @@ def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
         raise ElasticGridError(message) from None
 
 
-def _window_size(args: argparse.Namespace) -> int:
-    return DEFAULT_WINDOW_SIZE if args.window_size is None else int(args.window_size)
-
-
 def _single(
     args: argparse.Namespace, scheduler: ElasticScheduler, samples: tuple[StepSample, ...]
 ) -> Result:
@@ -200,7 +192,7 @@ def _single(
         samples,
         current,
         now,
-        window_size=_window_size(args),
+        window_size=args.window_size or DEFAULT_WINDOW_SIZE,
         deadline_at=None if args.deadline_in is None else now + args.deadline_in,
         remaining_steps=args.remaining_steps,
         remaining_tokens=args.remaining_tokens,
@@ -236,7 +228,7 @@ def _timeline(
             [sample],
             current,
             now,
-            window_size=_window_size(args),
+            window_size=args.window_size or DEFAULT_WINDOW_SIZE,
             deadline_at=deadline_at,
             remaining_steps=None
             if args.remaining_steps is None
@@ -308,8 +300,7 @@ def _replay(args: argparse.Namespace) -> Result:
         raise ElasticGridError(f"{where} {skipped[index]}")
     record = from_dict(DecisionRecord.from_dict, history[index], where)
     replayed = from_dict(DecisionRecord.replay, record, where)
-    recorded = record.decision
-    before, after = recorded.to_dict(), replayed.to_dict()
+    before, after = record.decision.to_dict(), replayed.to_dict()
     differences = [name for name in REPLAY_FIELDS if before[name] != after[name]]
     window = record.inputs.window
     replay = {

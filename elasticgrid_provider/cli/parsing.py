@@ -2,10 +2,8 @@
 
 Rules:
 
-* Every command is a :class:`Command` (name, help, the ``add_<command>_arguments``
-  here that adds its options, the function that runs it);
-  :data:`elasticgrid_provider.cli.COMMANDS` registers them and :func:`build_parser`
-  turns that list into the parser.
+* Every command is a :class:`Command`; :data:`elasticgrid_provider.cli.COMMANDS`
+  lists them and :func:`build_parser` turns that list into the parser.
 * ``--json`` is accepted before or after the command (sub-parsers add it with
   ``SUPPRESS``, so one given before the command survives).
 * A bad command line raises :class:`UsageError` (one line, exit status 2), not
@@ -14,13 +12,10 @@ Rules:
   ranges, so a message names the flag typed.
 * A file is read whole as UTF-8; every problem (missing, a directory, not UTF-8,
   bad JSON, a bad field) is one :class:`ElasticGridError` sentence naming the file
-  and the line or entry. A providers file is a JSON list of providers or
-  ``{"providers": [...]}`` (default: the built-in grid of SPEC 4.5). A samples
-  file is a JSON list of samples or JSON Lines (blank lines ignored), as the step
-  reporter writes it; a sample's ``time`` (when the step ended) drives the clock
-  and the scheduler's arrival rates. A state file is a scale-state Variable's
-  JSON (``ScaleState.to_dict()``), bare or as Airflow exports it: an object with
-  one key whose value is the state (or the state as a JSON string).
+  and the line or entry. A providers file is a JSON list or ``{"providers": [...]}``
+  (default: the built-in grid); a samples file a JSON list or JSON Lines (blank
+  lines ignored), as the step reporter writes it; a state file a scale state's JSON,
+  bare or as Airflow exports it (one key whose value is the state or its JSON string).
 """
 
 from __future__ import annotations
@@ -45,8 +40,6 @@ if TYPE_CHECKING:
     from elasticgrid_provider.cli.rendering import Result
 
 T = TypeVar("T")
-DEFAULT_JOB_NAME = "elasticgrid-job"
-DEFAULT_RUN = "python train.py"
 DEFAULT_RENDEZVOUS = "dir:/tmp/elasticgrid/{name}/rendezvous"
 """``spec`` previews a launch; a real launch needs a fresh rendezvous each time."""
 
@@ -78,15 +71,20 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
         "2 a user error (one line, never a traceback).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    _add_json(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in commands:
         sub = subparsers.add_parser(
             command.name, help=command.help, description=command.description
         )
         command.add_arguments(sub)
-        _add_json(sub, top=False)
         sub.set_defaults(handler=command.run)
+    for each in (parser, *subparsers.choices.values()):  # a sub-command keeps an earlier --json
+        each.add_argument(
+            "--json",
+            action="store_true",
+            default=False if each is parser else argparse.SUPPRESS,
+            help="print JSON instead of text (also accepted before the command)",
+        )
     return parser
 
 
@@ -100,22 +98,9 @@ def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _add_json(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    # Sub-commands must not reset a --json given before the command: SUPPRESS keeps it.
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        default=False if top else argparse.SUPPRESS,
-        help="print JSON instead of text (also accepted before the command)",
-    )
-
-
 def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
     """``schema state|decision``."""
     parser.add_argument("kind", choices=SCHEMA_KINDS, help="the scale state or a decision record")
-
-
-# -- providers, plan, spec --------------------------------------------------------------
 
 
 def add_providers_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,14 +134,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``plan`` options plus the job's name, command, processes and rendezvous."""
     add_plan_arguments(parser)
-    parser.add_argument(
-        "--name", default=DEFAULT_JOB_NAME, help=f"job name (default {DEFAULT_JOB_NAME})"
-    )
+    parser.add_argument("--name", default="elasticgrid-job", help="job name (default %(default)s)")
     parser.add_argument(
         "--run",
-        default=DEFAULT_RUN,
+        default="python train.py",
         metavar="CMD",
-        help=f"command each rank runs (default {DEFAULT_RUN!r})",
+        help="command each rank runs (default %(default)r)",
     )
     parser.add_argument(
         "--procs-per-node", type=int, default=1, metavar="P", help="processes per node (default 1)"
@@ -168,8 +151,6 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         "per launch (default " + DEFAULT_RENDEZVOUS.format(name="NAME") + ")",
     )
 
-
-# -- simulate ---------------------------------------------------------------------------
 
 SIMULATE_DESCRIPTION = (
     "Decide once over the window of the samples (or after every sample with "
@@ -213,6 +194,7 @@ SCHEDULER_FLAGS = {
 }
 """Each of those parameters with the flag that sets it."""
 
+_NEEDS_DEADLINE = "(needs --deadline-in)"
 SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
     ("nodes", int, 1, "N", "current size (default: the newest sample's nodes)"),
     ("window_size", int, 1, "W", f"samples the window keeps (default {DEFAULT_WINDOW_SIZE})"),
@@ -232,23 +214,10 @@ SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
         "a deadline S seconds after the decision time (with --timeline: after the newest "
         "sample's time)",
     ),
-    (
-        "remaining_steps",
-        float,
-        0.0,
-        "R",
-        "steps left after the newest sample (needs --deadline-in)",
-    ),
-    (
-        "remaining_tokens",
-        float,
-        0.0,
-        "R",
-        "tokens left after the newest sample (needs --deadline-in)",
-    ),
+    ("remaining_steps", float, 0.0, "R", f"steps left after the newest sample {_NEEDS_DEADLINE}"),
+    ("remaining_tokens", float, 0.0, "R", f"tokens left after the newest sample {_NEEDS_DEADLINE}"),
 )
-"""The decision inputs of ``simulate --samples``: name, type, least value (None: any),
-metavar and help; the two ``remaining_`` ones exclude each other."""
+"""``simulate --samples``'s inputs: name, type, least value (None: any), metavar, help."""
 
 
 SIMULATE_ONLY_FOR_SAMPLES = (
@@ -292,9 +261,6 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         scheduler.add_argument(
             SCHEDULER_FLAGS[field], dest=field, type=float, metavar="X", help=text + shown
         )
-
-
-# -- the files --------------------------------------------------------------------------
 
 
 def _read_text(path: str, what: str) -> str:

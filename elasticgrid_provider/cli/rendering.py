@@ -1,9 +1,8 @@
 """What the ``elasticgrid`` command prints: text tables and blocks, JSON, errors.
 
-Pure presentation: a command builds a :class:`Result` with its text and its
-JSON-ready data, and :func:`emit` prints one of them. A decision on one line is
-:func:`~elasticgrid_provider.core.formatting.decision_summary`, as in the task log
-and the UI; numbers, durations, times, rules and holds also go through
+Pure presentation: a command builds a :class:`Result` with its text and its JSON-ready
+data, and :func:`emit` prints one of them. Decisions (one line: ``decision_summary``, as
+in the task log and the UI), numbers, durations, times, rules and holds go through
 :mod:`~elasticgrid_provider.core.formatting`. Tables are aligned columns; key/value
 blocks share one key width so they line up. An error is one line, exit status 2.
 """
@@ -58,10 +57,7 @@ class Result:
 def emit(result: Result, want_json: bool) -> int:
     """Print ``result`` as JSON or text; return its exit status."""
     try:
-        if want_json:
-            print(json.dumps(result.data, indent=2, allow_nan=False))
-        else:
-            print(result.text)
+        print(json.dumps(result.data, indent=2, allow_nan=False) if want_json else result.text)
         sys.stdout.flush()
     except BrokenPipeError:  # `elasticgrid ... | head`: stop quietly
         with contextlib.suppress(OSError, ValueError):
@@ -133,8 +129,7 @@ def plan_summary(planner: GridPlanner, placement: Placement) -> str:
         return "0 nodes: an empty placement, nothing to run"
     nodes = placement.total_nodes
     allowance = planner.spot_allowance(nodes)
-    # The policy is bent when the spot nodes the job must use, N - on-demand capacity (a
-    # whole number), exceed floor(fraction * N); the slack absorbs float error in the product.
+    # bent: the spot nodes the job must use exceed floor(fraction * N) (slack for float error)
     bent = nodes - planner.on_demand_capacity > planner.max_spot_fraction * nodes + 1e-9
     policy = f"max spot fraction {planner.max_spot_fraction:g}, prefer {planner.prefer}"
     line = (
@@ -259,7 +254,7 @@ def projection_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]:
         rows.append(("demand", f"{demand_text} against a capacity of {capacity} {loop}"))
     if p.get("remaining") is not None and p.get("current_finish_s") is not None:
         verdict = "meets" if p.get("meets_deadline") else "misses"
-        target = "-" if p.get("target_finish_s") is None else seconds_text(p["target_finish_s"])
+        target = seconds_text(p.get("target_finish_s"))
         rows.append(
             (
                 "projection",
@@ -305,10 +300,7 @@ def timeline_text(note: str, entries: Sequence[dict[str, Any]], final: int) -> s
 
 
 def replay_text(replay: dict[str, Any], record: DecisionRecord, replayed: ScaleDecision) -> str:
-    """``simulate --state``: the recorded inputs, both decisions, and whether they match.
-
-    ``replay`` is the command's JSON ``replay`` object (job, index, differences, ...).
-    """
+    """``simulate --state``: the inputs, both decisions and whether they match (JSON ``replay``)."""
     recorded = record.decision
     window = record.inputs.window
     lines = [

@@ -1,17 +1,16 @@
 """The plugin's FastAPI app, mounted at ``/elasticgrid`` on the API server.
 
-Imported only by :class:`~elasticgrid_provider.plugins.plugin.LazyApp` on the
-first request. Rules:
+Imported by :class:`~elasticgrid_provider.plugins.plugin.LazyApp` on the first request.
+Rules:
 
-* Airflow adds no authentication to plugin apps (SPEC 6.4): every route
-  depends on ``GetUserDep``, so no credentials answer 401 and a bad token 403.
-  The browser's ``_token`` cookie authenticates a logged-in user in the iframe.
-* A user sees a job only when the auth manager lets them read every DAG that
-  recorded its decisions (a job with none recorded yet: its state Variable);
-  otherwise the job answers 404, as if it did not exist, and the list leaves
-  it out. The task-instance tab also needs read access to that task's DAG.
+* Airflow adds no authentication to plugin apps (SPEC 6.4): every route depends on
+  ``GetUserDep`` (no credentials: 401, a bad token: 403); the browser's ``_token``
+  cookie authenticates a logged-in user in the iframe.
+* A user sees a job only when allowed to read every DAG that recorded its decisions
+  (none recorded yet: its state Variable); otherwise it answers 404, as if it did not
+  exist, and the list leaves it out. The task-instance tab also needs that task's DAG.
 * GET only; HTML pages carry a Content-Security-Policy without scripts, and
-  ``/api/jobs/<job>`` serves the page's data as JSON for scripts.
+  ``/api/jobs[/<job>]`` serves the same data as JSON for scripts.
 """
 
 from __future__ import annotations

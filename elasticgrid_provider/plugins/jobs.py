@@ -1,14 +1,11 @@
 """What the "Scale decisions" pages show, built from the jobs' state Variables.
 
-:func:`read_scale_states` is the one reader: it loads every
-``elasticgrid_scale_state__<job>`` Variable through
-:meth:`ElasticGridHook.stored_scale_states` (on the API server) and checks it
-with :meth:`ScaleState.from_dict`; a state that does not load is listed with
-its error instead of breaking the page. :func:`job_view` turns one state into
-plain JSON (summary, signals against targets, conditions, recoveries,
-timeline, chart points), reading every decision field with ``.get`` so records
-from before a field existed (or with fields added since) still render. The
-JSON route serves it as it is; the HTML pages render it.
+:func:`read_scale_states` is the one reader (through
+:meth:`ElasticGridHook.stored_scale_states`, on the API server); a state that
+does not load as a :class:`ScaleState` is listed with its error instead of
+breaking the page. :func:`job_view` turns one state into the plain JSON that
+the JSON route serves and the HTML pages render; it reads every decision field
+with ``.get``, so records from before a field existed (or after) still render.
 """
 
 from __future__ import annotations
@@ -68,13 +65,12 @@ def parse_state(variable_key: str, text: str | None) -> StoredState:
         data = json.loads(text or "")
     except ValueError as exc:
         return StoredState(job_name, variable_key, None, f"the state is not valid JSON ({exc})")
+    error = None
     try:
         ScaleState.from_dict(data)
     except ElasticGridError as exc:
-        return StoredState(
-            job_name, variable_key, data if isinstance(data, dict) else None, str(exc)
-        )
-    return StoredState(job_name, variable_key, data)
+        error = str(exc)
+    return StoredState(job_name, variable_key, data if isinstance(data, dict) else None, error)
 
 
 def read_scale_states(job_name: str | None = None) -> list[StoredState]:
@@ -83,9 +79,6 @@ def read_scale_states(job_name: str | None = None) -> list[StoredState]:
 
     rows = ElasticGridHook.stored_scale_states(job_name)
     return sorted((parse_state(key, value) for key, value in rows), key=lambda s: s.job_name)
-
-
-# -- one job's page --------------------------------------------------------------
 
 
 def _objects(items: Any) -> list[dict[str, Any]]:
@@ -424,7 +417,6 @@ def find_task_decision(
     for stored in states:
         history = stored.history
         for position in reversed(range(len(history))):
-            context = _context(history[position])
-            if all(context.get(key) == value for key, value in wanted.items()):
+            if all(_context(history[position]).get(k) == v for k, v in wanted.items()):
                 return stored, position
     return None

@@ -1,10 +1,9 @@
 """The extra link from a check or a launch to its job's "Scale decisions" page.
 
 Airflow runs :meth:`ScaleDecisionsLink.get_link` on the worker after each try
-(templates rendered) and stores the URL as an XCom; the API server only
-reads it. The URL points at the plugin's own page, which authenticates with
-the browser's Airflow session cookie. It is absolute when ``[api] base_url``
-is set (needed when Airflow is served under a sub-path), else root-relative.
+(templates rendered) and stores the URL as an XCom for the API server. The page
+authenticates with the browser's Airflow session cookie. The URL is absolute when
+``[api] base_url`` is set (Airflow served under a sub-path), else root-relative.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """HTML for the "Scale decisions" pages: escaped values, inline CSS and SVG, no scripts.
 
-The pages run in the Airflow UI's same-origin iframe with the viewer's API
-rights (SPEC 6.4), so every value goes through :func:`esc` (``html.escape``
-with quotes) on its way into the markup, attributes included; only the
-:class:`Markup` built here from escaped values goes in as it is. Nothing is
-loaded from elsewhere, and the app sends a Content-Security-Policy that
-forbids scripts. Links to Airflow's own pages open in the top window.
+The pages run in the Airflow UI's same-origin iframe with the viewer's API rights
+(SPEC 6.4), so every value, attributes included, goes through :func:`esc`
+(``html.escape`` with quotes); only :class:`Markup` built here from escaped values goes
+in as it is. Nothing is loaded from elsewhere, the app's Content-Security-Policy
+forbids scripts, and links to Airflow's own pages open in the top window.
 """
 
 from __future__ import annotations

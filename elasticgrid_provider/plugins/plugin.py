@@ -1,10 +1,9 @@
 """The Airflow plugin: the mounted app, the Browse menu entry and the task-instance tab.
 
-Shipped through the ``airflow.plugins`` entry point (always loaded; the
-provider-info ``plugins`` key alone loads nothing with lazy provider
-discovery, SPEC 6.4). Both views open the plugin's pages in the UI's
-same-origin iframe (``url_route``); every page is server-rendered HTML
-without scripts.
+Shipped through the ``airflow.plugins`` entry point (always loaded; with lazy provider
+discovery the provider-info ``plugins`` key alone loads nothing, SPEC 6.4). Both views
+open the plugin's script-free, server-rendered pages in the UI's same-origin iframe
+(``url_route``).
 """
 
 from __future__ import annotations
@@ -18,11 +17,8 @@ from elasticgrid_provider.plugins.links import URL_PREFIX
 
 
 class LazyApp:
-    """An ASGI app that imports and builds the real FastAPI app on its first request.
-
-    Every Airflow component imports this module; only the API server ever
-    calls the app, so FastAPI and the routes are loaded there and only there.
-    """
+    """An ASGI app that builds the FastAPI app on its first request: every Airflow component
+    imports this module, but only the API server calls the app and so loads FastAPI."""
 
     def __init__(self) -> None:
         self._app: Any = None
@@ -39,8 +35,7 @@ class LazyApp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Serve one ASGI call with the built app."""
-        app = self._app if self._app is not None else self.build()
-        await app(scope, receive, send)
+        await (self._app or self.build())(scope, receive, send)
 
 
 class ElasticGridPlugin(AirflowPlugin):
