@@ -1,19 +1,17 @@
 """LaunchOperator: run a placement as an iroh-tinker job, faithfully and once.
 
 A placement of ``a: 64, b: 36`` is launched as one iroh-tinker job part per
-provider share (SPEC 6.3), by a launcher child process that holds none of the
-task's descriptors, through :meth:`ElasticGridHook.launch`, which makes the
-task safe to retry: it attaches (starts nothing) when the job already runs
-this placement with the same ``run``, ``envs`` and ``setup``; otherwise it
-resizes in five steps and fails, naming what failed and recording the job
-down, when the new ranks are not up after ``startup_grace_s`` or a part fails
-to provision (stopping the parts and unrecorded ranks it started). A dead job
-is never reported as launched.
+provider share (SPEC 6.3) through :meth:`ElasticGridHook.launch`, which makes
+the task safe to retry: it attaches (starts nothing) when the job already runs
+this placement with the same ``run``, ``envs`` and ``setup``, else resizes.
+When a part fails to provision or the new ranks are not up after
+``startup_grace_s``, it stops what it started, records the job down and fails
+naming what failed: a dead job is never reported as launched.
 
 The job's identity and state go to XCom (key ``job``) right after the launch.
-With ``wait_for_completion`` the task then waits for the job to end, in the
-worker (polling) or, with ``deferrable``, in the triggerer; a failed job
-fails the task with the tail of the failing rank's log.
+With ``wait_for_completion`` the task then waits for the job to end, polling
+in the worker or, with ``deferrable``, in the triggerer; a failed job fails
+the task with the tail of the failing rank's log.
 
 ``on_kill`` stops only what this task started: the launch in progress, or
 the launch it confirmed. A job it attached to, or was still waiting (on the

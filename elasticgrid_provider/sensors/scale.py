@@ -3,30 +3,27 @@
 Each check (a poke, a reschedule, or a resume from the trigger) takes the
 job's lock (:meth:`ElasticGridHook.job_lock`), so two checks of one job never
 interleave: the second waits, then reads what the first wrote (its cooldown
-included) and holds. Airflow has no compare-and-set on Variables; the lock
-makes read-decide-write of the state one step. Under it the sensor asks the
-hook for the job, its lost parts, the state Variable and the step-log lines
-that arrived since the last check (it opens no file and reads no Variable
-itself) and hands them to the pure :class:`~elasticgrid_provider.core.check.ScaleCheck`,
-whose module docstring gives the rules: a job that cannot be checked (never
-launched here, confirmed down, failed) fails the sensor; one that lost
-capacity is recovered (re-plan and relaunch downstream, the safe resize path)
-or, past ``max_recoveries`` or out of capacity, stopped and failed; one that
-ended ends it (skipping the resize downstream); otherwise the deadline
-(:mod:`elasticgrid_provider.deadlines`) is resolved and the scheduler decides.
-``elasticgrid simulate --timeline`` and the policy benchmark run the same rules.
+included) and holds; the lock makes read-decide-write of the state one step
+(Airflow has no compare-and-set on Variables). Under it the sensor gets from the
+hook (it opens no file and reads no Variable itself) the job, its lost parts, the
+state Variable and the new step-log lines, for the pure
+:class:`~elasticgrid_provider.core.check.ScaleCheck`, whose module docstring gives
+the rules (also run by ``elasticgrid simulate --timeline`` and the policy
+benchmark): a job that cannot be checked (never launched here, confirmed down,
+failed) fails the sensor; one that lost capacity is recovered (re-plan and
+relaunch downstream) or, past ``max_recoveries`` or out of capacity, stopped and
+failed; one that ended ends it (skipping the resize downstream); otherwise the
+deadline (:mod:`elasticgrid_provider.deadlines`) is resolved and the scheduler
+decides. A state Variable that cannot be used fails the check with one sentence
+and is never overwritten: a fresh state would lose the cooldown and the history.
 
-A state Variable that cannot be used (empty, not JSON, ``null``, another
-job's, malformed) fails the check with one sentence and is never overwritten:
-a fresh state would lose the cooldown and the history.
-
-``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with
-the decision record as its return value, which a PlanPlacementOperator takes
-as ``nodes`` (``check.output``). A hold's record is pushed to the same key
-(downstream never runs on a hold), so every check leaves exactly one record;
-repeated holds fold into one history entry with a count. The log line is
-:func:`~elasticgrid_provider.core.formatting.decision_summary`, and the
-task's extra link opens the job in the "Scale decisions" view.
+``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with the
+decision record as its return value, a PlanPlacementOperator's ``nodes``
+(``check.output``). A hold's record goes to the same key (downstream never runs
+on a hold), so every check leaves one record; repeated holds fold into one
+history entry with a count. The log line is
+:func:`~elasticgrid_provider.core.formatting.decision_summary`; the task's extra
+link opens the job in the "Scale decisions" view.
 """
 
 from __future__ import annotations
@@ -283,12 +280,8 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
             # only a launch confirmed running can lose parts (a down one fails here)
             lost, report = hook.lost_parts(snapshot), hook.failure_report(snapshot)
-            failure = (
-                None
-                if lost
-                else rules.failure(snapshot, jobs_root=jobs_root, failure_report=report)
-            )
-            if failure is not None:
+            failure = rules.failure(snapshot, jobs_root=jobs_root, failure_report=report)
+            if failure is not None and not lost:
                 raise JobFailedError(failure)
             state = hook.read_scale_state(self.job_name)
             now = epoch_now()
@@ -321,7 +314,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 self.log.info("%s", found.describe(now))
             hook.write_scale_state(outcome.state)
             if outcome.verdict is CheckVerdict.GIVE_UP:
-                stopped = hook.give_up(snapshot.manifest, outcome.reason)
+                stopped, _ = hook.give_up(snapshot.manifest, outcome.reason)
                 if stopped:
                     self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
         record = outcome.record

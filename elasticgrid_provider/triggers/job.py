@@ -25,23 +25,21 @@ if TYPE_CHECKING:
 
 ENDED_STATUSES = ("done", "failed", "stopped", "missing")
 
-#: The shortest time, in seconds, between a deferral and its trigger's event. On a
-#: real scheduler (Airflow 3.3.2) a trigger firing within seconds of deferral can get
-#: the resumed task marked FAILED with no error in its log: the executor's late
-#: "success" for the deferring try is read after the resumed try was queued
-#: (apache/airflow#72716, #71580; fix proposed in #72767). Seen at 2 s, not at 15 s
-#: (SPEC 6.5): the scale sensor never defers for less (it checks in the worker
-#: instead), and deferrable waits hold their event back until then.
 MIN_DEFERRAL_S = 15.0
+"""The shortest time, in seconds, between a deferral and its event. On Airflow 3.3.2 a
+trigger firing within seconds gets the resumed task marked FAILED with no error in its
+log, as the deferring try's late "success" is read after the resumed try was queued
+(apache/airflow#72716, #71580; fix proposed in #72767). Seen at 2 s, not at 15 s (SPEC
+6.5): the scale sensor checks in the worker instead, and waits hold their event back."""
 
 
-def job_event(hook: ElasticGridHook, job_name: str, *, woke: bool = False) -> dict[str, Any]:
+def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
     """The event payload: the job's status and identity, and a failure report if it failed."""
     snapshot = hook.job_snapshot(job_name)
     if snapshot is None:
-        return {"job_name": job_name, "status": "missing", "job": None, "woke": woke}
-    event: dict[str, Any] = {"job_name": job_name, "status": snapshot.status, "woke": woke}
-    event["job"] = snapshot.to_dict()
+        return {"job_name": job_name, "status": "missing", "job": None, "woke": False}
+    job, status = snapshot.to_dict(), snapshot.status
+    event: dict[str, Any] = {"job_name": job_name, "status": status, "job": job, "woke": False}
     if snapshot.status == "failed":
         event["failure_report"] = hook.failure_report(snapshot)
     return event
