@@ -428,7 +428,17 @@ class ElasticGridHook(BaseHook):
             Path(local_dir).mkdir(parents=True, exist_ok=True)
         private_folder(folder / "specs")
         spec_folder = private_folder(folder / "specs" / launch.launch_id)
-        records = tuple(self._write_part_spec(part, spec_folder) for part in launch.parts)
+        records = tuple(
+            PartRecord(
+                name=part.part_name,
+                provider=part.provider.name,
+                engine_target=part.provider.engine_target,
+                nodes=part.nodes,
+                rank_offset=part.rank_offset,
+                spec_path=str(part.write_spec(spec_folder / f"{part.part_name}.json")),
+            )
+            for part in launch.parts
+        )
         manifest = JobManifest(
             job_name=launch.job_name,
             launch_id=launch.launch_id,
@@ -529,24 +539,17 @@ class ElasticGridHook(BaseHook):
         self.give_up(manifest, reason)
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
-    def _mark_down(self, manifest: JobManifest, reason: str) -> None:
-        self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
-
     def give_up(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
-        """Under the job's lock: stop a launch that cannot go on, record it down.
-
-        Returns the parts stopped and the unrecorded pids (:meth:`_stop_launch`).
-        """
+        """Under the job's lock: stop a launch that cannot go on, record it down; the parts
+        stopped and the unrecorded pids (:meth:`_stop_launch`)."""
         stopped = self._stop_launch(manifest)
-        self._mark_down(manifest, reason)
+        self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
         self._in_progress = None
         return stopped
 
     def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
-        """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids.
-
-        Returns the parts stopped and the pids iroh-tinker had not recorded.
-        """
+        """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids;
+        returns the parts stopped and the pids iroh-tinker had not recorded."""
         job, launch_ids = manifest.job_name, [manifest.launch_id]
         terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
         stopped = self._stop_parts(manifest.parts, manifest.launch_id)
@@ -587,22 +590,11 @@ class ElasticGridHook(BaseHook):
             if manifest is None or manifest.launch_id != launch_id:
                 terminate(launch_processes(job_name, [launch_id]))
                 return None
-            self._stop_launch(manifest)
             if held:
-                self._mark_down(manifest, "stopped: the task that launched it was killed")
+                self.give_up(manifest, "stopped: the task that launched it was killed")
+            else:
+                self._stop_launch(manifest)
             return self.job_snapshot(job_name)
-
-    @staticmethod
-    def _write_part_spec(part: LaunchPart, spec_folder: Path) -> PartRecord:
-        path = part.write_spec(spec_folder / f"{part.part_name}.json")
-        return PartRecord(
-            name=part.part_name,
-            provider=part.provider.name,
-            engine_target=part.provider.engine_target,
-            nodes=part.nodes,
-            rank_offset=part.rank_offset,
-            spec_path=str(path),
-        )
 
     def _stop_parts(self, parts: tuple[PartRecord, ...], launch_id: str | None = None) -> list[str]:
         """Stop the parts that still run; with ``launch_id``, only those that launch started."""

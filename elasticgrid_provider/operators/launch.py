@@ -148,9 +148,7 @@ class LaunchOperator(BaseOperator):
                     mask_secret(value)
 
     def _launch(self) -> tuple[Placement, LaunchOutcome]:
-        placement = Placement.from_dict(self.placement)
-        if placement.total_nodes == 0:
-            raise ElasticGridError("placement has no nodes; nothing to launch")
+        placement = Placement.from_dict(self.placement)  # build_launch_parts refuses 0 nodes
         options = LaunchOptions(
             run=self.run,
             workdir=self.workdir,
@@ -206,9 +204,7 @@ class LaunchOperator(BaseOperator):
             )
         else:
             resized = (
-                f" (resized from {outcome.previous_nodes} nodes)"
-                if outcome.action == "resized"
-                else ""
+                f" (resized from {outcome.previous_nodes} nodes)" if outcome.previous_nodes else ""
             )
             self.log.info(
                 "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h, "

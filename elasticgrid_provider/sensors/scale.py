@@ -40,9 +40,7 @@ from airflow.sdk.bases.xcom import BaseXCom
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
-from elasticgrid_provider.core.check import (  # ARGUMENT_SOURCE, SKIPPED_LINES_SHOWN: re-exported
-    ARGUMENT_SOURCE,
-    SKIPPED_LINES_SHOWN,
+from elasticgrid_provider.core.check import (
     CheckVerdict,
     DeadlineChoice,
     ScaleCheck,
@@ -65,21 +63,8 @@ from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
-__all__ = [
-    "ARGUMENT_SOURCE",
-    "LOCK_WAIT_S",
-    "SKIPPED_LINES_SHOWN",
-    "ElasticScaleSensor",
-    "JobFailedError",
-]
-
 LOCK_WAIT_S = 60.0
 """How long a check waits for a job that a launch or another check is busy with."""
-
-
-def _seconds(value: float | timedelta) -> float:
-    """Airflow's ``timeout``/``poke_interval``, which may be a timedelta, in seconds."""
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 class ElasticScaleSensor(BaseSensorOperator):
@@ -195,12 +180,11 @@ class ElasticScaleSensor(BaseSensorOperator):
         """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
         if not self.deferrable:
             return super().execute(context)
-        if _seconds(self.poke_interval) < MIN_DEFERRAL_S:
-            # a trigger firing this soon after deferral races the scheduler (MIN_DEFERRAL_S)
+        if self.poke_interval < MIN_DEFERRAL_S:  # a sooner trigger races the scheduler
             self.log.info(
                 "poke_interval %.0fs is below the %.0fs a deferral must last to be safe on a "
                 "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
-                _seconds(self.poke_interval),
+                self.poke_interval,
                 MIN_DEFERRAL_S,
                 self.job_name,
             )
@@ -217,16 +201,14 @@ class ElasticScaleSensor(BaseSensorOperator):
         record = self.check(context)
         if record is not None:
             return record
-        remaining = _seconds(self.timeout) - (time.time() - started_at)
+        remaining = self.timeout - (time.time() - started_at)
         if remaining <= 0:
-            message = (
-                f"no scale decision for job {self.job_name!r} within {_seconds(self.timeout):.0f}s"
-            )
+            message = f"no scale decision for job {self.job_name!r} within {self.timeout:.0f}s"
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
         # never shorter than MIN_DEFERRAL_S, even when little time is left before the timeout
-        wait = max(min(_seconds(self.poke_interval), remaining), MIN_DEFERRAL_S)
+        wait = max(min(self.poke_interval, remaining), MIN_DEFERRAL_S)
         self.log.info(
             "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait
         )
@@ -240,7 +222,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 payload={"started_at": started_at},
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=remaining + _seconds(self.poke_interval)),
+            timeout=timedelta(seconds=remaining + self.poke_interval),
         )
 
     # -- the check ----------------------------------------------------------------
