@@ -175,8 +175,7 @@ def _ranks_down(part: PartRecord) -> list[int]:
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
-    :param elasticgrid_conn_id: connection with the grid and defaults; only the default
-        ``elasticgrid_default`` may be missing (the built-in grid applies, and the log says so).
+    :param elasticgrid_conn_id: the connection with the grid and defaults (module docstring).
     :param providers: an inline grid (list of provider dicts) that overrides the connection's.
     :param jobs_root: the JobManager root; overrides the connection's ``jobs_root``.
     """
@@ -265,10 +264,8 @@ class ElasticGridHook(BaseHook):
 
     @contextmanager
     def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
-        """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first.
-
-        ``None`` waits as long as it takes (launches, stops); a scale check waits less.
-        """
+        """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first
+        (``None``: as long as it takes, for launches and stops; a scale check waits less)."""
         folder = self.job_folder(job_name)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / LOCK_NAME, "a+") as handle:
@@ -478,7 +475,7 @@ class ElasticGridHook(BaseHook):
         return manifest
 
     def _run_launcher(self, manifest: JobManifest, spec_folder: Path) -> str | None:
-        """Start the parts in a launcher child process and wait; returns what failed, if anything."""
+        """Start the parts in a launcher process and wait; returns what failed, if anything."""
         request = {
             "parent_pid": os.getpid(),
             "jobs_root": str(self.jobs_root),
@@ -564,11 +561,9 @@ class ElasticGridHook(BaseHook):
         return stopped, untracked
 
     def cancel_launch(self) -> bool:
-        """Stop the launch this hook is running now (``on_kill``); False when there is none.
-
-        Waiting for the lock or attached, nothing is stopped (and a launch that
-        gets the lock afterwards starts nothing). The lock is not taken: the task holds it.
-        """
+        """Stop the launch this hook is running (``on_kill``; the task holds the lock); False
+        when none is: waiting for the lock or attached, nothing is stopped (and a launch that
+        gets the lock afterwards starts nothing)."""
         self._cancelled = True
         manifest = self._in_progress
         if manifest is None:
@@ -581,10 +576,8 @@ class ElasticGridHook(BaseHook):
         return True
 
     def stop_launch(self, job_name: str, launch_id: str) -> JobSnapshot | None:
-        """Stop the job only if it still runs ``launch_id`` (what a killed task started).
-
-        A later launch (another task's resize) is left alone, told apart by its spec folder.
-        """
+        """Stop the job only if it still runs ``launch_id`` (what a killed task started); a later
+        launch (another task's resize) is left alone, told apart by its spec folder."""
         with self.job_lock(job_name, timeout=STOP_LOCK_WAIT_S) as held:
             manifest = self.read_manifest(job_name)
             if manifest is None or manifest.launch_id != launch_id:
@@ -641,10 +634,8 @@ class ElasticGridHook(BaseHook):
             return ""
 
     def lost_parts(self, snapshot: JobSnapshot, tail: int = 20) -> tuple[LostPart, ...]:
-        """The parts of a launch confirmed running that lost ranks, with the cause from their logs.
-
-        Rules in :mod:`elasticgrid_provider.core.recovery`.
-        """
+        """The parts of a launch confirmed running that lost ranks, with the cause from their logs
+        (rules in :mod:`elasticgrid_provider.core.recovery`)."""
         if snapshot.manifest.state != LAUNCH_RUNNING:
             return ()
         lost, per_node = [], snapshot.manifest.procs_per_node
@@ -668,11 +659,8 @@ class ElasticGridHook(BaseHook):
     def read_step_logs(
         self, snapshot: JobSnapshot, state: ScaleState, tail: int
     ) -> list[StepLogChunk]:
-        """What each part's step log gained since the state's cursor for it.
-
-        A log never read before is read from its end, at most ``tail`` samples
-        at the job's current size (:func:`~elasticgrid_provider.core.step_log.read_step_log`).
-        """
+        """What each part's step log gained since the state's cursor for it; a log never read
+        before is read from its end, at most ``tail`` samples at the job's current size."""
         from elasticgrid_provider.runtime import STEP_LOG_NAME
 
         paths = [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
@@ -693,10 +681,8 @@ class ElasticGridHook(BaseHook):
 
     @staticmethod
     def stored_scale_states(job_name: str | None = None) -> list[tuple[str, str | None]]:
-        """Every job's state Variable (or just ``job_name``'s) as (key, raw text) pairs.
-
-        Read from the metadata DB: the UI plugin runs outside a task, with no ``Variable.get``.
-        """
+        """Every job's state Variable (or ``job_name``'s) as (key, raw text) pairs, from the
+        metadata DB: the UI plugin runs outside a task, with no ``Variable.get``."""
         from airflow.models.variable import Variable as VariableModel
         from airflow.utils.session import create_session
         from sqlalchemy import select
@@ -712,10 +698,8 @@ class ElasticGridHook(BaseHook):
 
     # -- the scale state -----------------------------------------------------------
     def read_scale_state(self, job_name: str) -> ScaleState:
-        """The job's scale state from its Variable; a fresh state when there is none yet.
-
-        A Variable that cannot be used (module docstring) raises CorruptStateError and is kept.
-        """
+        """The job's scale state from its Variable, fresh when there is none yet; one that cannot
+        be used (module docstring) raises CorruptStateError and is kept."""
         key = state_variable_key(job_name)
         text = self.read_variable(key)
         if text is None:

@@ -86,14 +86,10 @@ def redact_part_specs(jobs_root: Path, part_name: str, spec_path: str) -> None:
 
 
 def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
-    """Ready iroh-tinker's folder of a part for a new launch.
-
-    The folder is made 0700 and ``spec.json`` 0600 before iroh-tinker copies
-    the spec (``envs`` included) there with the default mode. A previous
-    launch's ``done_*``/``attempt_*`` markers, which iroh-tinker never clears,
-    are removed: a stale ``done_0`` would make a failed relaunch look done,
-    stale attempts would eat the new launch's restart budget.
-    """
+    """Ready a part's iroh-tinker folder for a new launch: 0700, with ``spec.json`` 0600 before
+    iroh-tinker copies the spec (``envs`` included) there, and without the previous launch's
+    ``done_*``/``attempt_*`` markers (iroh-tinker never clears them: a stale ``done_0`` makes a
+    failed relaunch look done, stale attempts eat the new launch's restart budget)."""
     folder = private_folder(jobs_root / part_name)
     for marker in [*folder.glob("done_*"), *folder.glob("attempt_*")]:
         marker.unlink(missing_ok=True)
@@ -179,10 +175,8 @@ def _alive(pid: int) -> bool:
 
 
 def terminate(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:
-    """SIGTERM the processes (and their groups), SIGKILL what outlives ``grace_s``.
-
-    Returns the pids that were alive when asked to stop.
-    """
+    """SIGTERM the processes (and their groups), SIGKILL what outlives ``grace_s``; returns
+    the pids that were alive when asked to stop."""
     targets = [pid for pid in pids if _alive(pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in targets:

@@ -60,18 +60,16 @@ class LaunchOperator(BaseOperator):
     :param run: the command each rank runs (templated).
     :param placement: the placement, usually ``plan.output`` of a PlanPlacementOperator.
     :param procs_per_node, backend: processes per node, and the iroh-tinker backend name.
-    :param envs: extra environment variables for every rank (templated).
-    :param setup: a setup command run once per part before the ranks start (templated).
-    :param workdir: the ranks' working directory (templated).
-    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh
-        directory per launch under the job's folder.
+    :param envs, setup, workdir: extra environment variables for every rank, a command run once
+        per part before the ranks start, and the ranks' working directory (templated).
+    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh folder per
+        launch under the job's folder.
     :param recovery, checkpoint: iroh-tinker's settings, e.g. ``recovery={"mode": "none"}``.
     :param wait_for_completion, poll_interval: wait until the job is done or failed,
         checking its status every ``poll_interval`` seconds.
     :param startup_grace_s: how long the new ranks must stay up before the launch
         counts as started (a run command that dies at once fails the task).
-    :param deferrable: wait in the triggerer instead of a worker slot; default
-        ``[operators] default_deferrable``.
+    :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
     :return: the job's identity and state (``JobSnapshot.to_dict()``).
     """

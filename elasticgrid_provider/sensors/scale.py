@@ -73,22 +73,18 @@ class ElasticScaleSensor(BaseSensorOperator):
     :param job_name: the job to check (templated).
     :param min_nodes ... scaling_loss: the scheduler's parameters (``SCHEDULER_PARAMETERS``
         of :mod:`elasticgrid_provider.core.scheduler`); unset ones keep its defaults.
-    :param window_size: how many samples the rolling window keeps.
-    :param remaining_steps, remaining_tokens: work left, in steps or tokens, for
-        deadline pressure (templated).
-    :param deadline: explicit deadline, a datetime or ISO string (templated);
-        default: the DAG's ``deadline=`` alerts.
-    :param samples: samples handed in (a list of dicts or its JSON, e.g. an upstream
-        XCom) instead of reading the job's step logs (templated); each check takes
-        the samples whose step it has not seen yet.
+    :param window_size, history_limit: how many samples the rolling window keeps, and how
+        many decisions the state Variable keeps.
+    :param remaining_steps, remaining_tokens: work left, for deadline pressure (templated).
+    :param deadline: a datetime or ISO string (templated); default: the DAG's ``deadline=``.
+    :param samples: samples to use instead of the job's step logs (templated; a list of dicts
+        or its JSON, e.g. an upstream XCom); a check takes those of steps it has not seen.
     :param max_recoveries: how many times a job that lost capacity is recovered within
         ``recovery_window`` before the check gives up (templated; 0: never recover).
     :param recovery_window, quarantine: seconds (or a timedelta, templated) over which
         ``max_recoveries`` counts, and for which a provider that lost capacity is left out.
-    :param history_limit: how many decisions the state Variable keeps.
     :param providers: an inline grid for costing the proposed placement; default: the connection's.
-    :param deferrable: wait between checks in the triggerer; default
-        ``[operators] default_deferrable``.
+    :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root, grid).
     :return: the decision record (see ``DecisionRecord.to_dict``).
     """

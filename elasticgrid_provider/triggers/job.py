@@ -49,14 +49,13 @@ class JobStatusTrigger(BaseTrigger):
     """Fire when the job ends, or after ``wake_after_s`` seconds if it is set.
 
     :param job_name, jobs_root: the job, and the JobManager root it was launched under.
-    :param poll_interval: seconds between status checks.
-    :param wake_after_s: fire after this long even if the job still runs.
-    :param min_wait_s: fire no sooner than this many seconds after the trigger started,
-        even when the job has already ended (see :data:`MIN_DEFERRAL_S`).
+    :param poll_interval, wake_after_s: seconds between status checks, and after which
+        to fire even if the job still runs.
+    :param min_wait_s: fire no sooner after the start, even when the job has ended
+        (:data:`MIN_DEFERRAL_S`).
     :param payload: plain JSON copied into the event (what the resumed task needs).
-    :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``
-        (the launch it started; a later resize is left running). LaunchOperator's; a
-        scale sensor's kill never stops the job it watches.
+    :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``, the
+        launch it started (a later resize runs on); LaunchOperator's: a sensor's kill stops nothing.
     """
 
     def __init__(
