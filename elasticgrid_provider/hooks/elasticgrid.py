@@ -10,15 +10,13 @@ Airflow imports this module every few seconds, so the connection is read, and
 
 Files, under the JobManager root (``jobs_root``)::
 
-    <job>/manifest.json              which parts make up the job (JobManifest)
-    <job>/.lock                      held while a task launches, stops or checks the job
-    <job>/specs/<launch_id>/*.json   the parts' launch specs (0600 in 0700 folders;
-                                     envs values redacted to ``***`` once started)
-    <job>/specs/<launch_id>/launcher.log          the launcher process's output
-    <job>/specs/<launch_id>/launcher-result.json  which parts it started, what failed
-    <job>/rendezvous/<launch_id>/    a fresh rendezvous per launch (stale rank
-                                     addresses from a previous size break the socket mesh)
-    <job>--<provider>/               iroh-tinker's folder for each part (0700, spec redacted)
+    <job>/manifest.json             which parts make up the job (JobManifest)
+    <job>/.lock                     held while a task launches, stops or checks the job
+    <job>/specs/<launch_id>/        the parts' launch specs (0600 in 0700 folders; envs values
+                                    ``***`` once started), the launcher's log and result
+    <job>/rendezvous/<launch_id>/   a fresh rendezvous per launch (stale rank addresses
+                                    from a previous size break the socket mesh)
+    <job>--<provider>/              iroh-tinker's folder for each part (0700, spec redacted)
 
 Only the default connection ``elasticgrid_default`` may be absent (the built-in
 grid and iroh-tinker's default jobs root apply, and the log says so); an explicit
@@ -339,7 +337,6 @@ class ElasticGridHook(BaseHook):
                 )
             current = self.job_snapshot(job_name)
             previous_nodes = None
-            action = LaunchAction.LAUNCHED
             if current is not None:
                 refusal = self._attach_refusal(current, launch)
                 if refusal is None:
@@ -347,10 +344,10 @@ class ElasticGridHook(BaseHook):
                 self.log.info("Not attaching to job %s: %s; relaunching it.", job_name, refusal)
                 if any(part.status == "running" for part in current.parts):
                     previous_nodes = current.nodes
-                    action = LaunchAction.RESIZED
                 self._stop_launch(current.manifest)
             manifest = self._start_launch(launch)
             snapshot = self._confirm_launch(manifest, startup_grace_s)
+            action = LaunchAction.LAUNCHED if previous_nodes is None else LaunchAction.RESIZED
             return LaunchOutcome(action, snapshot, previous_nodes)
 
     def prepare_launch(

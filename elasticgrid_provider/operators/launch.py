@@ -1,12 +1,11 @@
 """LaunchOperator: run a placement as an iroh-tinker job, faithfully and once.
 
-A placement of ``a: 64, b: 36`` is launched as one iroh-tinker job part per
-provider share (SPEC 6.3) through :meth:`ElasticGridHook.launch`, which makes
-the task safe to retry: it attaches (starts nothing) when the job already runs
-this placement with the same ``run``, ``envs`` and ``setup``, else resizes.
-When a part fails to provision or the new ranks are not up after
-``startup_grace_s``, it stops what it started, records the job down and fails
-naming what failed: a dead job is never reported as launched.
+A placement of ``a: 64, b: 36`` runs as one iroh-tinker job part per provider
+share (SPEC 6.3) through :meth:`ElasticGridHook.launch`, so a retry is safe: it
+attaches to a job that runs this placement with the same ``run``, ``envs`` and
+``setup``, else resizes; a part that fails to provision, or ranks not up after
+``startup_grace_s``, fail the task naming what failed (the hook stops what it
+started and records the job down): a dead job is never reported as launched.
 
 The job's identity and state go to XCom (key ``job``) right after the launch.
 With ``wait_for_completion`` the task then waits for the job to end, polling

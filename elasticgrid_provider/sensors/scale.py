@@ -203,7 +203,6 @@ class ElasticScaleSensor(BaseSensorOperator):
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
-        # never shorter than MIN_DEFERRAL_S, even when little time is left before the timeout
         wait = max(min(self.poke_interval, remaining), MIN_DEFERRAL_S)
         self.log.info(
             "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait

@@ -38,8 +38,8 @@ def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
     snapshot = hook.job_snapshot(job_name)
     if snapshot is None:
         return {"job_name": job_name, "status": "missing", "job": None, "woke": False}
-    job, status = snapshot.to_dict(), snapshot.status
-    event: dict[str, Any] = {"job_name": job_name, "status": status, "job": job, "woke": False}
+    event: dict[str, Any] = {"job_name": job_name, "status": snapshot.status, "woke": False}
+    event["job"] = snapshot.to_dict()
     if snapshot.status == "failed":
         event["failure_report"] = hook.failure_report(snapshot)
     return event
