@@ -98,11 +98,8 @@ def _reference_time(reference: Any, dag_run: Any) -> tuple[pendulum.DateTime, st
             raise ElasticGridError("DAGRUN_LOGICAL_DATE: this run has no logical date")
         return pendulum.instance(dag_run.logical_date), "DAGRUN_LOGICAL_DATE", True
     if kind == "DagRunQueuedAtDeadline":
-        return (
-            pendulum.instance(dag_run.run_after),
-            "DAGRUN_QUEUED_AT (approximated by run_after)",
-            False,
-        )
+        label = "DAGRUN_QUEUED_AT (approximated by run_after)"
+        return pendulum.instance(dag_run.run_after), label, False
     raise ElasticGridError(f"{kind} cannot be evaluated from a task")
 
 

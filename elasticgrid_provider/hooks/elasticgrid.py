@@ -10,28 +10,25 @@ Airflow imports this module every few seconds, so the connection is read, and
 
 Files, under the JobManager root (``jobs_root``)::
 
-    <job>/manifest.json              which parts make up the job (JobManifest)
-    <job>/.lock                      held while a task launches, stops or checks the job
-    <job>/specs/<launch_id>/*.json   the parts' launch specs (0600 in 0700 folders;
-                                     envs values redacted to ``***`` once started)
-    <job>/specs/<launch_id>/launcher.log          the launcher process's output
-    <job>/specs/<launch_id>/launcher-result.json  which parts it started, what failed
-    <job>/rendezvous/<launch_id>/    a fresh rendezvous per launch (stale rank
-                                     addresses from a previous size break the socket mesh)
-    <job>--<provider>/               iroh-tinker's folder for each part (0700, spec redacted)
+    <job>/manifest.json             which parts make up the job (JobManifest)
+    <job>/.lock                     held while a task launches, stops or checks the job
+    <job>/specs/<launch_id>/        the parts' launch specs (0600 in 0700 folders; envs values
+                                    ``***`` once started), the launcher's log and result
+    <job>/rendezvous/<launch_id>/   a fresh rendezvous per launch (stale rank addresses
+                                    from a previous size break the socket mesh)
+    <job>--<provider>/              iroh-tinker's folder for each part (0700, spec redacted)
 
-Connections: an explicit ``elasticgrid_conn_id`` that names no connection is
-an error (a typo must not plan on another grid or start a second copy under
-another jobs root). Only the default ``elasticgrid_default`` may be absent:
-the built-in grid (the log says so) and iroh-tinker's default jobs root apply.
+Only the default connection ``elasticgrid_default`` may be absent (the built-in
+grid and iroh-tinker's default jobs root apply, and the log says so); an explicit
+``elasticgrid_conn_id`` naming none is an error, lest a typo plan on another grid
+or start a second copy under another jobs root.
 
-A job's scale state is one Airflow Variable, read and written only here,
-under the job's lock; one that is empty, not JSON, ``null``, another job's or
-otherwise malformed is refused with one sentence and never overwritten.
-
-The lock is an exclusive ``flock`` on a file next to the job's iroh-tinker
-state, which every worker that can stop or resize the job already shares: a
-launch, a resize and a scale check of one job happen one at a time.
+A job's scale state is one Airflow Variable, read and written only here, under
+the job's lock: an exclusive ``flock`` on a file next to the job's iroh-tinker
+state, which every worker that can stop or resize the job shares, so a launch, a
+resize and a scale check of one job happen one at a time. A state Variable that
+is empty, not JSON, ``null``, another job's or otherwise malformed is refused
+with one sentence and never overwritten.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -121,7 +118,10 @@ class PreparedLaunch:
     options: LaunchOptions
     parts: tuple[LaunchPart, ...]
     fingerprint_salt: str
-    fingerprints: dict[str, str]
+
+    def fingerprints(self, salt: str) -> dict[str, str]:
+        """The salted fingerprints of what this launch runs (``run``, ``envs``, ``setup``)."""
+        return launch_fingerprints(self.options.run, self.options.envs, self.options.setup, salt)
 
 
 class LaunchAction(Choice):
@@ -156,15 +156,9 @@ def _acquire(descriptor: int, timeout: float | None) -> bool:
         time.sleep(0.1)
 
 
-def _part_status(state: Any) -> str:
-    """iroh-tinker's status word for a part; ``dry-run``/unknown words count as failed."""
-    status = str(state.status)
-    return status if status in ("running", "done", "failed", "stopped") else "failed"
-
-
-def _finished(part: PartRecord, rank: int) -> bool:
-    """Whether the rank finished successfully (iroh-tinker wrote ``done_<rank>``)."""
-    return (Path(part.job_dir) / f"done_{rank}").exists()
+def _unfinished(part: PartRecord, ranks: Iterable[int]) -> list[int]:
+    """The ranks that did not finish successfully (iroh-tinker writes ``done_<rank>``)."""
+    return [rank for rank in ranks if not (Path(part.job_dir) / f"done_{rank}").exists()]
 
 
 def _ranks_down(part: PartRecord) -> list[int]:
@@ -172,22 +166,14 @@ def _ranks_down(part: PartRecord) -> list[int]:
     error = part.last_error or ""
     if not error.startswith("down ranks: [") or not error.endswith("]"):
         return []
-    listed = error[len("down ranks: [") : -1]
-    return [
-        int(r) for r in listed.split(",") if r.strip().isdigit() and not _finished(part, int(r))
-    ]
-
-
-def _unfinished_ranks(part: PartRecord, procs_per_node: int) -> list[int]:
-    """Every rank of the part that did not finish successfully."""
-    return [rank for rank in range(part.nodes * procs_per_node) if not _finished(part, rank)]
+    listed = error[len("down ranks: [") : -1].split(",")
+    return _unfinished(part, [int(rank) for rank in listed if rank.strip().isdigit()])
 
 
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
-    :param elasticgrid_conn_id: connection with the grid and defaults; only the default
-        ``elasticgrid_default`` may be missing (the built-in grid applies, and the log says so).
+    :param elasticgrid_conn_id: the connection with the grid and defaults (module docstring).
     :param providers: an inline grid (list of provider dicts) that overrides the connection's.
     :param jobs_root: the JobManager root; overrides the connection's ``jobs_root``.
     """
@@ -276,19 +262,14 @@ class ElasticGridHook(BaseHook):
 
     @contextmanager
     def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
-        """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first.
-
-        ``None`` waits as long as it takes (launches, stops); a scale check waits less.
-        """
+        """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first
+        (``None``: as long as it takes, for launches and stops; a scale check waits less)."""
         folder = self.job_folder(job_name)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / LOCK_NAME, "a+") as handle:
-            if not _acquire(handle.fileno(), timeout):
-                yield False
-                return
             try:
-                yield True
-            finally:
+                yield _acquire(handle.fileno(), timeout)
+            finally:  # a no-op when the wait timed out
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def read_manifest(self, job_name: str) -> JobManifest | None:
@@ -317,10 +298,11 @@ class ElasticGridHook(BaseHook):
             except KeyError:  # never started: its launch failed or was cut short
                 parts.append(replace(part, status="stopped", last_error="not started"))
                 continue
+            status = str(state.status)
+            if status not in ("running", "done", "failed", "stopped"):  # dry-run, unknown words
+                status = "failed"
             job_dir, error = str(state.job_dir), state.last_error
-            parts.append(
-                replace(part, status=_part_status(state), job_dir=job_dir, last_error=error)
-            )
+            parts.append(replace(part, status=status, job_dir=job_dir, last_error=error))
         return JobSnapshot(manifest=manifest, parts=tuple(parts))
 
     # -- lifecycle: record intent -> act -> confirm (core/launch_record.py); a launcher
@@ -338,15 +320,11 @@ class ElasticGridHook(BaseHook):
 
         Attach (start nothing) only when the last launch was confirmed, every
         part runs, and the placement and the fingerprints of ``run``, ``envs``
-        and ``setup`` are unchanged. Otherwise, and the log says why:
-
-        1. prepare: render and validate the parts, resolve every engine, check
-           the run command's program where it can be (nothing written on failure);
-        2. stop the old parts and any process of the old launch iroh-tinker never recorded;
-        3. record the new launch (state ``starting``), then start its parts;
-        4. after ``startup_grace_s`` seconds, confirm every rank is still up;
-        5. if not, stop the new parts, record the job ``down`` and raise
-           :class:`JobLaunchError` with one sentence naming what failed.
+        and ``setup`` are unchanged. Otherwise (the log says why): 1. prepare
+        and check the parts (nothing written on failure); 2. stop the old launch,
+        its unrecorded processes too; 3. record the launch ``starting``, start its
+        parts; 4. after ``startup_grace_s``, confirm every rank is up; 5. if not,
+        stop them, record the job ``down``, raise :class:`JobLaunchError` saying why.
         """
         startup_grace_s = check_number("startup_grace_s", startup_grace_s)
         launch = self.prepare_launch(job_name, placement, options)
@@ -359,7 +337,6 @@ class ElasticGridHook(BaseHook):
                 )
             current = self.job_snapshot(job_name)
             previous_nodes = None
-            action = LaunchAction.LAUNCHED
             if current is not None:
                 refusal = self._attach_refusal(current, launch)
                 if refusal is None:
@@ -367,10 +344,10 @@ class ElasticGridHook(BaseHook):
                 self.log.info("Not attaching to job %s: %s; relaunching it.", job_name, refusal)
                 if any(part.status == "running" for part in current.parts):
                     previous_nodes = current.nodes
-                    action = LaunchAction.RESIZED
                 self._stop_launch(current.manifest)
             manifest = self._start_launch(launch)
             snapshot = self._confirm_launch(manifest, startup_grace_s)
+            action = LaunchAction.LAUNCHED if previous_nodes is None else LaunchAction.RESIZED
             return LaunchOutcome(action, snapshot, previous_nodes)
 
     def prepare_launch(
@@ -387,9 +364,7 @@ class ElasticGridHook(BaseHook):
         parts = build_launch_parts(placement, job_name, options)
         for part in parts:
             self._check_engine(part, options)
-        salt = new_salt()
-        fingerprints = launch_fingerprints(options.run, options.envs, options.setup, salt)
-        return PreparedLaunch(job_name, launch_id, placement, options, parts, salt, fingerprints)
+        return PreparedLaunch(job_name, launch_id, placement, options, parts, new_salt())
 
     @staticmethod
     def _check_engine(part: LaunchPart, options: LaunchOptions) -> None:
@@ -433,14 +408,10 @@ class ElasticGridHook(BaseHook):
         old, new = manifest.placement.nodes_by_provider(), launch.placement.nodes_by_provider()
         if old != new:
             return f"it runs at {old} and the placement is {new}"
-        options = launch.options
-        recomputed = launch_fingerprints(
-            options.run, options.envs, options.setup, manifest.fingerprint_salt
+        changed = changed_fields(
+            manifest.fingerprints, launch.fingerprints(manifest.fingerprint_salt)
         )
-        changed = changed_fields(manifest.fingerprints, recomputed)
-        if changed:
-            return f"its {', '.join(changed)} changed"
-        return None
+        return f"its {', '.join(changed)} changed" if changed else None
 
     def _start_launch(self, launch: PreparedLaunch) -> JobManifest:
         """Step 3: record the launch, then start its parts in the launcher process."""
@@ -451,7 +422,17 @@ class ElasticGridHook(BaseHook):
             Path(local_dir).mkdir(parents=True, exist_ok=True)
         private_folder(folder / "specs")
         spec_folder = private_folder(folder / "specs" / launch.launch_id)
-        records = tuple(self._write_part_spec(part, spec_folder) for part in launch.parts)
+        records = tuple(
+            PartRecord(
+                name=part.part_name,
+                provider=part.provider.name,
+                engine_target=part.provider.engine_target,
+                nodes=part.nodes,
+                rank_offset=part.rank_offset,
+                spec_path=str(part.write_spec(spec_folder / f"{part.part_name}.json")),
+            )
+            for part in launch.parts
+        )
         manifest = JobManifest(
             job_name=launch.job_name,
             launch_id=launch.launch_id,
@@ -464,7 +445,7 @@ class ElasticGridHook(BaseHook):
             parts=records,
             state=LAUNCH_STARTING,
             fingerprint_salt=launch.fingerprint_salt,
-            fingerprints=dict(launch.fingerprints),
+            fingerprints=launch.fingerprints(launch.fingerprint_salt),
         )
         # the intent, written before anything starts: a retry or a kill reconciles from it
         self._write_manifest(manifest)
@@ -477,7 +458,7 @@ class ElasticGridHook(BaseHook):
             for record in records:  # the launcher redacts too, unless it was killed first
                 redact_part_specs(self.jobs_root, record.name, record.spec_path)
         if failure is not None:
-            stopped, untracked = self._abandon(manifest, failure)
+            stopped, untracked = self.give_up(manifest, failure)
             leftovers = (
                 f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
                 f"recorded (pids {', '.join(map(str, untracked))})"
@@ -491,7 +472,7 @@ class ElasticGridHook(BaseHook):
         return manifest
 
     def _run_launcher(self, manifest: JobManifest, spec_folder: Path) -> str | None:
-        """Start the parts in a launcher child process and wait; returns what failed, if anything."""
+        """Start the parts in a launcher process and wait; returns what failed, if anything."""
         request = {
             "parent_pid": os.getpid(),
             "jobs_root": str(self.jobs_root),
@@ -528,15 +509,10 @@ class ElasticGridHook(BaseHook):
             time.sleep(0.1)
         snapshot = self.job_snapshot(manifest.job_name)
         assert snapshot is not None  # the manifest was written by this launch
-        problems = []
-        if self._cancelled:
-            problems.append(CANCELLED)
+        problems = [CANCELLED] if self._cancelled else []
         for part in snapshot.parts:
-            restarted = (
-                sorted(m.name.split("_", 1)[1] for m in Path(part.job_dir).glob("attempt_*"))
-                if part.job_dir
-                else []
-            )
+            attempts = Path(part.job_dir).glob("attempt_*") if part.job_dir else ()
+            restarted = sorted(marker.name.split("_", 1)[1] for marker in attempts)
             if part.status not in ("running", "done"):
                 detail = f" ({part.last_error})" if part.last_error else ""
                 problems.append(f"part {part.name} is {part.status}{detail}")
@@ -554,24 +530,20 @@ class ElasticGridHook(BaseHook):
         if report:
             self.log.error("Job %s did not start:\n%s", manifest.job_name, report)
         reason = f"its ranks were not all up {grace_s:g} s after the start ({'; '.join(problems)})"
-        self._abandon(manifest, reason)
+        self.give_up(manifest, reason)
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
-    def _mark_down(self, manifest: JobManifest, reason: str) -> None:
-        self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
-
-    def _abandon(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
-        """Stop a launch that cannot go on and record it down (see :meth:`_stop_launch`)."""
+    def give_up(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
+        """Under the job's lock: stop a launch that cannot go on, record it down; the parts
+        stopped and the unrecorded pids (:meth:`_stop_launch`)."""
         stopped = self._stop_launch(manifest)
-        self._mark_down(manifest, reason)
+        self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
         self._in_progress = None
         return stopped
 
     def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
-        """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids.
-
-        Returns the parts stopped and the pids iroh-tinker had not recorded.
-        """
+        """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids;
+        returns the parts stopped and the pids iroh-tinker had not recorded."""
         job, launch_ids = manifest.job_name, [manifest.launch_id]
         terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
         stopped = self._stop_parts(manifest.parts, manifest.launch_id)
@@ -586,11 +558,9 @@ class ElasticGridHook(BaseHook):
         return stopped, untracked
 
     def cancel_launch(self) -> bool:
-        """Stop the launch this hook is running now (``on_kill``); False when there is none.
-
-        Waiting for the lock or attached, nothing is stopped (and a launch that
-        gets the lock afterwards starts nothing). The lock is not taken: the task holds it.
-        """
+        """Stop the launch this hook is running (``on_kill``; the task holds the lock); False
+        when none is: waiting for the lock or attached, nothing is stopped (and a launch that
+        gets the lock afterwards starts nothing)."""
         self._cancelled = True
         manifest = self._in_progress
         if manifest is None:
@@ -603,35 +573,20 @@ class ElasticGridHook(BaseHook):
         return True
 
     def stop_launch(self, job_name: str, launch_id: str) -> JobSnapshot | None:
-        """Stop the job only if it still runs ``launch_id`` (what a killed task started).
-
-        A later launch (another task's resize) is left alone, told apart by its spec folder.
-        """
+        """Stop the job only if it still runs ``launch_id`` (what a killed task started); a later
+        launch (another task's resize) is left alone, told apart by its spec folder."""
         with self.job_lock(job_name, timeout=STOP_LOCK_WAIT_S) as held:
             manifest = self.read_manifest(job_name)
             if manifest is None or manifest.launch_id != launch_id:
                 terminate(launch_processes(job_name, [launch_id]))
                 return None
-            self._stop_launch(manifest)
             if held:
-                self._mark_down(manifest, "stopped: the task that launched it was killed")
+                self.give_up(manifest, "stopped: the task that launched it was killed")
+            else:
+                self._stop_launch(manifest)
             return self.job_snapshot(job_name)
 
-    @staticmethod
-    def _write_part_spec(part: LaunchPart, spec_folder: Path) -> PartRecord:
-        path = part.write_spec(spec_folder / f"{part.part_name}.json")
-        return PartRecord(
-            name=part.part_name,
-            provider=part.provider.name,
-            engine_target=part.provider.engine_target,
-            nodes=part.nodes,
-            rank_offset=part.rank_offset,
-            spec_path=str(path),
-        )
-
-    def _stop_parts(
-        self, parts: tuple[PartRecord, ...] | list[PartRecord], launch_id: str | None = None
-    ) -> list[str]:
+    def _stop_parts(self, parts: tuple[PartRecord, ...], launch_id: str | None = None) -> list[str]:
         """Stop the parts that still run; with ``launch_id``, only those that launch started."""
         stopped = []
         for part in parts:
@@ -659,12 +614,13 @@ class ElasticGridHook(BaseHook):
 
     def failure_report(self, snapshot: JobSnapshot, tail: int = 20) -> str:
         """For each failed part, the tail of the log of each rank that did not finish."""
+        per_node = snapshot.manifest.procs_per_node
         return "\n".join(
             f"part {part.name} rank {rank} failed ({part.last_error or 'no error recorded'}); "
             f"last {tail} log lines:\n{self._rank_log(part.name, rank, tail)}"
             for part in snapshot.parts
             if part.status == "failed"
-            for rank in _unfinished_ranks(part, snapshot.manifest.procs_per_node) or [0]
+            for rank in _unfinished(part, range(part.nodes * per_node)) or [0]
         )
 
     def _rank_log(self, part_name: str, rank: int, tail: int) -> str:
@@ -675,18 +631,16 @@ class ElasticGridHook(BaseHook):
             return ""
 
     def lost_parts(self, snapshot: JobSnapshot, tail: int = 20) -> tuple[LostPart, ...]:
-        """The parts of a launch confirmed running that lost ranks, with the cause from their logs.
-
-        Rules in :mod:`elasticgrid_provider.core.recovery`.
-        """
+        """The parts of a launch confirmed running that lost ranks, with the cause from their logs
+        (rules in :mod:`elasticgrid_provider.core.recovery`)."""
         if snapshot.manifest.state != LAUNCH_RUNNING:
             return ()
-        lost = []
+        lost, per_node = [], snapshot.manifest.procs_per_node
         for part in snapshot.parts:
             down = _ranks_down(part) if part.status == "running" else []
             if not part_is_lost(part.status, down):
                 continue
-            ranks = down or _unfinished_ranks(part, snapshot.manifest.procs_per_node)
+            ranks = down or _unfinished(part, range(part.nodes * per_node))
             log_tail = self._rank_log(part.name, ranks[0] if ranks else 0, tail)
             lost.append(
                 LostPart(
@@ -699,18 +653,11 @@ class ElasticGridHook(BaseHook):
             )
         return tuple(lost)
 
-    def give_up(self, manifest: JobManifest, reason: str) -> list[str]:
-        """Under the job's lock: stop what is left of an unrecoverable launch, record it down."""
-        return self._abandon(manifest, reason)[0]
-
     def read_step_logs(
         self, snapshot: JobSnapshot, state: ScaleState, tail: int
     ) -> list[StepLogChunk]:
-        """What each part's step log gained since the state's cursor for it.
-
-        A log never read before is read from its end, at most ``tail`` samples
-        at the job's current size (:func:`~elasticgrid_provider.core.step_log.read_step_log`).
-        """
+        """What each part's step log gained since the state's cursor for it; a log never read
+        before is read from its end, at most ``tail`` samples at the job's current size."""
         from elasticgrid_provider.runtime import STEP_LOG_NAME
 
         paths = [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
@@ -731,10 +678,8 @@ class ElasticGridHook(BaseHook):
 
     @staticmethod
     def stored_scale_states(job_name: str | None = None) -> list[tuple[str, str | None]]:
-        """Every job's state Variable (or just ``job_name``'s) as (key, raw text) pairs.
-
-        Read from the metadata DB: the UI plugin runs outside a task, with no ``Variable.get``.
-        """
+        """Every job's state Variable (or ``job_name``'s) as (key, raw text) pairs, from the
+        metadata DB: the UI plugin runs outside a task, with no ``Variable.get``."""
         from airflow.models.variable import Variable as VariableModel
         from airflow.utils.session import create_session
         from sqlalchemy import select
@@ -750,10 +695,8 @@ class ElasticGridHook(BaseHook):
 
     # -- the scale state -----------------------------------------------------------
     def read_scale_state(self, job_name: str) -> ScaleState:
-        """The job's scale state from its Variable; a fresh state when there is none yet.
-
-        A Variable that cannot be used (module docstring) raises CorruptStateError and is kept.
-        """
+        """The job's scale state from its Variable, fresh when there is none yet; one that cannot
+        be used (module docstring) raises CorruptStateError and is kept."""
         key = state_variable_key(job_name)
         text = self.read_variable(key)
         if text is None:

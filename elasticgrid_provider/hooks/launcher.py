@@ -1,27 +1,23 @@
 """Start a launch's parts in a child process, and find the processes a launch left.
 
-Why a child process (issue 12): iroh-tinker's engines start ranks and
-``setup`` commands with the descriptors of the process that calls
-``JobManager.launch``; inside an Airflow task those include the supervisor's
-sockets, which a rank would keep open for as long as it runs. The launcher
-calls ``JobManager.launch`` for each part in a process that owns nothing of
-the task's, for every engine (user ``module=`` ones included):
+Why (issue 12): iroh-tinker's engines start ranks and ``setup`` commands with
+the descriptors of the process that calls ``JobManager.launch``; in an Airflow
+task those include the supervisor's sockets, which a rank would keep open as
+long as it runs. The launcher calls it for each part, for every engine (user
+``module=`` ones included), in a process that owns nothing of the task's:
 
 * ``stdin`` is ``/dev/null``, ``stdout``/``stderr`` a launch log *file* (a pipe
   would stay open in every rank), every other descriptor closed;
 * its own session and process group, so ``on_kill`` can kill it, and only it;
-* it dies with the task (``PR_SET_PDEATHSIG``): a SIGKILLed task starts no
-  further part;
+* it dies with the task (``PR_SET_PDEATHSIG``): a SIGKILLed task starts no more parts;
 * the task is a child subreaper, so it reaps ranks orphaned by the launcher's
   exit (some hosts' PID 1 never does, and a zombie rank reads as running).
 
-The launcher writes its progress to a result file after each part.
-
-Every rank (and the launcher) carries ``ELASTICGRID_JOB`` and
-``ELASTICGRID_LAUNCH_ID`` in its environment, so :func:`launch_processes`
-finds them in ``/proc/*/environ`` even when iroh-tinker never recorded their
-pids (it does only after the engine's ``start`` returns). Only this user's
-processes of this job and the given launch ids match.
+It writes its progress to a result file after each part. Every rank (and the
+launcher) carries ``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its
+environment, so :func:`launch_processes` finds them in ``/proc/*/environ`` even
+when iroh-tinker never recorded their pids (it does only after the engine's
+``start`` returns). Only this user's processes of this job and launch ids match.
 """
 
 from __future__ import annotations
@@ -90,14 +86,10 @@ def redact_part_specs(jobs_root: Path, part_name: str, spec_path: str) -> None:
 
 
 def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
-    """Ready iroh-tinker's folder of a part for a new launch.
-
-    The folder is made 0700 and ``spec.json`` 0600 before iroh-tinker copies
-    the spec (``envs`` included) there with the default mode. A previous
-    launch's ``done_*``/``attempt_*`` markers, which iroh-tinker never clears,
-    are removed: a stale ``done_0`` would make a failed relaunch look done,
-    stale attempts would eat the new launch's restart budget.
-    """
+    """Ready a part's iroh-tinker folder for a new launch: 0700, with ``spec.json`` 0600 before
+    iroh-tinker copies the spec (``envs`` included) there, and without the previous launch's
+    ``done_*``/``attempt_*`` markers (iroh-tinker never clears them: a stale ``done_0`` makes a
+    failed relaunch look done, stale attempts eat the new launch's restart budget)."""
     folder = private_folder(jobs_root / part_name)
     for marker in [*folder.glob("done_*"), *folder.glob("attempt_*")]:
         marker.unlink(missing_ok=True)
@@ -155,8 +147,6 @@ def _environment(pid: int) -> dict[str, str]:
 def launch_processes(job_name: str, launch_ids: Iterable[str]) -> list[int]:
     """Pids of live processes started for ``job_name`` by any of ``launch_ids`` (not this one)."""
     wanted = set(launch_ids)
-    if not wanted:
-        return []
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -185,10 +175,8 @@ def _alive(pid: int) -> bool:
 
 
 def terminate(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:
-    """SIGTERM the processes (and their groups), SIGKILL what outlives ``grace_s``.
-
-    Returns the pids that were alive when asked to stop.
-    """
+    """SIGTERM the processes (and their groups), SIGKILL what outlives ``grace_s``; returns
+    the pids that were alive when asked to stop."""
     targets = [pid for pid in pids if _alive(pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in targets:

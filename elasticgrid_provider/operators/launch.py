@@ -1,19 +1,16 @@
 """LaunchOperator: run a placement as an iroh-tinker job, faithfully and once.
 
-A placement of ``a: 64, b: 36`` is launched as one iroh-tinker job part per
-provider share (SPEC 6.3), by a launcher child process that holds none of the
-task's descriptors, through :meth:`ElasticGridHook.launch`, which makes the
-task safe to retry: it attaches (starts nothing) when the job already runs
-this placement with the same ``run``, ``envs`` and ``setup``; otherwise it
-resizes in five steps and fails, naming what failed and recording the job
-down, when the new ranks are not up after ``startup_grace_s`` or a part fails
-to provision (stopping the parts and unrecorded ranks it started). A dead job
-is never reported as launched.
+A placement of ``a: 64, b: 36`` runs as one iroh-tinker job part per provider
+share (SPEC 6.3) through :meth:`ElasticGridHook.launch`, so a retry is safe: it
+attaches to a job that runs this placement with the same ``run``, ``envs`` and
+``setup``, else resizes; a part that fails to provision, or ranks not up after
+``startup_grace_s``, fail the task naming what failed (the hook stops what it
+started and records the job down): a dead job is never reported as launched.
 
 The job's identity and state go to XCom (key ``job``) right after the launch.
-With ``wait_for_completion`` the task then waits for the job to end, in the
-worker (polling) or, with ``deferrable``, in the triggerer; a failed job
-fails the task with the tail of the failing rank's log.
+With ``wait_for_completion`` the task then waits for the job to end, polling
+in the worker or, with ``deferrable``, in the triggerer; a failed job fails
+the task with the tail of the failing rank's log.
 
 ``on_kill`` stops only what this task started: the launch in progress, or
 the launch it confirmed. A job it attached to, or was still waiting (on the
@@ -62,18 +59,16 @@ class LaunchOperator(BaseOperator):
     :param run: the command each rank runs (templated).
     :param placement: the placement, usually ``plan.output`` of a PlanPlacementOperator.
     :param procs_per_node, backend: processes per node, and the iroh-tinker backend name.
-    :param envs: extra environment variables for every rank (templated).
-    :param setup: a setup command run once per part before the ranks start (templated).
-    :param workdir: the ranks' working directory (templated).
-    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh
-        directory per launch under the job's folder.
+    :param envs, setup, workdir: extra environment variables for every rank, a command run once
+        per part before the ranks start, and the ranks' working directory (templated).
+    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh folder per
+        launch under the job's folder.
     :param recovery, checkpoint: iroh-tinker's settings, e.g. ``recovery={"mode": "none"}``.
     :param wait_for_completion, poll_interval: wait until the job is done or failed,
         checking its status every ``poll_interval`` seconds.
     :param startup_grace_s: how long the new ranks must stay up before the launch
         counts as started (a run command that dies at once fails the task).
-    :param deferrable: wait in the triggerer instead of a worker slot; default
-        ``[operators] default_deferrable``.
+    :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
     :return: the job's identity and state (``JobSnapshot.to_dict()``).
     """
@@ -150,9 +145,7 @@ class LaunchOperator(BaseOperator):
                     mask_secret(value)
 
     def _launch(self) -> tuple[Placement, LaunchOutcome]:
-        placement = Placement.from_dict(self.placement)
-        if placement.total_nodes == 0:
-            raise ElasticGridError("placement has no nodes; nothing to launch")
+        placement = Placement.from_dict(self.placement)  # build_launch_parts refuses 0 nodes
         options = LaunchOptions(
             run=self.run,
             workdir=self.workdir,
@@ -208,9 +201,7 @@ class LaunchOperator(BaseOperator):
             )
         else:
             resized = (
-                f" (resized from {outcome.previous_nodes} nodes)"
-                if outcome.action == "resized"
-                else ""
+                f" (resized from {outcome.previous_nodes} nodes)" if outcome.previous_nodes else ""
             )
             self.log.info(
                 "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h, "

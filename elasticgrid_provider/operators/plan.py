@@ -33,9 +33,8 @@ def nodes_from_argument(value: Any) -> Any:
             )
         return value["target_nodes"]
     if isinstance(value, str):
-        text = value.strip()
         try:
-            return int(text)
+            return int(value)  # surrounding blanks allowed
         except ValueError:
             raise ElasticGridError(f"nodes must be a whole number, got {value!r}") from None
     return value

@@ -3,30 +3,27 @@
 Each check (a poke, a reschedule, or a resume from the trigger) takes the
 job's lock (:meth:`ElasticGridHook.job_lock`), so two checks of one job never
 interleave: the second waits, then reads what the first wrote (its cooldown
-included) and holds. Airflow has no compare-and-set on Variables; the lock
-makes read-decide-write of the state one step. Under it the sensor asks the
-hook for the job, its lost parts, the state Variable and the step-log lines
-that arrived since the last check (it opens no file and reads no Variable
-itself) and hands them to the pure :class:`~elasticgrid_provider.core.check.ScaleCheck`,
-whose module docstring gives the rules: a job that cannot be checked (never
-launched here, confirmed down, failed) fails the sensor; one that lost
-capacity is recovered (re-plan and relaunch downstream, the safe resize path)
-or, past ``max_recoveries`` or out of capacity, stopped and failed; one that
-ended ends it (skipping the resize downstream); otherwise the deadline
-(:mod:`elasticgrid_provider.deadlines`) is resolved and the scheduler decides.
-``elasticgrid simulate --timeline`` and the policy benchmark run the same rules.
+included) and holds; the lock makes read-decide-write of the state one step
+(Airflow has no compare-and-set on Variables). Under it the sensor gets from the
+hook (it opens no file and reads no Variable itself) the job, its lost parts, the
+state Variable and the new step-log lines, for the pure
+:class:`~elasticgrid_provider.core.check.ScaleCheck`, whose module docstring gives
+the rules (also run by ``elasticgrid simulate --timeline`` and the policy
+benchmark): a job that cannot be checked (never launched here, confirmed down,
+failed) fails the sensor; one that lost capacity is recovered (re-plan and
+relaunch downstream) or, past ``max_recoveries`` or out of capacity, stopped and
+failed; one that ended ends it (skipping the resize downstream); otherwise the
+deadline (:mod:`elasticgrid_provider.deadlines`) is resolved and the scheduler
+decides. A state Variable that cannot be used fails the check with one sentence
+and is never overwritten: a fresh state would lose the cooldown and the history.
 
-A state Variable that cannot be used (empty, not JSON, ``null``, another
-job's, malformed) fails the check with one sentence and is never overwritten:
-a fresh state would lose the cooldown and the history.
-
-``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with
-the decision record as its return value, which a PlanPlacementOperator takes
-as ``nodes`` (``check.output``). A hold's record is pushed to the same key
-(downstream never runs on a hold), so every check leaves exactly one record;
-repeated holds fold into one history entry with a count. The log line is
-:func:`~elasticgrid_provider.core.formatting.decision_summary`, and the
-task's extra link opens the job in the "Scale decisions" view.
+``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with the
+decision record as its return value, a PlanPlacementOperator's ``nodes``
+(``check.output``). A hold's record goes to the same key (downstream never runs
+on a hold), so every check leaves one record; repeated holds fold into one
+history entry with a count. The log line is
+:func:`~elasticgrid_provider.core.formatting.decision_summary`; the task's extra
+link opens the job in the "Scale decisions" view.
 """
 
 from __future__ import annotations
@@ -43,9 +40,7 @@ from airflow.sdk.bases.xcom import BaseXCom
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
-from elasticgrid_provider.core.check import (  # ARGUMENT_SOURCE, SKIPPED_LINES_SHOWN: re-exported
-    ARGUMENT_SOURCE,
-    SKIPPED_LINES_SHOWN,
+from elasticgrid_provider.core.check import (
     CheckVerdict,
     DeadlineChoice,
     ScaleCheck,
@@ -68,21 +63,8 @@ from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
-__all__ = [
-    "ARGUMENT_SOURCE",
-    "LOCK_WAIT_S",
-    "SKIPPED_LINES_SHOWN",
-    "ElasticScaleSensor",
-    "JobFailedError",
-]
-
 LOCK_WAIT_S = 60.0
 """How long a check waits for a job that a launch or another check is busy with."""
-
-
-def _seconds(value: float | timedelta) -> float:
-    """Airflow's ``timeout``/``poke_interval``, which may be a timedelta, in seconds."""
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 class ElasticScaleSensor(BaseSensorOperator):
@@ -91,22 +73,18 @@ class ElasticScaleSensor(BaseSensorOperator):
     :param job_name: the job to check (templated).
     :param min_nodes ... scaling_loss: the scheduler's parameters (``SCHEDULER_PARAMETERS``
         of :mod:`elasticgrid_provider.core.scheduler`); unset ones keep its defaults.
-    :param window_size: how many samples the rolling window keeps.
-    :param remaining_steps, remaining_tokens: work left, in steps or tokens, for
-        deadline pressure (templated).
-    :param deadline: explicit deadline, a datetime or ISO string (templated);
-        default: the DAG's ``deadline=`` alerts.
-    :param samples: samples handed in (a list of dicts or its JSON, e.g. an upstream
-        XCom) instead of reading the job's step logs (templated); each check takes
-        the samples whose step it has not seen yet.
+    :param window_size, history_limit: how many samples the rolling window keeps, and how
+        many decisions the state Variable keeps.
+    :param remaining_steps, remaining_tokens: work left, for deadline pressure (templated).
+    :param deadline: a datetime or ISO string (templated); default: the DAG's ``deadline=``.
+    :param samples: samples to use instead of the job's step logs (templated; a list of dicts
+        or its JSON, e.g. an upstream XCom); a check takes those of steps it has not seen.
     :param max_recoveries: how many times a job that lost capacity is recovered within
         ``recovery_window`` before the check gives up (templated; 0: never recover).
     :param recovery_window, quarantine: seconds (or a timedelta, templated) over which
         ``max_recoveries`` counts, and for which a provider that lost capacity is left out.
-    :param history_limit: how many decisions the state Variable keeps.
     :param providers: an inline grid for costing the proposed placement; default: the connection's.
-    :param deferrable: wait between checks in the triggerer; default
-        ``[operators] default_deferrable``.
+    :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root, grid).
     :return: the decision record (see ``DecisionRecord.to_dict``).
     """
@@ -198,12 +176,11 @@ class ElasticScaleSensor(BaseSensorOperator):
         """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
         if not self.deferrable:
             return super().execute(context)
-        if _seconds(self.poke_interval) < MIN_DEFERRAL_S:
-            # a trigger firing this soon after deferral races the scheduler (MIN_DEFERRAL_S)
+        if self.poke_interval < MIN_DEFERRAL_S:  # a sooner trigger races the scheduler
             self.log.info(
                 "poke_interval %.0fs is below the %.0fs a deferral must last to be safe on a "
                 "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
-                _seconds(self.poke_interval),
+                self.poke_interval,
                 MIN_DEFERRAL_S,
                 self.job_name,
             )
@@ -220,16 +197,13 @@ class ElasticScaleSensor(BaseSensorOperator):
         record = self.check(context)
         if record is not None:
             return record
-        remaining = _seconds(self.timeout) - (time.time() - started_at)
+        remaining = self.timeout - (time.time() - started_at)
         if remaining <= 0:
-            message = (
-                f"no scale decision for job {self.job_name!r} within {_seconds(self.timeout):.0f}s"
-            )
+            message = f"no scale decision for job {self.job_name!r} within {self.timeout:.0f}s"
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowSensorTimeout(message)
-        # never shorter than MIN_DEFERRAL_S, even when little time is left before the timeout
-        wait = max(min(_seconds(self.poke_interval), remaining), MIN_DEFERRAL_S)
+        wait = max(min(self.poke_interval, remaining), MIN_DEFERRAL_S)
         self.log.info(
             "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait
         )
@@ -243,7 +217,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 payload={"started_at": started_at},
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=remaining + _seconds(self.poke_interval)),
+            timeout=timedelta(seconds=remaining + self.poke_interval),
         )
 
     # -- the check ----------------------------------------------------------------
@@ -283,12 +257,8 @@ class ElasticScaleSensor(BaseSensorOperator):
                 )
             # only a launch confirmed running can lose parts (a down one fails here)
             lost, report = hook.lost_parts(snapshot), hook.failure_report(snapshot)
-            failure = (
-                None
-                if lost
-                else rules.failure(snapshot, jobs_root=jobs_root, failure_report=report)
-            )
-            if failure is not None:
+            failure = rules.failure(snapshot, jobs_root=jobs_root, failure_report=report)
+            if failure is not None and not lost:
                 raise JobFailedError(failure)
             state = hook.read_scale_state(self.job_name)
             now = epoch_now()
@@ -321,7 +291,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 self.log.info("%s", found.describe(now))
             hook.write_scale_state(outcome.state)
             if outcome.verdict is CheckVerdict.GIVE_UP:
-                stopped = hook.give_up(snapshot.manifest, outcome.reason)
+                stopped, _ = hook.give_up(snapshot.manifest, outcome.reason)
                 if stopped:
                     self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
         record = outcome.record

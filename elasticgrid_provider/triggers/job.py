@@ -25,22 +25,20 @@ if TYPE_CHECKING:
 
 ENDED_STATUSES = ("done", "failed", "stopped", "missing")
 
-#: The shortest time, in seconds, between a deferral and its trigger's event. On a
-#: real scheduler (Airflow 3.3.2) a trigger firing within seconds of deferral can get
-#: the resumed task marked FAILED with no error in its log: the executor's late
-#: "success" for the deferring try is read after the resumed try was queued
-#: (apache/airflow#72716, #71580; fix proposed in #72767). Seen at 2 s, not at 15 s
-#: (SPEC 6.5): the scale sensor never defers for less (it checks in the worker
-#: instead), and deferrable waits hold their event back until then.
 MIN_DEFERRAL_S = 15.0
+"""The shortest time, in seconds, between a deferral and its event. On Airflow 3.3.2 a
+trigger firing within seconds gets the resumed task marked FAILED with no error in its
+log, as the deferring try's late "success" is read after the resumed try was queued
+(apache/airflow#72716, #71580; fix proposed in #72767). Seen at 2 s, not at 15 s (SPEC
+6.5): the scale sensor checks in the worker instead, and waits hold their event back."""
 
 
-def job_event(hook: ElasticGridHook, job_name: str, *, woke: bool = False) -> dict[str, Any]:
+def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
     """The event payload: the job's status and identity, and a failure report if it failed."""
     snapshot = hook.job_snapshot(job_name)
     if snapshot is None:
-        return {"job_name": job_name, "status": "missing", "job": None, "woke": woke}
-    event: dict[str, Any] = {"job_name": job_name, "status": snapshot.status, "woke": woke}
+        return {"job_name": job_name, "status": "missing", "job": None, "woke": False}
+    event: dict[str, Any] = {"job_name": job_name, "status": snapshot.status, "woke": False}
     event["job"] = snapshot.to_dict()
     if snapshot.status == "failed":
         event["failure_report"] = hook.failure_report(snapshot)
@@ -51,14 +49,13 @@ class JobStatusTrigger(BaseTrigger):
     """Fire when the job ends, or after ``wake_after_s`` seconds if it is set.
 
     :param job_name, jobs_root: the job, and the JobManager root it was launched under.
-    :param poll_interval: seconds between status checks.
-    :param wake_after_s: fire after this long even if the job still runs.
-    :param min_wait_s: fire no sooner than this many seconds after the trigger started,
-        even when the job has already ended (see :data:`MIN_DEFERRAL_S`).
+    :param poll_interval, wake_after_s: seconds between status checks, and after which
+        to fire even if the job still runs.
+    :param min_wait_s: fire no sooner after the start, even when the job has ended
+        (:data:`MIN_DEFERRAL_S`).
     :param payload: plain JSON copied into the event (what the resumed task needs).
-    :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``
-        (the launch it started; a later resize is left running). LaunchOperator's; a
-        scale sensor's kill never stops the job it watches.
+    :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``, the
+        launch it started (a later resize runs on); LaunchOperator's: a sensor's kill stops nothing.
     """
 
     def __init__(
