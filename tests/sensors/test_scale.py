@@ -194,15 +194,26 @@ def test_a_job_that_was_never_launched_fails_the_check(airflow_db, jobs_root, ca
     assert "job 'ghost' has no manifest" in output.out + output.err
 
 
-def _write_samples_after_the_first_check(step_log, delay_s: float):
-    """Write 3 queue-bound samples ``delay_s`` after now, on a timer thread (started)."""
+def _write_samples_after_the_first_check(job: str, step_log: Path):
+    """Write 3 queue-bound samples once the first check of ``job`` is in its history.
+
+    On a thread (returned started): the first check holds for want of samples
+    whatever the machine's speed, and the next one finds them.
+    """
     import threading
 
     lines = "".join(
         json.dumps({"step": step, "duration_s": 1.0, "queue_s": 0.6, "nodes": 2}) + "\n"
         for step in range(3)
     )
-    writer = threading.Timer(delay_s, lambda: step_log.write_text(lines))
+
+    def write_after_the_first_check() -> None:
+        deadline = time.monotonic() + 120
+        while not (_state(job) or {}).get("history") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        step_log.write_text(lines)
+
+    writer = threading.Thread(target=write_after_the_first_check)
     writer.start()
     return writer
 
@@ -211,7 +222,7 @@ def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_r
     run_dag("launch_sleeping", {"job_name": "deferred-check", "nodes": 2})
     step_log = jobs_root / "deferred-check--onprem" / "steps.jsonl"
     # the samples arrive only after the first check has held and deferred
-    writer = _write_samples_after_the_first_check(step_log, 3.0)
+    writer = _write_samples_after_the_first_check("deferred-check", step_log)
     started = time.monotonic()
     try:
         result = run_dag("scale_check_deferred", {"job_name": "deferred-check"})
@@ -233,7 +244,7 @@ def test_deferrable_check_below_the_safe_deferral_checks_in_the_worker(
 ):
     run_dag("launch_sleeping", {"job_name": "undeferred", "nodes": 2})
     step_log = jobs_root / "undeferred--onprem" / "steps.jsonl"
-    writer = _write_samples_after_the_first_check(step_log, 3.0)
+    writer = _write_samples_after_the_first_check("undeferred", step_log)
     try:
         result = run_dag("scale_check_deferrable", {"job_name": "undeferred"})
     finally:
