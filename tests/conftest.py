@@ -182,10 +182,13 @@ def jobs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     yield root
     from iroh_tinker.cloud import JobManager
 
+    from tests.job_processes import stop_ranks_under
+
     manager = JobManager(root=root)
     for state in manager.jobs():
         if manager.status(state.name).status == "running":
             manager.stop(state.name)
+    stop_ranks_under(root)  # and those iroh-tinker never recorded (a launch killed mid-start)
     _forget_scale_states()
 
 

@@ -73,3 +73,28 @@ def stop_job_processes(job: str) -> None:
     for pid in job_ranks(job):
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
+
+
+def stop_ranks_under(jobs_root: Path) -> None:
+    """Kill every rank of this session whose job folder is under ``jobs_root`` (test clean-up).
+
+    Catches ranks iroh-tinker never recorded, e.g. of a launch killed mid-start.
+    """
+    import contextlib
+    import signal
+
+    ours = os.environ.get(SESSION_VARIABLE)
+    marker = f"{jobs_root}/".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"iroh_tinker.cloud.runner" not in command or marker not in command:
+            continue
+        if f"{SESSION_VARIABLE}={ours}".encode() in environ.split(b"\0"):
+            with contextlib.suppress(OSError):
+                os.killpg(int(entry.name), signal.SIGKILL)
