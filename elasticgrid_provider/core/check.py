@@ -68,9 +68,7 @@ from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RUL
 from elasticgrid_provider.core.step_log import StepLogChunk
 from elasticgrid_provider.core.validation import check_number, number_from_text
 
-ARGUMENT_SOURCE = "samples argument"
-"""The cursor key of samples handed in through the ``samples`` argument: its value is the
-next step number to take, so each DAG run may hand in a new, overlapping list."""
+ARGUMENT_SOURCE = "samples argument"  # the cursor of handed-in samples: the next step to take
 SKIPPED_LINES_SHOWN = 5  # bad step-log lines reported one by one per log; the rest counted
 
 
@@ -153,17 +151,12 @@ def handed_in_samples(samples: Any) -> list[StepSample]:
 
 
 def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) -> RecoveryPolicy:
-    """The recovery budget and quarantine from a task's (rendered) arguments: numbers may be
-    numeric strings, the durations timedeltas; a bad value raises one sentence naming it."""
+    """The recovery policy from a task's rendered arguments (numeric strings, timedeltas)."""
     window_s, quarantine_s = (
         value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
         for value in (recovery_window, quarantine)
     )
-    return RecoveryPolicy.checked(
-        max_recoveries=number_from_text(max_recoveries),  # "3" from a template is 3
-        recovery_window_s=window_s,
-        quarantine_s=quarantine_s,
-    )
+    return RecoveryPolicy(number_from_text(max_recoveries), window_s, quarantine_s)
 
 
 @dataclass(frozen=True)
@@ -294,7 +287,7 @@ class ScaleCheck:
                 min_nodes=self.scheduler.min_nodes,
                 max_nodes=self.scheduler.max_nodes,
                 memory=taken.recovery,
-                policy=policy or RecoveryPolicy.checked(),
+                policy=policy or RecoveryPolicy(),
                 planner=planner,
                 now=now,
             )

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, PlainValidator, field_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.validation import (
@@ -247,24 +247,39 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
 
 
 def _spec_dict(
-    *,
-    name: str,
     options: LaunchOptions,
-    num_nodes: int,
-    infra: list[str],
-    use_spot: bool,
-    instance_type: str | None,
-    envs: dict[str, str],
+    job: str,
+    part: str,
+    shares: Sequence[Assignment],
+    rank_offset: int,
+    world_size: int,
 ) -> dict[str, Any]:
-    """The plain JSON document ``spec_from_dict`` reads; iroh defaults fill the rest."""
-    resources: dict[str, Any] = {"infra": infra, "use_spot": use_spot}
-    if instance_type:
+    """The plain JSON document ``spec_from_dict`` reads to run ``shares`` (in failover order)
+    as ``part`` of ``job``, from global rank ``rank_offset``; iroh defaults fill the rest."""
+    providers = [share.provider for share in shares]
+    resources: dict[str, Any] = {
+        "infra": list(dict.fromkeys(provider.engine_target for provider in providers)),
+        "use_spot": any(provider.spot for provider in providers),
+    }
+    if instance_type := options.instance_type or providers[0].accelerator:
         resources["instance_type"] = instance_type
+    envs = {
+        **options.envs,
+        ENV_JOB: job,
+        ENV_PART: part,
+        ENV_RANK_OFFSET: str(rank_offset),
+        ENV_WORLD_SIZE: str(world_size),
+        ENV_PROCS_PER_NODE: str(options.procs_per_node),
+    }
+    if options.shared_dir is not None:
+        envs[ENV_SHARED_DIR] = options.shared_dir
+    if options.launch_id is not None:
+        envs[ENV_LAUNCH_ID] = options.launch_id
     spec: dict[str, Any] = {
-        "name": name,
+        "name": part,
         "run": options.run,
         "workdir": options.workdir,
-        "num_nodes": num_nodes,
+        "num_nodes": sum(share.nodes for share in shares),
         "procs_per_node": options.procs_per_node,
         "backend": options.backend,
         "envs": envs,
@@ -279,24 +294,6 @@ def _spec_dict(
     if options.checkpoint is not None:
         spec["checkpoint"] = dict(options.checkpoint)
     return spec
-
-
-def _rank_envs(
-    options: LaunchOptions, job: str, part: str, rank_offset: int, world_size: int
-) -> dict[str, str]:
-    envs = {
-        **options.envs,
-        ENV_JOB: job,
-        ENV_PART: part,
-        ENV_RANK_OFFSET: str(rank_offset),
-        ENV_WORLD_SIZE: str(world_size),
-        ENV_PROCS_PER_NODE: str(options.procs_per_node),
-    }
-    if options.shared_dir is not None:
-        envs[ENV_SHARED_DIR] = options.shared_dir
-    if options.launch_id is not None:
-        envs[ENV_LAUNCH_ID] = options.launch_id
-    return envs
 
 
 def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
@@ -317,16 +314,7 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
     (SPEC 4.6.7), so launches use :func:`build_launch_parts`.
     """
     placement, options, world_size = _checked(placement, name, options)
-    infra = list(dict.fromkeys(share.provider.engine_target for share in placement.assignments))
-    spec = _spec_dict(
-        name=name,
-        options=options,
-        num_nodes=placement.total_nodes,
-        infra=infra,
-        use_spot=placement.spot_nodes > 0,
-        instance_type=options.instance_type or placement.assignments[0].provider.accelerator,
-        envs=_rank_envs(options, name, name, 0, world_size),
-    )
+    spec = _spec_dict(options, name, name, placement.assignments, 0, world_size)
     return validate_spec_dict(spec)
 
 
@@ -349,8 +337,7 @@ class LaunchPart:
     @property
     def spec_dict(self) -> dict[str, Any]:
         """The part's launch spec as a plain JSON dict (a new copy on every call)."""
-        parsed: dict[str, Any] = json.loads(self.spec_json)
-        return parsed
+        return json.loads(self.spec_json)
 
     @property
     def engine_target(self) -> str:
@@ -396,15 +383,7 @@ def build_launch_parts(
                 f"placement lists provider {provider.name!r} more than once; parts need one share "
                 "per provider"
             )
-        spec = _spec_dict(
-            name=part,
-            options=options,
-            num_nodes=share.nodes,
-            infra=[provider.engine_target],
-            use_spot=provider.spot,
-            instance_type=options.instance_type or provider.accelerator,
-            envs=_rank_envs(options, name, part, rank_offset, world_size),
-        )
+        spec = _spec_dict(options, name, part, [share], rank_offset, world_size)
         validate_spec_dict(spec)
         parts.append(
             LaunchPart(

@@ -297,10 +297,8 @@ def decide_recovery(
         reason = f"{what} and no capacity is left to recover it: {problem}"
         return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
     where = ", ".join(f"{name} {count}" for name, count in placement.nodes_by_provider().items())
-    quarantined = ""
-    if fresh:
-        names = ", ".join(repr(entry.provider) for entry in fresh)
-        quarantined = f"quarantined {names} for {policy.quarantine_s:g}s; "
+    names = ", ".join(repr(entry.provider) for entry in fresh)
+    quarantined = f"quarantined {names} for {policy.quarantine_s:g}s; " if fresh else ""
     reason = (
         f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
         f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "

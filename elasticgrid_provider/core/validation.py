@@ -45,8 +45,7 @@ from typing_extensions import Self, dataclass_transform
 
 from elasticgrid_provider.core.errors import ElasticGridError
 
-_LARGEST = sys.float_info.max
-"""Integers beyond a float are refused like infinity."""
+_LARGEST = sys.float_info.max  # integers beyond a float are refused like infinity
 
 
 def _refuse(phrase: str) -> PydanticCustomError:
@@ -176,23 +175,16 @@ def one_of(words: tuple[str, ...]) -> OneOf:
     return OneOf(words)
 
 
-Finite = Annotated[float, finite(None)]
-"""Any finite number (a time, a trend)."""
-NonNegative = Annotated[float, finite()]
-"""A finite number >= 0."""
-Count = Annotated[int, whole()]
-"""A whole number >= 0."""
-Positive = Annotated[int, whole(1)]
-"""A whole number >= 1 (a node count, a window size)."""
-Text = Annotated[str, _text(allow_empty=False)]
-"""A non-empty string."""
-AnyText = Annotated[str, _text(allow_empty=True)]
-"""A string, possibly empty."""
-Flag = Annotated[bool, BeforeValidator(_flag)]
-"""True or false, never 1 or "yes"."""
+Finite = Annotated[float, finite(None)]  # any finite number (a time, a trend)
+NonNegative = Annotated[float, finite()]  # a finite number >= 0
+Count = Annotated[int, whole()]  # a whole number >= 0
+Positive = Annotated[int, whole(1)]  # a whole number >= 1 (a node count, a window size)
+Text = Annotated[str, _text(allow_empty=False)]  # a non-empty string
+AnyText = Annotated[str, _text(allow_empty=True)]  # a string, possibly empty
+Flag = Annotated[bool, BeforeValidator(_flag)]  # true or false, never 1 or "yes"
 
+# every model: unknown fields refused, no NaN or infinity
 MODEL_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=False)
-"""Every model: unknown fields refused, no NaN or infinity."""
 
 
 # -- the same types in function form, for one value with a field name ---------------------
@@ -224,8 +216,7 @@ def check_number(
 ) -> float:
     """:func:`finite` in function form: ``value`` as a float in bounds, or raise naming ``field``.
 
-    The default ``minimum=0`` makes "non-negative" the norm; pass ``None``
-    for no lower bound.
+    ``minimum`` defaults to 0 (non-negative); ``None`` means no lower bound.
     """
     bounds = (minimum, maximum, exclusive_minimum, exclusive_maximum)
     return float(_checked(field, value, _adapter(float, finite, *bounds)))
@@ -250,15 +241,11 @@ def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
 
 def check_mapping(field: str, value: Any) -> dict[str, Any]:
     """A strict ``dict`` field in function form: ``value`` if it is a JSON object, or raise."""
-    mapping: dict[str, Any] = _checked(field, value, _adapter(Annotated[dict, Strict()]))
-    return mapping
+    return _checked(field, value, _adapter(Annotated[dict, Strict()]))
 
 
 def number_from_text(value: Any) -> Any:
-    """A numeric string as a float; anything else unchanged, for the checks above to judge.
-
-    Connection forms and rendered templates hand numbers over as strings.
-    """
+    """A numeric string (from a form or a template) as a float; anything else unchanged."""
     if isinstance(value, str):
         try:
             return float(value.strip())
@@ -283,10 +270,8 @@ def model_error(
 ) -> ElasticGridError:
     """One sentence for the first problem in ``error``: ``where``, the dotted field path, the value.
 
-    ``owner`` names the model in "is missing" / "has an unknown field"
-    sentences when ``where`` is empty; ``positional`` names the fields given
-    by position to a constructor. An :class:`ElasticGridError` a validator
-    raised is kept as it is.
+    ``owner`` names the model when ``where`` is empty; ``positional`` names the
+    fields given by position. A validator's :class:`ElasticGridError` is kept.
     """
     problem = error.errors(include_url=False)[0]
     kind, value = problem["type"], problem.get("input")
@@ -316,8 +301,7 @@ def model_error(
 
 
 ModelT = TypeVar("ModelT")
-FROM_JSON: dict[str, Any] = {"from_json": True}
-"""The context of :meth:`JsonModel.model_validate`: JSON objects may stand for models."""
+FROM_JSON: dict[str, Any] = {"from_json": True}  # model_validate's context: JSON stands for models
 
 
 class JsonModel:
@@ -341,8 +325,7 @@ class JsonModel:
 
     def model_dump(self, *, mode: Literal["json", "python"] = "json") -> dict[str, Any]:
         """Plain JSON of this model (enums as their strings, tuples as lists); pydantic's ``mode``."""
-        dumped: dict[str, Any] = self.type_adapter().dump_python(self, mode=mode)
-        return dumped
+        return self.type_adapter().dump_python(self, mode=mode)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON; an alias of :meth:`model_dump`, the inverse of :meth:`from_dict`."""
@@ -352,8 +335,7 @@ class JsonModel:
     def model_validate(cls, data: Any, *, where: str | None = None) -> Self:
         """Build from plain JSON, or raise one sentence naming the field and the value."""
         where = cls._where(data) if where is None else where
-        built: Self = _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
-        return built
+        return _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
 
     @classmethod
     def from_dict(cls, data: Any) -> Self:
@@ -363,16 +345,12 @@ class JsonModel:
     @classmethod
     def model_json_schema(cls) -> dict[str, Any]:
         """The JSON Schema of :meth:`model_dump`'s output (derived fields included)."""
-        schema: dict[str, Any] = cls.type_adapter().json_schema(mode="serialization")
-        return schema
+        return cls.type_adapter().json_schema(mode="serialization")
 
 
 def trusted(cls: type[ModelT], **values: Any) -> ModelT:
-    """A :func:`model` instance, unchecked, from values derived from checked models.
-
-    Only where the policy benchmark measured the checks' cost; missing fields
-    take their defaults.
-    """
+    """A :func:`model` instance, unchecked, from values derived from checked models (missing
+    fields take their defaults); only where the policy benchmark measured the checks' cost."""
     instance = object.__new__(cls)
     for name, field in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
         if name not in values:
