@@ -109,11 +109,8 @@ def _rendezvous_dir(raw: str | None) -> str | None:
 
 
 def distributed_context(environ: Mapping[str, str] | None = None) -> DistributedContext:
-    """This process's global position from the environment (``os.environ`` by default).
-
-    A variable that is not a whole number, or numbers that contradict each
-    other, raise ``ValueError`` naming the variable and value.
-    """
+    """This process's global position from the environment (``os.environ`` by default); a
+    variable that is no whole number, or contradicts another, raises ``ValueError`` naming it."""
     env = os.environ if environ is None else environ
     local_rank = _env_int(env, ENV_RANK, 0, 0)
     local_world = _env_int(env, ENV_LOCAL_WORLD_SIZE, 1, 1)
@@ -159,11 +156,9 @@ class StepReporter:
     ) -> None:
         self.context = context if context is not None else distributed_context()
         self.enabled = all_ranks or self.context.is_rank_zero
-        self.path: Path | None = None
-        if path is not None:
-            self.path = Path(path)
-        elif self.context.job_dir is not None:
-            self.path = Path(self.context.job_dir) / STEP_LOG_NAME
+        job_dir = self.context.job_dir
+        default = None if job_dir is None else Path(job_dir) / STEP_LOG_NAME
+        self.path = default if path is None else Path(path)
         if self.enabled and self.path is None:
             raise ValueError(
                 f"step log path is unknown: pass path= or set {ENV_JOB_DIR} (got no value)"
@@ -179,8 +174,7 @@ class StepReporter:
     ) -> dict[str, Any] | None:
         """Validate and append one step as a :class:`StepSample`; return it (``None`` if disabled).
 
-        ``nodes`` defaults to the job's node count; ``time`` (when the step
-        ended) is added.
+        ``nodes`` defaults to the job's node count; ``time`` (when the step ended) is added.
         """
         fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
         nodes = self.context.nodes if nodes is None else nodes
@@ -237,10 +231,8 @@ class Checkpoint:
             self.folder = None
 
     def load(self) -> tuple[int, bytes | None]:
-        """``(completed steps, the saved state or None)``; ``(0, None)`` when there is none.
-
-        Raises ``ValueError`` naming the file when ``progress.json`` is unreadable.
-        """
+        """``(completed steps, the saved state or None)``; ``(0, None)`` when there is none;
+        ``ValueError`` naming the file when ``progress.json`` is unreadable."""
         if self.folder is None or not (self.folder / PROGRESS_FILE).exists():
             return 0, None
         progress_path = self.folder / PROGRESS_FILE

@@ -46,6 +46,7 @@ from elasticgrid_provider.core.validation import (
     JsonModel,
     Positive,
     Text,
+    check_integer,
     choice,
     model,
     one_of,
@@ -113,11 +114,8 @@ class JobManifest(JsonModel):
         """Refuse a newer layout in one sentence; read a manifest without a version as 1."""
         if not isinstance(data, dict):
             return data
-        version = data.get("schema_version", 1)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ElasticGridError(
-                f"job manifest schema_version must be a whole number >= 1, got {version!r}"
-            )
+        where = "job manifest schema_version"
+        version = check_integer(where, data.get("schema_version", 1), minimum=1)
         if version > MANIFEST_SCHEMA_VERSION:
             raise ElasticGridError(
                 f"job manifest schema_version {version} is newer than this worker reads "

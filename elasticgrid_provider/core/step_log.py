@@ -36,13 +36,7 @@ from typing import IO, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.validation import (
-    AnyText,
-    Count,
-    JsonModel,
-    check_integer,
-    model,
-)
+from elasticgrid_provider.core.validation import AnyText, Count, JsonModel, check_integer, model
 
 REPORT_LIMIT = 200
 """Reports of a bad line are cut to about this many characters."""
