@@ -143,9 +143,8 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
 class StepReporter:
     """Appends one JSON line per training step to the job's step log (module docstring).
 
-    ``path`` writes elsewhere than ``<job_dir>/steps.jsonl``; ``all_ranks=True``
-    lets every rank write, not only global rank 0.
-    """
+    ``path`` writes elsewhere than ``<job_dir>/steps.jsonl``; ``all_ranks=True`` lets every
+    rank write, not only global rank 0."""
 
     def __init__(
         self,
@@ -173,9 +172,7 @@ class StepReporter:
         tokens: float = 0.0,
     ) -> dict[str, Any] | None:
         """Validate and append one step as a :class:`StepSample`; return it (``None`` if disabled).
-
-        ``nodes`` defaults to the job's node count; ``time`` (when the step ended) is added.
-        """
+        ``nodes`` defaults to the job's node count; ``time`` (when the step ended) is added."""
         fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
         nodes = self.context.nodes if nodes is None else nodes
         sample = {**fields, "nodes": nodes, "time": epoch_now()}
@@ -213,9 +210,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class Checkpoint:
     """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
 
-    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a
-    shared folder there is nothing to resume and :meth:`save` does nothing.
-    """
+    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a shared folder
+    there is nothing to resume and :meth:`save` does nothing."""
 
     def __init__(
         self,

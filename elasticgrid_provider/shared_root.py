@@ -20,10 +20,8 @@ from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
 
 def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
-    """The one-sentence error when the job's state Variable exists but its files do not.
-
-    Call it only after finding no manifest under ``jobs_root``; None: the job is new.
-    """
+    """The one-sentence error when the job's state Variable exists but its files do not (None:
+    a new job); call it only after finding no manifest under ``jobs_root``."""
     if not ElasticGridHook.scale_state_exists(job_name):
         return None
     return unshared_root_sentence(job_name, str(jobs_root), state_variable_key(job_name))

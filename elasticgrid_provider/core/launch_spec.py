@@ -201,9 +201,8 @@ def _read_only(check: Callable[[Any], Any]) -> PlainValidator:
 class LaunchOptions(JsonModel):
     """What to run and how, independent of where: everything a spec needs but the placement.
 
-    ``envs``, ``recovery`` and ``checkpoint`` are stored as read-only
-    mappings, outside the hash. ``rendezvous`` must be fresh for every launch.
-    """
+    ``envs``, ``recovery`` and ``checkpoint`` are read-only mappings, outside the hash;
+    ``rendezvous`` must be fresh for every launch."""
 
     OWNER = "launch options"
 
@@ -309,10 +308,9 @@ def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
 def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
     """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4), as one part.
 
-    ``resources.infra`` lists the engine targets in failover order. A
-    description only: iroh-tinker would ask the first target for every node
-    (SPEC 4.6.7), so launches use :func:`build_launch_parts`.
-    """
+    ``resources.infra`` lists the engine targets in failover order. A description only:
+    iroh-tinker would ask the first target for every node (SPEC 4.6.7), so launches use
+    :func:`build_launch_parts`."""
     placement, options, world_size = _checked(placement, name, options)
     spec = _spec_dict(options, name, name, placement.assignments, 0, world_size)
     return validate_spec_dict(spec)
@@ -320,11 +318,8 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
 
 @dataclass(frozen=True)
 class LaunchPart:
-    """One provider's share of a job, as one iroh-tinker job.
-
-    ``spec_json`` is the part's launch spec as canonical JSON (immutable,
-    hashable); ``rank_offset`` is the global rank of its first process.
-    """
+    """One provider's share of a job, as one iroh-tinker job: ``spec_json`` is its launch spec
+    as canonical JSON (hashable); ``rank_offset`` is the global rank of its first process."""
 
     job_name: str
     part_name: str
@@ -363,11 +358,8 @@ class LaunchPart:
 def build_launch_parts(
     placement: Placement, name: str, options: LaunchOptions
 ) -> tuple[LaunchPart, ...]:
-    """Render one launch part per provider share, in failover order (SPEC 6.3; module rules).
-
-    Global ranks are assigned in share order; every spec is validated with
-    iroh-tinker.
-    """
+    """Render one launch part per provider share, in failover order (SPEC 6.3; module rules):
+    global ranks are assigned in share order; every spec is validated with iroh-tinker."""
     placement, options, world_size = _checked(placement, name, options)
     if world_size > 1 and options.rendezvous is None:
         raise ElasticGridError(
@@ -385,16 +377,9 @@ def build_launch_parts(
             )
         spec = _spec_dict(options, name, part, [share], rank_offset, world_size)
         validate_spec_dict(spec)
+        spec_json = json.dumps(spec, sort_keys=True)
         parts.append(
-            LaunchPart(
-                job_name=name,
-                part_name=part,
-                provider=provider,
-                nodes=share.nodes,
-                rank_offset=rank_offset,
-                world_size=world_size,
-                spec_json=json.dumps(spec, sort_keys=True),
-            )
+            LaunchPart(name, part, provider, share.nodes, rank_offset, world_size, spec_json)
         )
         rank_offset += share.nodes * options.procs_per_node
     return tuple(parts)

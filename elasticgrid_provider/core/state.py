@@ -273,7 +273,7 @@ class ScaleState(JsonModel):
         now: float,
         window_size: int = DEFAULT_WINDOW_SIZE,
     ) -> ScaleState:
-        """Take the samples at ``current_nodes`` (a fresh window after a resize), and their capacity."""
+        """Window the samples at ``current_nodes`` (afresh after a resize); measure capacity."""
         resized = self.current_nodes not in (None, current_nodes)
         window = MetricsWindow(window_size, () if resized else self.window.samples)
         window = window.add(*(sample for sample in samples if sample.nodes == current_nodes))
@@ -339,7 +339,7 @@ class ScaleState(JsonModel):
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         **decide_options: Any,
     ) -> tuple[ScaleState, DecisionRecord]:
-        """One check: :meth:`observe`, :meth:`decide` (with ``decide_options``), :meth:`remember`."""
+        """One check: :meth:`observe`, :meth:`decide` (``decide_options``), :meth:`remember`."""
         observed = self.observe(samples, current_nodes, now, window_size)
         record = observed.decide(scheduler, now, **decide_options)
         return observed.remember(record, now, history_limit), record

@@ -108,11 +108,9 @@ class StepLogChunk:
 def parse_sample_line(line: bytes | str) -> StepSample:
     """Parse one step-log line into a sample, or raise ElasticGridError saying why (cut short)."""
     try:
-        data = json.loads(line)
+        return StepSample.from_dict(json.loads(line))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ElasticGridError(cut_report(f"line is not valid JSON ({exc})")) from None
-    try:
-        return StepSample.from_dict(data)
     except ElasticGridError as exc:
         raise ElasticGridError(cut_report(str(exc))) from None
 
@@ -319,10 +317,9 @@ def read_step_log(
 ) -> StepLogChunk:
     """Read what is new in the step log at ``path`` since ``cursor`` (rules: module docstring).
 
-    Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end
-    (stopping early at one measured at another size than ``nodes``, if given). A
-    missing file reads as empty; a later first read of it starts at its beginning.
-    """
+    Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end (stopping
+    early at one measured at another size than ``nodes``, if given). A missing file reads as
+    empty; a later first read of it starts at its beginning."""
     previous = LogCursor(offset=cursor) if isinstance(cursor, int) else cursor
     reader = _Reader(str(path))
     try:

@@ -214,10 +214,8 @@ def check_number(
     exclusive_minimum: bool = False,
     exclusive_maximum: bool = False,
 ) -> float:
-    """:func:`finite` in function form: ``value`` as a float in bounds, or raise naming ``field``.
-
-    ``minimum`` defaults to 0 (non-negative); ``None`` means no lower bound.
-    """
+    """:func:`finite` in function form: ``value`` as a float in bounds, or raise naming ``field``
+    (``minimum`` defaults to 0; ``None`` means no lower bound)."""
     bounds = (minimum, maximum, exclusive_minimum, exclusive_maximum)
     return float(_checked(field, value, _adapter(float, finite, *bounds)))
 
@@ -270,9 +268,8 @@ def model_error(
 ) -> ElasticGridError:
     """One sentence for the first problem in ``error``: ``where``, the dotted field path, the value.
 
-    ``owner`` names the model when ``where`` is empty; ``positional`` names the
-    fields given by position. A validator's :class:`ElasticGridError` is kept.
-    """
+    ``owner`` names the model when ``where`` is empty; ``positional`` names the fields given
+    by position. A validator's :class:`ElasticGridError` is kept."""
     problem = error.errors(include_url=False)[0]
     kind, value = problem["type"], problem.get("input")
     cause = (problem.get("ctx") or {}).get("error")
@@ -307,9 +304,8 @@ FROM_JSON: dict[str, Any] = {"from_json": True}  # model_validate's context: JSO
 class JsonModel:
     """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases.
 
-    ``WHERE`` names the model in errors (``"window"``, ``"scale state"``);
-    :meth:`_where` may name one instance better (``provider 'aws'``).
-    """
+    ``WHERE`` names the model in errors (``"window"``); :meth:`_where` may name one instance
+    better (``provider 'aws'``)."""
 
     WHERE: ClassVar[str] = ""
     OWNER: ClassVar[str | None] = None
@@ -362,11 +358,8 @@ def trusted(cls: type[ModelT], **values: Any) -> ModelT:
 
 @dataclass_transform(frozen_default=True)
 def model(cls: type[ModelT]) -> type[ModelT]:
-    """Make ``cls`` a frozen pydantic dataclass with :data:`MODEL_CONFIG`.
-
-    Construction errors become :func:`model_error` sentences, so a direct
-    ``Provider(...)`` fails like loading one from JSON.
-    """
+    """Make ``cls`` a frozen pydantic dataclass with :data:`MODEL_CONFIG`; construction errors
+    become :func:`model_error` sentences, so ``Provider(...)`` fails like loading from JSON."""
     built: Any = pydantic_dataclasses.dataclass(frozen=True, config=MODEL_CONFIG)(cls)
     validated_init = built.__init__
 
