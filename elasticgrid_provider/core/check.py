@@ -274,8 +274,7 @@ class ScaleCheck:
         planner: GridPlanner | None,
         log: list[tuple[int, str]],
     ) -> CheckOutcome:
-        """A lost part: ``recover``, ``wait`` (keeps ``state``, not ``taken`` with the new
-        samples) or ``give_up`` (module docstring)."""
+        """Lost parts: ``recover``, ``give_up`` or ``wait`` (keeps ``state``, not ``taken``)."""
         if planner is None:
             raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
         try:
@@ -360,8 +359,7 @@ class ScaleCheck:
         planner: GridPlanner | None,
         quarantine: Sequence[QuarantineEntry] = (),
     ) -> dict[str, Any]:
-        """The task, the job, the placements and their cost; an active ``quarantine``
-        is recorded, and the proposed placement leaves it out."""
+        """The task, the job, the placements and costs; the proposal leaves out ``quarantine``."""
         placement = snapshot.manifest.placement
         context: dict[str, Any] = {
             "decided_at_iso": iso_time(now),

@@ -49,6 +49,7 @@ from elasticgrid_provider.core.validation import (
     check_integer,
     choice,
     model,
+    none_as_default,
     one_of,
 )
 
@@ -122,9 +123,7 @@ class JobManifest(JsonModel):
                 f"({MANIFEST_SCHEMA_VERSION}); upgrade elasticgrid-provider on this worker"
             )
         fields = {key: value for key, value in data.items() if key != "schema_version"}
-        if fields.get("fingerprints") is None:
-            fields.pop("fingerprints", None)
-        return fields
+        return none_as_default(fields, "fingerprints")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -87,6 +87,7 @@ from elasticgrid_provider.core.validation import (
     check_integer,
     check_mapping,
     model,
+    none_as_default,
 )
 
 SCHEMA_VERSION = 2
@@ -101,13 +102,6 @@ MEASUREMENT_MIN_SAMPLES = 3  # fewer samples do not replace a fuller measurement
 def state_variable_key(job_name: str) -> str:
     """The Airflow Variable that holds ``job_name``'s scale state."""
     return f"elasticgrid_scale_state__{job_name}"
-
-
-def _none_as_default(data: Any, *names: str) -> Any:
-    """``data`` without the ``names`` stored as null (older documents): they take their defaults."""
-    if isinstance(data, dict) and any(name in data and data[name] is None for name in names):
-        return {key: value for key, value in data.items() if key not in names or value is not None}
-    return data
 
 
 @model
@@ -130,7 +124,7 @@ class DecisionInputs(JsonModel):
     @model_validator(mode="before")
     @classmethod
     def _older_nulls(cls, data: Any) -> Any:
-        return _none_as_default(data, "cooldown", "capacity", "recent")
+        return none_as_default(data, "cooldown", "capacity", "recent")
 
     def decide(self) -> ScaleDecision:
         """Run the scheduler on these inputs (the fields after ``window`` are its keywords)."""
@@ -142,8 +136,7 @@ POLICY_V2_INPUT_FIELDS = ("capacity", "recent")  # inputs only the restart-aware
 
 
 def recorded_by_older_policy(entry: Any) -> bool:
-    """Whether a history entry's inputs lack :data:`POLICY_V2_INPUT_FIELDS` (schema 1): today's
-    rules, which replay it, may decide otherwise."""
+    """Whether an entry lacks :data:`POLICY_V2_INPUT_FIELDS` (schema 1; its replay may differ)."""
     inputs = entry.get("inputs") if isinstance(entry, dict) else None
     return isinstance(inputs, dict) and any(name not in inputs for name in POLICY_V2_INPUT_FIELDS)
 
@@ -227,7 +220,7 @@ class ScaleState(JsonModel):
                 f"{state_variable_key(str(data.get('job_name', '<job>')))} to start afresh"
             )
         fields = {key: value for key, value in data.items() if key != "schema_version"}
-        return _none_as_default(fields, "cooldown", "capacity", "recent", "recovery")
+        return none_as_default(fields, "cooldown", "capacity", "recent", "recovery")
 
     @field_validator("cursors", mode="before")
     @classmethod

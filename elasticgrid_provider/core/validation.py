@@ -252,6 +252,13 @@ def number_from_text(value: Any) -> Any:
     return value
 
 
+def none_as_default(data: Any, *names: str) -> Any:
+    """``data`` without the ``names`` stored as null (older documents): they take their defaults."""
+    if isinstance(data, dict) and any(name in data and data[name] is None for name in names):
+        return {key: value for key, value in data.items() if key not in names or value is not None}
+    return data
+
+
 # -- the one adapter from pydantic's errors to ours ---------------------------------------
 
 _OBJECT_ERRORS = frozenset({"dict_type", "model_type", "dataclass_type", "model_attributes_type"})
