@@ -57,8 +57,7 @@ ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"
 ENV_JOB_DIR = "IROH_TINKER_JOB_DIR"
 ENV_RENDEZVOUS = "IROH_TINKER_RENDEZVOUS"
 
-STEP_LOG_NAME = "steps.jsonl"
-"""File name of the step log inside the job directory of global rank 0's part."""
+STEP_LOG_NAME = "steps.jsonl"  # in the job directory of global rank 0's part
 
 
 @dataclass(frozen=True)
@@ -191,11 +190,9 @@ class StepReporter:
         return record
 
 
-PROGRESS_FILE = "progress.json"
-"""The file that commits a checkpoint: written last, so it always names a complete state."""
+PROGRESS_FILE = "progress.json"  # commits a checkpoint: written last, names a complete state
 STATE_PREFIX = "state-"
-CHECKPOINT_FOLDER = "checkpoint"
-"""The checkpoint's folder inside the job's shared folder."""
+CHECKPOINT_FOLDER = "checkpoint"  # the checkpoint's folder inside the job's shared folder
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

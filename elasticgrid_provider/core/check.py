@@ -345,9 +345,7 @@ class ScaleCheck:
             where = f"another size than the current {current} nodes"
             log.append((logging.INFO, f"Ignored {ignored} sample(s) measured at {where}."))
         state = state.observe(new_samples, current, now, self.window_size)
-        if not skipped:
-            return state
-        return replace(state, skipped_lines=state.skipped_lines + skipped)
+        return replace(state, skipped_lines=state.skipped_lines + skipped) if skipped else state
 
     def _record_context(
         self,

@@ -53,8 +53,7 @@ from elasticgrid_provider.core.validation import (
     one_of,
 )
 
-MANIFEST_SCHEMA_VERSION = 1
-"""The layout of ``manifest.json`` this worker writes and reads (module docstring)."""
+MANIFEST_SCHEMA_VERSION = 1  # the layout of manifest.json this worker writes and reads
 
 
 class JobStatus(Choice):

@@ -55,7 +55,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, PlainValidator, field_validator
+from pydantic import AfterValidator, Field, PlainValidator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.placement import Assignment, Placement
@@ -97,8 +97,7 @@ ELASTICGRID_ENV_NAMES = (
 IROH_RUNNER_ENV_NAMES = ("RANK", "WORLD_SIZE", "IROH_TINKER_JOB_DIR", "IROH_TINKER_RENDEZVOUS")
 """Variables iroh-tinker sets itself on every rank, after the spec's envs."""
 
-PART_SEPARATOR = "--"
-"""Joins the job name and the provider name into a part name."""
+PART_SEPARATOR = "--"  # joins the job name and the provider name into a part name
 
 MAX_NAME_LENGTH = 128
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -158,12 +157,16 @@ def _check_envs(envs: Any) -> dict[str, str]:
     return checked
 
 
+def _known_rendezvous(uri: str) -> str:
+    parse_rendezvous(uri)  # refuses an unknown scheme
+    return uri
+
+
 def _unset(value: Any) -> bool:
     return value is None
 
 
-_LeftOutOrCount = Annotated[int | None, whole()]
-"""A :data:`Count` that may be left out (an explicit null is refused, as for a Count)."""
+_LeftOutOrCount = Annotated[int | None, whole()]  # a Count that may be left out (null is refused)
 
 
 @model
@@ -214,7 +217,7 @@ class LaunchOptions(JsonModel):
         default_factory=lambda: MappingProxyType({}), hash=False
     )
     setup: Text | None = None
-    rendezvous: Text | None = None
+    rendezvous: Annotated[Text, AfterValidator(_known_rendezvous)] | None = None
     recovery: Annotated[Mapping[str, Any], _read_only(_Recovery.model_validate)] | None = field(
         default=None, hash=False
     )
@@ -224,13 +227,6 @@ class LaunchOptions(JsonModel):
     instance_type: Text | None = None
     shared_dir: Text | None = None
     launch_id: Text | None = None
-
-    @field_validator("rendezvous")
-    @classmethod
-    def _known_rendezvous(cls, rendezvous: str | None) -> str | None:
-        if rendezvous is not None:
-            rendezvous_spec_fields(rendezvous)
-        return rendezvous
 
 
 def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, LaunchOptions, int]:

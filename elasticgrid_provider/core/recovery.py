@@ -175,9 +175,8 @@ class RecoveryPolicy(JsonModel):
 
 @model
 class RecoveryDecision(JsonModel):
-    """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``; its
-    record has every decision record's fields, the lost parts, the quarantine in force after
-    it, the budget and the re-planned placement."""
+    """A recovery event (``recover``: relaunch on what is left; ``give_up``; ``wait``): a decision
+    record's fields, the lost parts, the quarantine after it, the budget, the new placement."""
 
     WHERE = "recovery decision"
 

@@ -43,10 +43,8 @@ from elasticgrid_provider.core.validation import (
 
 DEFAULT_WINDOW_SIZE = 10
 
-SATURATED_QUEUE_FRACTION = 0.2
-"""A window whose queue fraction reaches this is ``saturated``."""
-STALLED_QUEUE_FRACTION = 0.6
-"""A window whose queue fraction reaches this is ``stalled``."""
+SATURATED_QUEUE_FRACTION = 0.2  # a window whose queue fraction reaches this is saturated
+STALLED_QUEUE_FRACTION = 0.6  # a window whose queue fraction reaches this is stalled
 _DERIVED = ("saturated", "stalled")
 
 

@@ -38,12 +38,9 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.validation import AnyText, Count, JsonModel, check_integer, model
 
-REPORT_LIMIT = 200
-"""Reports of a bad line are cut to about this many characters."""
-HEAD_BYTES = 4096
-"""The first line's fingerprint covers at most this many bytes (a huge first line stays cheap)."""
-ROTATED_SUFFIXES = (".1",)
-"""Where a rotated step log is looked for: ``steps.jsonl.1`` (logrotate's and Python's name)."""
+REPORT_LIMIT = 200  # reports of a bad line are cut to about this many characters
+HEAD_BYTES = 4096  # bytes the first line's fingerprint covers at most (a huge line stays cheap)
+ROTATED_SUFFIXES = (".1",)  # a rotated log's names: steps.jsonl.1 (logrotate's and Python's)
 _FIRST_BLOCK = 16 * 1024
 _LARGEST_BLOCK = 4 * 1024 * 1024
 
