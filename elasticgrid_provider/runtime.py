@@ -90,14 +90,13 @@ def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
+    where = f"environment variable {name}"
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ValueError(
-            f"environment variable {name} must be a whole number, got {raw!r}"
-        ) from None
+        raise ValueError(f"{where} must be a whole number, got {raw!r}") from None
     if value < minimum:
-        raise ValueError(f"environment variable {name} must be at least {minimum}, got {raw!r}")
+        raise ValueError(f"{where} must be at least {minimum}, got {raw!r}")
     return value
 
 

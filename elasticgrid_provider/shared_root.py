@@ -29,6 +29,5 @@ def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
 
 def require_shared_jobs_root(job_name: str, jobs_root: Path) -> None:
     """Raise :class:`ElasticGridError` when the jobs root is evidently not shared."""
-    message = unshared_jobs_root_message(job_name, jobs_root)
-    if message is not None:
+    if message := unshared_jobs_root_message(job_name, jobs_root):
         raise ElasticGridError(message)
