@@ -139,10 +139,8 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
 
 
 class StepReporter:
-    """Appends one JSON line per training step to the job's step log (module docstring).
-
-    ``path`` writes elsewhere than ``<job_dir>/steps.jsonl``; ``all_ranks=True`` lets every
-    rank write, not only global rank 0."""
+    """Appends one JSON line per training step to the job's step log (module docstring);
+    ``path`` overrides ``<job_dir>/steps.jsonl``, ``all_ranks=True`` writes on every rank."""
 
     def __init__(
         self,
@@ -207,7 +205,8 @@ class Checkpoint:
     """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
 
     ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a shared folder
-    there is nothing to resume and :meth:`save` does nothing."""
+    there is nothing to resume and :meth:`save` does nothing.
+    """
 
     def __init__(
         self,

@@ -205,7 +205,8 @@ class LaunchOptions(JsonModel):
     """What to run and how, independent of where: everything a spec needs but the placement.
 
     ``envs``, ``recovery`` and ``checkpoint`` are read-only mappings, outside the hash;
-    ``rendezvous`` must be fresh for every launch."""
+    ``rendezvous`` must be fresh for every launch.
+    """
 
     OWNER = "launch options"
 
@@ -306,7 +307,8 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
 
     ``resources.infra`` lists the engine targets in failover order. A description only:
     iroh-tinker would ask the first target for every node (SPEC 4.6.7), so launches use
-    :func:`build_launch_parts`."""
+    :func:`build_launch_parts`.
+    """
     placement, options, world_size = _checked(placement, name, options)
     spec = _spec_dict(options, name, name, placement.assignments, 0, world_size)
     return validate_spec_dict(spec)

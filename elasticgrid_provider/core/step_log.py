@@ -316,7 +316,8 @@ def read_step_log(
 
     Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end (stopping
     early at one measured at another size than ``nodes``, if given). A missing file reads as
-    empty; a later first read of it starts at its beginning."""
+    empty; a later first read of it starts at its beginning.
+    """
     previous = LogCursor(offset=cursor) if isinstance(cursor, int) else cursor
     reader = _Reader(str(path))
     try:

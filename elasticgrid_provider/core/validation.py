@@ -276,7 +276,8 @@ def model_error(
     """One sentence for the first problem in ``error``: ``where``, the dotted field path, the value.
 
     ``owner`` names the model when ``where`` is empty; ``positional`` names the fields given
-    by position. A validator's :class:`ElasticGridError` is kept."""
+    by position. A validator's :class:`ElasticGridError` is kept.
+    """
     problem = error.errors(include_url=False)[0]
     kind, value = problem["type"], problem.get("input")
     cause = (problem.get("ctx") or {}).get("error")
@@ -309,10 +310,8 @@ FROM_JSON: dict[str, Any] = {"from_json": True}  # model_validate's context: JSO
 
 
 class JsonModel:
-    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases.
-
-    ``WHERE`` names the model in errors (``"window"``); :meth:`_where` may name one instance
-    better (``provider 'aws'``)."""
+    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases;
+    ``WHERE`` names the model in errors, :meth:`_where` one instance (``provider 'aws'``)."""
 
     WHERE: ClassVar[str] = ""
     OWNER: ClassVar[str | None] = None
