@@ -57,8 +57,7 @@ ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"
 ENV_JOB_DIR = "IROH_TINKER_JOB_DIR"
 ENV_RENDEZVOUS = "IROH_TINKER_RENDEZVOUS"
 
-STEP_LOG_NAME = "steps.jsonl"
-"""File name of the step log inside the job directory of global rank 0's part."""
+STEP_LOG_NAME = "steps.jsonl"  # in the job directory of global rank 0's part
 
 
 @dataclass(frozen=True)
@@ -91,14 +90,13 @@ def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
+    where = f"environment variable {name}"
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ValueError(
-            f"environment variable {name} must be a whole number, got {raw!r}"
-        ) from None
+        raise ValueError(f"{where} must be a whole number, got {raw!r}") from None
     if value < minimum:
-        raise ValueError(f"environment variable {name} must be at least {minimum}, got {raw!r}")
+        raise ValueError(f"{where} must be at least {minimum}, got {raw!r}")
     return value
 
 
@@ -109,11 +107,8 @@ def _rendezvous_dir(raw: str | None) -> str | None:
 
 
 def distributed_context(environ: Mapping[str, str] | None = None) -> DistributedContext:
-    """This process's global position from the environment (``os.environ`` by default).
-
-    A variable that is not a whole number, or numbers that contradict each
-    other, raise ``ValueError`` naming the variable and value.
-    """
+    """This process's global position from the environment (``os.environ`` by default); a
+    variable that is no whole number, or contradicts another, raises ``ValueError`` naming it."""
     env = os.environ if environ is None else environ
     local_rank = _env_int(env, ENV_RANK, 0, 0)
     local_world = _env_int(env, ENV_LOCAL_WORLD_SIZE, 1, 1)
@@ -144,11 +139,8 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
 
 
 class StepReporter:
-    """Appends one JSON line per training step to the job's step log (module docstring).
-
-    ``path`` writes elsewhere than ``<job_dir>/steps.jsonl``; ``all_ranks=True``
-    lets every rank write, not only global rank 0.
-    """
+    """Appends one JSON line per training step to the job's step log (module docstring);
+    ``path`` overrides ``<job_dir>/steps.jsonl``, ``all_ranks=True`` writes on every rank."""
 
     def __init__(
         self,
@@ -159,11 +151,9 @@ class StepReporter:
     ) -> None:
         self.context = context if context is not None else distributed_context()
         self.enabled = all_ranks or self.context.is_rank_zero
-        self.path: Path | None = None
-        if path is not None:
-            self.path = Path(path)
-        elif self.context.job_dir is not None:
-            self.path = Path(self.context.job_dir) / STEP_LOG_NAME
+        job_dir = self.context.job_dir
+        default = None if job_dir is None else Path(job_dir) / STEP_LOG_NAME
+        self.path = default if path is None else Path(path)
         if self.enabled and self.path is None:
             raise ValueError(
                 f"step log path is unknown: pass path= or set {ENV_JOB_DIR} (got no value)"
@@ -178,10 +168,7 @@ class StepReporter:
         tokens: float = 0.0,
     ) -> dict[str, Any] | None:
         """Validate and append one step as a :class:`StepSample`; return it (``None`` if disabled).
-
-        ``nodes`` defaults to the job's node count; ``time`` (when the step
-        ended) is added.
-        """
+        ``nodes`` defaults to the job's node count; ``time`` (when the step ended) is added."""
         fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
         nodes = self.context.nodes if nodes is None else nodes
         sample = {**fields, "nodes": nodes, "time": epoch_now()}
@@ -200,11 +187,9 @@ class StepReporter:
         return record
 
 
-PROGRESS_FILE = "progress.json"
-"""The file that commits a checkpoint: written last, so it always names a complete state."""
+PROGRESS_FILE = "progress.json"  # commits a checkpoint: written last, names a complete state
 STATE_PREFIX = "state-"
-CHECKPOINT_FOLDER = "checkpoint"
-"""The checkpoint's folder inside the job's shared folder."""
+CHECKPOINT_FOLDER = "checkpoint"  # the checkpoint's folder inside the job's shared folder
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -219,8 +204,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class Checkpoint:
     """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
 
-    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a
-    shared folder there is nothing to resume and :meth:`save` does nothing.
+    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a shared folder
+    there is nothing to resume and :meth:`save` does nothing.
     """
 
     def __init__(
@@ -237,10 +222,8 @@ class Checkpoint:
             self.folder = None
 
     def load(self) -> tuple[int, bytes | None]:
-        """``(completed steps, the saved state or None)``; ``(0, None)`` when there is none.
-
-        Raises ``ValueError`` naming the file when ``progress.json`` is unreadable.
-        """
+        """``(completed steps, the saved state or None)``; ``(0, None)`` when there is none;
+        ``ValueError`` naming the file when ``progress.json`` is unreadable."""
         if self.folder is None or not (self.folder / PROGRESS_FILE).exists():
             return 0, None
         progress_path = self.folder / PROGRESS_FILE

@@ -20,10 +20,8 @@ from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
 
 def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
-    """The one-sentence error when the job's state Variable exists but its files do not.
-
-    Call it only after finding no manifest under ``jobs_root``; None: the job is new.
-    """
+    """The one-sentence error when the job's state Variable exists but its files do not (None:
+    a new job); call it only after finding no manifest under ``jobs_root``."""
     if not ElasticGridHook.scale_state_exists(job_name):
         return None
     return unshared_root_sentence(job_name, str(jobs_root), state_variable_key(job_name))
@@ -31,6 +29,5 @@ def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
 
 def require_shared_jobs_root(job_name: str, jobs_root: Path) -> None:
     """Raise :class:`ElasticGridError` when the jobs root is evidently not shared."""
-    message = unshared_jobs_root_message(job_name, jobs_root)
-    if message is not None:
+    if message := unshared_jobs_root_message(job_name, jobs_root):
         raise ElasticGridError(message)

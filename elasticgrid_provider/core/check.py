@@ -68,9 +68,7 @@ from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RUL
 from elasticgrid_provider.core.step_log import StepLogChunk
 from elasticgrid_provider.core.validation import check_number, number_from_text
 
-ARGUMENT_SOURCE = "samples argument"
-"""The cursor key of samples handed in through the ``samples`` argument: its value is the
-next step number to take, so each DAG run may hand in a new, overlapping list."""
+ARGUMENT_SOURCE = "samples argument"  # the cursor of handed-in samples: the next step to take
 SKIPPED_LINES_SHOWN = 5  # bad step-log lines reported one by one per log; the rest counted
 
 
@@ -153,17 +151,12 @@ def handed_in_samples(samples: Any) -> list[StepSample]:
 
 
 def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) -> RecoveryPolicy:
-    """The recovery budget and quarantine from a task's (rendered) arguments: numbers may be
-    numeric strings, the durations timedeltas; a bad value raises one sentence naming it."""
+    """The recovery policy from a task's rendered arguments (numeric strings, timedeltas)."""
     window_s, quarantine_s = (
         value.total_seconds() if isinstance(value, timedelta) else number_from_text(value)
         for value in (recovery_window, quarantine)
     )
-    return RecoveryPolicy.checked(
-        max_recoveries=number_from_text(max_recoveries),  # "3" from a template is 3
-        recovery_window_s=window_s,
-        quarantine_s=quarantine_s,
-    )
+    return RecoveryPolicy(number_from_text(max_recoveries), window_s, quarantine_s)
 
 
 @dataclass(frozen=True)
@@ -281,8 +274,7 @@ class ScaleCheck:
         planner: GridPlanner | None,
         log: list[tuple[int, str]],
     ) -> CheckOutcome:
-        """A lost part: ``recover``, ``wait`` (keeps ``state``, not ``taken`` with the new
-        samples) or ``give_up`` (module docstring)."""
+        """Lost parts: ``recover``, ``give_up`` or ``wait`` (keeps ``state``, not ``taken``)."""
         if planner is None:
             raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
         try:
@@ -294,7 +286,7 @@ class ScaleCheck:
                 min_nodes=self.scheduler.min_nodes,
                 max_nodes=self.scheduler.max_nodes,
                 memory=taken.recovery,
-                policy=policy or RecoveryPolicy.checked(),
+                policy=policy or RecoveryPolicy(),
                 planner=planner,
                 now=now,
             )
@@ -353,9 +345,7 @@ class ScaleCheck:
             where = f"another size than the current {current} nodes"
             log.append((logging.INFO, f"Ignored {ignored} sample(s) measured at {where}."))
         state = state.observe(new_samples, current, now, self.window_size)
-        if not skipped:
-            return state
-        return replace(state, skipped_lines=state.skipped_lines + skipped)
+        return replace(state, skipped_lines=state.skipped_lines + skipped) if skipped else state
 
     def _record_context(
         self,
@@ -367,8 +357,7 @@ class ScaleCheck:
         planner: GridPlanner | None,
         quarantine: Sequence[QuarantineEntry] = (),
     ) -> dict[str, Any]:
-        """The task, the job, the placements and their cost; an active ``quarantine``
-        is recorded, and the proposed placement leaves it out."""
+        """The task, the job, the placements and costs; the proposal leaves out ``quarantine``."""
         placement = snapshot.manifest.placement
         context: dict[str, Any] = {
             "decided_at_iso": iso_time(now),

@@ -14,23 +14,22 @@ What they do:
 
 * The CLI turns an :class:`ElasticGridError` into exit status 2 and one line
   (``error: ...``), never a traceback.
-* In Airflow, an exception that is not an ``AirflowFailException`` (or
-  ``AirflowSensorTimeout``) fails the try *with* retry when the task has
-  retries left; an ``AirflowFailException`` fails it *without* retry.
+* In Airflow, an ``AirflowFailException`` fails the try *without* retry; any
+  other exception (but ``AirflowSensorTimeout``) fails it *with* retry while
+  the task has retries left.
 
   * ``LaunchOperator`` and ``PlanPlacementOperator`` turn bad input
-    (:class:`ElasticGridError`) into ``AirflowFailException``: no retry,
-    since the same input fails the same way. ``LaunchOperator`` turns a
-    :class:`JobLaunchError` into ``AirflowException``: retried, because a
-    provider that failed to start may start next time, and a retry never
-    starts a second copy (the launch is reconciled from its record).
+    (:class:`ElasticGridError`) into ``AirflowFailException``: the same input
+    fails the same way. ``LaunchOperator`` turns a :class:`JobLaunchError`
+    into ``AirflowException``: retried, because a provider that failed to
+    start may start next time, and a retry never starts a second copy (the
+    launch is reconciled from its record).
   * ``ElasticScaleSensor`` raises :class:`JobFailedError`,
-    :class:`ElasticGridError` and :class:`CorruptStateError` as they are:
-    failures retried like any other. None of them is an
-    ``AirflowException``, deliberately: ``soft_fail`` (meant for a check that
-    found no reason to scale before its timeout) turns Airflow's exceptions
-    into skips, and a failed job or a misconfigured check must never pass as
-    a skip.
+    :class:`ElasticGridError` and :class:`CorruptStateError` as they are,
+    retried like any other failure. None is an ``AirflowException``,
+    deliberately: ``soft_fail`` (for a check that found no reason to scale
+    before its timeout) turns Airflow's exceptions into skips, and a failed
+    job or a misconfigured check must never pass as a skip.
 
 Every message is one sentence (a failed job's log tail may follow it on the
 next lines).

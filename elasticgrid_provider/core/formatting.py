@@ -21,27 +21,20 @@ from elasticgrid_provider.core.placement import Placement
 def placement_table(placement: Placement) -> str:
     """A small aligned table: one row per provider share, then the totals."""
     rows = [("provider", "region", "spot", "nodes", "$/node/h", "$/h")]
-    for share in placement.assignments:
-        provider = share.provider
-        rows.append(
-            (
-                provider.name,
-                provider.region or "-",
-                "yes" if provider.spot else "no",
-                str(share.nodes),
-                f"{provider.cost_per_node_hour:.2f}",
-                f"{share.cost_per_hour:.2f}",
-            )
-        )
-    rows.append(
+    rows += [
         (
-            "total",
-            "",
-            f"{placement.spot_fraction:.0%}",
-            str(placement.total_nodes),
-            "",
-            f"{placement.cost_per_hour:.2f}",
+            share.provider.name,
+            share.provider.region or "-",
+            "yes" if share.provider.spot else "no",
+            str(share.nodes),
+            f"{share.provider.cost_per_node_hour:.2f}",
+            f"{share.cost_per_hour:.2f}",
         )
+        for share in placement.assignments
+    ]
+    cost = f"{placement.cost_per_hour:.2f}"
+    rows.append(
+        ("total", "", f"{placement.spot_fraction:.0%}", str(placement.total_nodes), "", cost)
     )
     return aligned_table(rows, right=(3, 4, 5))
 
@@ -86,11 +79,8 @@ RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {
 
 
 def bounded_or_none(value: Any) -> Any:
-    """``None`` for a float that stands for infinity, any other value as is.
-
-    The scheduler caps unbounded figures (a finish that never comes) at
-    ``sys.float_info.max`` to keep its arithmetic and its JSON finite.
-    """
+    """``None`` for a float that stands for infinity (the scheduler caps unbounded figures,
+    such as a finish that never comes, at ``sys.float_info.max``); any other value as is."""
     if isinstance(value, float) and (not math.isfinite(value) or abs(value) >= sys.float_info.max):
         return None
     return value
@@ -118,10 +108,8 @@ def rounded(value: Any, digits: int = 3) -> Any:
 
 
 def number_text(value: Any) -> str:
-    """A number for people: integers as is, floats to 3 decimals below 1, else 2 (no e-notation).
-
-    ``-`` for a missing value, ``unbounded`` for the scheduler's stand-in for infinity.
-    """
+    """A number for people: integers as is, floats to 3 decimals below 1, else 2 (no e-notation);
+    ``-`` for a missing value, ``unbounded`` for the scheduler's stand-in for infinity."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
     if bounded_or_none(value) is None:

@@ -46,13 +46,14 @@ from elasticgrid_provider.core.validation import (
     JsonModel,
     Positive,
     Text,
+    check_integer,
     choice,
     model,
+    none_as_default,
     one_of,
 )
 
-MANIFEST_SCHEMA_VERSION = 1
-"""The layout of ``manifest.json`` this worker writes and reads (module docstring)."""
+MANIFEST_SCHEMA_VERSION = 1  # the layout of manifest.json this worker writes and reads
 
 
 class JobStatus(Choice):
@@ -113,20 +114,15 @@ class JobManifest(JsonModel):
         """Refuse a newer layout in one sentence; read a manifest without a version as 1."""
         if not isinstance(data, dict):
             return data
-        version = data.get("schema_version", 1)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ElasticGridError(
-                f"job manifest schema_version must be a whole number >= 1, got {version!r}"
-            )
+        where = "job manifest schema_version"
+        version = check_integer(where, data.get("schema_version", 1), minimum=1)
         if version > MANIFEST_SCHEMA_VERSION:
             raise ElasticGridError(
                 f"job manifest schema_version {version} is newer than this worker reads "
                 f"({MANIFEST_SCHEMA_VERSION}); upgrade elasticgrid-provider on this worker"
             )
         fields = {key: value for key, value in data.items() if key != "schema_version"}
-        if fields.get("fingerprints") is None:
-            fields.pop("fingerprints", None)
-        return fields
+        return none_as_default(fields, "fingerprints")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -34,19 +34,13 @@ from elasticgrid_provider.core.clock import as_utc, utc_now
 LAUNCH_STARTING = "starting"
 LAUNCH_RUNNING = "running"
 LAUNCH_DOWN = "down"
-LAUNCH_STATES = (LAUNCH_STARTING, LAUNCH_RUNNING, LAUNCH_DOWN)
-"""The phases of a launch, as its manifest records them."""
-
-FINGERPRINT_FIELDS = ("run", "envs", "setup")
-"""What must be unchanged for a task to attach to the running job."""
+LAUNCH_STATES = (LAUNCH_STARTING, LAUNCH_RUNNING, LAUNCH_DOWN)  # the phases a manifest records
+FINGERPRINT_FIELDS = ("run", "envs", "setup")  # unchanged, or a task does not attach to the job
 
 
 def new_launch_id(now: datetime | None = None) -> str:
-    """A unique, sortable launch id: UTC time to the second plus 6 random hex digits.
-
-    ``now`` (default: :func:`~elasticgrid_provider.core.clock.utc_now`) must carry its
-    time zone; any zone is turned into UTC, a naive time is refused.
-    """
+    """A unique, sortable launch id: UTC time to the second plus 6 random hex digits; ``now``
+    (default: the current time) must carry its zone, a naive time is refused."""
     moment = utc_now() if now is None else as_utc(now)
     return moment.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 

@@ -49,16 +49,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, PlainValidator, field_validator
+from pydantic import AfterValidator, Field, PlainValidator
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.validation import (
@@ -97,8 +97,7 @@ ELASTICGRID_ENV_NAMES = (
 IROH_RUNNER_ENV_NAMES = ("RANK", "WORLD_SIZE", "IROH_TINKER_JOB_DIR", "IROH_TINKER_RENDEZVOUS")
 """Variables iroh-tinker sets itself on every rank, after the spec's envs."""
 
-PART_SEPARATOR = "--"
-"""Joins the job name and the provider name into a part name."""
+PART_SEPARATOR = "--"  # joins the job name and the provider name into a part name
 
 MAX_NAME_LENGTH = 128
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -158,12 +157,16 @@ def _check_envs(envs: Any) -> dict[str, str]:
     return checked
 
 
+def _known_rendezvous(uri: str) -> str:
+    parse_rendezvous(uri)  # refuses an unknown scheme
+    return uri
+
+
 def _unset(value: Any) -> bool:
     return value is None
 
 
-_LeftOutOrCount = Annotated[int | None, whole()]
-"""A :data:`Count` that may be left out (an explicit null is refused, as for a Count)."""
+_LeftOutOrCount = Annotated[int | None, whole()]  # a Count that may be left out (null is refused)
 
 
 @model
@@ -201,8 +204,8 @@ def _read_only(check: Callable[[Any], Any]) -> PlainValidator:
 class LaunchOptions(JsonModel):
     """What to run and how, independent of where: everything a spec needs but the placement.
 
-    ``envs``, ``recovery`` and ``checkpoint`` are stored as read-only
-    mappings, outside the hash. ``rendezvous`` must be fresh for every launch.
+    ``envs``, ``recovery`` and ``checkpoint`` are read-only mappings, outside the hash;
+    ``rendezvous`` must be fresh for every launch.
     """
 
     OWNER = "launch options"
@@ -215,7 +218,7 @@ class LaunchOptions(JsonModel):
         default_factory=lambda: MappingProxyType({}), hash=False
     )
     setup: Text | None = None
-    rendezvous: Text | None = None
+    rendezvous: Annotated[Text, AfterValidator(_known_rendezvous)] | None = None
     recovery: Annotated[Mapping[str, Any], _read_only(_Recovery.model_validate)] | None = field(
         default=None, hash=False
     )
@@ -225,13 +228,6 @@ class LaunchOptions(JsonModel):
     instance_type: Text | None = None
     shared_dir: Text | None = None
     launch_id: Text | None = None
-
-    @field_validator("rendezvous")
-    @classmethod
-    def _known_rendezvous(cls, rendezvous: str | None) -> str | None:
-        if rendezvous is not None:
-            rendezvous_spec_fields(rendezvous)
-        return rendezvous
 
 
 def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, LaunchOptions, int]:
@@ -247,24 +243,39 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
 
 
 def _spec_dict(
-    *,
-    name: str,
     options: LaunchOptions,
-    num_nodes: int,
-    infra: list[str],
-    use_spot: bool,
-    instance_type: str | None,
-    envs: dict[str, str],
+    job: str,
+    part: str,
+    shares: Sequence[Assignment],
+    rank_offset: int,
+    world_size: int,
 ) -> dict[str, Any]:
-    """The plain JSON document ``spec_from_dict`` reads; iroh defaults fill the rest."""
-    resources: dict[str, Any] = {"infra": infra, "use_spot": use_spot}
-    if instance_type:
+    """The plain JSON document ``spec_from_dict`` reads to run ``shares`` (in failover order)
+    as ``part`` of ``job``, from global rank ``rank_offset``; iroh defaults fill the rest."""
+    providers = [share.provider for share in shares]
+    resources: dict[str, Any] = {
+        "infra": list(dict.fromkeys(provider.engine_target for provider in providers)),
+        "use_spot": any(provider.spot for provider in providers),
+    }
+    if instance_type := options.instance_type or providers[0].accelerator:
         resources["instance_type"] = instance_type
+    envs = {
+        **options.envs,
+        ENV_JOB: job,
+        ENV_PART: part,
+        ENV_RANK_OFFSET: str(rank_offset),
+        ENV_WORLD_SIZE: str(world_size),
+        ENV_PROCS_PER_NODE: str(options.procs_per_node),
+    }
+    if options.shared_dir is not None:
+        envs[ENV_SHARED_DIR] = options.shared_dir
+    if options.launch_id is not None:
+        envs[ENV_LAUNCH_ID] = options.launch_id
     spec: dict[str, Any] = {
-        "name": name,
+        "name": part,
         "run": options.run,
         "workdir": options.workdir,
-        "num_nodes": num_nodes,
+        "num_nodes": sum(share.nodes for share in shares),
         "procs_per_node": options.procs_per_node,
         "backend": options.backend,
         "envs": envs,
@@ -281,24 +292,6 @@ def _spec_dict(
     return spec
 
 
-def _rank_envs(
-    options: LaunchOptions, job: str, part: str, rank_offset: int, world_size: int
-) -> dict[str, str]:
-    envs = {
-        **options.envs,
-        ENV_JOB: job,
-        ENV_PART: part,
-        ENV_RANK_OFFSET: str(rank_offset),
-        ENV_WORLD_SIZE: str(world_size),
-        ENV_PROCS_PER_NODE: str(options.procs_per_node),
-    }
-    if options.shared_dir is not None:
-        envs[ENV_SHARED_DIR] = options.shared_dir
-    if options.launch_id is not None:
-        envs[ENV_LAUNCH_ID] = options.launch_id
-    return envs
-
-
 def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
     """An iroh-tinker ``LaunchSpec`` by ``spec_from_dict``; its complaint names the spec."""
     from iroh_tinker.cloud.spec import spec_from_dict
@@ -312,31 +305,19 @@ def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
 def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
     """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4), as one part.
 
-    ``resources.infra`` lists the engine targets in failover order. A
-    description only: iroh-tinker would ask the first target for every node
-    (SPEC 4.6.7), so launches use :func:`build_launch_parts`.
+    ``resources.infra`` lists the engine targets in failover order. A description only:
+    iroh-tinker would ask the first target for every node (SPEC 4.6.7), so launches use
+    :func:`build_launch_parts`.
     """
     placement, options, world_size = _checked(placement, name, options)
-    infra = list(dict.fromkeys(share.provider.engine_target for share in placement.assignments))
-    spec = _spec_dict(
-        name=name,
-        options=options,
-        num_nodes=placement.total_nodes,
-        infra=infra,
-        use_spot=placement.spot_nodes > 0,
-        instance_type=options.instance_type or placement.assignments[0].provider.accelerator,
-        envs=_rank_envs(options, name, name, 0, world_size),
-    )
+    spec = _spec_dict(options, name, name, placement.assignments, 0, world_size)
     return validate_spec_dict(spec)
 
 
 @dataclass(frozen=True)
 class LaunchPart:
-    """One provider's share of a job, as one iroh-tinker job.
-
-    ``spec_json`` is the part's launch spec as canonical JSON (immutable,
-    hashable); ``rank_offset`` is the global rank of its first process.
-    """
+    """One provider's share of a job, as one iroh-tinker job: ``spec_json`` is its launch spec
+    as canonical JSON (hashable); ``rank_offset`` is the global rank of its first process."""
 
     job_name: str
     part_name: str
@@ -349,8 +330,7 @@ class LaunchPart:
     @property
     def spec_dict(self) -> dict[str, Any]:
         """The part's launch spec as a plain JSON dict (a new copy on every call)."""
-        parsed: dict[str, Any] = json.loads(self.spec_json)
-        return parsed
+        return json.loads(self.spec_json)
 
     @property
     def engine_target(self) -> str:
@@ -376,11 +356,8 @@ class LaunchPart:
 def build_launch_parts(
     placement: Placement, name: str, options: LaunchOptions
 ) -> tuple[LaunchPart, ...]:
-    """Render one launch part per provider share, in failover order (SPEC 6.3; module rules).
-
-    Global ranks are assigned in share order; every spec is validated with
-    iroh-tinker.
-    """
+    """Render one launch part per provider share, in failover order (SPEC 6.3; module rules):
+    global ranks are assigned in share order; every spec is validated with iroh-tinker."""
     placement, options, world_size = _checked(placement, name, options)
     if world_size > 1 and options.rendezvous is None:
         raise ElasticGridError(
@@ -396,26 +373,11 @@ def build_launch_parts(
                 f"placement lists provider {provider.name!r} more than once; parts need one share "
                 "per provider"
             )
-        spec = _spec_dict(
-            name=part,
-            options=options,
-            num_nodes=share.nodes,
-            infra=[provider.engine_target],
-            use_spot=provider.spot,
-            instance_type=options.instance_type or provider.accelerator,
-            envs=_rank_envs(options, name, part, rank_offset, world_size),
-        )
+        spec = _spec_dict(options, name, part, [share], rank_offset, world_size)
         validate_spec_dict(spec)
+        spec_json = json.dumps(spec, sort_keys=True)
         parts.append(
-            LaunchPart(
-                job_name=name,
-                part_name=part,
-                provider=provider,
-                nodes=share.nodes,
-                rank_offset=rank_offset,
-                world_size=world_size,
-                spec_json=json.dumps(spec, sort_keys=True),
-            )
+            LaunchPart(name, part, provider, share.nodes, rank_offset, world_size, spec_json)
         )
         rank_offset += share.nodes * options.procs_per_node
     return tuple(parts)

@@ -175,9 +175,8 @@ class RecoveryPolicy(JsonModel):
 
 @model
 class RecoveryDecision(JsonModel):
-    """A recovery event: ``recover`` (relaunch on what is left), ``give_up`` or ``wait``; its
-    record has every decision record's fields, the lost parts, the quarantine in force after
-    it, the budget and the re-planned placement."""
+    """A recovery event (``recover``: relaunch on what is left; ``give_up``; ``wait``): a decision
+    record's fields, the lost parts, the quarantine after it, the budget, the new placement."""
 
     WHERE = "recovery decision"
 
@@ -297,10 +296,8 @@ def decide_recovery(
         reason = f"{what} and no capacity is left to recover it: {problem}"
         return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
     where = ", ".join(f"{name} {count}" for name, count in placement.nodes_by_provider().items())
-    quarantined = ""
-    if fresh:
-        names = ", ".join(repr(entry.provider) for entry in fresh)
-        quarantined = f"quarantined {names} for {policy.quarantine_s:g}s; "
+    names = ", ".join(repr(entry.provider) for entry in fresh)
+    quarantined = f"quarantined {names} for {policy.quarantine_s:g}s; " if fresh else ""
     reason = (
         f"{what}; {quarantined}relaunching {target} node(s) on {where} from the last "
         f"checkpoint (recovery {len(in_window) + 1} of at most {policy.max_recoveries} "

@@ -36,8 +36,7 @@ class Rendezvous:
     """A parsed rendezvous: its mode (``dir``, ``s3``, ``gs``) and what iroh-tinker is given."""
 
     mode: str
-    uri: str
-    """The directory for ``dir``; the full ``s3://``/``gs://`` URI for an object store."""
+    uri: str  # the directory for ``dir``; the full ``s3://``/``gs://`` URI for an object store
 
     @property
     def local_dir(self) -> str | None:

@@ -2,27 +2,22 @@
 
 A training job reports one :class:`StepSample` per step: how long the step
 took, how much of that was spent queued waiting for a worker, how many nodes
-ran it and how many tokens it processed. The scale decision never looks at a
-single sample; it reads the :class:`WindowSignals` of a :class:`MetricsWindow`,
-the last ``size`` samples (SPEC 4.1).
+ran it and how many tokens it processed. The scale decision reads only the
+:class:`WindowSignals` of a :class:`MetricsWindow`, the last ``size`` samples
+(SPEC 4.1). Rules:
 
-Design notes:
-
-* Every value is checked where it enters: a sample refuses NaN, infinity,
-  negatives, booleans and strings with one sentence naming the field (the
-  0.1.0 defect 4.6.6 let NaN durations through as "balanced").
-* Everything is immutable (``MetricsWindow.add`` returns a new window), and
-  ``to_dict``/``from_dict`` are lossless through ``json``; ``from_dict``
-  names the entry and field at fault (``window samples.3.duration_s ...``).
-* Samples in a window are unique by step: a sample whose step is already in
-  the window replaces the older one (a step log read twice, or written by
-  two writers, never counts a step twice).
-* ``time`` (optional) is when the step ended, in epoch seconds: the
-  scheduler reads arrival rates and idle gaps from it, and times samples
-  without one (old logs, hand-written) by their durations.
-* ``queue_s`` may exceed ``duration_s`` (a sample can report queueing that
-  overlapped the previous step); ``active_s`` is clamped at 0 and
-  ``queue_fraction`` may then exceed 1, as in 0.1.0.
+* a sample refuses NaN, infinity, negatives, booleans and strings with one
+  sentence naming the field (0.1.0's defect 4.6.6 let NaN through as "balanced");
+* everything is immutable (``MetricsWindow.add`` returns a new window), JSON
+  round trips are lossless, and errors name the entry and field at fault
+  (``window samples.3.duration_s ...``);
+* samples in a window are unique by step: a sample whose step is already there
+  replaces the older one (a step log read twice never counts a step twice);
+* ``time`` (optional) is when the step ended, in epoch seconds: the scheduler
+  reads arrival rates and idle gaps from it, and times samples without one
+  (old logs, hand-written) by their durations;
+* ``queue_s`` may exceed ``duration_s`` (queueing that overlapped the previous
+  step); ``active_s`` is clamped at 0 and ``queue_fraction`` may then exceed 1.
 """
 
 from __future__ import annotations
@@ -33,13 +28,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Annotated, Any
 
-from pydantic import (
-    Field,
-    ValidationInfo,
-    computed_field,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationInfo, computed_field, field_validator, model_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.validation import (
@@ -54,10 +43,8 @@ from elasticgrid_provider.core.validation import (
 
 DEFAULT_WINDOW_SIZE = 10
 
-SATURATED_QUEUE_FRACTION = 0.2
-"""A window whose queue fraction reaches this is ``saturated``."""
-STALLED_QUEUE_FRACTION = 0.6
-"""A window whose queue fraction reaches this is ``stalled``."""
+SATURATED_QUEUE_FRACTION = 0.2  # a window whose queue fraction reaches this is saturated
+STALLED_QUEUE_FRACTION = 0.6  # a window whose queue fraction reaches this is stalled
 _DERIVED = ("saturated", "stalled")
 
 

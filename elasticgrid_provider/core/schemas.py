@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.scheduler import ScaleDecision
 from elasticgrid_provider.core.state import DecisionInputs, ScaleState
+from elasticgrid_provider.core.validation import check_choice
 
 SCHEMA_KINDS = ("state", "decision")
 
@@ -44,9 +44,5 @@ def _decision_record_schema() -> dict[str, Any]:
 
 def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema of ``kind``: ``"state"`` or ``"decision"``."""
-    if kind == "state":
-        return ScaleState.model_json_schema()
-    if kind == "decision":
-        return _decision_record_schema()
-    allowed = ", ".join(repr(name) for name in SCHEMA_KINDS)
-    raise ElasticGridError(f"schema kind must be one of {allowed}, got {kind!r}")
+    kind = check_choice("schema kind", kind, SCHEMA_KINDS)
+    return ScaleState.model_json_schema() if kind == "state" else _decision_record_schema()

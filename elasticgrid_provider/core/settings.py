@@ -43,10 +43,8 @@ class GridSettings(JsonModel):
 def grid_settings(
     extra: dict[str, Any] | None, conn_id: str, inline_providers: Any = None
 ) -> GridSettings:
-    """The grid and defaults from the task's providers, the connection's extra, or the default.
-
-    ``extra`` is None when the connection does not exist (defaults apply).
-    """
+    """The grid and defaults from the task's providers, the connection's extra, or the default
+    (``extra`` is None when the connection does not exist)."""
     extra = {} if extra is None else extra
     grid_source: Any = inline_providers
     if grid_source is not None:

@@ -8,24 +8,22 @@ job (:func:`state_variable_key`):
 * ``cursors``: per step log, a :class:`~elasticgrid_provider.core.step_log.LogCursor`
   (a bare byte offset in older states); for handed-in samples, the next step;
 * ``cooldown``: when the job was last resized, and in which direction;
-* ``capacity``: per-node throughput measured at each size the job ran at,
-  kept across resizes (the scheduler reads scaling efficiency from it);
-* ``recent``: the sizes recommended within ``scale_down_window_s``;
-* ``current_nodes``: the job's size when the state was written;
+* ``capacity``: per-node throughput measured at each size the job ran at, kept
+  across resizes; ``recent``: the sizes recommended within ``scale_down_window_s``;
+* ``current_nodes``: the job's size when written; ``skipped_lines``: malformed
+  step-log lines skipped so far; ``revision``: incremented on every write;
 * ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
   with its inputs, so it replays exactly;
-* ``skipped_lines``: how many malformed step-log lines were skipped so far;
 * ``recovery``: quarantined providers and recent recoveries
   (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`; absent before it);
-* ``revision``: incremented on every write, so a reader can tell states apart;
 * ``schema_version``: the layout (2). Version 1 (before ``capacity`` and
-  ``recent``) is migrated on load: an empty capacity memory, no recent
-  recommendations, its history as recorded (it replays under today's policy).
-  Other versions are refused with one sentence saying what to do.
+  ``recent``) is migrated on load: no measurements, no recent recommendations,
+  its history as recorded (it replays under today's policy). Other versions
+  are refused with one sentence saying what to do.
 
 A document that is not a whole, valid state of the expected job is refused
-with one sentence; the caller must then leave it alone, never replace it
-with a fresh state, or the cooldown and history are lost.
+with one sentence; the caller must leave it alone, never replace it with a
+fresh state, or the cooldown and history are lost.
 
 History (:meth:`ScaleState.with_record`, :meth:`ScaleState.remember_event`):
 
@@ -89,6 +87,7 @@ from elasticgrid_provider.core.validation import (
     check_integer,
     check_mapping,
     model,
+    none_as_default,
 )
 
 SCHEMA_VERSION = 2
@@ -103,13 +102,6 @@ MEASUREMENT_MIN_SAMPLES = 3  # fewer samples do not replace a fuller measurement
 def state_variable_key(job_name: str) -> str:
     """The Airflow Variable that holds ``job_name``'s scale state."""
     return f"elasticgrid_scale_state__{job_name}"
-
-
-def _none_as_default(data: Any, *names: str) -> Any:
-    """``data`` without the ``names`` stored as null (older documents): they take their defaults."""
-    if isinstance(data, dict) and any(name in data and data[name] is None for name in names):
-        return {key: value for key, value in data.items() if key not in names or value is not None}
-    return data
 
 
 @model
@@ -132,7 +124,7 @@ class DecisionInputs(JsonModel):
     @model_validator(mode="before")
     @classmethod
     def _older_nulls(cls, data: Any) -> Any:
-        return _none_as_default(data, "cooldown", "capacity", "recent")
+        return none_as_default(data, "cooldown", "capacity", "recent")
 
     def decide(self) -> ScaleDecision:
         """Run the scheduler on these inputs (the fields after ``window`` are its keywords)."""
@@ -140,24 +132,19 @@ class DecisionInputs(JsonModel):
         return self.scheduler.decide(self.window, **options)
 
 
-POLICY_V2_INPUT_FIELDS = ("capacity", "recent")
-"""Decision inputs the restart-aware policy records; a record without them is older."""
+POLICY_V2_INPUT_FIELDS = ("capacity", "recent")  # inputs only the restart-aware policy records
 
 
 def recorded_by_older_policy(entry: Any) -> bool:
-    """Whether a history entry's inputs predate :data:`POLICY_V2_INPUT_FIELDS` (schema 1):
-    it replays under today's rules, which may decide otherwise."""
+    """Whether an entry lacks :data:`POLICY_V2_INPUT_FIELDS` (schema 1; its replay may differ)."""
     inputs = entry.get("inputs") if isinstance(entry, dict) else None
     return isinstance(inputs, dict) and any(name not in inputs for name in POLICY_V2_INPUT_FIELDS)
 
 
 @model
 class DecisionRecord(JsonModel):
-    """A decision, its inputs, and what surrounded it (job, deadline source, placements).
-
-    Its JSON (the sensor's XCom, a history entry) is the decision's fields with
-    ``context`` (``readable`` added) and ``inputs`` beside them.
-    """
+    """A decision, its inputs, and what surrounded it (job, deadline source, placements);
+    its JSON (XCom, history) is the decision's fields beside ``context`` and ``inputs``."""
 
     OWNER = "decision record"  # errors name their own path: decision.rule, inputs.now
 
@@ -222,8 +209,7 @@ class ScaleState(JsonModel):
     @model_validator(mode="before")
     @classmethod
     def _migrated(cls, data: Any) -> Any:
-        """Check the stored layout's version (a stored state always names it); a version 1
-        document gains the defaults."""
+        """Check the stored layout's version (always named); version 1 gains the defaults."""
         if not isinstance(data, dict):  # built in code, or refused as no JSON object
             return data
         version = data.get("schema_version")
@@ -234,13 +220,12 @@ class ScaleState(JsonModel):
                 f"{state_variable_key(str(data.get('job_name', '<job>')))} to start afresh"
             )
         fields = {key: value for key, value in data.items() if key != "schema_version"}
-        return _none_as_default(fields, "cooldown", "capacity", "recent", "recovery")
+        return none_as_default(fields, "cooldown", "capacity", "recent", "recovery")
 
     @field_validator("cursors", mode="before")
     @classmethod
     def _stored_cursors(cls, value: Any) -> Any:
-        """``{source: cursor}`` (sorted), a cursor a bare number (a next step, an older
-        byte offset) or a LogCursor (an object when stored)."""
+        """``{source: cursor}`` (sorted): a next step, an older byte offset, or a LogCursor."""
         check_mapping("scale state cursors", value)
         cursors: dict[str, int | LogCursor] = {}
         for source, cursor in sorted(value.items()):
@@ -281,11 +266,9 @@ class ScaleState(JsonModel):
         now: float,
         window_size: int = DEFAULT_WINDOW_SIZE,
     ) -> ScaleState:
-        """Take new samples: only those measured at ``current_nodes`` enter the window,
-        which starts afresh after a resize; what it measured enters the capacity memory."""
-        window = MetricsWindow(window_size, self.window.samples)
-        if self.current_nodes is not None and self.current_nodes != current_nodes:
-            window = MetricsWindow(window_size)
+        """Window the samples at ``current_nodes`` (afresh after a resize); measure capacity."""
+        resized = self.current_nodes not in (None, current_nodes)
+        window = MetricsWindow(window_size, () if resized else self.window.samples)
         window = window.add(*(sample for sample in samples if sample.nodes == current_nodes))
         capacity = self.capacity
         load = estimate_load(window.samples, current_nodes, arrivals=capacity.arrivals)
@@ -328,8 +311,7 @@ class ScaleState(JsonModel):
     def remember(
         self, record: DecisionRecord, now: float, limit: int = DEFAULT_HISTORY_LIMIT
     ) -> ScaleState:
-        """The state after ``record``: its cooldown clock, the recommendation, the history
-        (a repeated hold folded into the previous entry), one revision on."""
+        """The state after ``record``: cooldown, recommendation, history, one revision on."""
         decision = record.decision
         window_s = float(record.inputs.scheduler.thresholds()["scale_down_window_s"])
         recent = [entry for entry in self.recent if now - entry.at <= window_s]
@@ -350,8 +332,7 @@ class ScaleState(JsonModel):
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         **decide_options: Any,
     ) -> tuple[ScaleState, DecisionRecord]:
-        """One check: :meth:`observe`, :meth:`decide` (``decide_options`` are its keywords),
-        :meth:`remember`."""
+        """One check: :meth:`observe`, :meth:`decide` (``decide_options``), :meth:`remember`."""
         observed = self.observe(samples, current_nodes, now, window_size)
         record = observed.decide(scheduler, now, **decide_options)
         return observed.remember(record, now, history_limit), record
@@ -371,8 +352,7 @@ class ScaleState(JsonModel):
 
     @classmethod
     def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
-        """Rebuild a state from a Variable's JSON (module docstring); with ``job_name``, a
-        state that belongs to another job is refused too."""
+        """Rebuild a state from a Variable's JSON; with ``job_name``, another job's is refused."""
         state = cls.model_validate(data)
         if job_name is not None and state.job_name != job_name:
             raise ElasticGridError(

@@ -36,20 +36,11 @@ from typing import IO, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.validation import (
-    AnyText,
-    Count,
-    JsonModel,
-    check_integer,
-    model,
-)
+from elasticgrid_provider.core.validation import AnyText, Count, JsonModel, check_integer, model
 
-REPORT_LIMIT = 200
-"""Reports of a bad line are cut to about this many characters."""
-HEAD_BYTES = 4096
-"""The first line's fingerprint covers at most this many bytes (a huge first line stays cheap)."""
-ROTATED_SUFFIXES = (".1",)
-"""Where a rotated step log is looked for: ``steps.jsonl.1`` (logrotate's and Python's name)."""
+REPORT_LIMIT = 200  # reports of a bad line are cut to about this many characters
+HEAD_BYTES = 4096  # bytes the first line's fingerprint covers at most (a huge line stays cheap)
+ROTATED_SUFFIXES = (".1",)  # a rotated log's names: steps.jsonl.1 (logrotate's and Python's)
 _FIRST_BLOCK = 16 * 1024
 _LARGEST_BLOCK = 4 * 1024 * 1024
 
@@ -114,11 +105,9 @@ class StepLogChunk:
 def parse_sample_line(line: bytes | str) -> StepSample:
     """Parse one step-log line into a sample, or raise ElasticGridError saying why (cut short)."""
     try:
-        data = json.loads(line)
+        return StepSample.from_dict(json.loads(line))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ElasticGridError(cut_report(f"line is not valid JSON ({exc})")) from None
-    try:
-        return StepSample.from_dict(data)
     except ElasticGridError as exc:
         raise ElasticGridError(cut_report(str(exc))) from None
 
@@ -325,9 +314,9 @@ def read_step_log(
 ) -> StepLogChunk:
     """Read what is new in the step log at ``path`` since ``cursor`` (rules: module docstring).
 
-    Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end
-    (stopping early at one measured at another size than ``nodes``, if given). A
-    missing file reads as empty; a later first read of it starts at its beginning.
+    Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end (stopping
+    early at one measured at another size than ``nodes``, if given). A missing file reads as
+    empty; a later first read of it starts at its beginning.
     """
     previous = LogCursor(offset=cursor) if isinstance(cursor, int) else cursor
     reader = _Reader(str(path))

@@ -45,8 +45,7 @@ from typing_extensions import Self, dataclass_transform
 
 from elasticgrid_provider.core.errors import ElasticGridError
 
-_LARGEST = sys.float_info.max
-"""Integers beyond a float are refused like infinity."""
+_LARGEST = sys.float_info.max  # integers beyond a float are refused like infinity
 
 
 def _refuse(phrase: str) -> PydanticCustomError:
@@ -176,23 +175,16 @@ def one_of(words: tuple[str, ...]) -> OneOf:
     return OneOf(words)
 
 
-Finite = Annotated[float, finite(None)]
-"""Any finite number (a time, a trend)."""
-NonNegative = Annotated[float, finite()]
-"""A finite number >= 0."""
-Count = Annotated[int, whole()]
-"""A whole number >= 0."""
-Positive = Annotated[int, whole(1)]
-"""A whole number >= 1 (a node count, a window size)."""
-Text = Annotated[str, _text(allow_empty=False)]
-"""A non-empty string."""
-AnyText = Annotated[str, _text(allow_empty=True)]
-"""A string, possibly empty."""
-Flag = Annotated[bool, BeforeValidator(_flag)]
-"""True or false, never 1 or "yes"."""
+Finite = Annotated[float, finite(None)]  # any finite number (a time, a trend)
+NonNegative = Annotated[float, finite()]  # a finite number >= 0
+Count = Annotated[int, whole()]  # a whole number >= 0
+Positive = Annotated[int, whole(1)]  # a whole number >= 1 (a node count, a window size)
+Text = Annotated[str, _text(allow_empty=False)]  # a non-empty string
+AnyText = Annotated[str, _text(allow_empty=True)]  # a string, possibly empty
+Flag = Annotated[bool, BeforeValidator(_flag)]  # true or false, never 1 or "yes"
 
+# every model: unknown fields refused, no NaN or infinity
 MODEL_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=False)
-"""Every model: unknown fields refused, no NaN or infinity."""
 
 
 # -- the same types in function form, for one value with a field name ---------------------
@@ -222,11 +214,8 @@ def check_number(
     exclusive_minimum: bool = False,
     exclusive_maximum: bool = False,
 ) -> float:
-    """:func:`finite` in function form: ``value`` as a float in bounds, or raise naming ``field``.
-
-    The default ``minimum=0`` makes "non-negative" the norm; pass ``None``
-    for no lower bound.
-    """
+    """:func:`finite` in function form: ``value`` as a float in bounds, or raise naming ``field``
+    (``minimum`` defaults to 0; ``None`` means no lower bound)."""
     bounds = (minimum, maximum, exclusive_minimum, exclusive_maximum)
     return float(_checked(field, value, _adapter(float, finite, *bounds)))
 
@@ -250,21 +239,24 @@ def check_choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
 
 def check_mapping(field: str, value: Any) -> dict[str, Any]:
     """A strict ``dict`` field in function form: ``value`` if it is a JSON object, or raise."""
-    mapping: dict[str, Any] = _checked(field, value, _adapter(Annotated[dict, Strict()]))
-    return mapping
+    return _checked(field, value, _adapter(Annotated[dict, Strict()]))
 
 
 def number_from_text(value: Any) -> Any:
-    """A numeric string as a float; anything else unchanged, for the checks above to judge.
-
-    Connection forms and rendered templates hand numbers over as strings.
-    """
+    """A numeric string (from a form or a template) as a float; anything else unchanged."""
     if isinstance(value, str):
         try:
             return float(value.strip())
         except ValueError:
             return value
     return value
+
+
+def none_as_default(data: Any, *names: str) -> Any:
+    """``data`` without the ``names`` stored as null (older documents): they take their defaults."""
+    if isinstance(data, dict) and any(name in data and data[name] is None for name in names):
+        return {key: value for key, value in data.items() if key not in names or value is not None}
+    return data
 
 
 # -- the one adapter from pydantic's errors to ours ---------------------------------------
@@ -283,10 +275,8 @@ def model_error(
 ) -> ElasticGridError:
     """One sentence for the first problem in ``error``: ``where``, the dotted field path, the value.
 
-    ``owner`` names the model in "is missing" / "has an unknown field"
-    sentences when ``where`` is empty; ``positional`` names the fields given
-    by position to a constructor. An :class:`ElasticGridError` a validator
-    raised is kept as it is.
+    ``owner`` names the model when ``where`` is empty; ``positional`` names the fields given
+    by position. A validator's :class:`ElasticGridError` is kept.
     """
     problem = error.errors(include_url=False)[0]
     kind, value = problem["type"], problem.get("input")
@@ -316,16 +306,12 @@ def model_error(
 
 
 ModelT = TypeVar("ModelT")
-FROM_JSON: dict[str, Any] = {"from_json": True}
-"""The context of :meth:`JsonModel.model_validate`: JSON objects may stand for models."""
+FROM_JSON: dict[str, Any] = {"from_json": True}  # model_validate's context: JSON stands for models
 
 
 class JsonModel:
-    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases.
-
-    ``WHERE`` names the model in errors (``"window"``, ``"scale state"``);
-    :meth:`_where` may name one instance better (``provider 'aws'``).
-    """
+    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases;
+    ``WHERE`` names the model in errors, :meth:`_where` one instance (``provider 'aws'``)."""
 
     WHERE: ClassVar[str] = ""
     OWNER: ClassVar[str | None] = None
@@ -341,8 +327,7 @@ class JsonModel:
 
     def model_dump(self, *, mode: Literal["json", "python"] = "json") -> dict[str, Any]:
         """Plain JSON of this model (enums as their strings, tuples as lists); pydantic's ``mode``."""
-        dumped: dict[str, Any] = self.type_adapter().dump_python(self, mode=mode)
-        return dumped
+        return self.type_adapter().dump_python(self, mode=mode)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON; an alias of :meth:`model_dump`, the inverse of :meth:`from_dict`."""
@@ -352,8 +337,7 @@ class JsonModel:
     def model_validate(cls, data: Any, *, where: str | None = None) -> Self:
         """Build from plain JSON, or raise one sentence naming the field and the value."""
         where = cls._where(data) if where is None else where
-        built: Self = _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
-        return built
+        return _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
 
     @classmethod
     def from_dict(cls, data: Any) -> Self:
@@ -363,16 +347,12 @@ class JsonModel:
     @classmethod
     def model_json_schema(cls) -> dict[str, Any]:
         """The JSON Schema of :meth:`model_dump`'s output (derived fields included)."""
-        schema: dict[str, Any] = cls.type_adapter().json_schema(mode="serialization")
-        return schema
+        return cls.type_adapter().json_schema(mode="serialization")
 
 
 def trusted(cls: type[ModelT], **values: Any) -> ModelT:
-    """A :func:`model` instance, unchecked, from values derived from checked models.
-
-    Only where the policy benchmark measured the checks' cost; missing fields
-    take their defaults.
-    """
+    """A :func:`model` instance, unchecked, from values derived from checked models (missing
+    fields take their defaults); only where the policy benchmark measured the checks' cost."""
     instance = object.__new__(cls)
     for name, field in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
         if name not in values:
@@ -384,11 +364,8 @@ def trusted(cls: type[ModelT], **values: Any) -> ModelT:
 
 @dataclass_transform(frozen_default=True)
 def model(cls: type[ModelT]) -> type[ModelT]:
-    """Make ``cls`` a frozen pydantic dataclass with :data:`MODEL_CONFIG`.
-
-    Construction errors become :func:`model_error` sentences, so a direct
-    ``Provider(...)`` fails like loading one from JSON.
-    """
+    """Make ``cls`` a frozen pydantic dataclass with :data:`MODEL_CONFIG`; construction errors
+    become :func:`model_error` sentences, so ``Provider(...)`` fails like loading from JSON."""
     built: Any = pydantic_dataclasses.dataclass(frozen=True, config=MODEL_CONFIG)(cls)
     validated_init = built.__init__
 
