@@ -1038,12 +1038,10 @@ class ElasticScheduler(JsonModel):
             return self._sized(
                 situation, "queue_bound", why, target, load.utilisation, numbers, basis
             )
-        idle_limit_s = self.idle_step_fraction * self.target_step_s
-        idle = (
-            0 < signals.mean_step_s <= idle_limit_s
+        if (
+            0 < signals.mean_step_s <= self.idle_step_fraction * self.target_step_s
             and signals.queue_fraction <= self.idle_queue_fraction
-        )
-        if idle:
+        ):
             why = (
                 f"the mean step of {seconds_text(signals.mean_step_s)} is at most "
                 f"{self.idle_step_fraction:.0%} of the {seconds_text(self.target_step_s)} target "
@@ -1106,11 +1104,10 @@ class ElasticScheduler(JsonModel):
             gain = horizon * (1.0 - capacity_now / capacity_target) if capacity_target > 0 else 0.0
             price, unit = self.startup_s, "seconds"
             # a stream whose work piles up must keep up: the restart is priced into its target
-            required = rule == "demand"
             held: list[HeldBy | None] = [
                 self._ceiling_hold(current),
                 self._startup_hold(situation),
-                None if required else self._price_hold(gain, price, unit),
+                None if rule == "demand" else self._price_hold(gain, price, unit),
             ]
         else:
             action = ScaleAction.SCALE_DOWN
@@ -1136,9 +1133,7 @@ class ElasticScheduler(JsonModel):
         """Apply the stabilisation window and the cooldowns to a verdict's change."""
         if verdict.action is ScaleAction.HOLD or verdict.target is None:
             return verdict
-        held = list(verdict.held_by)
-        target = verdict.target
-        why = verdict.why
+        held, target, why = list(verdict.held_by), verdict.target, verdict.why
         if verdict.action is ScaleAction.SCALE_DOWN and target < situation.current:
             window_start = situation.now - self.scale_down_window_s
             wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
