@@ -2,13 +2,10 @@
 
 Rules:
 
-* Timestamps are read here and nowhere else: :func:`epoch_now` for the epoch
-  seconds that decisions, samples and views are stamped with, :func:`utc_now`
-  for an aware ``datetime`` (launch ids), :func:`utc_iso_now` for the ISO 8601
-  text a record keeps (``2026-12-03T00:15:00+00:00``, to the second).
-* Never a naive or local time: a ``datetime`` handed in without a zone is
-  refused rather than guessed at, so a launch id cannot silently carry the
-  machine's local time.
+* Timestamps are read here and nowhere else: :func:`epoch_now` (epoch
+  seconds), :func:`utc_now` (an aware ``datetime``), :func:`utc_iso_now`.
+* Never a naive or local time: a ``datetime`` without a zone is refused
+  rather than guessed at, so a launch id cannot carry the local time.
 * Only the wall clock lives here: a timeout or a grace period keeps its own
   timer. Pure: standard library only, no I/O.
 """

@@ -1,9 +1,7 @@
-"""Binary search over a monotone predicate on integers.
+"""Binary search over a monotone predicate on integers: the first size where ``fits`` holds.
 
-Both the planner (the smallest largest share that holds a job) and the scale
-policy (the smallest size that meets a deadline or covers demand) ask the
-same question: given ``fits`` that is False up to some size and True from it
-on, which is the first size where it holds? One search answers both.
+The planner (the smallest largest share that holds a job) and the scale
+policy (the smallest size that meets a deadline or covers demand) share it.
 """
 
 from __future__ import annotations

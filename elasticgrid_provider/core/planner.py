@@ -149,12 +149,9 @@ def _floor_product(fraction: float, nodes: int) -> int:
 def _fill_cheapest_first(
     ordered: Sequence[Provider], nodes: int, spot_allowance: int, share_limit: int | None
 ) -> tuple[Assignment, ...]:
-    """Fill providers in order (each up to ``share_limit``), spot ones while the allowance lasts.
-
-    The caller guarantees the nodes fit, so the fill always completes.
-    """
-    remaining = nodes
-    spot_left = spot_allowance
+    """Fill providers in order (each up to ``share_limit``), spot ones while the allowance lasts;
+    the caller guarantees the nodes fit."""
+    remaining, spot_left = nodes, spot_allowance
     shares: list[Assignment] = []
     for provider in ordered:
         if remaining == 0:
@@ -173,11 +170,8 @@ def _fill_cheapest_first(
 
 
 def _room_under_limit(capacities: Iterable[int]) -> Callable[[int], int]:
-    """Total room of a group of providers when each may take at most ``limit`` nodes.
-
-    Capacities are sorted once with running sums, so each query is a binary
-    search: O(log P) instead of a pass over every provider.
-    """
+    """Total room of a group of providers when each may take at most ``limit`` nodes: sorted
+    once with running sums, each query is a binary search (O(log P), not O(P))."""
     ordered = sorted(capacities)
     running_sums = [0, *itertools.accumulate(ordered)]
 

@@ -176,9 +176,7 @@ class HoldRule(Choice):
 
 
 RULES = tuple(rule.value for rule in DecisionRule)
-"""The rules a decision can name as the one that fired, in evaluation order."""
 HOLD_RULES = tuple(rule.value for rule in HoldRule)
-"""The rules that can hold back a scale change."""
 
 
 class ScaleAction(Choice):
@@ -214,10 +212,6 @@ class CooldownClock(JsonModel):
     def seconds_since_change(self, now: float) -> float | None:
         """Seconds from the last change to ``now``; ``None`` when there was none."""
         return None if self.last_change_at is None else now - self.last_change_at
-
-    def after_change(self, action: ScaleAction, now: float) -> CooldownClock:
-        """The clock after a scale change at ``now``."""
-        return CooldownClock(last_change_at=now, last_action=action)
 
 
 NO_COOLDOWN = CooldownClock()
@@ -347,7 +341,6 @@ class LoadEstimate:
     basis: str
     capacity_per_s: float
     demand_per_s: float
-    busy_s: float
     backlog_s: float
     backlog_trend: float
     steps_per_node_s: float
@@ -363,9 +356,7 @@ class LoadEstimate:
     @property
     def utilisation(self) -> float:
         """Demand over capacity at the current size (above 1: work piles up)."""
-        if self.capacity_per_s <= 0:
-            return 0.0
-        return self.demand_per_s / self.capacity_per_s
+        return self.demand_per_s / self.capacity_per_s if self.capacity_per_s > 0 else 0.0
 
     @property
     def drain_s(self) -> float | None:
@@ -554,7 +545,6 @@ def estimate_load(
         basis=basis,
         capacity_per_s=capacity,
         demand_per_s=min(demand, sys.float_info.max),
-        busy_s=busy_s,
         backlog_s=backlog_s,
         backlog_trend=trend,
         window_demand_per_s=window_demand,
@@ -781,8 +771,7 @@ class ElasticScheduler(JsonModel):
         loss, _ = situation.memory.scaling(basis, self.scaling_loss)
         measured = [size for size, _ in situation.memory.measured(basis)]
         if measured and nodes < min(measured):
-            # below every measured size the smaller of the fitted and the prior loss projects
-            # the gain of shrinking: a shrink never counts on more than either model promises
+            # below every measured size, a shrink counts on no more than fit or prior promise
             loss = min(loss, self.scaling_loss)
         return nodes * situation.memory.per_node_rate(basis, nodes, loss)
 
@@ -844,13 +833,7 @@ class ElasticScheduler(JsonModel):
             )
         budget = (1.0 - self.deadline_margin) * time_left
         finish_now = self._finish_s(situation, work, current)
-        numbers: dict[str, Any] = {
-            "basis": work.basis,
-            "remaining": work.amount,
-            "current_finish_s": bounded_or_none(finish_now),
-            "time_left_s": time_left,
-            "deadline_budget_s": budget,
-        }
+        numbers: dict[str, Any] = {"deadline_budget_s": budget}  # _projection adds the finishes
         left_text = f"{seconds_text(time_left)} are left" if time_left > 0 else "no time is left"
         explanation = (
             f"at {current} nodes {work.phrase} take {seconds_text(finish_now)} and {left_text} "
@@ -875,12 +858,7 @@ class ElasticScheduler(JsonModel):
             saved = cost_now - smallest * finish_target
             price = self._restart_price_node_s(current, smallest)
             finish = finish_target + self.startup_s
-            numbers.update(
-                target_finish_s=bounded_or_none(finish),
-                gain=saved,
-                gain_unit="node-seconds",
-                price=price,
-            )
+            numbers.update(gain=saved, gain_unit="node-seconds", price=price)
             why = (
                 f"{explanation}; {smallest} nodes finish in {seconds_text(finish)} with the "
                 f"restart and save {number_text(saved)} node-seconds against a restart price "
@@ -911,7 +889,6 @@ class ElasticScheduler(JsonModel):
             why += ", so the deadline will be missed"
         else:
             why = f"{explanation}; {target} nodes finish in {seconds_text(finish)} with the restart"
-        numbers["target_finish_s"] = bounded_or_none(finish)
         held = [self._ceiling_hold(current), self._startup_hold(situation)]
         return _change("deadline_pressure", why, ScaleAction.SCALE_UP, target, held, numbers)
 
@@ -929,7 +906,7 @@ class ElasticScheduler(JsonModel):
         if load.backlog_s > 0:
             if drain is not None and drain <= self.drain_s:
                 backlog_text = (
-                    f"{backlog} drains in {seconds_text(drain or 0.0)}, so it needs no more nodes"
+                    f"{backlog} drains in {seconds_text(drain)}, so it needs no more nodes"
                 )
             else:
                 # a resize serves nothing for startup_s while work keeps arriving; serve the
@@ -1061,12 +1038,10 @@ class ElasticScheduler(JsonModel):
             return self._sized(
                 situation, "queue_bound", why, target, load.utilisation, numbers, basis
             )
-        idle_limit_s = self.idle_step_fraction * self.target_step_s
-        idle = (
-            0 < signals.mean_step_s <= idle_limit_s
+        if (
+            0 < signals.mean_step_s <= self.idle_step_fraction * self.target_step_s
             and signals.queue_fraction <= self.idle_queue_fraction
-        )
-        if idle:
+        ):
             why = (
                 f"the mean step of {seconds_text(signals.mean_step_s)} is at most "
                 f"{self.idle_step_fraction:.0%} of the {seconds_text(self.target_step_s)} target "
@@ -1129,11 +1104,10 @@ class ElasticScheduler(JsonModel):
             gain = horizon * (1.0 - capacity_now / capacity_target) if capacity_target > 0 else 0.0
             price, unit = self.startup_s, "seconds"
             # a stream whose work piles up must keep up: the restart is priced into its target
-            required = rule == "demand"
             held: list[HeldBy | None] = [
                 self._ceiling_hold(current),
                 self._startup_hold(situation),
-                None if required else self._price_hold(gain, price, unit),
+                None if rule == "demand" else self._price_hold(gain, price, unit),
             ]
         else:
             action = ScaleAction.SCALE_DOWN
@@ -1159,9 +1133,7 @@ class ElasticScheduler(JsonModel):
         """Apply the stabilisation window and the cooldowns to a verdict's change."""
         if verdict.action is ScaleAction.HOLD or verdict.target is None:
             return verdict
-        held = list(verdict.held_by)
-        target = verdict.target
-        why = verdict.why
+        held, target, why = list(verdict.held_by), verdict.target, verdict.why
         if verdict.action is ScaleAction.SCALE_DOWN and target < situation.current:
             window_start = situation.now - self.scale_down_window_s
             wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
@@ -1262,7 +1234,7 @@ class ElasticScheduler(JsonModel):
             reason += ": " + "; ".join(hold.reason for hold in verdict.held_by)
         else:
             action, target = verdict.action, wanted
-            clock = situation.cooldown.after_change(action, situation.now)
+            clock = CooldownClock(last_change_at=situation.now, last_action=action)
             reason = f"{verdict.why}; {_verb(action)} {current} -> {target}"
         return ScaleDecision(
             action=action,
@@ -1308,14 +1280,12 @@ class ElasticScheduler(JsonModel):
             if wanted != current:
                 target_finish = self._finish_s(situation, work, wanted) + self.startup_s
             numbers.update(
-                {
-                    "basis": work.basis,
-                    "remaining": work.amount,
-                    "current_finish_s": bounded_or_none(current_finish),
-                    "target_finish_s": bounded_or_none(target_finish),
-                    "time_left_s": time_left,
-                    "meets_deadline": target_finish <= time_left,
-                }
+                basis=work.basis,
+                remaining=work.amount,
+                current_finish_s=bounded_or_none(current_finish),
+                target_finish_s=bounded_or_none(target_finish),
+                time_left_s=time_left,
+                meets_deadline=target_finish <= time_left,
             )
         return {name: bounded_or_none(value) for name, value in numbers.items()}
 
@@ -1365,12 +1335,8 @@ class ScaleDecision(JsonModel):
     def _check_direction(self) -> ScaleDecision:
         """The action must agree with the sizes, and only a hold can be held back."""
         current, target = self.current_nodes, self.target_nodes
-        agrees = {
-            ScaleAction.HOLD: target == current,
-            ScaleAction.SCALE_UP: target > current,
-            ScaleAction.SCALE_DOWN: target < current,
-        }[self.action]
-        if not agrees:
+        direction = (target > current) - (target < current)  # 1 up, -1 down, 0 hold
+        if direction != {ScaleAction.SCALE_UP: 1, ScaleAction.SCALE_DOWN: -1}.get(self.action, 0):
             raise ElasticGridError(
                 f"decision action {self.action.value} does not fit current_nodes {current} "
                 f"and target_nodes {target}"
