@@ -220,8 +220,35 @@ class ScaleCheck:
         placements and re-plans recoveries."""
         log: list[tuple[int, str]] = []
         taken = self._take_samples(state, snapshot, now, samples, chunks, log)
-        if lost:
-            return self._recover(state, taken, snapshot, lost, now, task, recovery, planner, log)
+        if lost:  # recover, give up, or wait (keeping ``state``, not ``taken``)
+            if planner is None:
+                raise ElasticGridError(
+                    f"job {self.job_name!r} lost capacity, but no planner was given"
+                )
+            try:
+                decision = decide_recovery(
+                    job_name=self.job_name,
+                    launch_id=snapshot.manifest.launch_id,
+                    lost=lost,
+                    current_nodes=snapshot.nodes,
+                    min_nodes=self.scheduler.min_nodes,
+                    max_nodes=self.scheduler.max_nodes,
+                    memory=taken.recovery,
+                    policy=recovery or RecoveryPolicy(),
+                    planner=planner,
+                    now=now,
+                )
+            except ElasticGridError as exc:  # bad input: fail clearly, write nothing
+                raise ElasticGridError(str(exc)) from None
+            context = self._record_context(snapshot, snapshot.nodes, "-", now, task, None)
+            if decision.placement is not None:
+                context["proposed_placement"] = decision.placement
+                context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
+            event = decision.to_dict(context)
+            if decision.action == WAIT:
+                return CheckOutcome(CheckVerdict.HOLD, state, event, tuple(log))
+            taken = remember_recovery(taken, decision, event, self.history_limit)
+            return CheckOutcome(CheckVerdict(decision.action), taken, event, tuple(log))
         state = taken
         if snapshot.status in ("done", "stopped"):  # no decision: a job_ended record and entry
             ended: dict[str, Any] = {
@@ -261,46 +288,6 @@ class ScaleCheck:
         hold = record.decision.action is ScaleAction.HOLD
         verdict = CheckVerdict.HOLD if hold else CheckVerdict.RESIZE
         return CheckOutcome(verdict, state, record.to_dict(), tuple(log))
-
-    def _recover(
-        self,
-        state: ScaleState,
-        taken: ScaleState,
-        snapshot: JobSnapshot,
-        lost: Sequence[LostPart],
-        now: float,
-        task: TaskIdentity,
-        policy: RecoveryPolicy | None,
-        planner: GridPlanner | None,
-        log: list[tuple[int, str]],
-    ) -> CheckOutcome:
-        """Lost parts: ``recover``, ``give_up`` or ``wait`` (keeps ``state``, not ``taken``)."""
-        if planner is None:
-            raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
-        try:
-            decision = decide_recovery(
-                job_name=self.job_name,
-                launch_id=snapshot.manifest.launch_id,
-                lost=lost,
-                current_nodes=snapshot.nodes,
-                min_nodes=self.scheduler.min_nodes,
-                max_nodes=self.scheduler.max_nodes,
-                memory=taken.recovery,
-                policy=policy or RecoveryPolicy(),
-                planner=planner,
-                now=now,
-            )
-        except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-            raise ElasticGridError(str(exc)) from None
-        context = self._record_context(snapshot, snapshot.nodes, "-", now, task, None)
-        if decision.placement is not None:
-            context["proposed_placement"] = decision.placement
-            context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
-        record = decision.to_dict(context)
-        if decision.action == WAIT:
-            return CheckOutcome(CheckVerdict.HOLD, state, record, tuple(log))
-        remembered = remember_recovery(taken, decision, record, self.history_limit)
-        return CheckOutcome(CheckVerdict(decision.action), remembered, record, tuple(log))
 
     def _take_samples(
         self,

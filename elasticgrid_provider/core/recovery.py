@@ -128,10 +128,6 @@ class RecoveryMemory(JsonModel):
                 longest.setdefault(entry.provider, entry)
         return tuple(longest[name] for name in sorted(longest))
 
-    def leave_out(self, now: float) -> dict[str, str]:
-        """``{provider: why}`` for the providers a placement must leave out at ``now``."""
-        return quarantine_reasons(self.active_quarantine(now))
-
     def recoveries_within(self, now: float, window_s: float) -> tuple[PastRecovery, ...]:
         """The recoveries decided within the last ``window_s`` seconds."""
         return tuple(past for past in self.recoveries if now - past.at < window_s)
@@ -166,11 +162,6 @@ class RecoveryPolicy(JsonModel):
     max_recoveries: Count = DEFAULT_MAX_RECOVERIES
     recovery_window_s: _POSITIVE_SECONDS = DEFAULT_RECOVERY_WINDOW_S
     quarantine_s: NonNegative = DEFAULT_QUARANTINE_S
-
-    @classmethod
-    def checked(cls, **values: Any) -> RecoveryPolicy:
-        """A policy from user input; a bad value raises one sentence naming it."""
-        return cls(**values)
 
 
 @model

@@ -25,7 +25,7 @@ A document that is not a whole, valid state of the expected job is refused
 with one sentence; the caller must leave it alone, never replace it with a
 fresh state, or the cooldown and history are lost.
 
-History (:meth:`ScaleState.with_record`, :meth:`ScaleState.remember_event`):
+History (:meth:`ScaleState.remember`, :meth:`ScaleState.remember_event`):
 
 * every scale change and every end of the job gets its own entry;
 * a hold that repeats the previous entry (same rule, same rules holding it
@@ -336,11 +336,6 @@ class ScaleState(JsonModel):
         observed = self.observe(samples, current_nodes, now, window_size)
         record = observed.decide(scheduler, now, **decide_options)
         return observed.remember(record, now, history_limit), record
-
-    def with_record(self, record: DecisionRecord, limit: int = DEFAULT_HISTORY_LIMIT) -> ScaleState:
-        """A copy with ``record`` in the history (module docstring) and its cooldown clock."""
-        history = _with_entry(self.history, record.to_dict(), limit)
-        return replace(self, history=history, cooldown=record.decision.cooldown)
 
     def remember_event(
         self, entry: dict[str, Any], now: float, limit: int = DEFAULT_HISTORY_LIMIT

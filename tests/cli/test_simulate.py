@@ -341,9 +341,9 @@ def recorded_state() -> ScaleState:
     window = MetricsWindow(samples=tuple(StepSample(i, 40.0, 30.0, 8, 1000) for i in range(4)))
     state = ScaleState("demo", window=window, current_nodes=8)
     first = DecisionInputs(scheduler, window, T0, 8, NO_COOLDOWN)
-    state = state.with_record(DecisionRecord(first.decide(), first, {"job": "demo"}))
+    state = state.remember(DecisionRecord(first.decide(), first, {"job": "demo"}), T0)
     second = DecisionInputs(scheduler, window, T0 + 60, 16, state.cooldown)
-    return state.with_record(DecisionRecord(second.decide(), second, {"job": "demo"}))
+    return state.remember(DecisionRecord(second.decide(), second, {"job": "demo"}), T0 + 60)
 
 
 @pytest.mark.parametrize("form", ["bare", "exported", "exported-string"])

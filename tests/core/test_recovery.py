@@ -25,6 +25,7 @@ from elasticgrid_provider.core.recovery import (
     loss_cause,
     part_is_lost,
     quarantine_from_record,
+    quarantine_reasons,
     remember_recovery,
 )
 from elasticgrid_provider.core.state import ScaleState
@@ -130,8 +131,8 @@ def test_a_launch_is_recovered_once_a_second_check_waits_for_the_relaunch():
 def test_a_quarantine_ends_and_the_provider_is_planned_again():
     first = decide()
     memory = remember_recovery(ScaleState("job"), first, first.to_dict(), 20).recovery
-    assert memory.leave_out(NOW + 59).keys() == {"spot"}
-    assert memory.leave_out(NOW + 60) == {}
+    assert quarantine_reasons(memory.active_quarantine(NOW + 59)).keys() == {"spot"}
+    assert quarantine_reasons(memory.active_quarantine(NOW + 60)) == {}
     lost_backup = LostPart(part="job--backup", provider="backup", nodes=1, cause="preempted")
     second = decide(memory, launch_id="launch-2", lost=[lost_backup], now=NOW + 61)
     assert Placement.from_dict(second.placement).nodes_by_provider() == {"onprem": 1, "spot": 1}
@@ -191,7 +192,7 @@ def test_a_bad_stored_memory_is_refused_in_one_sentence(memory, message):
 )
 def test_a_bad_policy_value_names_the_field_and_value(values, field):
     with pytest.raises(ElasticGridError) as caught:
-        RecoveryPolicy.checked(**values)
+        RecoveryPolicy(**values)
     assert str(caught.value).startswith(f"{field} must be ")
     assert repr(next(iter(values.values()))) in str(caught.value)
 
