@@ -105,26 +105,22 @@ class GridPlanner(JsonModel):
         left_out = tuple(
             sorted((n, str(why)) for n, why in (leave_out or {}).items() if n in names)
         )
-        if left_out:
-            skipped = {name for name, _ in left_out}
-            kept = tuple(provider for provider in self.providers if provider.name not in skipped)
-            rest = replace(self, providers=kept)
-            if nodes > rest.capacity:
-                reasons = "; ".join(f"{name} {why}" for name, why in left_out)
-                raise ElasticGridError(
-                    f"nodes {nodes} exceeds the grid's capacity of {rest.capacity} nodes without "
-                    f"the providers left out ({reasons})"
-                )
-            return replace(rest.plan(nodes), left_out=left_out)
-        capacity = self.capacity
-        if nodes > capacity:
-            raise ElasticGridError(f"nodes {nodes} exceeds the grid's capacity of {capacity} nodes")
-        spot_allowance = self.spot_allowance(nodes)
-        ordered = sorted(self.providers, key=lambda p: (p.cost_per_node_hour, p.name))  # fill order
+        skipped = {name for name, _ in left_out}
+        kept = tuple(provider for provider in self.providers if provider.name not in skipped)
+        grid = replace(self, providers=kept) if left_out else self
+        if nodes > grid.capacity:
+            reasons = "; ".join(f"{name} {why}" for name, why in left_out)
+            without = f" without the providers left out ({reasons})" if left_out else ""
+            raise ElasticGridError(
+                f"nodes {nodes} exceeds the grid's capacity of {grid.capacity} nodes{without}"
+            )
+        spot_allowance = grid.spot_allowance(nodes)
+        ordered = sorted(grid.providers, key=lambda p: (p.cost_per_node_hour, p.name))  # fill order
         share_limit = None
         if self.prefer == Prefer.BALANCE:
             share_limit = _smallest_share_limit(ordered, nodes, spot_allowance)
-        return Placement(_fill_cheapest_first(ordered, nodes, spot_allowance, share_limit))
+        shares = _fill_cheapest_first(ordered, nodes, spot_allowance, share_limit)
+        return Placement(shares, left_out=left_out)
 
 
 def _check_providers(providers: object) -> tuple[Provider, ...]:

@@ -26,7 +26,7 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import Field, ValidationInfo, computed_field, field_validator, model_validator
 
@@ -38,7 +38,6 @@ from elasticgrid_provider.core.validation import (
     Positive,
     model,
     trusted,
-    whole,
 )
 
 DEFAULT_WINDOW_SIZE = 10
@@ -154,7 +153,7 @@ class MetricsWindow(JsonModel):
 
     WHERE = "window"
 
-    size: Annotated[int, whole(1)] = DEFAULT_WINDOW_SIZE
+    size: Positive = DEFAULT_WINDOW_SIZE
     samples: tuple[StepSample, ...] = ()
 
     @field_validator("samples", mode="before")
