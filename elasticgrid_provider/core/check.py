@@ -110,11 +110,6 @@ class CheckOutcome:
     log: tuple[tuple[int, str], ...] = ()
 
     @property
-    def target_nodes(self) -> int:
-        """The size the record asks for (the current size on a hold or an ended job)."""
-        return int(self.record["target_nodes"])
-
-    @property
     def reason(self) -> str:
         """The record's human reason."""
         return str(self.record["reason"])

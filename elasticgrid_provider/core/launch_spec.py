@@ -267,10 +267,8 @@ def _spec_dict(
         ENV_WORLD_SIZE: str(world_size),
         ENV_PROCS_PER_NODE: str(options.procs_per_node),
     }
-    if options.shared_dir is not None:
-        envs[ENV_SHARED_DIR] = options.shared_dir
-    if options.launch_id is not None:
-        envs[ENV_LAUNCH_ID] = options.launch_id
+    optional = {ENV_SHARED_DIR: options.shared_dir, ENV_LAUNCH_ID: options.launch_id}
+    envs.update({name: value for name, value in optional.items() if value is not None})
     spec: dict[str, Any] = {
         "name": part,
         "run": options.run,

@@ -32,11 +32,11 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.validation import AnyText, Count, JsonModel, check_integer, model
+from elasticgrid_provider.core.validation import AnyText, Count, JsonModel, model
 
 REPORT_LIMIT = 200  # reports of a bad line are cut to about this many characters
 HEAD_BYTES = 4096  # bytes the first line's fingerprint covers at most (a huge line stays cheap)
@@ -67,13 +67,6 @@ class LogCursor(JsonModel):
     inode: Count | None = None
     head: AnyText | None = None
     last_step: Count | None = None
-
-    @classmethod
-    def from_value(cls, where: str, value: Any) -> LogCursor:
-        """A cursor from its stored form: an object, or a bare byte offset (older states)."""
-        if not isinstance(value, dict):
-            return cls(offset=check_integer(where, value))
-        return cls.model_validate(value, where=where)
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,7 @@ def test_state_transitions(checks, expected):
             o.record["rule"],
             [held["rule"] for held in o.record.get("held_by", [])],
             o.record["current_nodes"],
-            o.target_nodes,
+            o.record["target_nodes"],
         )
         for o in outcomes
     ] == expected
@@ -268,7 +268,7 @@ def test_the_history_stays_bounded():
         Check(16, T0 + 1200, samples(16, range(12, 16))),
     ]
     outcomes = run_checks(checks, history_limit=2)
-    assert [o.target_nodes for o in outcomes] == [4, 8, 16, 32]
+    assert [o.record["target_nodes"] for o in outcomes] == [4, 8, 16, 32]
     assert [entry["target_nodes"] for entry in outcomes[-1].state.history] == [16, 32]
     assert outcomes[-1].state.revision == 4
 

@@ -97,8 +97,8 @@ def test_a_bool_is_not_a_number(build: Any, message: str) -> None:
             "scale state current_nodes must be a number, got '2'",
         ),
         (
-            lambda: LogCursor.from_value("cursor 'a'", {"offset": "2"}),
-            "cursor 'a' offset must be a number, got '2'",
+            lambda: ScaleState("llm", cursors={"a": {"offset": "2"}}),
+            "scale state cursor 'a' offset must be a number, got '2'",
         ),
     ],
 )

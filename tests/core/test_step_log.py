@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.core.step_log import (
     REPORT_LIMIT,
     LogCursor,
@@ -208,17 +209,20 @@ def test_parse_errors_are_one_short_sentence() -> None:
 
 
 def test_cursor_round_trip_and_bad_stored_cursors() -> None:
+    """Cursors as a scale state stores them: an object, or a bare byte offset (older states)."""
     cursor = LogCursor(120, 77, "ab" * 16, 9)
-    assert LogCursor.from_value("c", json.loads(json.dumps(cursor.to_dict()))) == cursor
-    assert LogCursor.from_value("c", 42) == LogCursor(42)
+    stored = json.loads(json.dumps(cursor.to_dict()))
+    assert ScaleState("j", cursors={"c": stored}).log_cursor("c") == cursor
+    assert ScaleState("j", cursors={"c": 42}).log_cursor("c") == LogCursor(42)
+    where = "scale state cursor 'c'"
     for value, message in [
-        ("12", "c must be a number, got '12'"),
-        ({"offset": -1}, "c offset must be at least 0, got -1"),
-        ({"offset": 1, "head": 5}, "c head must be a string, got 5"),
-        ({"offset": 1, "color": 5}, "c has an unknown field 'color'"),
+        ("12", f"{where} must be a number, got '12'"),
+        ({"offset": -1}, f"{where} offset must be at least 0, got -1"),
+        ({"offset": 1, "head": 5}, f"{where} head must be a string, got 5"),
+        ({"offset": 1, "color": 5}, f"{where} has an unknown field 'color'"),
     ]:
         with pytest.raises(ElasticGridError) as caught:
-            LogCursor.from_value("c", value)
+            ScaleState("j", cursors={"c": value})
         assert str(caught.value) == message
 
 
