@@ -238,7 +238,6 @@ class ElasticGridHook(BaseHook):
         prefer = settings.prefer if prefer is None else prefer
         return GridPlanner(providers=settings.providers, max_spot_fraction=spot, prefer=prefer)
 
-    # -- the JobManager ------------------------------------------------------
     @cached_property
     def jobs_root(self) -> Path:
         """The JobManager root: explicit, from the connection, or iroh-tinker's default."""
@@ -318,13 +317,12 @@ class ElasticGridHook(BaseHook):
     ) -> LaunchOutcome:
         """Run ``placement`` as the job: attach, or launch/resize in five steps, never two copies.
 
-        Attach (start nothing) only when the last launch was confirmed, every
-        part runs, and the placement and the fingerprints of ``run``, ``envs``
-        and ``setup`` are unchanged. Otherwise (the log says why): 1. prepare
-        and check the parts (nothing written on failure); 2. stop the old launch,
-        its unrecorded processes too; 3. record the launch ``starting``, start its
-        parts; 4. after ``startup_grace_s``, confirm every rank is up; 5. if not,
-        stop them, record the job ``down``, raise :class:`JobLaunchError` saying why.
+        Attach (start nothing) only when the last launch was confirmed, every part runs, and
+        the placement and the ``run``/``envs``/``setup`` fingerprints are unchanged. Otherwise
+        (the log says why): 1. prepare and check the parts (nothing written on failure); 2. stop
+        the old launch and its unrecorded processes; 3. record the launch ``starting``, start
+        its parts; 4. after ``startup_grace_s``, confirm every rank is up; 5. if not, stop
+        them, record the job ``down``, raise :class:`JobLaunchError` saying why.
         """
         startup_grace_s = check_number("startup_grace_s", startup_grace_s)
         launch = self.prepare_launch(job_name, placement, options)
@@ -516,8 +514,8 @@ class ElasticGridHook(BaseHook):
             if part.status not in ("running", "done"):
                 detail = f" ({part.last_error})" if part.last_error else ""
                 problems.append(f"part {part.name} is {part.status}{detail}")
-            elif part.status == "running" and _ranks_down(part):
-                problems.append(f"part {part.name} has ranks down: {_ranks_down(part)}")
+            elif part.status == "running" and (down := _ranks_down(part)):
+                problems.append(f"part {part.name} has ranks down: {down}")
             elif restarted:
                 problems.append(f"part {part.name} had to restart rank(s) {', '.join(restarted)}")
         if not problems:
@@ -558,9 +556,8 @@ class ElasticGridHook(BaseHook):
         return stopped, untracked
 
     def cancel_launch(self) -> bool:
-        """Stop the launch this hook is running (``on_kill``; the task holds the lock); False
-        when none is: waiting for the lock or attached, nothing is stopped (and a launch that
-        gets the lock afterwards starts nothing)."""
+        """``on_kill``: stop the launch this hook runs; False when there is none (waiting for the
+        lock, or attached): nothing is stopped, and a launch that gets the lock starts nothing."""
         self._cancelled = True
         manifest = self._in_progress
         if manifest is None:
@@ -693,7 +690,6 @@ class ElasticGridHook(BaseHook):
         with create_session() as session:
             return [(row.key, row.val) for row in session.scalars(query)]
 
-    # -- the scale state -----------------------------------------------------------
     def read_scale_state(self, job_name: str) -> ScaleState:
         """The job's scale state from its Variable, fresh when there is none yet; one that cannot
         be used (module docstring) raises CorruptStateError and is kept."""

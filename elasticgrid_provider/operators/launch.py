@@ -61,13 +61,10 @@ class LaunchOperator(BaseOperator):
     :param procs_per_node, backend: processes per node, and the iroh-tinker backend name.
     :param envs, setup, workdir: extra environment variables for every rank, a command run once
         per part before the ranks start, and the ranks' working directory (templated).
-    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh folder per
-        launch under the job's folder.
+    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a folder per launch.
     :param recovery, checkpoint: iroh-tinker's settings, e.g. ``recovery={"mode": "none"}``.
-    :param wait_for_completion, poll_interval: wait until the job is done or failed,
-        checking its status every ``poll_interval`` seconds.
-    :param startup_grace_s: how long the new ranks must stay up before the launch
-        counts as started (a run command that dies at once fails the task).
+    :param wait_for_completion, poll_interval: wait for the job to end, polling every N seconds.
+    :param startup_grace_s: seconds the new ranks must stay up for the launch to count as started.
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
     :return: the job's identity and state (``JobSnapshot.to_dict()``).

@@ -51,8 +51,7 @@ class JobStatusTrigger(BaseTrigger):
     :param job_name, jobs_root: the job, and the JobManager root it was launched under.
     :param poll_interval, wake_after_s: seconds between status checks, and after which
         to fire even if the job still runs.
-    :param min_wait_s: fire no sooner after the start, even when the job has ended
-        (:data:`MIN_DEFERRAL_S`).
+    :param min_wait_s: fire no sooner, even when the job has ended (:data:`MIN_DEFERRAL_S`).
     :param payload: plain JSON copied into the event (what the resumed task needs).
     :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``, the
         launch it started (a later resize runs on); LaunchOperator's: a sensor's kill stops nothing.
