@@ -532,16 +532,14 @@ class ElasticGridHook(BaseHook):
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
     def give_up(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
-        """Under the job's lock: stop a launch that cannot go on, record it down; the parts
-        stopped and the unrecorded pids (:meth:`_stop_launch`)."""
+        """Under the job's lock: :meth:`_stop_launch` a launch that cannot go on, record it down."""
         stopped = self._stop_launch(manifest)
         self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
         self._in_progress = None
         return stopped
 
     def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
-        """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids;
-        returns the parts stopped and the pids iroh-tinker had not recorded."""
+        """Stop a launch: launcher, recorded parts, other pids; returns (parts, unrecorded pids)."""
         job, launch_ids = manifest.job_name, [manifest.launch_id]
         terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
         stopped = self._stop_parts(manifest.parts, manifest.launch_id)
@@ -628,8 +626,7 @@ class ElasticGridHook(BaseHook):
             return ""
 
     def lost_parts(self, snapshot: JobSnapshot, tail: int = 20) -> tuple[LostPart, ...]:
-        """The parts of a launch confirmed running that lost ranks, with the cause from their logs
-        (rules in :mod:`elasticgrid_provider.core.recovery`)."""
+        """The parts of a confirmed launch that lost ranks, with the cause (core/recovery.py)."""
         if snapshot.manifest.state != LAUNCH_RUNNING:
             return ()
         lost, per_node = [], snapshot.manifest.procs_per_node
@@ -691,8 +688,7 @@ class ElasticGridHook(BaseHook):
             return [(row.key, row.val) for row in session.scalars(query)]
 
     def read_scale_state(self, job_name: str) -> ScaleState:
-        """The job's scale state from its Variable, fresh when there is none yet; one that cannot
-        be used (module docstring) raises CorruptStateError and is kept."""
+        """The job's scale state, fresh without a Variable; CorruptStateError if unusable (kept)."""
         key = state_variable_key(job_name)
         text = self.read_variable(key)
         if text is None:
