@@ -43,7 +43,7 @@ from elasticgrid_provider.hooks.elasticgrid import (
     LaunchOutcome,
 )
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
-from elasticgrid_provider.shared_root import require_shared_jobs_root
+from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import (
     ENDED_STATUSES,
     MIN_DEFERRAL_S,
@@ -155,8 +155,10 @@ class LaunchOperator(BaseOperator):
             checkpoint=self.checkpoint,
         )
         # a state Variable but no files here: never start a second copy
-        if self.hook.read_manifest(self.job_name) is None:
-            require_shared_jobs_root(self.job_name, self.hook.jobs_root)
+        if self.hook.read_manifest(self.job_name) is None and (
+            message := unshared_jobs_root_message(self.job_name, self.hook.jobs_root)
+        ):
+            raise ElasticGridError(message)
         self._mask_envs()
         grace = self.startup_grace_s
         return placement, self.hook.launch(self.job_name, placement, options, startup_grace_s=grace)

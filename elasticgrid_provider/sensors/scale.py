@@ -173,9 +173,9 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
-        if not self.deferrable:
-            return super().execute(context)
-        if self.poke_interval < MIN_DEFERRAL_S:  # a sooner trigger races the scheduler
+        if self.deferrable and self.poke_interval >= MIN_DEFERRAL_S:
+            return self._check_or_defer(context, started_at=time.time())
+        if self.deferrable:  # a sooner trigger races the scheduler
             self.log.info(
                 "poke_interval %.0fs is below the %.0fs a deferral must last to be safe on a "
                 "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
@@ -184,8 +184,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 self.job_name,
             )
             self.mode = "poke"
-            return super().execute(context)
-        return self._check_or_defer(context, started_at=time.time())
+        return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """Resume after the trigger fired: check again (a failed job too), defer again on hold."""

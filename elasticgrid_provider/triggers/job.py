@@ -110,7 +110,6 @@ class JobStatusTrigger(BaseTrigger):
                 if held_back > 0:  # MIN_DEFERRAL_S: firing this soon races the scheduler
                     await asyncio.sleep(held_back)
                     continue
-                event["woke"] = woke
-                yield TriggerEvent({**self.payload, **event})
+                yield TriggerEvent({**self.payload, **event, "woke": woke})
                 return
             await asyncio.sleep(self.poll_interval)
