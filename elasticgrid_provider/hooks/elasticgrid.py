@@ -261,8 +261,7 @@ class ElasticGridHook(BaseHook):
 
     @contextmanager
     def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
-        """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first
-        (``None``: as long as it takes, for launches and stops; a scale check waits less)."""
+        """Hold the job's lock; yields False if ``timeout`` seconds (None: no limit) pass first."""
         folder = self.job_folder(job_name)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / LOCK_NAME, "a+") as handle:

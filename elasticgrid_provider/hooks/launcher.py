@@ -120,8 +120,7 @@ def start_launcher(request: dict[str, Any], folder: Path, env: dict[str, str]) -
 def read_result(folder: Path) -> dict[str, Any]:
     """What the launcher reported (``started`` parts, ``failed`` part and error), or {}."""
     with contextlib.suppress(OSError, ValueError):
-        result: dict[str, Any] = json.loads((folder / RESULT_NAME).read_text())
-        return result
+        return json.loads((folder / RESULT_NAME).read_text())
     return {}
 
 

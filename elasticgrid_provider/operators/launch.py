@@ -199,9 +199,8 @@ class LaunchOperator(BaseOperator):
                 snapshot.manifest.launch_id,
             )
         else:
-            resized = (
-                f" (resized from {outcome.previous_nodes} nodes)" if outcome.previous_nodes else ""
-            )
+            previous = outcome.previous_nodes
+            resized = f" (resized from {previous} nodes)" if previous else ""
             self.log.info(
                 "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h, "
                 "launch %s; every rank is up.\n%s",

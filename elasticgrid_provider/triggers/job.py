@@ -49,8 +49,7 @@ class JobStatusTrigger(BaseTrigger):
     """Fire when the job ends, or after ``wake_after_s`` seconds if it is set.
 
     :param job_name, jobs_root: the job, and the JobManager root it was launched under.
-    :param poll_interval, wake_after_s: seconds between status checks, and after which
-        to fire even if the job still runs.
+    :param poll_interval, wake_after_s: seconds between status checks, and until firing anyway.
     :param min_wait_s: fire no sooner, even when the job has ended (:data:`MIN_DEFERRAL_S`).
     :param payload: plain JSON copied into the event (what the resumed task needs).
     :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``, the
