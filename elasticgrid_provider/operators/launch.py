@@ -269,17 +269,16 @@ class LaunchOperator(BaseOperator):
             self.log.info(
                 "Task killed while launching job %s: cancelling the launch.", self.job_name
             )
-            return
-        if self._started_launch_id is not None:
+        elif self._started_launch_id is not None:
             self.log.info(
                 "Task killed: stopping job %s. It runs launch %s, which this task started.",
                 self.job_name,
                 self._started_launch_id,
             )
             self.hook.stop_launch(self.job_name, self._started_launch_id)
-            return
-        self.log.info(
-            "Task killed: job %s was not started by this task (it attached to it, or was "
-            "still waiting for the job's lock); leaving the job running.",
-            self.job_name,
-        )
+        else:
+            self.log.info(
+                "Task killed: job %s was not started by this task (it attached to it, or was "
+                "still waiting for the job's lock); leaving the job running.",
+                self.job_name,
+            )
