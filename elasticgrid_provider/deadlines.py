@@ -123,9 +123,6 @@ def resolve_deadline(explicit: Any, dag: Any, dag_run: Any) -> ResolvedDeadline:
             warnings.append(f"DAG deadline alert {name!r} ignored: {exc}")
             continue
         candidates.append((moment + interval, f"DAG deadline alert {label} + {interval}", exact))
-    if not candidates:
-        return ResolvedDeadline(
-            None, "no DAG deadline alert a task can evaluate", True, tuple(warnings)
-        )
-    moment, source, exact = min(candidates, key=lambda candidate: candidate[0])
-    return ResolvedDeadline(moment, source, exact, tuple(warnings))
+    no_deadline = (None, "no DAG deadline alert a task can evaluate", True)
+    at, source, exact = min(candidates, key=lambda candidate: candidate[0], default=no_deadline)
+    return ResolvedDeadline(at, source, exact, tuple(warnings))

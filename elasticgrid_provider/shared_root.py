@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from elasticgrid_provider.core.check import unshared_root_sentence
-from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.state import state_variable_key
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
@@ -25,9 +24,3 @@ def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
     if not ElasticGridHook.scale_state_exists(job_name):
         return None
     return unshared_root_sentence(job_name, str(jobs_root), state_variable_key(job_name))
-
-
-def require_shared_jobs_root(job_name: str, jobs_root: Path) -> None:
-    """Raise :class:`ElasticGridError` when the jobs root is evidently not shared."""
-    if message := unshared_jobs_root_message(job_name, jobs_root):
-        raise ElasticGridError(message)

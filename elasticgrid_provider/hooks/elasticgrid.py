@@ -238,7 +238,6 @@ class ElasticGridHook(BaseHook):
         prefer = settings.prefer if prefer is None else prefer
         return GridPlanner(providers=settings.providers, max_spot_fraction=spot, prefer=prefer)
 
-    # -- the JobManager ------------------------------------------------------
     @cached_property
     def jobs_root(self) -> Path:
         """The JobManager root: explicit, from the connection, or iroh-tinker's default."""
@@ -262,8 +261,7 @@ class ElasticGridHook(BaseHook):
 
     @contextmanager
     def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
-        """Hold the job's exclusive lock; yields False when ``timeout`` seconds pass first
-        (``None``: as long as it takes, for launches and stops; a scale check waits less)."""
+        """Hold the job's lock; yields False if ``timeout`` seconds (None: no limit) pass first."""
         folder = self.job_folder(job_name)
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / LOCK_NAME, "a+") as handle:
@@ -318,13 +316,12 @@ class ElasticGridHook(BaseHook):
     ) -> LaunchOutcome:
         """Run ``placement`` as the job: attach, or launch/resize in five steps, never two copies.
 
-        Attach (start nothing) only when the last launch was confirmed, every
-        part runs, and the placement and the fingerprints of ``run``, ``envs``
-        and ``setup`` are unchanged. Otherwise (the log says why): 1. prepare
-        and check the parts (nothing written on failure); 2. stop the old launch,
-        its unrecorded processes too; 3. record the launch ``starting``, start its
-        parts; 4. after ``startup_grace_s``, confirm every rank is up; 5. if not,
-        stop them, record the job ``down``, raise :class:`JobLaunchError` saying why.
+        Attach (start nothing) only when the last launch was confirmed, every part runs, and
+        the placement and the ``run``/``envs``/``setup`` fingerprints are unchanged. Otherwise
+        (the log says why): 1. prepare and check the parts (nothing written on failure); 2. stop
+        the old launch and its unrecorded processes; 3. record the launch ``starting``, start
+        its parts; 4. after ``startup_grace_s``, confirm every rank is up; 5. if not, stop
+        them, record the job ``down``, raise :class:`JobLaunchError` saying why.
         """
         startup_grace_s = check_number("startup_grace_s", startup_grace_s)
         launch = self.prepare_launch(job_name, placement, options)
@@ -516,8 +513,8 @@ class ElasticGridHook(BaseHook):
             if part.status not in ("running", "done"):
                 detail = f" ({part.last_error})" if part.last_error else ""
                 problems.append(f"part {part.name} is {part.status}{detail}")
-            elif part.status == "running" and _ranks_down(part):
-                problems.append(f"part {part.name} has ranks down: {_ranks_down(part)}")
+            elif part.status == "running" and (down := _ranks_down(part)):
+                problems.append(f"part {part.name} has ranks down: {down}")
             elif restarted:
                 problems.append(f"part {part.name} had to restart rank(s) {', '.join(restarted)}")
         if not problems:
@@ -534,16 +531,14 @@ class ElasticGridHook(BaseHook):
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
     def give_up(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
-        """Under the job's lock: stop a launch that cannot go on, record it down; the parts
-        stopped and the unrecorded pids (:meth:`_stop_launch`)."""
+        """Under the job's lock: :meth:`_stop_launch` a launch that cannot go on, record it down."""
         stopped = self._stop_launch(manifest)
         self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
         self._in_progress = None
         return stopped
 
     def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
-        """Stop one launch: its launcher (so it starts nothing more), recorded parts, other pids;
-        returns the parts stopped and the pids iroh-tinker had not recorded."""
+        """Stop a launch: launcher, recorded parts, other pids; returns (parts, unrecorded pids)."""
         job, launch_ids = manifest.job_name, [manifest.launch_id]
         terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
         stopped = self._stop_parts(manifest.parts, manifest.launch_id)
@@ -558,9 +553,8 @@ class ElasticGridHook(BaseHook):
         return stopped, untracked
 
     def cancel_launch(self) -> bool:
-        """Stop the launch this hook is running (``on_kill``; the task holds the lock); False
-        when none is: waiting for the lock or attached, nothing is stopped (and a launch that
-        gets the lock afterwards starts nothing)."""
+        """``on_kill``: stop the launch this hook runs; False when there is none (waiting for the
+        lock, or attached): nothing is stopped, and a launch that gets the lock starts nothing."""
         self._cancelled = True
         manifest = self._in_progress
         if manifest is None:
@@ -631,8 +625,7 @@ class ElasticGridHook(BaseHook):
             return ""
 
     def lost_parts(self, snapshot: JobSnapshot, tail: int = 20) -> tuple[LostPart, ...]:
-        """The parts of a launch confirmed running that lost ranks, with the cause from their logs
-        (rules in :mod:`elasticgrid_provider.core.recovery`)."""
+        """The parts of a confirmed launch that lost ranks, with the cause (core/recovery.py)."""
         if snapshot.manifest.state != LAUNCH_RUNNING:
             return ()
         lost, per_node = [], snapshot.manifest.procs_per_node
@@ -693,10 +686,8 @@ class ElasticGridHook(BaseHook):
         with create_session() as session:
             return [(row.key, row.val) for row in session.scalars(query)]
 
-    # -- the scale state -----------------------------------------------------------
     def read_scale_state(self, job_name: str) -> ScaleState:
-        """The job's scale state from its Variable, fresh when there is none yet; one that cannot
-        be used (module docstring) raises CorruptStateError and is kept."""
+        """The job's scale state, fresh without a Variable; CorruptStateError if unusable (kept)."""
         key = state_variable_key(job_name)
         text = self.read_variable(key)
         if text is None:

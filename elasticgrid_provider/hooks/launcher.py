@@ -86,10 +86,9 @@ def redact_part_specs(jobs_root: Path, part_name: str, spec_path: str) -> None:
 
 
 def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
-    """Ready a part's iroh-tinker folder for a new launch: 0700, with ``spec.json`` 0600 before
-    iroh-tinker copies the spec (``envs`` included) there, and without the previous launch's
-    ``done_*``/``attempt_*`` markers (iroh-tinker never clears them: a stale ``done_0`` makes a
-    failed relaunch look done, stale attempts eat the new launch's restart budget)."""
+    """Ready a part's iroh-tinker folder for a launch: 0700, ``spec.json`` 0600 before the spec
+    (``envs`` included) is copied there, no ``done_*``/``attempt_*`` markers left by the last
+    launch (iroh-tinker keeps them: a stale ``done_0`` fakes success, stale attempts a restart)."""
     folder = private_folder(jobs_root / part_name)
     for marker in [*folder.glob("done_*"), *folder.glob("attempt_*")]:
         marker.unlink(missing_ok=True)
@@ -121,8 +120,7 @@ def start_launcher(request: dict[str, Any], folder: Path, env: dict[str, str]) -
 def read_result(folder: Path) -> dict[str, Any]:
     """What the launcher reported (``started`` parts, ``failed`` part and error), or {}."""
     with contextlib.suppress(OSError, ValueError):
-        result: dict[str, Any] = json.loads((folder / RESULT_NAME).read_text())
-        return result
+        return json.loads((folder / RESULT_NAME).read_text())
     return {}
 
 

@@ -43,7 +43,7 @@ from elasticgrid_provider.hooks.elasticgrid import (
     LaunchOutcome,
 )
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
-from elasticgrid_provider.shared_root import require_shared_jobs_root
+from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import (
     ENDED_STATUSES,
     MIN_DEFERRAL_S,
@@ -61,13 +61,10 @@ class LaunchOperator(BaseOperator):
     :param procs_per_node, backend: processes per node, and the iroh-tinker backend name.
     :param envs, setup, workdir: extra environment variables for every rank, a command run once
         per part before the ranks start, and the ranks' working directory (templated).
-    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a fresh folder per
-        launch under the job's folder.
+    :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a folder per launch.
     :param recovery, checkpoint: iroh-tinker's settings, e.g. ``recovery={"mode": "none"}``.
-    :param wait_for_completion, poll_interval: wait until the job is done or failed,
-        checking its status every ``poll_interval`` seconds.
-    :param startup_grace_s: how long the new ranks must stay up before the launch
-        counts as started (a run command that dies at once fails the task).
+    :param wait_for_completion, poll_interval: wait for the job to end, polling every N seconds.
+    :param startup_grace_s: seconds the new ranks must stay up for the launch to count as started.
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
     :return: the job's identity and state (``JobSnapshot.to_dict()``).
@@ -158,8 +155,10 @@ class LaunchOperator(BaseOperator):
             checkpoint=self.checkpoint,
         )
         # a state Variable but no files here: never start a second copy
-        if self.hook.read_manifest(self.job_name) is None:
-            require_shared_jobs_root(self.job_name, self.hook.jobs_root)
+        if self.hook.read_manifest(self.job_name) is None and (
+            message := unshared_jobs_root_message(self.job_name, self.hook.jobs_root)
+        ):
+            raise ElasticGridError(message)
         self._mask_envs()
         grace = self.startup_grace_s
         return placement, self.hook.launch(self.job_name, placement, options, startup_grace_s=grace)
@@ -200,9 +199,8 @@ class LaunchOperator(BaseOperator):
                 snapshot.manifest.launch_id,
             )
         else:
-            resized = (
-                f" (resized from {outcome.previous_nodes} nodes)" if outcome.previous_nodes else ""
-            )
+            previous = outcome.previous_nodes
+            resized = f" (resized from {previous} nodes)" if previous else ""
             self.log.info(
                 "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h, "
                 "launch %s; every rank is up.\n%s",
@@ -271,17 +269,16 @@ class LaunchOperator(BaseOperator):
             self.log.info(
                 "Task killed while launching job %s: cancelling the launch.", self.job_name
             )
-            return
-        if self._started_launch_id is not None:
+        elif self._started_launch_id is not None:
             self.log.info(
                 "Task killed: stopping job %s. It runs launch %s, which this task started.",
                 self.job_name,
                 self._started_launch_id,
             )
             self.hook.stop_launch(self.job_name, self._started_launch_id)
-            return
-        self.log.info(
-            "Task killed: job %s was not started by this task (it attached to it, or was "
-            "still waiting for the job's lock); leaving the job running.",
-            self.job_name,
-        )
+        else:
+            self.log.info(
+                "Task killed: job %s was not started by this task (it attached to it, or was "
+                "still waiting for the job's lock); leaving the job running.",
+                self.job_name,
+            )

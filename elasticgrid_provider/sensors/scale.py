@@ -73,8 +73,7 @@ class ElasticScaleSensor(BaseSensorOperator):
     :param job_name: the job to check (templated).
     :param min_nodes ... scaling_loss: the scheduler's parameters (``SCHEDULER_PARAMETERS``
         of :mod:`elasticgrid_provider.core.scheduler`); unset ones keep its defaults.
-    :param window_size, history_limit: how many samples the rolling window keeps, and how
-        many decisions the state Variable keeps.
+    :param window_size, history_limit: samples in the rolling window; decisions the state keeps.
     :param remaining_steps, remaining_tokens: work left, for deadline pressure (templated).
     :param deadline: a datetime or ISO string (templated); default: the DAG's ``deadline=``.
     :param samples: samples to use instead of the job's step logs (templated; a list of dicts
@@ -174,9 +173,9 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     def execute(self, context: Context) -> Any:
         """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
-        if not self.deferrable:
-            return super().execute(context)
-        if self.poke_interval < MIN_DEFERRAL_S:  # a sooner trigger races the scheduler
+        if self.deferrable and self.poke_interval >= MIN_DEFERRAL_S:
+            return self._check_or_defer(context, started_at=time.time())
+        if self.deferrable:  # a sooner trigger races the scheduler
             self.log.info(
                 "poke_interval %.0fs is below the %.0fs a deferral must last to be safe on a "
                 "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
@@ -185,12 +184,10 @@ class ElasticScaleSensor(BaseSensorOperator):
                 self.job_name,
             )
             self.mode = "poke"
-            return super().execute(context)
-        return self._check_or_defer(context, started_at=time.time())
+        return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        """Resume after the trigger fired: check again, and defer again on hold."""
-        # a failed job is checked like any other: lost capacity is recovered, else it fails
+        """Resume after the trigger fired: check again (a failed job too), defer again on hold."""
         return self._check_or_defer(context, started_at=float(event["started_at"]))
 
     def _check_or_defer(self, context: Context, started_at: float) -> Any:
@@ -200,9 +197,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         remaining = self.timeout - (time.time() - started_at)
         if remaining <= 0:
             message = f"no scale decision for job {self.job_name!r} within {self.timeout:.0f}s"
-            if self.soft_fail:
-                raise AirflowSkipException(message)
-            raise AirflowSensorTimeout(message)
+            raise (AirflowSkipException if self.soft_fail else AirflowSensorTimeout)(message)
         wait = max(min(self.poke_interval, remaining), MIN_DEFERRAL_S)
         self.log.info(
             "Holding; next check of job %s in %.0fs (in the triggerer).", self.job_name, wait
@@ -303,7 +298,6 @@ class ElasticScaleSensor(BaseSensorOperator):
         )
         if outcome.verdict in (CheckVerdict.RESIZE, CheckVerdict.RECOVER):
             return record
-        # a hold's record (or an ended job's) goes to the same key: every check leaves one
         ti.xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=record)
         if outcome.verdict is CheckVerdict.FINISH:  # skip the resize downstream
             raise AirflowSkipException(outcome.reason)

@@ -49,10 +49,8 @@ class JobStatusTrigger(BaseTrigger):
     """Fire when the job ends, or after ``wake_after_s`` seconds if it is set.
 
     :param job_name, jobs_root: the job, and the JobManager root it was launched under.
-    :param poll_interval, wake_after_s: seconds between status checks, and after which
-        to fire even if the job still runs.
-    :param min_wait_s: fire no sooner after the start, even when the job has ended
-        (:data:`MIN_DEFERRAL_S`).
+    :param poll_interval, wake_after_s: seconds between status checks, and until firing anyway.
+    :param min_wait_s: fire no sooner, even when the job has ended (:data:`MIN_DEFERRAL_S`).
     :param payload: plain JSON copied into the event (what the resumed task needs).
     :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``, the
         launch it started (a later resize runs on); LaunchOperator's: a sensor's kill stops nothing.
@@ -111,7 +109,6 @@ class JobStatusTrigger(BaseTrigger):
                 if held_back > 0:  # MIN_DEFERRAL_S: firing this soon races the scheduler
                     await asyncio.sleep(held_back)
                     continue
-                event["woke"] = woke
-                yield TriggerEvent({**self.payload, **event})
+                yield TriggerEvent({**self.payload, **event, "woke": woke})
                 return
             await asyncio.sleep(self.poll_interval)
