@@ -470,9 +470,8 @@ RATE_CHANGE_MIN_GAPS = 2
 def since_rate_change(samples: Sequence[StepSample], basis: str) -> Sequence[StepSample]:
     """The samples that arrived since the arrival rate last changed (all of them when it did not).
 
-    The gaps between arrivals (per unit of work) are read as exponential; the
-    likeliest split into two rates is a change when twice its log-likelihood
-    ratio over one rate reaches ``RATE_CHANGE_SIGNIFICANCE``.
+    The gaps per unit of work are read as exponential; their likeliest split into two rates
+    is a change when it passes ``RATE_CHANGE_SIGNIFICANCE``.
     """
     gaps = _work_gaps(samples, basis)
     if gaps is None or len(gaps) < 2 * RATE_CHANGE_MIN_GAPS:
@@ -621,10 +620,7 @@ def _change(
 
 @model
 class ElasticScheduler(JsonModel):
-    """The scale policy: bounds, cooldowns, thresholds, restart price and margins.
-
-    See the module notes for what each parameter means for the job.
-    """
+    """The scale policy: bounds, cooldowns, thresholds, restart price, margins (module notes)."""
 
     OWNER = "scheduler"
 
@@ -673,8 +669,7 @@ class ElasticScheduler(JsonModel):
         return 4.0 * self.startup_s if stretch is None else stretch
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON of the parameters as given; :meth:`model_dump`'s output, built directly
-        because every check reads it (measured: the policy benchmark)."""
+        """Plain JSON of the parameters as given: ``model_dump``'s, built directly (a hot path)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     def thresholds(self) -> dict[str, Any]:
@@ -700,12 +695,11 @@ class ElasticScheduler(JsonModel):
     ) -> ScaleDecision:
         """Decide the job's size from ``window`` at ``now`` (epoch seconds); see the module notes.
 
-        ``current_nodes`` defaults to the newest sample's node count.
-        ``deadline_at`` is epoch seconds; ``remaining_steps`` or
-        ``remaining_tokens`` let the deadline rule project the finish.
-        ``capacity`` is what the job measured at the sizes it ran at (the
-        window's own measurement overrides its size); ``recent`` the sizes
-        recent checks recommended (for the scale-down stabilisation window).
+        ``current_nodes`` defaults to the newest sample's; ``deadline_at`` is epoch seconds and
+        ``remaining_steps`` or ``remaining_tokens`` let the deadline rule project the finish.
+        ``capacity`` is what the job measured at each size (the window's own measurement
+        overrides its size); ``recent`` the sizes recent checks recommended (for the scale-down
+        stabilisation window).
         """
         _require(MetricsWindow, "window", window)
         _require(CooldownClock, "cooldown", cooldown)
@@ -1302,10 +1296,9 @@ SCHEDULER_PARAMETERS = tuple(parameter.name for parameter in fields(ElasticSched
 class ScaleDecision(JsonModel):
     """One scale decision with everything an auditor needs to check or replay it.
 
-    ``cooldown`` is the clock *after* this decision: store it and pass it to
-    the next :meth:`ElasticScheduler.decide`. ``target_nodes`` equals
-    ``current_nodes`` for a hold, is larger for ``scale_up`` and smaller for
-    ``scale_down``; construction refuses anything else.
+    ``cooldown`` is the clock *after* this decision: store it and pass it to the next
+    :meth:`ElasticScheduler.decide`. ``target_nodes`` equals ``current_nodes`` for a hold,
+    is larger for ``scale_up`` and smaller for ``scale_down``; construction refuses the rest.
     """
 
     WHERE = "decision"
