@@ -620,7 +620,10 @@ def _change(
 
 @model
 class ElasticScheduler(JsonModel):
-    """The scale policy: bounds, cooldowns, thresholds, restart price, margins (module notes)."""
+    """The scale policy: bounds, cooldowns, thresholds, restart price and margins.
+
+    See the module notes for what each parameter means for the job.
+    """
 
     OWNER = "scheduler"
 
@@ -1296,9 +1299,10 @@ SCHEDULER_PARAMETERS = tuple(parameter.name for parameter in fields(ElasticSched
 class ScaleDecision(JsonModel):
     """One scale decision with everything an auditor needs to check or replay it.
 
-    ``cooldown`` is the clock *after* this decision: store it and pass it to the next
-    :meth:`ElasticScheduler.decide`. ``target_nodes`` equals ``current_nodes`` for a hold,
-    is larger for ``scale_up`` and smaller for ``scale_down``; construction refuses the rest.
+    ``cooldown`` is the clock *after* this decision: store it and pass it to
+    the next :meth:`ElasticScheduler.decide`. ``target_nodes`` equals
+    ``current_nodes`` for a hold, is larger for ``scale_up`` and smaller for
+    ``scale_down``; construction refuses anything else.
     """
 
     WHERE = "decision"

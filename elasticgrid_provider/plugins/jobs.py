@@ -389,8 +389,7 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
 
 def job_row(stored: StoredState) -> dict[str, Any]:
     """One line of the jobs list: name, DAG(s), size, last decision, cost per hour, status."""
-    history = stored.history
-    newest = history[-1] if history else {}
+    newest = stored.history[-1] if stored.history else {}
     context = _context(newest)
     return {
         "job_name": stored.job_name,
