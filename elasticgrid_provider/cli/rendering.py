@@ -205,9 +205,7 @@ def window_note(window: MetricsWindow, total: int) -> str:
 
 def signals_lines(signals: WindowSignals) -> list[str]:
     """The window's signals as a key/value block."""
-    flags = [
-        name for name, on in (("saturated", signals.saturated), ("stalled", signals.stalled)) if on
-    ]
+    flags = [name for name in ("saturated", "stalled") if getattr(signals, name)]
     queue = f"{signals.queue_fraction:.1%}" + (f"  ({', '.join(flags)})" if flags else "")
     return key_rows(
         [

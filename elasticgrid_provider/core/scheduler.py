@@ -304,8 +304,7 @@ class CapacityMemory(JsonModel):
         return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
 
     def per_node_rate(self, basis: str, nodes: int, loss: float) -> float:
-        """Per-node throughput at ``nodes`` from the nearest measured size, ``loss`` per doubling
-        (0 when nothing was measured in ``basis``)."""
+        """Per-node throughput at ``nodes`` from the nearest measured size, ``loss`` per doubling."""
         points = self.measured(basis)
         if not points:
             return 0.0
@@ -893,7 +892,6 @@ class ElasticScheduler(JsonModel):
         current = situation.current
         basis, demand, capacity = load.basis, load.demand_per_s, load.capacity_per_s
         drain = load.drain_s
-        # two standard deviations of the arrival rate, within [tolerance, headroom]
         headroom = min(
             self.headroom, max(self.tolerance, ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread)
         )

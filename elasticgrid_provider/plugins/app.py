@@ -136,8 +136,7 @@ def create_app() -> FastAPI:
         found = find_task_decision(read_scale_states(), dag_id, task_id, run_id)
         if found is None or not may_read(user, found[0]):
             return _html(no_decision_page(dag_id, task_id, run_id, f"{root}{URL_PREFIX}/jobs"))
-        view = job_view(found[0], epoch_now(), root)
         highlight = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id}
-        return _html(job_page(view, highlight))
+        return _html(job_page(job_view(found[0], epoch_now(), root), highlight))
 
     return app
