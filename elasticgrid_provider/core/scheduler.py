@@ -304,7 +304,7 @@ class CapacityMemory(JsonModel):
         return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
 
     def per_node_rate(self, basis: str, nodes: int, loss: float) -> float:
-        """Per-node throughput at ``nodes`` from the nearest measured size, ``loss`` per doubling."""
+        """Per-node throughput at ``nodes``: the nearest measured size's, ``loss`` per doubling."""
         points = self.measured(basis)
         if not points:
             return 0.0
@@ -699,9 +699,8 @@ class ElasticScheduler(JsonModel):
 
         ``current_nodes`` defaults to the newest sample's; ``deadline_at`` is epoch seconds and
         ``remaining_steps`` or ``remaining_tokens`` let the deadline rule project the finish.
-        ``capacity`` is what the job measured at each size (the window's own measurement
-        overrides its size); ``recent`` the sizes recent checks recommended (for the scale-down
-        stabilisation window).
+        ``capacity``: what the job measured at each size (the window's measurement wins at its
+        size); ``recent``: the sizes recent checks recommended (the scale-down stabilisation).
         """
         _require(MetricsWindow, "window", window)
         _require(CooldownClock, "cooldown", cooldown)

@@ -222,10 +222,8 @@ def job_page(view: dict[str, Any], highlight: dict[str, Any] | None = None) -> s
         parts.append(_section("Signals (current / target)", _table(view["signals"], SIGNALS)))
     parts.append(_section("Conditions", _table(view["conditions"], CONDITIONS)))
     parts.append("<h2>Recoveries from lost capacity</h2>")
-    if view.get("quarantine"):
-        quarantined = ", ".join(
-            f"{q['provider']} until {q['until_iso']}" for q in view["quarantine"]
-        )
+    if quarantine := view.get("quarantine"):
+        quarantined = ", ".join(f"{q['provider']} until {q['until_iso']}" for q in quarantine)
         parts.append(f"<p>Quarantined now: {esc(quarantined)}</p>")
     no_loss = '<p class="muted">No capacity lost so far.</p>'
     parts.append(_table(view["recoveries"], RECOVERIES) if view.get("recoveries") else no_loss)
