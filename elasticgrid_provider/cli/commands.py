@@ -110,14 +110,11 @@ def run_plan(args: argparse.Namespace) -> Result:
 def run_spec(args: argparse.Namespace) -> Result:
     """``spec``: plan, then render the iroh-tinker launch parts (one per provider)."""
     _, placement = _plan(args)
-    rendezvous = args.rendezvous
-    if rendezvous is None:
-        rendezvous = DEFAULT_RENDEZVOUS.format(name=args.name)
+    default = args.rendezvous is None
+    rendezvous = DEFAULT_RENDEZVOUS.format(name=args.name) if default else args.rendezvous
     options = LaunchOptions(run=args.run, procs_per_node=args.procs_per_node, rendezvous=rendezvous)
     parts = build_launch_parts(placement, args.name, options)
-    text = spec_text(
-        args.name, placement, parts, options.procs_per_node, rendezvous, args.rendezvous is None
-    )
+    text = spec_text(args.name, placement, parts, options.procs_per_node, rendezvous, default)
     data = {
         "job_name": args.name,
         "placement": placement.to_dict(),

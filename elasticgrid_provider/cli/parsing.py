@@ -189,9 +189,7 @@ _SCHEDULER_HELP = {
     "scaling_loss": "prior per-node throughput lost per doubling",
 }
 """Each scheduler parameter the command exposes, in ``--help`` order, with its help."""
-SCHEDULER_FLAGS = {
-    field: _RENAMED_FLAGS.get(field, option_flag(field)) for field in _SCHEDULER_HELP
-}
+SCHEDULER_FLAGS = {name: _RENAMED_FLAGS.get(name, option_flag(name)) for name in _SCHEDULER_HELP}
 """Each of those parameters with the flag that sets it."""
 
 _NEEDS_DEADLINE = "(needs --deadline-in)"

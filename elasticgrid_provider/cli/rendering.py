@@ -128,18 +128,17 @@ def plan_summary(planner: GridPlanner, placement: Placement) -> str:
     if count == 0:
         return "0 nodes: an empty placement, nothing to run"
     nodes = placement.total_nodes
-    allowance = planner.spot_allowance(nodes)
-    # bent: the spot nodes the job must use exceed floor(fraction * N) (slack for float error)
-    bent = nodes - planner.on_demand_capacity > planner.max_spot_fraction * nodes + 1e-9
     policy = f"max spot fraction {planner.max_spot_fraction:g}, prefer {planner.prefer}"
     line = (
-        f"{placement.total_nodes} nodes on {count} provider{'s' if count != 1 else ''}, "
+        f"{nodes} nodes on {count} provider{'s' if count != 1 else ''}, "
         f"${placement.cost_per_hour:,.2f}/h, {placement.spot_nodes} on spot ({policy})"
     )
-    if bent:
+    # the spot nodes the job must use exceed floor(fraction * N) (slack for float error)
+    if nodes - planner.on_demand_capacity > planner.max_spot_fraction * nodes + 1e-9:
         line += (
-            f"\nnote: only {planner.on_demand_capacity} nodes are on-demand, so {allowance} go to "
-            "spot despite the cap: a job that cannot start is worse than one that breaks the policy"
+            f"\nnote: only {planner.on_demand_capacity} nodes are on-demand, so "
+            f"{planner.spot_allowance(nodes)} go to spot despite the cap: a job that cannot "
+            "start is worse than one that breaks the policy"
         )
     return line + "\nfailover order: " + ", ".join(placement.infra_refs)
 
@@ -206,9 +205,7 @@ def window_note(window: MetricsWindow, total: int) -> str:
 
 def signals_lines(signals: WindowSignals) -> list[str]:
     """The window's signals as a key/value block."""
-    flags = [
-        name for name, on in (("saturated", signals.saturated), ("stalled", signals.stalled)) if on
-    ]
+    flags = [name for name in ("saturated", "stalled") if getattr(signals, name)]
     queue = f"{signals.queue_fraction:.1%}" + (f"  ({', '.join(flags)})" if flags else "")
     return key_rows(
         [

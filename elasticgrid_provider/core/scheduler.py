@@ -304,8 +304,7 @@ class CapacityMemory(JsonModel):
         return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
 
     def per_node_rate(self, basis: str, nodes: int, loss: float) -> float:
-        """Per-node throughput at ``nodes`` from the nearest measured size, ``loss`` per doubling
-        (0 when nothing was measured in ``basis``)."""
+        """Per-node throughput at ``nodes``: the nearest measured size's, ``loss`` per doubling."""
         points = self.measured(basis)
         if not points:
             return 0.0
@@ -470,9 +469,8 @@ RATE_CHANGE_MIN_GAPS = 2
 def since_rate_change(samples: Sequence[StepSample], basis: str) -> Sequence[StepSample]:
     """The samples that arrived since the arrival rate last changed (all of them when it did not).
 
-    The gaps between arrivals (per unit of work) are read as exponential; the
-    likeliest split into two rates is a change when twice its log-likelihood
-    ratio over one rate reaches ``RATE_CHANGE_SIGNIFICANCE``.
+    The gaps per unit of work are read as exponential; their likeliest split into two rates
+    is a change when it passes ``RATE_CHANGE_SIGNIFICANCE``.
     """
     gaps = _work_gaps(samples, basis)
     if gaps is None or len(gaps) < 2 * RATE_CHANGE_MIN_GAPS:
@@ -673,8 +671,7 @@ class ElasticScheduler(JsonModel):
         return 4.0 * self.startup_s if stretch is None else stretch
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON of the parameters as given; :meth:`model_dump`'s output, built directly
-        because every check reads it (measured: the policy benchmark)."""
+        """Plain JSON of the parameters as given: ``model_dump``'s, built directly (a hot path)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     def thresholds(self) -> dict[str, Any]:
@@ -700,12 +697,10 @@ class ElasticScheduler(JsonModel):
     ) -> ScaleDecision:
         """Decide the job's size from ``window`` at ``now`` (epoch seconds); see the module notes.
 
-        ``current_nodes`` defaults to the newest sample's node count.
-        ``deadline_at`` is epoch seconds; ``remaining_steps`` or
-        ``remaining_tokens`` let the deadline rule project the finish.
-        ``capacity`` is what the job measured at the sizes it ran at (the
-        window's own measurement overrides its size); ``recent`` the sizes
-        recent checks recommended (for the scale-down stabilisation window).
+        ``current_nodes`` defaults to the newest sample's; ``deadline_at`` is epoch seconds and
+        ``remaining_steps`` or ``remaining_tokens`` let the deadline rule project the finish.
+        ``capacity``: what the job measured at each size (the window's measurement wins at its
+        size); ``recent``: the sizes recent checks recommended (the scale-down stabilisation).
         """
         _require(MetricsWindow, "window", window)
         _require(CooldownClock, "cooldown", cooldown)
@@ -896,7 +891,6 @@ class ElasticScheduler(JsonModel):
         current = situation.current
         basis, demand, capacity = load.basis, load.demand_per_s, load.capacity_per_s
         drain = load.drain_s
-        # two standard deviations of the arrival rate, within [tolerance, headroom]
         headroom = min(
             self.headroom, max(self.tolerance, ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread)
         )

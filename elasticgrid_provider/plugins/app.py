@@ -73,11 +73,11 @@ def _airflow_root(request: Request) -> str:
     return root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else root
 
 
-def _readable_job(user: Any, job_name: str) -> StoredState:
+def _readable_job(request: Request, user: Any, job_name: str) -> tuple[StoredState, dict[str, Any]]:
     states = read_scale_states(job_name)
     if not states or not may_read(user, states[0]):
         raise HTTPException(status_code=404, detail=f"no job {job_name!r} with scale decisions")
-    return states[0]
+    return states[0], job_view(states[0], epoch_now(), _airflow_root(request))
 
 
 def _html(text: str) -> HTMLResponse:
@@ -112,8 +112,7 @@ def create_app() -> FastAPI:
         task_id: str | None = None,
     ) -> HTMLResponse:
         """One job's page; the decisions of ``dag_id``/``run_id``/``task_id`` highlighted."""
-        stored = _readable_job(user, job_name)
-        view = job_view(stored, epoch_now(), _airflow_root(request))
+        _, view = _readable_job(request, user, job_name)
         wanted = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
         highlight = {key: value for key, value in wanted.items() if value is not None}
         return _html(job_page(view, highlight or None))
@@ -121,8 +120,7 @@ def create_app() -> FastAPI:
     @app.get("/api/jobs/{job_name}")
     def show_job_json(request: Request, user: GetUserDep, job_name: str) -> JSONResponse:
         """One job's page data as JSON, with the raw history for scripts."""
-        stored = _readable_job(user, job_name)
-        view = job_view(stored, epoch_now(), _airflow_root(request))
+        stored, view = _readable_job(request, user, job_name)
         return JSONResponse({**view, "history": stored.history}, headers=SECURITY_HEADERS)
 
     @app.get(
@@ -138,8 +136,7 @@ def create_app() -> FastAPI:
         found = find_task_decision(read_scale_states(), dag_id, task_id, run_id)
         if found is None or not may_read(user, found[0]):
             return _html(no_decision_page(dag_id, task_id, run_id, f"{root}{URL_PREFIX}/jobs"))
-        view = job_view(found[0], epoch_now(), root)
         highlight = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id}
-        return _html(job_page(view, highlight))
+        return _html(job_page(job_view(found[0], epoch_now(), root), highlight))
 
     return app

@@ -304,10 +304,9 @@ def _conditions(
         limited = f"limited by ceiling (max_nodes={number_text(maximum)})"
     elif "floor" in rules or (isinstance(current, int) and current <= (minimum or 0)):
         limited = f"limited by floor (min_nodes={number_text(minimum)})"
-    elif "deadline" in rules:
-        limited = "limited by the deadline: " + _hold_reason(holds, "deadline")
-    elif "final_stretch" in rules:
-        limited = "limited by the final stretch: " + _hold_reason(holds, "final_stretch")
+    elif pressing := [rule for rule in ("deadline", "final_stretch") if rule in rules]:
+        rule = pressing[0]
+        limited = f"limited by the {rule.replace('_', ' ')}: {_hold_reason(holds, rule)}"
     else:
         limited = None
     within = f"within bounds ({number_text(minimum)}-{number_text(maximum)} nodes)"
@@ -389,8 +388,7 @@ def job_view(stored: StoredState, now: float, airflow_root: str = "") -> dict[st
 
 def job_row(stored: StoredState) -> dict[str, Any]:
     """One line of the jobs list: name, DAG(s), size, last decision, cost per hour, status."""
-    history = stored.history
-    newest = history[-1] if history else {}
+    newest = stored.history[-1] if stored.history else {}
     context = _context(newest)
     return {
         "job_name": stored.job_name,

@@ -86,7 +86,6 @@ def _money(value: Any) -> str:
     return "-" if value is None else f"${float(value):.2f}/h"
 
 
-# the columns of the job page's tables (header: the row's key, or a function of the row)
 ACTION: Columns = {
     "action": lambda row: Markup(f"<strong>{esc(row['action'])}</strong>"),
     "from -> to": lambda row: _arrow(row["from_nodes"], row["to_nodes"]),
@@ -130,14 +129,13 @@ def jobs_page(rows: list[dict[str, Any]], prefix: str) -> str:
         "last decision": "last_decision",
         "when": "last_decision_at_iso",
         "cost per hour": lambda row: _money(row["cost_per_hour"]),
-        "status": lambda row: Markup(esc(row["status"]) + _error(row["error"])),
+        "status": lambda row: Markup(
+            esc(row["status"])
+            + (f'<div class="error">{esc(row["error"])}</div>' if row["error"] else "")
+        ),
     }
     empty = '<p class="muted">No job you may see has a scale decision yet.</p>'
     return _page("Scale decisions", _table(rows, columns) if rows else empty)
-
-
-def _error(error: str | None) -> str:
-    return f'<div class="error">{esc(error)}</div>' if error else ""
 
 
 def chart_svg(points: list[dict[str, Any]], width: int = 720, panel_height: int = 70) -> str:
@@ -224,18 +222,14 @@ def job_page(view: dict[str, Any], highlight: dict[str, Any] | None = None) -> s
         parts.append(_section("Signals (current / target)", _table(view["signals"], SIGNALS)))
     parts.append(_section("Conditions", _table(view["conditions"], CONDITIONS)))
     parts.append("<h2>Recoveries from lost capacity</h2>")
-    if view.get("quarantine"):
-        quarantined = ", ".join(
-            f"{q['provider']} until {q['until_iso']}" for q in view["quarantine"]
-        )
+    if quarantine := view.get("quarantine"):
+        quarantined = ", ".join(f"{q['provider']} until {q['until_iso']}" for q in quarantine)
         parts.append(f"<p>Quarantined now: {esc(quarantined)}</p>")
     no_loss = '<p class="muted">No capacity lost so far.</p>'
     parts.append(_table(view["recoveries"], RECOVERIES) if view.get("recoveries") else no_loss)
     parts.append(_section("Size, queue fraction and cost over time", chart_svg(view["chart"])))
     timeline = view["timeline"]
-    marked = {
-        index: "recovery" for index, row in enumerate(timeline) if row.get("kind") == "recovery"
-    }
+    marked = {i: "recovery" for i, row in enumerate(timeline) if row.get("kind") == "recovery"}
     for index, row in enumerate(timeline):
         if highlight and all(row.get(key) == value for key, value in highlight.items()):
             marked[index] = "highlight"

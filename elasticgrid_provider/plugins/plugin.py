@@ -17,8 +17,7 @@ from elasticgrid_provider.plugins.links import URL_PREFIX
 
 
 class LazyApp:
-    """An ASGI app that builds the FastAPI app on its first request: every Airflow component
-    imports this module, but only the API server calls the app and so loads FastAPI."""
+    """An ASGI app building the FastAPI app on its first call: only the API server loads FastAPI."""
 
     def __init__(self) -> None:
         self._app: Any = None
