@@ -14,8 +14,8 @@ $(BIN)/.installed: pyproject.toml
 demo: $(BIN)/.installed  ## set up and run elastic_training end to end on the local engine
 	$(BIN)/python scripts/demo.py
 
-test: $(BIN)/.installed  ## the test suite (real Airflow DB, real iroh-tinker jobs), on 2 workers
-	$(BIN)/python -m pytest -n 2 --dist load --maxschedchunk 1
+test: $(BIN)/.installed  ## the test suite (real Airflow DB, real iroh-tinker jobs), on 3 workers
+	$(BIN)/python -m pytest -n 3 --dist load --maxschedchunk 1
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check elasticgrid_provider tests example_dags scripts benchmarks integration

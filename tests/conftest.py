@@ -220,16 +220,18 @@ def _remove_session_home() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the Airflow tests (seconds each) before the pure ones (milliseconds each).
+    """Run the ``long`` tests (15 s or more each) first, then the other Airflow tests
+    (seconds each), then the pure ones (milliseconds each).
 
     A stable sort, the same in every xdist worker (they must collect the same
     order): the workers share out the long tests first and the short ones fill
-    the gaps at the end, so neither worker is left alone with a long test.
+    the gaps at the end, so no worker is left alone with a long test.
     """
     items.sort(
         key=lambda item: (
+            item.get_closest_marker("long") is None,
             item.get_closest_marker("airflow") is None
-            and "airflow_db" not in getattr(item, "fixturenames", ())
+            and "airflow_db" not in getattr(item, "fixturenames", ()),
         )
     )
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import TESTS
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
 
 def test_the_demo_scales_a_real_job_up_and_the_queue_fraction_drops(tmp_path):

@@ -12,7 +12,7 @@ from elasticgrid_provider.core.state import state_variable_key
 from tests.airflow_support import read_variable, run_dag
 from tests.dags.policy_dags import POLICY_CHECK
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
 T0 = 1_767_225_600.0
 

@@ -83,6 +83,7 @@ def test_a_provider_that_cannot_provision_leaves_no_orphaned_parts(airflow_db, j
     assert not any(is_alive(pid) for pid in rank_pids(jobs_root, "orphans--onprem"))
 
 
+@pytest.mark.long
 def test_deferrable_wait_goes_through_the_trigger(airflow_db, jobs_root, capfd, caplog):
     result = run_dag("launch_and_wait_deferrable", {"job_name": "deferred", "nodes": 2, "steps": 3})
     assert result.task_states["launch"] == "success"

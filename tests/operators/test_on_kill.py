@@ -23,7 +23,7 @@ import pytest
 from tests.airflow_support import read_run, run_dag, start_dags_test
 from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job_processes
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
 DAG_ID = "launch_and_wait_long"
 

@@ -36,7 +36,7 @@ import pytest
 from tests.airflow_support import run_dag
 from tests.conftest import airflow_command
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -17,7 +17,7 @@ import pytest
 from elasticgrid_provider.core.state import state_variable_key
 from tests.airflow_support import read_variable, run_dag, start_dags_test
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
 RECOVERED = {"scale_check": "success", "plan": "success", "relaunch": "success"}
 """The task states of a check that decided ``recover``, its re-plan and its relaunch."""

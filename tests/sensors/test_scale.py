@@ -218,6 +218,7 @@ def _write_samples_after_the_first_check(job: str, step_log: Path):
     return writer
 
 
+@pytest.mark.long
 def test_deferrable_checks_wait_in_the_trigger_between_checks(airflow_db, jobs_root, capfd, caplog):
     run_dag("launch_sleeping", {"job_name": "deferred-check", "nodes": 2})
     step_log = jobs_root / "deferred-check--onprem" / "steps.jsonl"
@@ -290,6 +291,7 @@ def test_a_recorded_decision_replays_to_the_same_decision(airflow_db, jobs_root,
         assert replayed["decision"][field] == decision[field]
 
 
+@pytest.mark.long
 def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     """Two DAG runs in two processes check the same job at the same moment.
 
