@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 SESSION_VARIABLE = "ELASTICGRID_TEST_SESSION"
@@ -37,16 +40,14 @@ def wait_for_lines(path: Path, count: int, timeout: float = 60.0) -> None:
     raise AssertionError(f"{path} did not reach {count} lines in {timeout}s")
 
 
-def job_ranks(job: str) -> dict[int, str]:
-    """Every live rank process of ``job`` on this machine, tracked or not: pid -> launch id.
+def _session_ranks() -> Iterator[tuple[int, bytes, dict[str, str]]]:
+    """Every live iroh-tinker runner (rank) of this test session: pid, command line, environment.
 
-    A rank is an iroh-tinker runner whose environment names the job; found
-    in ``/proc``, not in iroh-tinker's records, so ranks it never recorded count too.
-    Ranks started by another test session (another pytest-xdist worker, or
-    another checkout's run on this machine) are told apart by the session
-    marker every process of a session inherits (``SESSION_VARIABLE``).
+    Found in ``/proc``, not in iroh-tinker's records, so ranks it never recorded
+    count too. Ranks started by another test session (another pytest-xdist
+    worker, or another checkout's run on this machine) are told apart by the
+    session marker every process of a session inherits (``SESSION_VARIABLE``).
     """
-    ranks = {}
     ours = os.environ.get(SESSION_VARIABLE)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -56,23 +57,32 @@ def job_ranks(job: str) -> dict[int, str]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
+        if b"iroh_tinker.cloud.runner" not in command:
+            continue
         variables = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
-        is_rank = b"iroh_tinker.cloud.runner" in command
-        if not is_rank or variables.get(SESSION_VARIABLE, ours) != ours:
-            continue  # another test session's (a parallel worker's) rank of a same-named job
-        if variables.get("ELASTICGRID_JOB") == job and is_alive(int(entry.name)):
-            ranks[int(entry.name)] = variables.get("ELASTICGRID_LAUNCH_ID", "")
-    return ranks
+        if variables.get(SESSION_VARIABLE, ours) == ours and is_alive(int(entry.name)):
+            yield int(entry.name), command, variables
+
+
+def job_ranks(job: str) -> dict[int, str]:
+    """Every live rank process of ``job`` in this session, tracked or not: pid -> launch id."""
+    return {
+        pid: variables.get("ELASTICGRID_LAUNCH_ID", "")
+        for pid, _, variables in _session_ranks()
+        if variables.get("ELASTICGRID_JOB") == job
+    }
+
+
+def _kill_groups(pids: Iterable[int]) -> None:
+    """SIGKILL each rank's process group (the rank and the command it runs)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def stop_job_processes(job: str) -> None:
     """Kill every process of ``job`` left on this machine (test clean-up)."""
-    import contextlib
-    import signal
-
-    for pid in job_ranks(job):
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
+    _kill_groups(job_ranks(job))
 
 
 def stop_ranks_under(jobs_root: Path) -> None:
@@ -80,21 +90,5 @@ def stop_ranks_under(jobs_root: Path) -> None:
 
     Catches ranks iroh-tinker never recorded, e.g. of a launch killed mid-start.
     """
-    import contextlib
-    import signal
-
-    ours = os.environ.get(SESSION_VARIABLE)
     marker = f"{jobs_root}/".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes()
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if b"iroh_tinker.cloud.runner" not in command or marker not in command:
-            continue
-        if f"{SESSION_VARIABLE}={ours}".encode() in environ.split(b"\0"):
-            with contextlib.suppress(OSError):
-                os.killpg(int(entry.name), signal.SIGKILL)
+    _kill_groups(pid for pid, command, _ in _session_ranks() if marker in command)
