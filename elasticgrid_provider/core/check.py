@@ -50,7 +50,7 @@ from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
-from elasticgrid_provider.core.job import JobSnapshot
+from elasticgrid_provider.core.job import JobSnapshot, JobStatus
 from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import (
@@ -187,7 +187,7 @@ class ScaleCheck:
                 f"{manifest.launch_id} was confirmed dead ({reason}); launch it again with "
                 "LaunchOperator"
             )
-        elif snapshot.status == "failed":
+        elif snapshot.status == JobStatus.FAILED:
             sentence = f"job {self.job_name!r} failed."
         else:
             return None
@@ -245,7 +245,10 @@ class ScaleCheck:
             taken = remember_recovery(taken, decision, event, self.history_limit)
             return CheckOutcome(CheckVerdict(decision.action), taken, event, tuple(log))
         state = taken
-        if snapshot.status in ("done", "stopped"):  # no decision: a job_ended record and entry
+        if snapshot.status in (
+            JobStatus.DONE,
+            JobStatus.STOPPED,
+        ):  # no decision: a job_ended record and entry
             ended: dict[str, Any] = {
                 "action": ScaleAction.HOLD.value,
                 "current_nodes": snapshot.nodes,

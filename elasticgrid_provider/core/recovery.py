@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
+from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import (
     AnyText,
@@ -198,7 +199,7 @@ class RecoveryDecision(JsonModel):
 
 def part_is_lost(status: str, ranks_down: Sequence[int]) -> bool:
     """A part is lost when it failed, or runs with ranks down that did not finish."""
-    return status == "failed" or (status == "running" and bool(ranks_down))
+    return status == JobStatus.FAILED or (status == JobStatus.RUNNING and bool(ranks_down))
 
 
 def loss_cause(log_tail: str, engine_error: str | None) -> str:

@@ -57,7 +57,7 @@ from elasticgrid_provider.core.errors import (  # JobLaunchError: re-exported, r
     ElasticGridError,
     JobLaunchError,
 )
-from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
+from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus, PartRecord
 from elasticgrid_provider.core.launch_record import (
     LAUNCH_DOWN,
     LAUNCH_RUNNING,
@@ -339,7 +339,7 @@ class ElasticGridHook(BaseHook):
                 if refusal is None:
                     return LaunchOutcome(LaunchAction.ATTACHED, current, current.nodes)
                 self.log.info("Not attaching to job %s: %s; relaunching it.", job_name, refusal)
-                if any(part.status == "running" for part in current.parts):
+                if any(part.status == JobStatus.RUNNING for part in current.parts):
                     previous_nodes = current.nodes
                 self._stop_launch(current.manifest)
             manifest = self._start_launch(launch)
@@ -398,7 +398,9 @@ class ElasticGridHook(BaseHook):
             reason = f" ({manifest.down_reason})" if manifest.down_reason else ""
             return f"its launch {manifest.launch_id} is {manifest.state}{reason}"
         idle = [
-            f"{part.name} is {part.status}" for part in current.parts if part.status != "running"
+            f"{part.name} is {part.status}"
+            for part in current.parts
+            if part.status != JobStatus.RUNNING
         ]
         if idle or not current.parts:
             return "not every part runs: " + (", ".join(idle) or "no parts")
@@ -510,10 +512,10 @@ class ElasticGridHook(BaseHook):
         for part in snapshot.parts:
             attempts = Path(part.job_dir).glob("attempt_*") if part.job_dir else ()
             restarted = sorted(marker.name.split("_", 1)[1] for marker in attempts)
-            if part.status not in ("running", "done"):
+            if part.status not in (JobStatus.RUNNING, JobStatus.DONE):
                 detail = f" ({part.last_error})" if part.last_error else ""
                 problems.append(f"part {part.name} is {part.status}{detail}")
-            elif part.status == "running" and (down := _ranks_down(part)):
+            elif part.status == JobStatus.RUNNING and (down := _ranks_down(part)):
                 problems.append(f"part {part.name} has ranks down: {down}")
             elif restarted:
                 problems.append(f"part {part.name} had to restart rank(s) {', '.join(restarted)}")
@@ -613,7 +615,7 @@ class ElasticGridHook(BaseHook):
             f"part {part.name} rank {rank} failed ({part.last_error or 'no error recorded'}); "
             f"last {tail} log lines:\n{self._rank_log(part.name, rank, tail)}"
             for part in snapshot.parts
-            if part.status == "failed"
+            if part.status == JobStatus.FAILED
             for rank in _unfinished(part, range(part.nodes * per_node)) or [0]
         )
 
@@ -630,7 +632,7 @@ class ElasticGridHook(BaseHook):
             return ()
         lost, per_node = [], snapshot.manifest.procs_per_node
         for part in snapshot.parts:
-            down = _ranks_down(part) if part.status == "running" else []
+            down = _ranks_down(part) if part.status == JobStatus.RUNNING else []
             if not part_is_lost(part.status, down):
                 continue
             ranks = down or _unfinished(part, range(part.nodes * per_node))

@@ -34,6 +34,7 @@ from airflow.sdk.log import mask_secret
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.hooks.elasticgrid import (
@@ -251,10 +252,10 @@ class LaunchOperator(BaseOperator):
         """Finish the wait: pass on ``done``, fail (with the log tail) on anything else."""
         status = event["status"]
         job_name = event["job_name"]
-        if status == "done":
+        if status == JobStatus.DONE:
             self.log.info("Job %s is done.", job_name)
             return event["job"]
-        if status == "failed":
+        if status == JobStatus.FAILED:
             raise AirflowException(
                 f"job {job_name!r} failed.\n{event.get('failure_report') or ''}".rstrip()
             )

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from elasticgrid_provider.core.job import JobStatus
+
 if TYPE_CHECKING:
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
@@ -40,7 +42,7 @@ def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
         return {"job_name": job_name, "status": "missing", "job": None, "woke": False}
     event: dict[str, Any] = {"job_name": job_name, "status": snapshot.status, "woke": False}
     event["job"] = snapshot.to_dict()
-    if snapshot.status == "failed":
+    if snapshot.status == JobStatus.FAILED:
         event["failure_report"] = hook.failure_report(snapshot)
     return event
 
