@@ -1,7 +1,8 @@
 """Helpers for training scripts running inside iroh-tinker ranks.
 
 A placement is launched as one iroh-tinker job per provider share ("parts",
-see :mod:`elasticgrid_provider.core.launch_spec`). iroh's runner gives each
+see :mod:`elasticgrid_provider.core.launch_spec`), its ranks given the variables of
+:mod:`elasticgrid_provider.core.rank_environment`. iroh's runner gives each
 process a *part-local* ``RANK`` and ``WORLD_SIZE``; the launch adds
 ``ELASTICGRID_RANK_OFFSET`` and the global ``ELASTICGRID_WORLD_SIZE``.
 :func:`distributed_context` combines them:
@@ -40,22 +41,21 @@ from pathlib import Path
 from typing import Any
 
 from elasticgrid_provider.core.clock import epoch_now
-from elasticgrid_provider.core.launch_spec import (
+from elasticgrid_provider.core.rank_environment import (
     ENV_JOB,
+    ENV_JOB_DIR,
+    ENV_LOCAL_WORLD_SIZE,
     ENV_PART,
     ENV_PROCS_PER_NODE,
+    ENV_RANK,
     ENV_RANK_OFFSET,
+    ENV_RENDEZVOUS,
     ENV_SHARED_DIR,
     ENV_WORLD_SIZE,
 )
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.validation import check_integer
-
-ENV_RANK = "RANK"
-ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"
-ENV_JOB_DIR = "IROH_TINKER_JOB_DIR"
-ENV_RENDEZVOUS = "IROH_TINKER_RENDEZVOUS"
 
 STEP_LOG_NAME = "steps.jsonl"  # in the job directory of global rank 0's part
 

@@ -6,21 +6,9 @@ with ``num_nodes=100`` and ``infra=[aws, gcp]`` therefore asks aws for all 100
 nodes. So a placement is launched as **parts**: one iroh-tinker job per
 provider share, named ``<job>--<provider>``, each with only its own engine
 target, all sharing one rendezvous, and each telling its ranks where they sit
-in the global job through environment variables:
-
-=============================  ==============================================
-``ELASTICGRID_JOB``            the job name
-``ELASTICGRID_PART``           the part name (``<job>--<provider>``)
-``ELASTICGRID_RANK_OFFSET``    global rank of the part's first process
-``ELASTICGRID_WORLD_SIZE``     processes in the whole job (all parts)
-``ELASTICGRID_PROCS_PER_NODE`` processes per node
-``ELASTICGRID_LAUNCH_ID``      the launch that started the rank (how a retry
-                               or a kill finds ranks iroh-tinker never recorded)
-=============================  ==============================================
-
-iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
-``IROH_TINKER_JOB_DIR`` and ``IROH_TINKER_RENDEZVOUS``;
-:mod:`elasticgrid_provider.runtime` turns all of them into a global rank.
+in the global job through the environment variables of
+:mod:`elasticgrid_provider.core.rank_environment`;
+:mod:`elasticgrid_provider.runtime` turns them into a global rank.
 
 Rules:
 
@@ -60,6 +48,17 @@ from pydantic import AfterValidator, Field, PlainValidator
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.rank_environment import (
+    ELASTICGRID_ENV_NAMES,
+    ENV_JOB,
+    ENV_LAUNCH_ID,
+    ENV_PART,
+    ENV_PROCS_PER_NODE,
+    ENV_RANK_OFFSET,
+    ENV_SHARED_DIR,
+    ENV_WORLD_SIZE,
+    IROH_RUNNER_ENV_NAMES,
+)
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.validation import (
     Choice,
@@ -75,27 +74,6 @@ from elasticgrid_provider.core.validation import (
 
 if TYPE_CHECKING:
     from iroh_tinker.cloud.spec import LaunchSpec
-
-ENV_JOB = "ELASTICGRID_JOB"
-ENV_PART = "ELASTICGRID_PART"
-ENV_RANK_OFFSET = "ELASTICGRID_RANK_OFFSET"
-ENV_WORLD_SIZE = "ELASTICGRID_WORLD_SIZE"
-ENV_PROCS_PER_NODE = "ELASTICGRID_PROCS_PER_NODE"
-ENV_SHARED_DIR = "ELASTICGRID_SHARED_DIR"
-ENV_LAUNCH_ID = "ELASTICGRID_LAUNCH_ID"
-ELASTICGRID_ENV_NAMES = (
-    ENV_JOB,
-    ENV_PART,
-    ENV_RANK_OFFSET,
-    ENV_WORLD_SIZE,
-    ENV_PROCS_PER_NODE,
-    ENV_SHARED_DIR,
-    ENV_LAUNCH_ID,
-)
-"""The variables a launch sets on every rank (the contract with runtime.py)."""
-
-IROH_RUNNER_ENV_NAMES = ("RANK", "WORLD_SIZE", "IROH_TINKER_JOB_DIR", "IROH_TINKER_RENDEZVOUS")
-"""Variables iroh-tinker sets itself on every rank, after the spec's envs."""
 
 PART_SEPARATOR = "--"  # joins the job name and the provider name into a part name
 

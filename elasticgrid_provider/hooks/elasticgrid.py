@@ -68,8 +68,6 @@ from elasticgrid_provider.core.launch_record import (
     new_salt,
 )
 from elasticgrid_provider.core.launch_spec import (
-    ENV_JOB,
-    ENV_LAUNCH_ID,
     LaunchOptions,
     LaunchPart,
     build_launch_parts,
@@ -77,6 +75,7 @@ from elasticgrid_provider.core.launch_spec import (
 )
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.core.recovery import LostPart, loss_cause, part_is_lost
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.settings import GridSettings, grid_settings
@@ -609,15 +608,24 @@ class ElasticGridHook(BaseHook):
             return self.job_snapshot(job_name)
 
     def failure_report(self, snapshot: JobSnapshot, tail: int = 20) -> str:
-        """For each failed part, the tail of the log of each rank that did not finish."""
-        per_node = snapshot.manifest.procs_per_node
+        """For each lost part (failed, or running with ranks down), the log tail of each rank
+        that did not finish."""
         return "\n".join(
             f"part {part.name} rank {rank} failed ({part.last_error or 'no error recorded'}); "
             f"last {tail} log lines:\n{self._rank_log(part.name, rank, tail)}"
             for part in snapshot.parts
-            if part.status == JobStatus.FAILED
-            for rank in _unfinished(part, range(part.nodes * per_node)) or [0]
+            if (lost := self._lost_ranks(part, snapshot.manifest.procs_per_node)) is not None
+            for rank in lost or [0]
         )
+
+    @staticmethod
+    def _lost_ranks(part: PartRecord, per_node: int) -> list[int] | None:
+        """A lost part's ranks that did not finish; None when the part is not lost
+        (:func:`~elasticgrid_provider.core.recovery.part_is_lost`)."""
+        down = _ranks_down(part) if part.status == JobStatus.RUNNING else []
+        if not part_is_lost(part.status, down):
+            return None
+        return down or _unfinished(part, range(part.nodes * per_node))
 
     def _rank_log(self, part_name: str, rank: int, tail: int) -> str:
         """The last ``tail`` lines of a rank's log; empty when there is none to read."""
@@ -630,12 +638,11 @@ class ElasticGridHook(BaseHook):
         """The parts of a confirmed launch that lost ranks, with the cause (core/recovery.py)."""
         if snapshot.manifest.state != LAUNCH_RUNNING:
             return ()
-        lost, per_node = [], snapshot.manifest.procs_per_node
+        lost = []
         for part in snapshot.parts:
-            down = _ranks_down(part) if part.status == JobStatus.RUNNING else []
-            if not part_is_lost(part.status, down):
+            ranks = self._lost_ranks(part, snapshot.manifest.procs_per_node)
+            if ranks is None:
                 continue
-            ranks = down or _unfinished(part, range(part.nodes * per_node))
             log_tail = self._rank_log(part.name, ranks[0] if ranks else 0, tail)
             lost.append(
                 LostPart(

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from elasticgrid_provider.core.launch_spec import ENV_JOB, ENV_LAUNCH_ID
+from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 
 RESULT_NAME = "launcher-result.json"
 LOG_NAME = "launcher.log"

@@ -17,11 +17,6 @@ from iroh_tinker.cloud.spec import LaunchSpec, RendezvousSpec, load_spec
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.launch_spec import (
-    ENV_JOB,
-    ENV_PART,
-    ENV_PROCS_PER_NODE,
-    ENV_RANK_OFFSET,
-    ENV_WORLD_SIZE,
     LaunchOptions,
     build_launch_parts,
     build_launch_spec,
@@ -29,6 +24,13 @@ from elasticgrid_provider.core.launch_spec import (
 )
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.rank_environment import (
+    ENV_JOB,
+    ENV_PART,
+    ENV_PROCS_PER_NODE,
+    ENV_RANK_OFFSET,
+    ENV_WORLD_SIZE,
+)
 
 AWS = Provider(
     "aws", region="us-east-1", max_nodes=64, cost_per_node_hour=3.2, accelerator="p5.48xlarge"

@@ -50,9 +50,9 @@ def test_a_job_that_loses_its_spot_part_recovers_on_the_other_provider_and_finis
     airflow_db, jobs_root
 ):
     job = "lose-spot"
-    # each step sleeps 0.05 s at least, so 300 steps outlast the preemption 7 s after the
+    # each step sleeps 0.05 s at least, so 200 steps outlast the preemption 7 s after the
     # ranks start however fast the machine is: spot is reclaimed in the middle of the run
-    steps = 300
+    steps = 200
     conf = {"job_name": job, "nodes": 2, "steps": steps, "preempt": "spot=7"}
     launched = run_dag("recovery_launch", conf)
     assert launched.task_states == {"plan": "success", "launch": "success"}
@@ -190,10 +190,11 @@ def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twic
     airflow_db, jobs_root
 ):
     """One process launches the job, sees spot reclaimed and relaunches it on a backup that
-    takes 20 s to provision; a check started while that relaunch holds the lock waits, then
-    finds the relaunched job running and holds: one recovery, one relaunch."""
+    takes 10 s to provision; a check started while that relaunch holds the lock (it gets there
+    within a second or two) waits, then finds the relaunched job running and holds: one
+    recovery, one relaunch."""
     job = "lock-race"
-    conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=7", "provision_s": 20}
+    conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=7", "provision_s": 10}
     specs = jobs_root / job / "specs"
     recovering = start_dags_test(
         "recovery_dags.py",

@@ -1,0 +1,45 @@
+"""The environment every rank of a launch gets: the contract between a launch and its ranks.
+
+A launch (:mod:`elasticgrid_provider.core.launch_spec`) sets these on every
+rank of every part; :mod:`elasticgrid_provider.runtime` reads them back:
+
+=============================  ==============================================
+``ELASTICGRID_JOB``            the job name
+``ELASTICGRID_PART``           the part name (``<job>--<provider>``)
+``ELASTICGRID_RANK_OFFSET``    global rank of the part's first process
+``ELASTICGRID_WORLD_SIZE``     processes in the whole job (all parts)
+``ELASTICGRID_PROCS_PER_NODE`` processes per node
+``ELASTICGRID_SHARED_DIR``     the job's shared folder, which outlives relaunches
+``ELASTICGRID_LAUNCH_ID``      the launch that started the rank (how a retry
+                               or a kill finds ranks iroh-tinker never recorded)
+=============================  ==============================================
+
+iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
+``IROH_TINKER_JOB_DIR`` and ``IROH_TINKER_RENDEZVOUS`` after the spec's envs.
+Names only: every rank imports this, so it imports nothing.
+"""
+
+ENV_JOB = "ELASTICGRID_JOB"
+ENV_PART = "ELASTICGRID_PART"
+ENV_RANK_OFFSET = "ELASTICGRID_RANK_OFFSET"
+ENV_WORLD_SIZE = "ELASTICGRID_WORLD_SIZE"
+ENV_PROCS_PER_NODE = "ELASTICGRID_PROCS_PER_NODE"
+ENV_SHARED_DIR = "ELASTICGRID_SHARED_DIR"
+ENV_LAUNCH_ID = "ELASTICGRID_LAUNCH_ID"
+ELASTICGRID_ENV_NAMES = (
+    ENV_JOB,
+    ENV_PART,
+    ENV_RANK_OFFSET,
+    ENV_WORLD_SIZE,
+    ENV_PROCS_PER_NODE,
+    ENV_SHARED_DIR,
+    ENV_LAUNCH_ID,
+)
+"""The variables a launch sets on every rank."""
+
+ENV_RANK = "RANK"
+ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"
+ENV_JOB_DIR = "IROH_TINKER_JOB_DIR"
+ENV_RENDEZVOUS = "IROH_TINKER_RENDEZVOUS"
+IROH_RUNNER_ENV_NAMES = (ENV_RANK, ENV_LOCAL_WORLD_SIZE, ENV_JOB_DIR, ENV_RENDEZVOUS)
+"""Variables iroh-tinker's runner sets itself on every rank, after the spec's envs."""
