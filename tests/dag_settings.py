@@ -60,3 +60,9 @@ LATE_FAILING_RUN = (
     f"{sys.executable} -c \"import sys, time; time.sleep(6); print('loading shard 7'); "
     "print('boom: corrupt batch'); sys.exit(3)\""
 )
+# a job whose part-local rank 1 fails at once while the other ranks keep running
+ONE_RANK_FAILING_RUN = (
+    f'{sys.executable} -c "import os, sys, time; '
+    "(print('rank 1: out of memory'), sys.exit(3)) if os.environ['RANK'] == '1' "
+    'else time.sleep(600)"'
+)

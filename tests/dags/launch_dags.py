@@ -12,6 +12,7 @@ from tests.dag_settings import (
     LATE_FAILING_RUN,
     NODES,
     ONE_FAILING_PROVIDER,
+    ONE_RANK_FAILING_RUN,
     QUEUE_BOUND_RUN,
     QUICK_START,
     SLEEPING_RUN,
@@ -51,6 +52,7 @@ launch_dag("launch_provider_fails", ONE_FAILING_PROVIDER, TRAIN_RUN)
 launch_dag("launch_queue_bound", TWO_LOCAL_PROVIDERS, QUEUE_BOUND_RUN, **QUICK_START)
 launch_dag("launch_sleeping", TWO_LOCAL_PROVIDERS, SLEEPING_RUN, **QUICK_START)
 launch_dag("launch_half_failing", TWO_LOCAL_PROVIDERS, HALF_FAILING_RUN)
+launch_dag("launch_one_rank_failing", TWO_LOCAL_PROVIDERS, ONE_RANK_FAILING_RUN, startup_grace_s=5)
 launch_dag(
     "launch_queue_bound_two_procs",
     TWO_LOCAL_PROVIDERS,

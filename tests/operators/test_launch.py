@@ -196,6 +196,24 @@ def test_a_resize_whose_command_dies_at_once_fails_and_records_the_job_down(
     assert job_ranks("dies") == {}  # and nothing of the new launch runs
 
 
+def test_a_launch_with_one_rank_down_fails_and_logs_that_ranks_output(
+    airflow_db, jobs_root, capfd, caplog
+):
+    result = run_dag("launch_one_rank_failing", {"job_name": "one-down", "nodes": 2})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    text = _text(capfd, caplog)
+    assert (
+        "its ranks were not all up 5 s after the start "
+        "(part one-down--onprem has ranks down: [1])" in text
+    )
+    # the part still runs (rank 0 lives), yet the report has the dead rank's log tail
+    assert "part one-down--onprem rank 1 failed (down ranks: [1]); last 20 log lines:" in text
+    assert "rank 1: out of memory" in text
+    assert _manifest(jobs_root, "one-down")["state"] == "down"
+    assert job_ranks("one-down") == {}
+
+
 def test_an_engine_that_starts_some_ranks_then_raises_leaves_none_running(
     airflow_db, jobs_root, capfd, caplog
 ):
