@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 
 TRAIN = Path(__file__).resolve().parents[1] / "example_dags" / "train_elastic.py"
+# the same path in a test worker (sys.executable .venv/bin/python) and in an `airflow`
+# process (.venv/bin/python3, the script's shebang): a job launched by either has the same
+# run command, so the other can attach to it
+PYTHON = str(Path(sys.executable).with_name("python3"))
 TWO_LOCAL_PROVIDERS = [
     {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
     {
@@ -34,35 +38,35 @@ ONE_FAILING_PROVIDER = [
 JOB = "{{ dag_run.conf['job_name'] }}"
 NODES = "{{ dag_run.conf.get('nodes', 2) }}"
 TRAIN_RUN = (
-    f"{sys.executable} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 4) }}}} "
+    f"{PYTHON} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 4) }}}} "
     "--global-batch 2 --microbatch-seconds 0.02"
 )
 # 4 micro-batches per step: at 2 ranks half of each step waits for a worker
-QUEUE_BOUND_RUN = f"{sys.executable} {TRAIN} --steps 400 --global-batch 4 --microbatch-seconds 0.05"
+QUEUE_BOUND_RUN = f"{PYTHON} {TRAIN} --steps 400 --global-batch 4 --microbatch-seconds 0.05"
 FAILING_RUN = (
-    f"{sys.executable} -c \"import sys; print('loading shard 7'); "
+    f"{PYTHON} -c \"import sys; print('loading shard 7'); "
     "print('boom: corrupt batch'); sys.exit(3)\""
 )
 # for launches of jobs that start fine: the launch confirms their ranks after 1 s instead of
 # the default 3 s (the tests of the grace itself keep the default or set a longer one)
 QUICK_START = {"startup_grace_s": 1}
 # a real job whose step log the test writes itself
-SLEEPING_RUN = f'{sys.executable} -c "import time; time.sleep(600)"'
+SLEEPING_RUN = f'{PYTHON} -c "import time; time.sleep(600)"'
 # a job whose "cloud" part fails (after the launch was confirmed) while its "onprem" part
 # keeps running
 HALF_FAILING_RUN = (
-    f'{sys.executable} -c "import os, sys, time; '
+    f'{PYTHON} -c "import os, sys, time; '
     "(time.sleep(6), sys.exit(3)) if os.environ['ELASTICGRID_PART'].endswith('--cloud') "
     'else time.sleep(600)"'
 )
 # a job that starts fine and fails 6 s later (after the launch was confirmed)
 LATE_FAILING_RUN = (
-    f"{sys.executable} -c \"import sys, time; time.sleep(6); print('loading shard 7'); "
+    f"{PYTHON} -c \"import sys, time; time.sleep(6); print('loading shard 7'); "
     "print('boom: corrupt batch'); sys.exit(3)\""
 )
 # a job whose part-local rank 1 fails at once while the other ranks keep running
 ONE_RANK_FAILING_RUN = (
-    f'{sys.executable} -c "import os, sys, time; '
+    f'{PYTHON} -c "import os, sys, time; '
     "(print('rank 1: out of memory'), sys.exit(3)) if os.environ['RANK'] == '1' "
     'else time.sleep(600)"'
 )

@@ -12,13 +12,11 @@ The pipeline is the one an author writes for scaling: check -> plan
 
 from __future__ import annotations
 
-import sys
-
 from airflow.sdk import DAG
 
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
-from tests.dag_settings import JOB, NODES, TRAIN
+from tests.dag_settings import JOB, NODES, PYTHON, TRAIN
 
 PREEMPTIBLE = "module=tests.preemptible_engine:PreemptibleEngine"
 RECOVERY_GRID = [
@@ -32,7 +30,7 @@ SLOW_BACKUP_GRID = [
     {**RECOVERY_GRID[2], "engine": "module=tests.preemptible_engine:SlowProvisionEngine"},
 ]
 RUN = (
-    f"{sys.executable} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 60) }}}} "
+    f"{PYTHON} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 60) }}}} "
     "--global-batch 2 --microbatch-seconds 0.05"
 )
 ENVS = {

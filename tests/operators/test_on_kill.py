@@ -259,15 +259,9 @@ def test_a_sigkill_in_the_middle_of_a_start_then_a_retry_runs_exactly_one_copy(
 
 def test_killing_a_task_that_attached_leaves_the_job_running(airflow_db, jobs_root, tmp_path):
     """The job was launched by another run; this task only attached and waited on it."""
-    # launched by `airflow dags test` too, so that the run command (sys.executable) is the same
-    with (tmp_path / "first.log").open("w+") as first_log:
-        first = start_dags_test(
-            "launch_dags.py",
-            "launch_sleeping",
-            {"job_name": "shared", "nodes": 3},
-            output=first_log,
-        )
-        _finish(first, first_log)
+    # the same run command as the `airflow dags test` below (tests/dag_settings.py PYTHON)
+    first = run_dag("launch_sleeping", {"job_name": "shared", "nodes": 3})
+    assert first.task_states == {"plan": "success", "launch": "success"}
     ranks = job_ranks("shared")
     assert len(ranks) == 3
     log_path = tmp_path / "dags-test.log"
