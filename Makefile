@@ -15,6 +15,7 @@ demo: $(BIN)/.installed  ## set up and run elastic_training end to end on the lo
 	$(BIN)/python scripts/demo.py
 
 test: $(BIN)/.installed  ## the test suite (real Airflow DB, real iroh-tinker jobs), on 3 workers
+	bash scripts/system-packages.sh ui ssh
 	$(BIN)/python -m pytest -n 3 --dist load --maxschedchunk 1
 
 lint: $(BIN)/.installed
@@ -31,9 +32,11 @@ $(BIN)/.integration: $(BIN)/.installed pyproject.toml
 	touch $@
 
 integration: $(BIN)/.integration  ## a real deployment: Postgres, Redis, Celery workers, triggerer
+	bash scripts/system-packages.sh deployment ssh
 	$(BIN)/python -m pytest integration -p no:cacheprovider
 
 bench-resize: $(BIN)/.integration  ## resize gap on the real deployment vs a bare iroh-tinker restart
+	bash scripts/system-packages.sh deployment
 	$(BIN)/python benchmarks/bench_resize.py
 
 bench-recovery: $(BIN)/.installed  ## recovery gap after a lost spot part vs a bare iroh-tinker restart
