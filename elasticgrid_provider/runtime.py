@@ -13,7 +13,15 @@ process a *part-local* ``RANK`` and ``WORLD_SIZE``; the launch adds
 * a process started by hand (no ``RANK``) is rank 0 of 1;
 * ``rendezvous_dir`` comes from ``IROH_TINKER_RENDEZVOUS`` (``None`` for an
   object store, which the socket transport cannot use); it must be fresh for
-  every launch.
+  every launch;
+* ``host`` is the address other hosts reach this rank at (``ELASTICGRID_HOST``,
+  set by the SSH engine; ``None`` on the Airflow worker's own machine).
+
+:func:`training_client` builds iroh-tinker's ``TrainingClient`` for the context:
+the in-process transport for one rank, else the socket transport over the
+rendezvous folder, bound to every address and published as ``host`` when the
+ranks run on several machines (iroh's default binds ``127.0.0.1``, which no
+other host can reach).
 
 :class:`StepReporter` appends one JSON line per training step to the job's
 step log (``<IROH_TINKER_JOB_DIR>/steps.jsonl``), on global rank 0 only, so a
@@ -42,6 +50,7 @@ from typing import Any
 
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.rank_environment import (
+    ENV_HOST,
     ENV_JOB,
     ENV_JOB_DIR,
     ENV_LOCAL_WORLD_SIZE,
@@ -74,6 +83,7 @@ class DistributedContext:
     job_dir: str | None
     rendezvous_dir: str | None
     shared_dir: str | None = None
+    host: str | None = None
 
     @property
     def nodes(self) -> int:
@@ -135,7 +145,51 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
         job_dir=env.get(ENV_JOB_DIR) or None,
         rendezvous_dir=_rendezvous_dir(env.get(ENV_RENDEZVOUS)),
         shared_dir=env.get(ENV_SHARED_DIR) or None,
+        host=env.get(ENV_HOST) or None,
     )
+
+
+def training_client(context: DistributedContext | None = None, **options: Any) -> Any:
+    """iroh-tinker's ``TrainingClient`` for this process (module docstring); ``options`` are
+    its other arguments (``base_model``, ``backend``, ...). A multi-rank job needs a ``dir:``
+    rendezvous: without one this raises ``ValueError``."""
+    import iroh_tinker.client as iroh_client
+
+    ctx = context if context is not None else distributed_context()
+    if ctx.world_size == 1:
+        return iroh_client.TrainingClient(rank=0, world_size=1, transport="local", **options)
+    if ctx.rendezvous_dir is None:
+        raise ValueError(
+            f"a multi-rank run needs a dir: rendezvous for the socket transport, got "
+            f"{ENV_RENDEZVOUS}={os.environ.get(ENV_RENDEZVOUS)!r}"
+        )
+    rendezvous_dir = str(Path(ctx.rendezvous_dir).expanduser().resolve())
+    arguments: dict[str, Any] = {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "transport": "socket",
+    }
+    if ctx.host is None:
+        return iroh_client.TrainingClient(rendezvous_dir=rendezvous_dir, **arguments, **options)
+    from iroh_tinker.comm.socket import SocketTransport
+
+    def reachable_transport(rank: int, world_size: int, **_: Any) -> SocketTransport:
+        return SocketTransport(
+            rank=rank,
+            world_size=world_size,
+            rendezvous_dir=rendezvous_dir,
+            host="0.0.0.0",
+            connect_host=ctx.host,
+        )
+
+    # TrainingClient takes no bind address: give it, for this one construction, a transport
+    # factory that binds every address and publishes the host's (iroh's own is the fallback)
+    factory = iroh_client.transport_for_rank
+    iroh_client.transport_for_rank = reachable_transport  # type: ignore[assignment]
+    try:
+        return iroh_client.TrainingClient(rendezvous_dir=rendezvous_dir, **arguments, **options)
+    finally:
+        iroh_client.transport_for_rank = factory
 
 
 class StepReporter:

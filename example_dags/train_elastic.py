@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import os
 import shutil
 import sys
@@ -57,6 +58,7 @@ from elasticgrid_provider.runtime import (
     DistributedContext,
     StepReporter,
     distributed_context,
+    training_client,
 )
 
 VOCAB = 1024  # the "tiny" numpy model's vocabulary
@@ -111,7 +113,7 @@ def make_microbatch(step: int, index: int, seq_len: int, seed: int) -> Any:
 
 def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     import numpy as np
-    from iroh_tinker import AdamParams, TrainingClient
+    from iroh_tinker import AdamParams
 
     # launched by LaunchOperator, the default is the job's shared folder: it outlives relaunches
     checkpoint = Checkpoint(ctx, args.checkpoint_dir)
@@ -123,7 +125,8 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
             file=sys.stderr,
         )
         return 2
-    rendezvous_dir = str(Path(ctx.rendezvous_dir).resolve()) if ctx.rendezvous_dir else None
+    if ctx.rendezvous_dir:  # a relative rendezvous is relative to where the rank started
+        ctx = dataclasses.replace(ctx, rendezvous_dir=str(Path(ctx.rendezvous_dir).resolve()))
 
     try:
         completed, model = checkpoint.load()
@@ -145,14 +148,7 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         os.chdir(scratch)
 
     reporter = StepReporter(ctx, step_log)
-    client = TrainingClient(
-        base_model=args.model,
-        rank=rank,
-        world_size=world,
-        backend="numpy",
-        transport="socket" if world > 1 else "local",
-        rendezvous_dir=rendezvous_dir or ".cache/iroh_tinker",
-    )
+    client = training_client(ctx, base_model=args.model, backend="numpy")
     if model is not None:
         client.backend.restore(model)
         client.step = completed

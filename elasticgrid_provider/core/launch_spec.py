@@ -24,6 +24,10 @@ Rules:
   starting with a letter or digit, and without ``--`` (reserved as the
   job/provider separator, so a part name splits back unambiguously).
   Provider names used in parts follow the same character rule.
+* A provider's ``params`` become the part's ``resources.params``. On an SSH
+  provider, ``hosts`` becomes the hosts of the part's own nodes (its first
+  ``nodes`` entries, one per node) and ``remote_dir`` gains the part name, so
+  that jobs sharing a pool never share a working folder.
 * ``options.envs`` may not set the variables above nor the ones iroh's
   runner owns (``RANK``, ``WORLD_SIZE``, ``IROH_TINKER_JOB_DIR``,
   ``IROH_TINKER_RENDEZVOUS``): they would be silently overridden.
@@ -220,6 +224,20 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
     return placement, options, placement.total_nodes * options.procs_per_node
 
 
+def _engine_params(provider: Provider, part: str, nodes: int) -> dict[str, Any]:
+    """The part's ``resources.params``: the provider's, scoped to the part (module rules)."""
+    params = dict(provider.params)
+    if not provider.runs_on_ssh_hosts:
+        return params
+    from elasticgrid_provider.core.ssh_params import SshParams
+
+    ssh = SshParams.from_provider(provider.name, params, provider.max_nodes)
+    params["hosts"] = list(ssh.node_hosts(provider.max_nodes)[:nodes])
+    if ssh.remote_dir:
+        params["remote_dir"] = f"{ssh.remote_dir.rstrip('/')}/{part}"
+    return params
+
+
 def _spec_dict(
     options: LaunchOptions,
     job: str,
@@ -237,6 +255,8 @@ def _spec_dict(
     }
     if instance_type := options.instance_type or providers[0].accelerator:
         resources["instance_type"] = instance_type
+    if params := _engine_params(providers[0], part, sum(share.nodes for share in shares)):
+        resources["params"] = params
     envs = {
         **options.envs,
         ENV_JOB: job,
@@ -357,3 +377,28 @@ def build_launch_parts(
         )
         rank_offset += share.nodes * options.procs_per_node
     return tuple(parts)
+
+
+def shared_home(
+    homes: Mapping[str, str | None], world_size: int, rendezvous: str | None
+) -> str | None:
+    """The folder every rank of a launch sees (checkpoints, a ``dir:`` rendezvous), or None.
+
+    ``homes`` maps each provider of the placement to the job's folder that its nodes see: under
+    the jobs root for engines on the Airflow worker's machine, under ``params.shared_dir`` for
+    SSH hosts (None without one). A launch of several processes with no rendezvous of its own
+    needs one folder for all of them; anything else is one sentence saying what to set.
+    """
+    distinct = set(homes.values())
+    home = distinct.pop() if len(distinct) == 1 else None
+    if home is not None or world_size == 1 or rendezvous is not None:
+        return home
+    described = ", ".join(
+        f"{name!r} ({folder})" if folder else f"{name!r} (no params.shared_dir)"
+        for name, folder in homes.items()
+    )
+    raise ElasticGridError(
+        f"rendezvous is needed for {world_size} processes and providers {described} share no "
+        "folder for one: give the SSH providers one params.shared_dir that all their hosts "
+        "mount, or set rendezvous to an s3:// or gs:// URI"
+    )

@@ -6,16 +6,34 @@ region) is how placements and logs name it; its ``engine`` is the iroh-tinker
 engine that provisions it (defaults to its name), so several providers can
 map to one engine, which is how tests run a multi-provider placement here.
 
+``params`` are the engine's own parameters (iroh-tinker's
+``resources.params``). ``engine: "ssh"`` names the provider's own SSH engine
+(:mod:`elasticgrid_provider.engines.ssh`; iroh-tinker 0.5's cannot run a job
+from its working folder), and its ``params`` are checked when the grid is read
+(:class:`~elasticgrid_provider.core.ssh_params.SshParams`): hosts reached over
+SSH, which share no folder with the Airflow workers.
+
 Rules: names are unique and non-empty; ``max_nodes`` is a whole number
->= 0; ``cost_per_node_hour`` is a finite number >= 0; ``spot`` is a bool.
+>= 0; ``cost_per_node_hour`` is a finite number >= 0; ``spot`` is a bool;
+``params`` is a JSON object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import dataclasses
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.validation import (
@@ -29,6 +47,18 @@ from elasticgrid_provider.core.validation import (
     model,
 )
 
+SSH_ENGINE = "ssh"
+"""The engine name of hosts reached over SSH: the provider's own engine, loaded by reference."""
+ENGINE_REFERENCES = {SSH_ENGINE: "module=elasticgrid_provider.engines.ssh:SshEngine"}
+"""Engine names that iroh-tinker loads from this package rather than its own registry."""
+
+
+def _read_only_params(value: Any) -> Mapping[str, Any]:
+    """``params``: a JSON object, stored read-only (a provider is hashable and frozen)."""
+    if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        return MappingProxyType(dict(value))
+    raise ElasticGridError(f"params must be a JSON object, got {value!r}")
+
 
 @model
 class Provider(JsonModel):
@@ -41,6 +71,13 @@ class Provider(JsonModel):
     accelerator: AnyText | None = None
     spot: Flag = True
     engine: Text | None = Field(default=None, validate_default=True)
+    params: Annotated[
+        Mapping[str, Any],
+        PlainValidator(_read_only_params),
+        PlainSerializer(dict),
+        WithJsonSchema({"type": "object"}),
+        Field(exclude_if=lambda params: not params),
+    ] = dataclasses.field(default_factory=lambda: MappingProxyType({}), hash=False)
 
     @classmethod
     def _where(cls, data: Any) -> str:
@@ -51,6 +88,20 @@ class Provider(JsonModel):
     @classmethod
     def _engine_defaults_to_name(cls, engine: str | None, info: ValidationInfo) -> str | None:
         return info.data.get("name") if engine is None else engine
+
+    @model_validator(mode="after")
+    def _engine_params(self) -> Provider:
+        """An SSH provider's params are checked here, so a bad one fails the plan, not the launch."""
+        if self.engine_name == SSH_ENGINE:
+            from elasticgrid_provider.core.ssh_params import SshParams
+
+            SshParams.from_provider(self.name, dict(self.params), self.max_nodes)
+        return self
+
+    @property
+    def runs_on_ssh_hosts(self) -> bool:
+        """Whether its nodes are machines reached over SSH (no folder shared with Airflow)."""
+        return self.engine_name == SSH_ENGINE
 
     @property
     def infra_ref(self) -> str:
@@ -65,7 +116,8 @@ class Provider(JsonModel):
     @property
     def engine_target(self) -> str:
         """The iroh-tinker ``resources.infra`` entry: ``engine/region`` or ``engine``."""
-        return f"{self.engine_name}/{self.region}" if self.region else self.engine_name
+        engine = ENGINE_REFERENCES.get(self.engine_name, self.engine_name)
+        return f"{engine}/{self.region}" if self.region else engine
 
 
 PROVIDER_FIELDS = frozenset(field.name for field in Provider.__dataclass_fields__.values())

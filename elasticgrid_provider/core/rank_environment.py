@@ -12,6 +12,9 @@ rank of every part; :mod:`elasticgrid_provider.runtime` reads them back:
 ``ELASTICGRID_SHARED_DIR``     the job's shared folder, which outlives relaunches
 ``ELASTICGRID_LAUNCH_ID``      the launch that started the rank (how a retry
                                or a kill finds ranks iroh-tinker never recorded)
+``ELASTICGRID_HOST``           set by the SSH engine only: the address other
+                               hosts reach this rank's host at (the socket
+                               transport binds all addresses and publishes it)
 =============================  ==============================================
 
 iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
@@ -26,6 +29,7 @@ ENV_WORLD_SIZE = "ELASTICGRID_WORLD_SIZE"
 ENV_PROCS_PER_NODE = "ELASTICGRID_PROCS_PER_NODE"
 ENV_SHARED_DIR = "ELASTICGRID_SHARED_DIR"
 ENV_LAUNCH_ID = "ELASTICGRID_LAUNCH_ID"
+ENV_HOST = "ELASTICGRID_HOST"
 ELASTICGRID_ENV_NAMES = (
     ENV_JOB,
     ENV_PART,
@@ -34,8 +38,9 @@ ELASTICGRID_ENV_NAMES = (
     ENV_PROCS_PER_NODE,
     ENV_SHARED_DIR,
     ENV_LAUNCH_ID,
+    ENV_HOST,
 )
-"""The variables a launch sets on every rank."""
+"""The variables a launch (or its engine) sets on every rank."""
 
 ENV_RANK = "RANK"
 ENV_LOCAL_WORLD_SIZE = "WORLD_SIZE"

@@ -72,9 +72,11 @@ from elasticgrid_provider.core.launch_spec import (
     LaunchPart,
     build_launch_parts,
     check_job_name,
+    shared_home,
 )
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.core.recovery import LostPart, loss_cause, part_is_lost
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
@@ -92,6 +94,13 @@ from elasticgrid_provider.hooks.launcher import (
     redact_part_specs,
     start_launcher,
     terminate,
+)
+from elasticgrid_provider.hooks.remote_parts import (
+    pull_step_log,
+    ranks_down,
+    remote_down_ranks,
+    spec_params,
+    sweep_remote_launch,
 )
 
 if TYPE_CHECKING:
@@ -117,6 +126,8 @@ class PreparedLaunch:
     options: LaunchOptions
     parts: tuple[LaunchPart, ...]
     fingerprint_salt: str
+    on_worker: bool = True
+    """Whether every part runs on this machine (so a ``dir:`` rendezvous is made here)."""
 
     def fingerprints(self, salt: str) -> dict[str, str]:
         """The salted fingerprints of what this launch runs (``run``, ``envs``, ``setup``)."""
@@ -162,11 +173,7 @@ def _unfinished(part: PartRecord, ranks: Iterable[int]) -> list[int]:
 
 def _ranks_down(part: PartRecord) -> list[int]:
     """Ranks iroh-tinker reports down (``down ranks: [..]``), less those that finished."""
-    error = part.last_error or ""
-    if not error.startswith("down ranks: [") or not error.endswith("]"):
-        return []
-    listed = error[len("down ranks: [") : -1].split(",")
-    return _unfinished(part, [int(rank) for rank in listed if rank.strip().isdigit()])
+    return _unfinished(part, ranks_down(part.last_error))
 
 
 class ElasticGridHook(BaseHook):
@@ -299,6 +306,8 @@ class ElasticGridHook(BaseHook):
             if status not in ("running", "done", "failed", "stopped"):  # dry-run, unknown words
                 status = "failed"
             job_dir, error = str(state.job_dir), state.last_error
+            if status == "running" and spec_params(part.spec_path) is not None:
+                error = remote_down_ranks(job_dir)  # the engine's last probe of the hosts
             parts.append(replace(part, status=status, job_dir=job_dir, last_error=error))
         return JobSnapshot(manifest=manifest, parts=tuple(parts))
 
@@ -351,16 +360,30 @@ class ElasticGridHook(BaseHook):
     ) -> PreparedLaunch:
         """Step 1 (nothing written or started); any problem is an :class:`ElasticGridError`."""
         launch_id = new_launch_id()
-        folder = self.job_folder(job_name)
-        if options.rendezvous is None:
-            options = replace(options, rendezvous=f"dir:{folder / 'rendezvous' / launch_id}")
-        if options.shared_dir is None:
-            options = replace(options, shared_dir=str(folder / "shared"))
+        homes = {
+            share.provider.name: self._job_home(job_name, share.provider)
+            for share in placement.assignments
+        }
+        world_size = placement.total_nodes * options.procs_per_node
+        home = shared_home(homes, world_size, options.rendezvous)
+        if options.rendezvous is None and home is not None:
+            options = replace(options, rendezvous=f"dir:{home}/rendezvous/{launch_id}")
+        if options.shared_dir is None and home is not None:
+            options = replace(options, shared_dir=f"{home}/shared")
         options = replace(options, launch_id=launch_id)
         parts = build_launch_parts(placement, job_name, options)
         for part in parts:
             self._check_engine(part, options)
-        return PreparedLaunch(job_name, launch_id, placement, options, parts, new_salt())
+        on_worker = not any(share.provider.runs_on_ssh_hosts for share in placement.assignments)
+        return PreparedLaunch(job_name, launch_id, placement, options, parts, new_salt(), on_worker)
+
+    def _job_home(self, job_name: str, provider: Provider) -> str | None:
+        """The job's folder as ``provider``'s nodes see it: under the jobs root on this machine,
+        under ``params.shared_dir`` on SSH hosts (None when they share none)."""
+        if not provider.runs_on_ssh_hosts:
+            return str(self.job_folder(job_name))
+        shared = provider.params.get("shared_dir")
+        return f"{str(shared).rstrip('/')}/{job_name}" if shared else None
 
     @staticmethod
     def _check_engine(part: LaunchPart, options: LaunchOptions) -> None:
@@ -375,6 +398,14 @@ class ElasticGridHook(BaseHook):
             raise ElasticGridError(
                 f"provider {part.provider.name!r} engine {target!r} cannot be used: {exc}"
             ) from None
+        check_hosts = getattr(engine, "check_hosts", None)
+        if callable(check_hosts):  # reach every host before anything is stopped or started
+            try:
+                check_hosts()
+            except Exception as exc:
+                raise JobLaunchError(
+                    f"provider {part.provider.name!r} cannot be used now: {exc}"
+                ) from None
         if not isinstance(engine, LocalEngine):
             return  # the program lives on machines this worker cannot see
         try:
@@ -416,7 +447,7 @@ class ElasticGridHook(BaseHook):
         folder = self.job_folder(launch.job_name)
         rendezvous = launch.options.rendezvous or ""
         local_dir = parse_rendezvous(rendezvous).local_dir if rendezvous else None
-        if local_dir is not None:
+        if local_dir is not None and launch.on_worker:
             Path(local_dir).mkdir(parents=True, exist_ok=True)
         private_folder(folder / "specs")
         spec_folder = private_folder(folder / "specs" / launch.launch_id)
@@ -544,6 +575,15 @@ class ElasticGridHook(BaseHook):
         terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
         stopped = self._stop_parts(manifest.parts, manifest.launch_id)
         untracked = terminate(launch_processes(job, launch_ids))
+        remote = sweep_remote_launch(job, manifest.launch_id, self._launch_specs(manifest))
+        if remote:
+            self.log.info(
+                "Stopped %d process(es) of launch %s on SSH hosts that iroh-tinker had not "
+                "recorded: %s",
+                len(remote),
+                manifest.launch_id,
+                ", ".join(remote),
+            )
         if untracked:
             self.log.info(
                 "Stopped %d process(es) of launch %s that iroh-tinker had not recorded: %s",
@@ -552,6 +592,16 @@ class ElasticGridHook(BaseHook):
                 untracked,
             )
         return stopped, untracked
+
+    def _spec_files(self, job_name: str, launch_id: str) -> list[str]:
+        """The part specs a launch wrote (kept in its spec folder, envs redacted)."""
+        folder = self.job_folder(job_name) / "specs" / launch_id
+        return sorted(str(path) for path in folder.glob("*.json") if not path.name.startswith("."))
+
+    def _launch_specs(self, manifest: JobManifest) -> list[str]:
+        """The spec files of a recorded launch: its parts', or its spec folder's."""
+        recorded = [part.spec_path for part in manifest.parts if part.spec_path]
+        return recorded or self._spec_files(manifest.job_name, manifest.launch_id)
 
     def cancel_launch(self) -> bool:
         """``on_kill``: stop the launch this hook runs; False when there is none (waiting for the
@@ -574,6 +624,7 @@ class ElasticGridHook(BaseHook):
             manifest = self.read_manifest(job_name)
             if manifest is None or manifest.launch_id != launch_id:
                 terminate(launch_processes(job_name, [launch_id]))
+                sweep_remote_launch(job_name, launch_id, self._spec_files(job_name, launch_id))
                 return None
             if held:
                 self.give_up(manifest, "stopped: the task that launched it was killed")
@@ -662,6 +713,13 @@ class ElasticGridHook(BaseHook):
         before is read from its end, at most ``tail`` samples at the job's current size."""
         from elasticgrid_provider.runtime import STEP_LOG_NAME
 
+        for part in snapshot.parts:
+            params = spec_params(part.spec_path)
+            if params is not None and part.job_dir:  # rank 0's log is on its host: pull it
+                try:
+                    pull_step_log(params, part.name, Path(part.job_dir) / STEP_LOG_NAME)
+                except OSError as exc:  # the mirror cannot be written: say where, keep reading
+                    self.log.warning("Could not pull the step log of part %s: %s", part.name, exc)
         paths = [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
         cursor = state.log_cursor
         return [read_step_log(p, cursor(str(p)), tail=tail, nodes=snapshot.nodes) for p in paths]

@@ -38,7 +38,14 @@ AWS = Provider(
 GCP = Provider(
     "gcp", region="us-central1", max_nodes=64, cost_per_node_hour=3.5, accelerator="A100"
 )
-ONPREM = Provider("onprem", max_nodes=8, cost_per_node_hour=0.0, spot=False, engine="ssh")
+ONPREM = Provider(
+    "onprem",
+    max_nodes=8,
+    cost_per_node_hour=0.0,
+    spot=False,
+    engine="ssh",
+    params={"hosts": ["gpu@10.0.0.11", "gpu@10.0.0.12"], "remote_dir": "/scratch/eg"},
+)
 
 
 def placement(*shares: tuple[Provider, int]) -> Placement:
@@ -231,13 +238,19 @@ def test_parts_give_each_share_its_own_job():
     assert [part.to_launch_spec().resources.infra for part in parts] == [
         ["aws/us-east-1"],
         ["gcp/us-central1"],
-        ["ssh"],
+        ["module=elasticgrid_provider.engines.ssh:SshEngine"],
     ]
     assert [part.to_launch_spec().resources.instance_type for part in parts] == [
         "p5.48xlarge",
         "A100",
         None,
     ]
+    # the SSH part runs its one node on the first host, in a folder of its own
+    assert parts[2].to_launch_spec().resources.params == {
+        "hosts": ["gpu@10.0.0.11"],
+        "remote_dir": "/scratch/eg/llm--onprem",
+    }
+    assert parts[0].to_launch_spec().resources.params == {}
 
 
 def test_part_specs_are_plain_json_that_iroh_loads_back(tmp_path):

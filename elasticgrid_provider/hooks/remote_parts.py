@@ -1,0 +1,181 @@
+"""What the hook does for parts on SSH hosts: probe, sweep, down ranks and step-log pulls.
+
+A part on SSH hosts (:mod:`elasticgrid_provider.engines.ssh`) runs where the Airflow
+workers see none of its files. Everything the hook needs from there goes through the
+engine's SSH connection, and leaves a local trace in the part's folder under the jobs
+root, so the rest of the hook reads a remote part as it reads a local one:
+
+* **Status.** Each ``JobManager.status`` call runs the engine's probe, which mirrors the
+  runner's ``done_<n>``/``attempt_<n>`` markers into the local part folder and writes
+  ``remote-status.json`` (each rank ``running``, ``stopped`` or ``unreachable``).
+  :func:`remote_down_ranks` turns it into iroh-tinker's ``down ranks: [..]`` words.
+* **Sweep.** A launch killed before iroh-tinker recorded its ranks leaves processes that
+  only their environment names (``ELASTICGRID_JOB``, ``ELASTICGRID_LAUNCH_ID``):
+  :func:`sweep_remote_launch` kills them on every host of the launch's specs.
+* **Step samples.** Global rank 0 appends its steps to ``steps.jsonl`` in its part's job
+  folder *on its host*. Before a check reads the step logs, :func:`pull_step_log` copies
+  what that file gained since the last pull to a mirror at the usual local path, so the
+  step-log reader and its cursor (:mod:`elasticgrid_provider.core.step_log`) work
+  unchanged. A pull over the engine's connection was chosen over the two alternatives:
+  the engine's ``logs`` only tails lines (a cursor needs byte offsets), and a push from
+  the ranks would need the training hosts to reach Airflow, which they may not.
+
+Mirror rules: a pull asks for the bytes from where the mirror ends, at most
+:data:`PULL_LIMIT` of them (the rest comes with the next check). The first pull of a log
+longer than :data:`FIRST_PULL_BYTES` starts that far from its end, at a line start: older
+lines could never enter the window. A remote file with another inode, or shorter than
+what was pulled, was rotated or truncated: the mirror is replaced by a new file, which
+the reader treats as a rotation (steps at or below the highest taken are left out). The
+sidecar ``steps.jsonl.remote`` records the remote inode and the remote offset at which
+the mirror starts; the mirror's own size is the rest of the cursor, so a pull cut short
+by a kill resumes where its last complete write ended. The caller holds the job's lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
+
+REMOTE_STATUS_NAME = "remote-status.json"
+REMOTE_JOB_FOLDER = ".elasticgrid"  # the part's job folder inside its remote_dir on each host
+DEFAULT_REMOTE_ROOT = "~/elasticgrid"  # a part's remote_dir when its provider names none
+PULL_LIMIT = 4 * 1024 * 1024
+FIRST_PULL_BYTES = 256 * 1024
+SIDECAR_SUFFIX = ".remote"
+_DOWN = re.compile(r"down ranks: \[([0-9, ]*)\]")
+
+
+def is_ssh_target(engine_target: str) -> bool:
+    """Whether an infra entry names the SSH engine (with or without a region)."""
+    return engine_target.split("/", 1)[0] == ENGINE_REFERENCES[SSH_ENGINE]
+
+
+def spec_params(spec_path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``resources.params`` of an SSH part's spec file; None for any other engine."""
+    try:
+        spec = json.loads(Path(spec_path).read_text())
+    except (OSError, ValueError):
+        return None
+    resources = spec.get("resources") if isinstance(spec, dict) else None
+    if not isinstance(resources, dict):
+        return None
+    if not any(is_ssh_target(str(entry)) for entry in resources.get("infra") or ()):
+        return None
+    params = resources.get("params")
+    return dict(params) if isinstance(params, dict) else None
+
+
+def remote_job_dir(params: Mapping[str, Any], part_name: str) -> str:
+    """The part's job folder on its hosts: logs, runner markers and the step log."""
+    remote_dir = str(params.get("remote_dir") or f"{DEFAULT_REMOTE_ROOT}/{part_name}")
+    return f"{remote_dir.rstrip('/')}/{REMOTE_JOB_FOLDER}"
+
+
+def ranks_down(last_error: str | None) -> list[int]:
+    """The ranks in iroh-tinker's ``down ranks: [..]`` words, wherever they stand."""
+    found = _DOWN.search(last_error or "")
+    if found is None:
+        return []
+    return [int(rank) for rank in found.group(1).split(",") if rank.strip().isdigit()]
+
+
+def remote_down_ranks(job_dir: str | os.PathLike[str]) -> str | None:
+    """The ``last_error`` a remote part's last probe implies (None: every rank runs or ended).
+
+    Ranks that stopped without their ``done`` marker are down; an unreachable host is named,
+    since its ranks' logs cannot be read to say why.
+    """
+    folder = Path(job_dir)
+    try:
+        probe = json.loads((folder / REMOTE_STATUS_NAME).read_text())
+        ranks = {int(rank): str(state) for rank, state in probe["ranks"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    down = sorted(
+        rank
+        for rank, state in ranks.items()
+        if state != "running" and not (folder / f"done_{rank}").exists()
+    )
+    if not down:
+        return None
+    unreachable = [str(host) for host in probe.get("unreachable_hosts") or ()]
+    cut_off = f"host(s) {', '.join(unreachable)} unreachable; " if unreachable else ""
+    return f"{cut_off}down ranks: {down}"
+
+
+def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]) -> list[str]:
+    """Kill every process of ``launch_id`` on the SSH hosts of these specs; what was killed."""
+    killed: list[str] = []
+    for spec_path in spec_paths:
+        params = spec_params(spec_path)
+        if params is None:
+            continue
+        from elasticgrid_provider.engines.ssh import sweep_launch
+
+        for host, pids in sweep_launch(params, job_name, [launch_id]).items():
+            killed.extend(f"{host}:{pid}" for pid in pids)
+    return killed
+
+
+def pull_step_log(params: Mapping[str, Any], part_name: str, mirror: Path) -> None:
+    """Append to ``mirror`` what the part's remote step log gained (module rules)."""
+    from elasticgrid_provider.engines.ssh import read_remote_file
+
+    hosts = params.get("hosts") or []
+    if not hosts:
+        return
+    host, remote = str(hosts[0]), f"{remote_job_dir(params, part_name)}/{mirror.name}"
+    sidecar = mirror.with_name(mirror.name + SIDECAR_SUFFIX)
+    known = _read_sidecar(sidecar)
+    have = mirror.stat().st_size if known is not None and mirror.exists() else 0
+    if known is not None:
+        read = read_remote_file(params, host, remote, known["base"] + have, PULL_LIMIT)
+        if read.inode == known["inode"] and read.size >= known["base"] + have:
+            _append(mirror, read.data)
+            return
+    # first pull, or the remote log was rotated or truncated: start a new mirror
+    size = read_remote_file(params, host, remote, 0, 0)
+    if size.size == 0:
+        return
+    start = max(0, size.size - FIRST_PULL_BYTES)
+    read = read_remote_file(params, host, remote, start, PULL_LIMIT)
+    data = read.data
+    if start > 0:  # begin at the first whole line
+        newline = data.find(b"\n")
+        start, data = (start + newline + 1, data[newline + 1 :]) if newline >= 0 else (start, b"")
+    _write_sidecar(sidecar, {"inode": read.inode, "base": start})
+    temporary = mirror.with_name(f".{mirror.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(mirror)
+
+
+def _read_sidecar(sidecar: Path) -> dict[str, int] | None:
+    try:
+        record = json.loads(sidecar.read_text())
+        return {"inode": int(record["inode"]), "base": int(record["base"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_sidecar(sidecar: Path, record: dict[str, int]) -> None:
+    temporary = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(record) + "\n")
+    temporary.replace(sidecar)
+
+
+def _append(mirror: Path, data: bytes) -> None:
+    if not data:
+        return
+    descriptor = os.open(mirror, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(descriptor, view) :]
+    finally:
+        os.close(descriptor)
