@@ -306,8 +306,9 @@ class ElasticGridHook(BaseHook):
             if status not in ("running", "done", "failed", "stopped"):  # dry-run, unknown words
                 status = "failed"
             job_dir, error = str(state.job_dir), state.last_error
-            if status == "running" and spec_params(part.spec_path) is not None:
-                error = remote_down_ranks(job_dir)  # the engine's last probe of the hosts
+            if status in ("running", "failed") and spec_params(part.spec_path) is not None:
+                # on SSH hosts iroh-tinker's own words say nothing; the engine's last probe does
+                error = remote_down_ranks(job_dir) or (error if status == "failed" else None)
             parts.append(replace(part, status=status, job_dir=job_dir, last_error=error))
         return JobSnapshot(manifest=manifest, parts=tuple(parts))
 

@@ -42,9 +42,7 @@ from typing import Any
 
 from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
 
-REMOTE_STATUS_NAME = "remote-status.json"
-REMOTE_JOB_FOLDER = ".elasticgrid"  # the part's job folder inside its remote_dir on each host
-DEFAULT_REMOTE_ROOT = "~/elasticgrid"  # a part's remote_dir when its provider names none
+REMOTE_STATUS_NAME = "remote-status.json"  # written by the engine's status probe
 PULL_LIMIT = 4 * 1024 * 1024
 FIRST_PULL_BYTES = 256 * 1024
 SIDECAR_SUFFIX = ".remote"
@@ -69,12 +67,6 @@ def spec_params(spec_path: str | os.PathLike[str]) -> dict[str, Any] | None:
         return None
     params = resources.get("params")
     return dict(params) if isinstance(params, dict) else None
-
-
-def remote_job_dir(params: Mapping[str, Any], part_name: str) -> str:
-    """The part's job folder on its hosts: logs, runner markers and the step log."""
-    remote_dir = str(params.get("remote_dir") or f"{DEFAULT_REMOTE_ROOT}/{part_name}")
-    return f"{remote_dir.rstrip('/')}/{REMOTE_JOB_FOLDER}"
 
 
 def ranks_down(last_error: str | None) -> list[int]:
@@ -125,12 +117,11 @@ def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]
 
 def pull_step_log(params: Mapping[str, Any], part_name: str, mirror: Path) -> None:
     """Append to ``mirror`` what the part's remote step log gained (module rules)."""
+    from elasticgrid_provider.core.ssh_params import SshParams
     from elasticgrid_provider.engines.ssh import read_remote_file
 
-    hosts = params.get("hosts") or []
-    if not hosts:
-        return
-    host, remote = str(hosts[0]), f"{remote_job_dir(params, part_name)}/{mirror.name}"
+    ssh = SshParams.parse(params)
+    host, remote = ssh.hosts[0], f"{ssh.remote_job_dir(part_name)}/{mirror.name}"
     sidecar = mirror.with_name(mirror.name + SIDECAR_SUFFIX)
     known = _read_sidecar(sidecar)
     have = mirror.stat().st_size if known is not None and mirror.exists() else 0
