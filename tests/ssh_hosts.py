@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -185,9 +186,9 @@ class SshTestHosts:
                 *mounts,
                 f"mkdir -p {POOL_MOUNT} /run/sshd",
                 f"mount --bind {shlex.quote(str(self.pool))} {POOL_MOUNT}",
-                'mount -t tmpfs -o mode=0700 tmpfs "$HOME"',
-                'mkdir -p "$HOME/.ssh"',
-                f'cp {shlex.quote(self.key)}.pub "$HOME/.ssh/authorized_keys"',
+                *self._keep_interpreter_mounts(index),
+                "mkdir -p /root/.ssh",
+                f"cp {shlex.quote(self.key)}.pub /root/.ssh/authorized_keys",
                 f"exec /usr/sbin/sshd -D -f {shlex.quote(str(config))} "
                 f"-E {shlex.quote(str(self.folder / f'sshd{index}.log'))}",
             ]
@@ -213,6 +214,24 @@ class SshTestHosts:
         )
         kind, public = Path(f"{host_key}.pub").read_text().split()[:2]
         return f"{address} {kind} {public}\n"
+
+    def _keep_interpreter_mounts(self, index: int) -> list[str]:
+        """Shell lines mounting the tmpfs home; the Python install stays visible when it lives
+        under the home folder (pyenv), so the hosts can run this interpreter."""
+        home = Path("/root")
+        prefix = Path(sys.base_prefix).resolve()
+        tmpfs = f'mount -t tmpfs -o mode=0700 tmpfs "{home}"'
+        if home not in prefix.parents:
+            return [tmpfs]
+        stage = shlex.quote(str(self.folder / f"python{index}"))
+        quoted = shlex.quote(str(prefix))
+        return [
+            f"mkdir -p {stage}",
+            f"mount --bind {quoted} {stage}",
+            tmpfs,
+            f"mkdir -p {quoted}",
+            f"mount --move {stage} {quoted}",
+        ]
 
     def _wait_until_listening(self, timeout: float = 15.0) -> None:
         deadline = time.monotonic() + timeout

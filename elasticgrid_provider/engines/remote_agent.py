@@ -6,7 +6,7 @@ never written on the host), and reads one JSON answer from its standard
 output. Standard library only: the host needs its Python and iroh-tinker,
 not this package. Requests (``op``):
 
-* ``check``: create the part's job folder and log folder; import iroh's runner.
+* ``check``: create the part's job folder and log folder; find iroh's runner module.
 * ``start``: remove the last launch's ``done_*``/``attempt_*`` markers, start
   each rank detached (own session, stdin ``/dev/null``, output appended to
   its log), answer each rank's pid and start time (a pid's identity: a pid
@@ -108,8 +108,14 @@ def _command_line(pid):
 
 def check(request):
     os.makedirs(os.path.join(_folder(request["job_dir"]), "logs"), exist_ok=True)
-    import iroh_tinker.cloud.runner  # noqa: F401 - the ranks' runner must import here
+    # found without importing it (iroh_tinker's import takes most of a second): the package,
+    # then the runner module in it
+    import importlib.util
 
+    package = importlib.util.find_spec("iroh_tinker")
+    folders = list(package.submodule_search_locations or []) if package else []
+    if not any(os.path.isfile(os.path.join(folder, "cloud", "runner.py")) for folder in folders):
+        raise ImportError(f"{sys.executable} cannot import iroh_tinker.cloud.runner")
     return {"dir": _folder(request["dir"])}
 
 

@@ -258,7 +258,7 @@ class SshEngine(Engine):
 
     def check_hosts(self) -> None:
         """Reach every host (in parallel): create the job folder, check that the remote Python
-        imports iroh's runner. Raises :class:`RemoteHostError` naming the first bad host."""
+        finds iroh's runner. Raises :class:`RemoteHostError` naming the first bad host."""
         results = for_each_host(
             self.params.hosts, lambda host: self._agent(host, {"op": "check"}, CHECK_EXTRA_S)
         )
