@@ -44,17 +44,21 @@ def _session_ranks() -> Iterator[tuple[int, bytes, dict[str, str]]]:
     """Every live iroh-tinker runner (rank) of this test session: pid, command line, environment.
 
     Found in ``/proc``, not in iroh-tinker's records, so ranks it never recorded
-    count too. Ranks started by another test session (another pytest-xdist
+    count too; only in this PID namespace (a rank on an SSH test host lives in
+    its host's namespace, and its host's sshd ends it). Ranks started by another test session (another pytest-xdist
     worker, or another checkout's run on this machine) are told apart by the
     session marker every process of a session inherits (``SESSION_VARIABLE``).
     """
     ours = os.environ.get(SESSION_VARIABLE)
+    namespace = os.readlink("/proc/self/ns/pid")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             command = (entry / "cmdline").read_bytes()
             environ = (entry / "environ").read_bytes().split(b"\0")
+            if os.readlink(entry / "ns" / "pid") != namespace:  # an SSH test host's rank
+                continue
         except OSError:
             continue
         if b"iroh_tinker.cloud.runner" not in command:

@@ -9,6 +9,7 @@ The hierarchy::
     RuntimeError
       JobLaunchError          a part could not be launched; the parts started were stopped
       JobFailedError          the checked job failed, is down, or was never launched
+      RemoteHostError         an ssh training host was unreachable or refused a request
 
 What they do:
 
@@ -56,3 +57,7 @@ class JobLaunchError(RuntimeError):
 
 class JobFailedError(RuntimeError):
     """The checked job failed, is down, or was never launched (never a skip: module docstring)."""
+
+
+class RemoteHostError(RuntimeError):
+    """A training host could not be reached or refused a request: one sentence naming the host."""

@@ -142,12 +142,27 @@ def _environment(pid: int) -> dict[str, str]:
     return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
 
 
+def _pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:  # gone, or another user's
+        return None
+
+
 def launch_processes(job_name: str, launch_ids: Iterable[str]) -> list[int]:
-    """Pids of live processes started for ``job_name`` by any of ``launch_ids`` (not this one)."""
+    """Pids of live processes started for ``job_name`` by any of ``launch_ids`` (not this one).
+
+    Only processes in this process's PID namespace count: ranks of a host in a
+    namespace of its own (the SSH test hosts) show in ``/proc`` here too, with
+    pids that mean nothing to the host, and the ssh engine stops them itself.
+    """
     wanted = set(launch_ids)
     found = []
+    ours = _pid_namespace("self")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        if _pid_namespace(entry.name) != ours:
             continue
         environment = _environment(int(entry.name))
         if environment.get(ENV_JOB) == job_name and environment.get(ENV_LAUNCH_ID) in wanted:

@@ -14,9 +14,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from elasticgrid_provider.hooks.launcher import launch_processes
 from tests.conftest import TESTS
@@ -108,3 +113,44 @@ def test_no_rank_nor_setup_command_holds_a_descriptor_of_the_launching_task(jobs
             assert not set(json.loads(line)) & held, line
     finally:
         stop_job_processes("fds")
+
+
+def _sleeps_in_group(group: int, timeout: float = 10.0) -> list[int]:
+    """Pids (as seen here) of the ``sleep`` processes in process group ``group``, once started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                comm = (entry / "comm").read_text()
+                if comm == "sleep\n" and os.getpgid(int(entry.name)) == group:
+                    found.append(int(entry.name))
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"no sleep started in process group {group}")
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+def test_launch_processes_counts_only_processes_of_its_own_pid_namespace():
+    """A rank on a host in a PID namespace of its own (an SSH test host) shows in /proc here too,
+    with the launch's variables; it must not be taken for a local rank (its pid means nothing
+    to its host)."""
+    environment = {**os.environ, "ELASTICGRID_JOB": "ns-job", "ELASTICGRID_LAUNCH_ID": "L1"}
+    prefixes = {"here": [], "namespaced": ["unshare", "--pid", "--fork", "--mount-proc"]}
+    started = {
+        name: subprocess.Popen([*prefix, "sleep", "60"], env=environment, start_new_session=True)
+        for name, prefix in prefixes.items()
+    }
+    try:
+        sleeps = {name: _sleeps_in_group(process.pid) for name, process in started.items()}
+        found = launch_processes("ns-job", ["L1"])
+        assert set(sleeps["here"]) <= set(found)
+        assert not set(sleeps["namespaced"]) & set(found), (sleeps, found)
+    finally:
+        for process in started.values():
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)

@@ -1,0 +1,145 @@
+"""A provider's ``params`` for the ssh engine: which hosts, how to reach them, where to run.
+
+iroh-tinker's own names (``hosts``, ``ssh_port``, ``ssh_key``, ``ssh_opts``,
+``remote_dir``) plus the provider's: ``known_hosts`` (the file host keys are
+checked against), ``connect_timeout_s``, ``python`` (the hosts' interpreter;
+None means the worker's own ``sys.executable`` path, which iroh's runner
+command already names) and ``shared_dir`` (a folder every host of the
+provider sees, such as an NFS mount, for checkpoints and a ``dir:``
+rendezvous).
+
+Node-to-host rule: ``hosts`` lists one entry per node, or fewer entries when
+``max_nodes`` is a whole multiple of their number; each host then carries
+``max_nodes // len(hosts)`` consecutive nodes (2 hosts, 4 nodes: A, A, B, B).
+
+Pure: pydantic only, no network. :meth:`SshParams.from_provider` checks that
+the key and known_hosts files can be read, so call it at task time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ValidationError
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.validation import JsonModel, Text, finite, model, whole
+
+REMOTE_JOB_FOLDER = ".elasticgrid"
+"""The part's job folder inside its remote working directory (logs, markers, step log)."""
+
+
+def _host_entry(value: Any) -> str:
+    """``[user@]host``: no blanks, no leading ``-`` (ssh would read an option), one ``@`` at most."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a '[user@]host' string, got {value!r}")
+    user, at, address = value.rpartition("@")
+    if (
+        any(character.isspace() for character in value)
+        or value.startswith("-")
+        or not address
+        or (at and (not user or "@" in user))
+    ):
+        raise ValueError(f"must be a '[user@]host' string, got {value!r}")
+    return value
+
+
+def _string_list(value: Any) -> Any:
+    if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    raise ValueError(f"must be a list of strings, got {value!r}")
+
+
+def _hosts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"must be a non-empty list of '[user@]host' strings, got {value!r}")
+    return tuple(_host_entry(item) for item in value)
+
+
+HostList = Annotated[tuple[str, ...], BeforeValidator(_hosts)]
+StringList = Annotated[tuple[str, ...], BeforeValidator(_string_list)]
+Port = Annotated[int, whole(1, 65535)]
+Seconds = Annotated[float, finite(0.0, exclusive_minimum=True)]
+
+
+def host_address(entry: str) -> str:
+    """The address part of ``user@host`` (what other ranks connect to)."""
+    return entry.rpartition("@")[2]
+
+
+@model
+class SshParams(JsonModel):
+    """A provider's ssh engine parameters (module docstring)."""
+
+    hosts: HostList
+    ssh_port: Port | None = None
+    ssh_key: Text | None = None
+    ssh_opts: StringList = ()
+    remote_dir: Text | None = None
+    known_hosts: Text | None = None
+    connect_timeout_s: Seconds = 5.0
+    python: Text | None = None
+    shared_dir: Text | None = None
+
+    @classmethod
+    def parse(cls, params: Any, where: str = "resources.params") -> SshParams:
+        """Validate a params mapping, or raise one sentence ``<where>.<field>: <problem>``."""
+        if not isinstance(params, Mapping):
+            raise ElasticGridError(f"{where}: must be a JSON object, got {params!r}")
+        known = tuple(cls.__dataclass_fields__)
+        for key in params:
+            if key not in known:
+                raise ElasticGridError(f"{where}.{key}: unknown key (known: {', '.join(known)})")
+        if "hosts" not in params:
+            raise ElasticGridError(f"{where}.hosts: missing (list one '[user@]host' per node)")
+        try:
+            return cls.type_adapter().validate_python(dict(params))
+        except ValidationError as error:
+            problem = error.errors(include_url=False)[0]
+            field = str(problem["loc"][0]) if problem["loc"] else "?"
+            cause = (problem.get("ctx") or {}).get("error")
+            phrase = str(cause) if cause is not None else str(problem["msg"])
+            phrase = phrase.removeprefix("Value error, ")
+            raise ElasticGridError(f"{where}.{field}: {phrase}") from None
+
+    @classmethod
+    def from_provider(cls, provider_name: str, params: Any, max_nodes: int) -> SshParams:
+        """The params of provider ``provider_name`` with ``max_nodes`` nodes, checked in full:
+        fields, the node-to-host rule, and that the key and known_hosts files can be read."""
+        where = f"provider {provider_name!r} params"
+        parsed = cls.parse(params, where)
+        for field in ("ssh_key", "known_hosts"):
+            path = getattr(parsed, field)
+            if path is not None and not _readable_file(path):
+                raise ElasticGridError(f"{where}.{field}: file {path!r} cannot be read")
+        parsed.node_hosts(max_nodes, where)
+        return parsed
+
+    def node_hosts(self, max_nodes: int, where: str = "params") -> tuple[str, ...]:
+        """The host of each of ``max_nodes`` nodes (module docstring); raise when the hosts
+        cannot carry them evenly."""
+        count = len(self.hosts)
+        if max_nodes == 0:
+            return ()
+        if count > max_nodes or max_nodes % count:
+            raise ElasticGridError(
+                f"{where}.hosts: {count} hosts cannot carry max_nodes={max_nodes} evenly; "
+                "list one host per node (repeat a host to give it more nodes)"
+            )
+        return tuple(host for host in self.hosts for _ in range(max_nodes // count))
+
+    def remote_root(self, part_name: str) -> str:
+        """The ranks' working directory on every host (``remote_dir``, or a per-part default)."""
+        return self.remote_dir or f"~/elasticgrid/{part_name}"
+
+    def remote_job_dir(self, part_name: str) -> str:
+        """The part's job folder on every host: logs, iroh's markers, ``steps.jsonl``."""
+        return f"{self.remote_root(part_name).rstrip('/')}/{REMOTE_JOB_FOLDER}"
+
+
+def _readable_file(path: str) -> bool:
+    expanded = Path(path).expanduser()
+    return expanded.is_file() and os.access(expanded, os.R_OK)

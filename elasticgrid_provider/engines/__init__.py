@@ -1,0 +1,1 @@
+"""Engines of the provider (iroh-tinker ``Engine`` subclasses); import nothing here."""

@@ -1,0 +1,267 @@
+"""The code the ssh engine runs on a training host, one request per ssh call.
+
+The engine sends this file's source and then a JSON request on the ssh
+session's standard input (so ``envs`` values are never on a command line and
+never written on the host), and reads one JSON answer from its standard
+output. Standard library only: the host needs its Python and iroh-tinker,
+not this package. Requests (``op``):
+
+* ``check``: create the part's job folder and log folder; find iroh's runner module.
+* ``start``: remove the last launch's ``done_*``/``attempt_*`` markers, start
+  each rank detached (own session, stdin ``/dev/null``, output appended to
+  its log), answer each rank's pid and start time (a pid's identity: a pid
+  reused by another process never reads as the rank).
+* ``status``: per rank, alive (not a zombie) or not, and its markers.
+* ``stop``: SIGKILL each rank's runner (the session leader, so it cannot
+  restart the rank it was told to stop), SIGTERM the rest of its group, then
+  SIGKILL what outlives the grace.
+* ``sweep``: the same for every process whose environment names the job and
+  one of the launch ids (ranks nobody recorded).
+* ``tail``, ``read``: the end of a log; bytes of a file from an offset.
+* ``setup``: run the spec's setup command in the working directory.
+"""
+
+import base64
+import contextlib
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+RUNNER = b"iroh_tinker.cloud.runner"
+
+
+def _folder(path):
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _stat(pid):
+    """(state, pgrp, start time) of a process, or None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[2]), fields[19].decode()
+
+
+def _is_rank(pid, started):
+    """True while ``pid`` runs (not a zombie) and is the process started at ``started``."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z" and (started is None or stat[2] == started)
+
+
+def _group_alive(group):
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[1] == group and stat[0] != "Z":
+                return True
+    return False
+
+
+def _signal_group(group, number):
+    with contextlib.suppress(OSError):
+        os.killpg(group, number)
+
+
+def _stop(runners, groups, others, grace):
+    """SIGKILL the runners, SIGTERM their groups, SIGKILL the groups after ``grace`` seconds."""
+    for pid in runners + others:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL if pid in runners else signal.SIGTERM)
+    for group in groups:
+        _signal_group(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_group_alive(group) for group in groups):
+        time.sleep(0.05)
+    for group in groups:
+        _signal_group(group, signal.SIGKILL)
+    for pid in others:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_group_alive(group) for group in groups):
+        time.sleep(0.05)
+
+
+def _environment(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def _command_line(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def check(request):
+    os.makedirs(os.path.join(_folder(request["job_dir"]), "logs"), exist_ok=True)
+    # found without importing it (iroh_tinker's import takes most of a second): the package,
+    # then the runner module in it
+    import importlib.util
+
+    package = importlib.util.find_spec("iroh_tinker")
+    folders = list(package.submodule_search_locations or []) if package else []
+    if not any(os.path.isfile(os.path.join(folder, "cloud", "runner.py")) for folder in folders):
+        raise ImportError(f"{sys.executable} cannot import iroh_tinker.cloud.runner")
+    return {"dir": _folder(request["dir"])}
+
+
+def start(request):
+    root, job_dir = _folder(request["dir"]), _folder(request["job_dir"])
+    os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
+    for marker in glob.glob(os.path.join(job_dir, "done_*")) + glob.glob(
+        os.path.join(job_dir, "attempt_*")
+    ):
+        os.unlink(marker)
+    env = dict(os.environ)
+    env.update(request["env"])
+    started = {}
+    try:
+        for rank in request["ranks"]:
+            argv = [job_dir if word == request["job_dir"] else word for word in rank["argv"]]
+            log = os.path.join(job_dir, "logs", f"rank_{rank['rank']}.log")
+            descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                process = subprocess.Popen(
+                    argv,
+                    cwd=root,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=descriptor,
+                    stderr=descriptor,
+                    start_new_session=True,
+                )
+            finally:
+                os.close(descriptor)
+            stat = _stat(process.pid)
+            started[str(rank["rank"])] = [process.pid, stat[2] if stat else None]
+    except Exception:
+        pids = [pid for pid, _ in started.values()]
+        _stop(pids, pids, [], 0.0)
+        raise
+    return {"pids": started}
+
+
+def status(request):
+    job_dir = _folder(request["job_dir"])
+    ranks = {}
+    for rank, (pid, started) in request["ranks"].items():
+        markers: dict = {}
+        for kind in ("done", "attempt"):
+            try:
+                with open(os.path.join(job_dir, f"{kind}_{rank}")) as handle:
+                    markers[kind] = handle.read()
+            except OSError:
+                markers[kind] = None
+        ranks[rank] = {"alive": _is_rank(pid, started), **markers}
+    return {"ranks": ranks}
+
+
+def stop(request):
+    runners = [pid for pid, started in request["ranks"] if _is_rank(pid, started)]
+    _stop(runners, runners, [], request["grace"])
+    return {"killed": runners}
+
+
+def sweep(request):
+    wanted = set(request["launch_ids"])
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in (os.getpid(), os.getppid()):
+            environment = _environment(int(entry))
+            if (
+                environment.get("ELASTICGRID_JOB") == request["job"]
+                and environment.get("ELASTICGRID_LAUNCH_ID") in wanted
+                and _is_rank(int(entry), None)
+            ):
+                found.append(int(entry))
+    runners = [pid for pid in found if RUNNER in _command_line(pid)]
+    groups = sorted({stat[1] for stat in map(_stat, found) if stat is not None})
+    others = [pid for pid in found if pid not in runners]
+    _stop(runners, groups, others, request["grace"])
+    return {"killed": sorted(found)}
+
+
+def tail(request):
+    try:
+        with open(_folder(request["path"]), "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            end = position = handle.tell()
+            data = b""
+            while position > 0 and data.count(b"\n") <= request["lines"]:
+                position = max(0, position - 65536)
+                handle.seek(position)
+                data = handle.read(end - position)
+    except OSError:
+        return {"text": ""}
+    lines = data.decode(errors="replace").splitlines()
+    return {"text": "\n".join(lines[-request["lines"] :]) if request["lines"] > 0 else ""}
+
+
+def read(request):
+    try:
+        descriptor = os.open(_folder(request["path"]), os.O_RDONLY)
+    except FileNotFoundError:
+        return {"inode": 0, "size": 0, "data": ""}
+    try:
+        info = os.fstat(descriptor)
+        data = os.pread(descriptor, request["limit"], request["offset"])
+    finally:
+        os.close(descriptor)
+    return {"inode": info.st_ino, "size": info.st_size, "data": base64.b64encode(data).decode()}
+
+
+def setup(request):
+    env = dict(os.environ)
+    env.update(request["env"])
+    result = subprocess.run(
+        request["command"],
+        shell=True,
+        cwd=_folder(request["dir"]),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=request["timeout"],
+    )
+    output = result.stdout.decode(errors="replace").strip().splitlines()
+    return {"returncode": result.returncode, "output": " | ".join(output[-5:])}
+
+
+OPERATIONS = {
+    "check": check,
+    "start": start,
+    "status": status,
+    "stop": stop,
+    "sweep": sweep,
+    "tail": tail,
+    "read": read,
+    "setup": setup,
+}
+
+
+def main():
+    request = json.loads(sys.stdin.readline())
+    try:
+        answer = OPERATIONS[request["op"]](request)
+    except Exception as error:  # one line for the engine's one sentence
+        answer = {"error": f"{type(error).__name__}: {error}"}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

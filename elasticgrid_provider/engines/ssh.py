@@ -1,0 +1,501 @@
+"""The provider's ssh engine: ranks on machines reached over SSH, with no filesystem shared.
+
+An iroh-tinker ``Engine``, loaded as ``module=elasticgrid_provider.engines.ssh:SshEngine``
+(its ``name``, so ``JobManager`` rebuilds it from a job's state). It replaces
+iroh-tinker 0.5's ``SshEngine``, which runs its remote script in the wrong
+folder, starts ranks one ``ssh`` at a time, puts ``envs`` values on the
+remote command line and never detaches its ranks.
+
+* **Layout.** ``R`` (``params.remote_dir``, default ``~/elasticgrid/<part>``)
+  is the ranks' working directory; ``workdir`` is rsynced there. The part's
+  job folder is ``R/.elasticgrid``: logs ``logs/rank_<n>.log``, iroh's runner
+  markers ``done_<n>``/``attempt_<n>``, the step log ``steps.jsonl``.
+* **One ssh per host per operation**, hosts in parallel, over a multiplexed
+  connection (``ControlMaster``), with a connect timeout and a timeout on
+  every subprocess. The remote side is :mod:`.remote_agent`, sent with its
+  JSON request on standard input: ``envs`` values never appear on a command
+  line and are never written on a host.
+* **Host keys** are checked (``StrictHostKeyChecking=yes``) against
+  ``known_hosts`` when given, else the user's own; never trusted on first use.
+* **Pids.** Each rank's remote pid and start time are kept in ``node.env``
+  (which iroh-tinker saves), never in ``cluster.meta["pids"]``: iroh would
+  ``os.kill`` them on this machine. ``status`` mirrors the remote markers
+  into the local job folder (iroh reads ``done_0`` there) and writes
+  ``remote-status.json`` (an unreachable host's ranks are ``stopped`` to iroh,
+  ``unreachable`` in the file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from iroh_tinker.cloud.engines.base import ClusterInfo, Engine, Node
+
+from elasticgrid_provider.core.errors import ElasticGridError, RemoteHostError
+from elasticgrid_provider.core.ssh_params import REMOTE_JOB_FOLDER, SshParams, host_address
+
+log = logging.getLogger(__name__)
+
+ENGINE_REF = "module=elasticgrid_provider.engines.ssh:SshEngine"
+"""The ``resources.infra`` entry of this engine."""
+STATUS_FILE = "remote-status.json"
+SYNC_EXCLUDES = (".git", ".venv", "__pycache__", REMOTE_JOB_FOLDER)
+CONTROL_PERSIST_S = 30
+CHECK_EXTRA_S = 15.0  # beyond the connect timeout: importing iroh's runner on the host
+START_EXTRA_S = 30.0
+PROBE_EXTRA_S = 5.0  # status and logs must answer within seconds
+STOP_EXTRA_S = 15.0  # beyond the grace
+SYNC_TIMEOUT_S = 1800.0  # a whole rsync; a stalled one ends after its --timeout
+SYNC_STALL_S = 60
+SETUP_TIMEOUT_S = 3600.0
+MAX_STOP_GRACE_S = 10.0
+SWEEP_GRACE_S = 3.0
+LOADER = "import json,sys;exec(compile(json.loads(sys.stdin.readline()),'remote_agent','exec'))"
+"""The remote command: read the agent's source from the first line of standard input, run it."""
+
+Result = TypeVar("Result")
+
+
+class RemoteRead(NamedTuple):
+    """Bytes of a remote file from an offset, with the file's inode and size (0, 0 if missing)."""
+
+    inode: int
+    size: int
+    data: bytes
+
+
+# -- ssh -------------------------------------------------------------------------------------
+
+
+def control_folder() -> Path:
+    """This user's 0700 folder for ssh control sockets (refused if someone else owns it)."""
+    folder = Path(tempfile.gettempdir()) / f"elasticgrid-ssh-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise RemoteHostError(f"ssh control folder {str(folder)!r} is not this user's own folder")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        folder.chmod(0o700)
+    return folder
+
+
+def ssh_options(params: SshParams) -> list[str]:
+    """The options of every ssh call (ours first: ssh keeps the first value of an option)."""
+    options = [
+        *("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"),
+        *(["-o", f"UserKnownHostsFile={params.known_hosts}"] if params.known_hosts else []),
+        *("-o", f"ConnectTimeout={max(1, math.ceil(params.connect_timeout_s))}"),
+        *("-o", "ServerAliveInterval=1", "-o", "ServerAliveCountMax=3"),
+        *("-o", "ControlMaster=auto", "-o", f"ControlPath={control_folder()}/%C"),
+        *("-o", f"ControlPersist={CONTROL_PERSIST_S}"),
+        *(["-p", str(params.ssh_port)] if params.ssh_port else []),
+        *(["-i", str(Path(params.ssh_key).expanduser())] if params.ssh_key else []),
+    ]
+    return [*options, *params.ssh_opts]
+
+
+def _run(argv: list[str], payload: bytes, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` with ``payload`` on stdin; kill it at ``timeout`` (raises TimeoutExpired)."""
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        try:
+            out, err = process.communicate(payload, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            # a control master may hold the pipes a moment longer: do not wait on it
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.communicate(timeout=2.0)
+            raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _last_line(data: bytes) -> str:
+    lines = [line.strip() for line in data.decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
+
+
+@cache
+def _agent_source() -> str:
+    return Path(__file__).with_name("remote_agent.py").read_text()
+
+
+def call_agent(
+    params: SshParams, host: str, request: dict[str, Any], timeout: float
+) -> dict[str, Any]:
+    """One ssh to ``host`` running :mod:`.remote_agent` on ``request``; its JSON answer.
+
+    Raises :class:`RemoteHostError` (one sentence naming the host) when the
+    host cannot be reached, does not answer within ``timeout`` or fails.
+    """
+    python = params.python or sys.executable
+    command = shlex.join([python, "-c", LOADER])
+    payload = f"{json.dumps(_agent_source())}\n{json.dumps(request)}\n".encode()
+    argv = ["ssh", *ssh_options(params), "--", host, command]
+    try:
+        result = _run(argv, payload, timeout)
+    except subprocess.TimeoutExpired:
+        raise RemoteHostError(f"ssh host {host!r} did not answer within {timeout:g} s") from None
+    if result.returncode == 255:
+        reason = _last_line(result.stderr)
+        raise RemoteHostError(f"ssh host {host!r} cannot be reached: {reason}")
+    try:
+        answer = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        reason = _last_line(result.stderr)
+        raise RemoteHostError(
+            f"ssh host {host!r}: {python!r} failed (exit {result.returncode}): {reason}"
+        ) from None
+    if "error" in answer:
+        raise RemoteHostError(f"ssh host {host!r}: {answer['error']}")
+    return answer
+
+
+def for_each_host(
+    hosts: Iterable[str], call: Callable[[str], Result]
+) -> dict[str, Result | RemoteHostError]:
+    """``call(host)`` for every distinct host in parallel; a host's error is its result."""
+    distinct = list(dict.fromkeys(hosts))
+    if not distinct:
+        return {}
+
+    def guarded(host: str) -> Result | RemoteHostError:
+        try:
+            return call(host)
+        except RemoteHostError as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=min(len(distinct), 32)) as pool:
+        return dict(zip(distinct, pool.map(guarded, distinct), strict=True))
+
+
+def _first_error(results: Mapping[str, object]) -> RemoteHostError | None:
+    return next((value for value in results.values() if isinstance(value, RemoteHostError)), None)
+
+
+def _parse(params: Mapping[str, Any] | SshParams) -> SshParams:
+    return params if isinstance(params, SshParams) else SshParams.parse(params)
+
+
+# -- the engine ------------------------------------------------------------------------------
+
+
+class SshEngine(Engine):
+    """Ranks on SSH hosts (module docstring); params from ``spec.resources.params``."""
+
+    name = ENGINE_REF
+
+    @classmethod
+    def probe(cls) -> bool:
+        return shutil.which("ssh") is not None
+
+    @property
+    def params(self) -> SshParams:
+        """The spec's params, validated (``ElasticGridError`` naming the field)."""
+        cached = self.__dict__.get("_params")
+        if cached is None:
+            cached = self.__dict__["_params"] = SshParams.parse(self.spec.resources.params)
+        return cached
+
+    @property
+    def remote_root(self) -> str:
+        return self.params.remote_root(self.spec.name)
+
+    @property
+    def remote_job_dir(self) -> str:
+        return self.params.remote_job_dir(self.spec.name)
+
+    def _timeout(self, extra: float) -> float:
+        return self.params.connect_timeout_s + extra
+
+    def _agent(self, host: str, request: dict[str, Any], extra: float) -> dict[str, Any]:
+        base = {"dir": self.remote_root, "job_dir": self.remote_job_dir}
+        return call_agent(self.params, host, {**base, **request}, self._timeout(extra))
+
+    def _rank_hosts(self) -> list[str]:
+        """One host per rank: ``hosts`` per rank, or per node repeated ``procs_per_node`` times."""
+        hosts, spec = list(self.params.hosts), self.spec
+        if len(hosts) == spec.num_nodes:
+            hosts = [host for host in hosts for _ in range(spec.procs_per_node)]
+        if len(hosts) != spec.world_size:
+            raise ElasticGridError(
+                f"resources.params.hosts: {len(self.params.hosts)} hosts cover neither "
+                f"num_nodes={spec.num_nodes} nor world_size={spec.world_size}"
+            )
+        return hosts
+
+    def provision(self, job_dir: str) -> ClusterInfo:
+        """One node per rank on its host, after :meth:`check_hosts`."""
+        hosts = self._rank_hosts()
+        for field in ("ssh_key", "known_hosts"):
+            path = getattr(self.params, field)
+            if path is not None and not os.access(Path(path).expanduser(), os.R_OK):
+                raise ElasticGridError(f"resources.params.{field}: file {path!r} cannot be read")
+        self.check_hosts()
+        Path(job_dir).mkdir(parents=True, exist_ok=True)
+        nodes = [
+            Node(rank=rank, host=host, local_rank=rank % self.spec.procs_per_node)
+            for rank, host in enumerate(hosts)
+        ]
+        meta = {"pids": {}, "job_dir": str(job_dir)}
+        return ClusterInfo(job_name=self.spec.name, engine=self.name, nodes=nodes, meta=meta)
+
+    def check_hosts(self) -> None:
+        """Reach every host (in parallel): create the job folder, check that the remote Python
+        finds iroh's runner. Raises :class:`RemoteHostError` naming the first bad host."""
+        results = for_each_host(
+            self.params.hosts, lambda host: self._agent(host, {"op": "check"}, CHECK_EXTRA_S)
+        )
+        error = _first_error(results)
+        if error is not None:
+            raise error
+
+    def sync(self, cluster: ClusterInfo, workdir: str) -> None:
+        """rsync ``workdir`` into ``R`` on every host, in parallel, over the same ssh options."""
+        source = f"{Path(workdir).resolve()}/"
+        root = self.remote_root
+        target = root[2:] if root.startswith("~/") else root  # rsync's relative paths start at ~
+        shell = shlex.join(["ssh", *ssh_options(self.params)])
+        excludes = [word for name in SYNC_EXCLUDES for word in ("--exclude", name)]
+
+        def copy(host: str) -> None:
+            argv = ["rsync", "-a", f"--timeout={SYNC_STALL_S}", "-e", shell, *excludes]
+            try:
+                result = _run([*argv, source, f"{host}:{target.rstrip('/')}/"], b"", SYNC_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise RemoteHostError(
+                    f"rsync to ssh host {host!r} took over {SYNC_TIMEOUT_S:g} s"
+                ) from None
+            if result.returncode != 0:
+                reason = _last_line(result.stderr)
+                raise RemoteHostError(f"rsync to ssh host {host!r} failed: {reason}")
+
+        error = _first_error(for_each_host((node.host for node in cluster.nodes), copy))
+        if error is not None:
+            raise error
+
+    def setup(self, cluster: ClusterInfo, workdir: str, setup_cmd: str) -> None:
+        """Run the spec's ``setup`` in ``R`` on every host (``envs`` sent on stdin)."""
+        request: dict[str, Any] = {"op": "setup", "command": setup_cmd, "timeout": SETUP_TIMEOUT_S}
+        request["env"] = dict(self.spec.envs)
+
+        def run(host: str) -> None:
+            answer = self._agent(host, request, SETUP_TIMEOUT_S + 10)
+            if answer["returncode"] != 0:
+                raise RemoteHostError(
+                    f"setup on ssh host {host!r} exited {answer['returncode']}: {answer['output']}"
+                )
+
+        error = _first_error(for_each_host((node.host for node in cluster.nodes), run))
+        if error is not None:
+            raise error
+
+    def _remote_command(self, argv: list[str]) -> list[str]:
+        """iroh's runner command with the remote job folder and the host's Python."""
+        command = list(argv)
+        if "--job-dir" in command:
+            command[command.index("--job-dir") + 1] = self.remote_job_dir
+        if self.params.python:
+            command[0] = self.params.python
+        return command
+
+    def start(
+        self, cluster: ClusterInfo, commands: dict[int, list[str]], env: dict[str, str]
+    ) -> None:
+        """Start every rank: one ssh per host, hosts in parallel. If a host fails, the ranks
+        started on the others are stopped and :class:`RemoteHostError` names the host."""
+        by_host = _nodes_by_host(cluster.nodes)
+        _clear_local_markers(cluster)
+        cluster.meta["pids"] = {}
+
+        def launch(host: str) -> dict[str, list[Any]]:
+            ranks = [
+                {"rank": node.rank, "argv": self._remote_command(commands[node.rank])}
+                for node in by_host[host]
+            ]
+            request_env = {**env, "ELASTICGRID_HOST": host_address(host)}
+            request = {"op": "start", "ranks": ranks, "env": request_env}
+            return self._agent(host, request, START_EXTRA_S)["pids"]
+
+        results = for_each_host(by_host, launch)
+        for host, answer in results.items():
+            if isinstance(answer, RemoteHostError):
+                continue
+            for node in by_host[host]:
+                pid, started = answer[str(node.rank)]
+                node.env.update({"pid": str(pid), "pid_start": str(started or "")})
+        error = _first_error(results)
+        if error is not None:
+            self.stop(cluster)
+            raise error
+
+    def status(self, cluster: ClusterInfo) -> dict[int, str]:
+        """Each rank ``running`` or ``stopped`` (unreachable hosts' ranks: stopped), the
+        remote markers mirrored locally, and ``remote-status.json`` written."""
+        by_host = _nodes_by_host(cluster.nodes)
+
+        def probe(host: str) -> dict[str, Any]:
+            ranks = {str(node.rank): _pid(node) for node in by_host[host] if _pid(node)[0]}
+            return self._agent(host, {"op": "status", "ranks": ranks}, PROBE_EXTRA_S)["ranks"]
+
+        results = for_each_host(by_host, probe)
+        words: dict[int, str] = {}
+        unreachable = []
+        job_dir = Path(cluster.meta.get("job_dir") or ".")
+        for host, answer in results.items():
+            if isinstance(answer, RemoteHostError):
+                log.warning("%s", answer)
+                unreachable.append(host)
+                words.update(dict.fromkeys((node.rank for node in by_host[host]), "unreachable"))
+                continue
+            for node in by_host[host]:
+                found = answer.get(str(node.rank), {})
+                words[node.rank] = "running" if found.get("alive") else "stopped"
+                for kind in ("done", "attempt"):
+                    _mirror(job_dir / f"{kind}_{node.rank}", found.get(kind))
+        record = {
+            "checked_at": time.time(),
+            "ranks": {str(rank): words[rank] for rank in sorted(words)},
+            "unreachable_hosts": unreachable,
+        }
+        if job_dir.is_dir():
+            _write_json(job_dir / STATUS_FILE, record)
+        return {rank: "running" if word == "running" else "stopped" for rank, word in words.items()}
+
+    def stop(self, cluster: ClusterInfo) -> None:
+        """Kill each rank's process group on every host (module :mod:`.remote_agent`); a host
+        that cannot be reached is logged and given up after the timeout."""
+        grace = min(float(self.spec.recovery.signal_grace_s), MAX_STOP_GRACE_S)
+        by_host = _nodes_by_host(node for node in cluster.nodes if _pid(node)[0])
+
+        def kill(host: str) -> None:
+            ranks = [_pid(node) for node in by_host[host]]
+            self._agent(host, {"op": "stop", "ranks": ranks, "grace": grace}, grace + STOP_EXTRA_S)
+
+        for host, result in for_each_host(by_host, kill).items():
+            if isinstance(result, RemoteHostError):
+                log.warning("could not stop the ranks on %s: %s", host, result)
+
+    def logs(self, cluster: ClusterInfo, rank: int, tail: int = 50) -> str:
+        """The last ``tail`` lines of the rank's remote log ("" when its host is unreachable)."""
+        node = next((node for node in cluster.nodes if node.rank == rank), None)
+        if node is None:
+            return ""
+        request = {"op": "tail", "path": f"{self.remote_job_dir}/logs/rank_{rank}.log"}
+        try:
+            return str(self._agent(node.host, {**request, "lines": tail}, PROBE_EXTRA_S)["text"])
+        except RemoteHostError as error:
+            log.warning("%s", error)
+            return ""
+
+
+def _pid(node: Node) -> tuple[int, str | None]:
+    """A node's remote rank pid (0 when none was recorded) and start time."""
+    try:
+        pid = int(node.env.get("pid", "0"))
+    except ValueError:
+        pid = 0
+    return pid, node.env.get("pid_start") or None
+
+
+def _nodes_by_host(nodes: Iterable[Node]) -> dict[str, list[Node]]:
+    grouped: dict[str, list[Node]] = {}
+    for node in nodes:
+        grouped.setdefault(node.host, []).append(node)
+    return grouped
+
+
+def _write_json(path: Path, data: Any) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data) + "\n")
+    temporary.replace(path)
+
+
+def _mirror(path: Path, content: str | None) -> None:
+    """Make the local marker ``path`` hold ``content``, or remove it when ``content`` is None."""
+    if content is None:
+        path.unlink(missing_ok=True)
+    elif not path.exists() or path.read_text() != content:
+        path.write_text(content)
+
+
+def _clear_local_markers(cluster: ClusterInfo) -> None:
+    job_dir = cluster.meta.get("job_dir")
+    if job_dir and Path(job_dir).is_dir():
+        for marker in [*Path(job_dir).glob("done_*"), *Path(job_dir).glob("attempt_*")]:
+            marker.unlink(missing_ok=True)
+
+
+# -- for the hook ----------------------------------------------------------------------------
+
+
+def sweep_launch(
+    params: Mapping[str, Any] | SshParams,
+    job_name: str,
+    launch_ids: Iterable[str],
+    grace_s: float = SWEEP_GRACE_S,
+) -> dict[str, list[int]]:
+    """Kill, on every host of ``params``, the process groups of every process whose environment
+    names ``job_name`` and one of ``launch_ids`` (runners first); host -> pids killed.
+
+    A host that cannot be reached is logged and left out of the answer.
+    """
+    parsed = _parse(params)
+    request = {"op": "sweep", "job": job_name, "launch_ids": list(launch_ids), "grace": grace_s}
+    timeout = parsed.connect_timeout_s + grace_s + STOP_EXTRA_S
+    results = for_each_host(
+        parsed.hosts, lambda host: call_agent(parsed, host, request, timeout)["killed"]
+    )
+    found: dict[str, list[int]] = {}
+    for host, result in results.items():
+        if isinstance(result, RemoteHostError):
+            log.warning("could not sweep %s: %s", host, result)
+        else:
+            found[host] = [int(pid) for pid in result]
+    return found
+
+
+def read_remote_file(
+    params: Mapping[str, Any] | SshParams, host: str, path: str, offset: int, limit: int
+) -> RemoteRead:
+    """At most ``limit`` bytes of ``path`` on ``host`` from byte ``offset`` (one ssh).
+
+    A missing file reads as ``RemoteRead(0, 0, b"")``; an unreachable host raises
+    :class:`RemoteHostError`.
+    """
+    import base64
+
+    parsed = _parse(params)
+    request = {"op": "read", "path": path, "offset": int(offset), "limit": int(limit)}
+    answer = call_agent(parsed, host, request, parsed.connect_timeout_s + PROBE_EXTRA_S)
+    return RemoteRead(int(answer["inode"]), int(answer["size"]), base64.b64decode(answer["data"]))
+
+
+def close_connections(params: Mapping[str, Any] | SshParams) -> None:
+    """End the multiplexed ssh connections to the hosts of ``params`` (``ssh -O exit``)."""
+    parsed = _parse(params)
+
+    def close(host: str) -> None:
+        argv = ["ssh", *ssh_options(parsed), "-O", "exit", "--", host]
+        try:
+            _run(argv, b"", parsed.connect_timeout_s + PROBE_EXTRA_S)
+        except subprocess.TimeoutExpired:
+            log.warning("ssh -O exit %s did not return", host)
+
+    for_each_host(parsed.hosts, close)
