@@ -1,0 +1,59 @@
+"""DAGs for the tests on SSH hosts: the grid comes from the ``elasticgrid_ssh`` connection.
+
+The test points that connection at its namespace hosts (``tests/ssh_hosts.py``)
+and at a jobs root the hosts cannot see. ``train_elastic.py``'s folder is the
+launch's ``workdir``: the engine syncs it to each host and the ranks start
+there, so the ``run`` names the script by a relative path.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG
+
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.sensors import ElasticScaleSensor
+from tests.dag_settings import JOB, PYTHON, TRAIN
+
+SSH_CONN = "elasticgrid_ssh"
+WORKDIR = str(TRAIN.parent)
+# 4 micro-batches per step: at 1 rank three of them wait for the worker (queue-bound)
+SSH_TRAIN_RUN = (
+    f"{PYTHON} {TRAIN.name} --steps {{{{ dag_run.conf.get('steps', 30) }}}} "
+    "--global-batch 4 --microbatch-seconds 0.05"
+)
+SSH = {"elasticgrid_conn_id": SSH_CONN}
+LAUNCH = {
+    **SSH,
+    "job_name": JOB,
+    "run": SSH_TRAIN_RUN,
+    "workdir": WORKDIR,
+    # a value that must never show on a host's command line or disk
+    "envs": {"TRAINING_TOKEN": "{{ dag_run.conf.get('token', 'none') }}"},
+    "recovery": {"mode": "none"},
+    "startup_grace_s": 2,
+}
+
+with DAG(dag_id="ssh_training", schedule=None, catchup=False):
+    plan = PlanPlacementOperator(task_id="plan", nodes="{{ dag_run.conf.get('nodes', 1) }}", **SSH)
+    launch = LaunchOperator(task_id="launch", placement=plan.output, **LAUNCH)
+    scale_check = ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        min_nodes=1,
+        max_nodes=2,
+        min_samples=3,
+        window_size=4,
+        target_step_s=1.0,
+        poke_interval=1,
+        timeout=120,
+        **SSH,
+    )
+    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, **SSH)
+    relaunch = LaunchOperator(
+        task_id="relaunch",
+        placement=replan.output,
+        wait_for_completion=True,
+        poll_interval=1,
+        **LAUNCH,
+    )
+    plan >> launch >> scale_check >> replan >> relaunch
