@@ -57,3 +57,20 @@ with DAG(dag_id="ssh_training", schedule=None, catchup=False):
         **LAUNCH,
     )
     plan >> launch >> scale_check >> replan >> relaunch
+
+with DAG(dag_id="ssh_plan", schedule=None, catchup=False):
+    PlanPlacementOperator(task_id="plan", nodes="{{ dag_run.conf.get('nodes', 1) }}", **SSH)
+
+with DAG(dag_id="ssh_launch", schedule=None, catchup=False):
+    # plan -> launch without a scale check: the tests resize it by running it again
+    plan = PlanPlacementOperator(task_id="plan", nodes="{{ dag_run.conf.get('nodes', 1) }}", **SSH)
+    plan >> LaunchOperator(task_id="launch", placement=plan.output, **LAUNCH)
+
+with DAG(
+    dag_id="ssh_launch_placement",
+    schedule=None,
+    catchup=False,
+    render_template_as_native_obj=True,
+):
+    # a placement handed in through the conf, as an upstream task's XCom would be
+    LaunchOperator(task_id="launch", placement="{{ dag_run.conf['placement'] }}", **LAUNCH)

@@ -1,0 +1,124 @@
+"""Bad SSH params and unreachable hosts: one sentence, and nothing stopped or half-written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.airflow_support import run_dag
+from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
+
+pytestmark = pytest.mark.airflow
+
+
+def _grid(params: dict, max_nodes: int = 2) -> list[dict]:
+    return [
+        {
+            "name": "onprem",
+            "engine": "ssh",
+            "max_nodes": max_nodes,
+            "cost_per_node_hour": 0.0,
+            "spot": False,
+            "params": params,
+        }
+    ]
+
+
+def _use_grid(monkeypatch: pytest.MonkeyPatch, jobs_root: Path, grid: list[dict]) -> None:
+    extra = {"jobs_root": str(jobs_root), "providers": grid}
+    connection = {"conn_type": "elasticgrid", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_ELASTICGRID_SSH", json.dumps(connection))
+
+
+def _failure(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, kind: str) -> str:
+    captured = capfd.readouterr()
+    output = captured.out + captured.err + caplog.text
+    assert f"{kind}: " in output, output[-3000:]
+    return output.split(f"{kind}: ", 1)[1].splitlines()[0]
+
+
+BAD_PARAMS = [
+    (
+        {"hosts": ["gpu@10.0.0.11", "gpu@10.0.0.12", "gpu@10.0.0.13"]},
+        4,
+        "provider 'onprem' params.hosts: 3 hosts cannot carry max_nodes=4 evenly; list one "
+        "host per node (repeat a host to give it more nodes)",
+    ),
+    (
+        {"hosts": ["gpu@10.0.0.11"], "colour": "blue"},
+        1,
+        "provider 'onprem' params.colour: unknown key (known: hosts, ssh_port, ssh_key, "
+        "ssh_opts, remote_dir, known_hosts, connect_timeout_s, python, shared_dir)",
+    ),
+    (
+        {"hosts": ["gpu@10.0.0.11"], "ssh_key": "/nonexistent/id_ed25519"},
+        1,
+        "provider 'onprem' params.ssh_key: file '/nonexistent/id_ed25519' cannot be read",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("params", "max_nodes", "sentence"), BAD_PARAMS, ids=["hosts", "key", "file"]
+)
+def test_bad_ssh_params_fail_the_plan_in_one_sentence(
+    airflow_db, jobs_root, monkeypatch, capfd, caplog, params, max_nodes, sentence
+):
+    _use_grid(monkeypatch, jobs_root, _grid(params, max_nodes))
+    result = run_dag("ssh_plan")
+    assert result.task_states == {"plan": "failed"}
+    failure = _failure(capfd, caplog, "AirflowFailException")
+    assert failure == f"connection 'elasticgrid_ssh' field providers: {sentence}"
+
+
+@pytest.mark.parametrize(
+    ("params", "max_nodes", "sentence"), BAD_PARAMS, ids=["hosts", "key", "file"]
+)
+def test_bad_ssh_params_in_a_placement_fail_the_launch_and_write_nothing(
+    airflow_db, jobs_root, monkeypatch, capfd, caplog, params, max_nodes, sentence
+):
+    _use_grid(monkeypatch, jobs_root, [])
+    (provider,) = _grid(params, max_nodes)
+    placement = {"assignments": [{**provider, "provider": provider.pop("name"), "nodes": 1}]}
+    result = run_dag("ssh_launch_placement", {"job_name": "bad", "placement": placement})
+    assert result.task_states == {"launch": "failed"}
+    assert _failure(capfd, caplog, "AirflowFailException") == sentence
+    assert list(jobs_root.iterdir()) == []
+
+
+@pytest.fixture
+def two_hosts(
+    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SshTestHosts]:
+    with SshTestHosts(2, hide=[jobs_root], pool=tmp_path / "pool") as hosts:
+        _use_grid(monkeypatch, jobs_root, _grid(hosts.params(shared_dir=f"{POOL_MOUNT}/eg")))
+        yield hosts
+
+
+@pytest.mark.long
+def test_a_resize_onto_an_unreachable_host_fails_naming_it_and_leaves_the_job_running(
+    airflow_db, jobs_root, two_hosts, capfd, caplog
+):
+    conf = {"job_name": "steady", "steps": 100000, "nodes": 1}
+    first = run_dag("ssh_launch", conf)
+    assert first.task_states == {"plan": "success", "launch": "success"}
+    launch_id = first.xcom("launch", "job")["launch_id"]
+    capfd.readouterr()
+    caplog.clear()
+    two_hosts.cut(1)
+
+    resized = run_dag("ssh_launch", {**conf, "nodes": 2})
+
+    assert resized.task_states == {"plan": "success", "launch": "failed"}
+    failure = _failure(capfd, caplog, "AirflowException")
+    assert failure.startswith("provider 'onprem' cannot be used now: ")
+    assert two_hosts.hosts[1] in failure
+    manifest = json.loads((jobs_root / "steady" / "manifest.json").read_text())
+    assert (manifest["launch_id"], manifest["state"]) == (launch_id, "running")
+    from iroh_tinker.cloud import JobManager
+
+    assert JobManager(root=jobs_root).status("steady--onprem").status == "running"
+    two_hosts.restore(1)
