@@ -56,6 +56,7 @@ from elasticgrid_provider.core.errors import (  # JobLaunchError: re-exported, r
     CorruptStateError,
     ElasticGridError,
     JobLaunchError,
+    RemoteHostError,
 )
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus, PartRecord
 from elasticgrid_provider.core.launch_record import (
@@ -719,7 +720,7 @@ class ElasticGridHook(BaseHook):
             if params is not None and part.job_dir:  # rank 0's log is on its host: pull it
                 try:
                     pull_step_log(params, part.name, Path(part.job_dir) / STEP_LOG_NAME)
-                except OSError as exc:  # the mirror cannot be written: say where, keep reading
+                except (OSError, RemoteHostError) as exc:  # the check goes on without them
                     self.log.warning("Could not pull the step log of part %s: %s", part.name, exc)
         paths = [Path(part.job_dir) / STEP_LOG_NAME for part in snapshot.parts if part.job_dir]
         cursor = state.log_cursor

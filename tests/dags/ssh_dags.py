@@ -74,3 +74,25 @@ with DAG(
 ):
     # a placement handed in through the conf, as an upstream task's XCom would be
     LaunchOperator(task_id="launch", placement="{{ dag_run.conf['placement'] }}", **LAUNCH)
+
+with DAG(dag_id="ssh_recovery", schedule=None, catchup=False):
+    # the scaling pipeline of an author: nothing in it is about recovery
+    recovery_check = ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        min_nodes=1,
+        max_nodes=1,
+        min_samples=1000,  # never scales: this check is about a lost host
+        poke_interval=1,
+        timeout=90,
+        **SSH,
+    )
+    recovery_plan = PlanPlacementOperator(task_id="plan", nodes=recovery_check.output, **SSH)
+    recovery_check >> recovery_plan
+    recovery_plan >> LaunchOperator(
+        task_id="relaunch",
+        placement=recovery_plan.output,
+        wait_for_completion=True,
+        poll_interval=1,
+        **LAUNCH,
+    )
