@@ -34,7 +34,7 @@ if os.environ.get("CHILD"):
 time.sleep(float(os.environ.get("SLEEP", "0")))
 """
 SECRET = "hunter2-s3cr3t-value"
-JOB_WORDS = ("iroh_tinker.cloud.runner", "train.py", "sleep 300")
+JOB_WORDS = ("iroh_tinker/cloud/runner.py", "iroh_tinker.cloud.runner", "train.py", "sleep 300")
 
 
 def write_spec(
