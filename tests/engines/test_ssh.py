@@ -219,7 +219,9 @@ def test_status_of_a_cut_off_host_answers_within_seconds_with_its_rank_unreachab
     ssh_hosts.cut(1)
     began = time.monotonic()
     state = manager.status("probe")
-    assert time.monotonic() - began < 8
+    elapsed = time.monotonic() - began
+    print(f"status of a cut-off host: {elapsed:.2f} s")
+    assert elapsed < 10  # the probe's ssh gives up after ServerAliveInterval x CountMax (3 s)
     record = json.loads((manager.root / "probe" / STATUS_FILE).read_text())
     assert record["ranks"] == {"0": "running", "1": "unreachable"}
     assert record["unreachable_hosts"] == [ssh_hosts.hosts[1]]
