@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench bench-policy clean integration bench-resize bench-recovery
+.PHONY: demo test lint typecheck check bench bench-policy clean integration bench-resize bench-recovery bench-remote
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ bench-resize: $(BIN)/.integration  ## resize gap on the real deployment vs a bar
 
 bench-recovery: $(BIN)/.installed  ## recovery gap after a lost spot part vs a bare iroh-tinker restart
 	$(BIN)/python benchmarks/bench_recovery.py
+
+bench-remote: $(BIN)/.installed  ## launch time on SSH test hosts: the provider's ssh engine vs iroh-tinker's
+	bash scripts/system-packages.sh ssh
+	$(BIN)/python benchmarks/bench_remote.py
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_planner.py

@@ -32,8 +32,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,6 +217,41 @@ def _forget_scale_states() -> None:
             session.execute(delete(Variable).where(Variable.key.like(state_variable_key("%"))))
     except OperationalError:  # the session's metadata DB was never migrated: nothing to forget
         pass
+
+
+@pytest.fixture
+def ssh_hosts_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Start SSH test hosts (:class:`tests.ssh_hosts.SshTestHosts`): ``factory(count=2)``.
+
+    The hosts cannot see the test's ``tmp_path`` (the jobs root lives there);
+    ``tmp_path / "pool"`` is their shared ``/srv/pool``. Every host is gone at
+    the test's end, and so are this machine's ssh connections to them.
+    """
+    from elasticgrid_provider.engines.ssh import close_connections
+    from tests.ssh_hosts import SshTestHosts, missing_requirement
+
+    problem = missing_requirement()
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    started: list[SshTestHosts] = []
+
+    def factory(count: int = 2) -> SshTestHosts:
+        hosts = SshTestHosts(count, hide=[tmp_path], pool=tmp_path / "pool")
+        started.append(hosts.__enter__())
+        return hosts
+
+    yield factory
+    for hosts in started:
+        try:
+            close_connections(hosts.params())
+        finally:
+            hosts.close()
+
+
+@pytest.fixture
+def ssh_hosts(ssh_hosts_factory: Callable[..., Any]) -> Any:
+    """Two SSH test hosts (:func:`ssh_hosts_factory`)."""
+    return ssh_hosts_factory(2)
 
 
 @pytest.fixture(scope="session", autouse=True)

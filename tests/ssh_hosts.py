@@ -183,9 +183,9 @@ class SshTestHosts:
         script = "\n".join(
             [
                 "set -e",
-                *mounts,
                 f"mkdir -p {POOL_MOUNT} /run/sshd",
                 f"mount --bind {shlex.quote(str(self.pool))} {POOL_MOUNT}",
+                *mounts,
                 *self._keep_interpreter_mounts(index),
                 "mkdir -p /root/.ssh",
                 f"cp {shlex.quote(self.key)}.pub /root/.ssh/authorized_keys",
@@ -258,6 +258,9 @@ class SshTestHosts:
 
     def close(self) -> None:
         """Kill every host's sshd (and with it all of the host's processes), delete everything."""
+        for veth in self.veths:  # links up: clients' connections see their end at once
+            if Path(f"/sys/class/net/{veth}").exists():
+                _run("ip", "link", "set", veth, "up", check=False)
         for index, server in enumerate(self._servers):
             pid = self.sshd_pid(index)
             if pid is not None:

@@ -111,12 +111,16 @@ class SshParams(JsonModel):
         fields, the node-to-host rule, and that the key and known_hosts files can be read."""
         where = f"provider {provider_name!r} params"
         parsed = cls.parse(params, where)
-        for field in ("ssh_key", "known_hosts"):
-            path = getattr(parsed, field)
-            if path is not None and not _readable_file(path):
-                raise ElasticGridError(f"{where}.{field}: file {path!r} cannot be read")
+        parsed.check_files(where)
         parsed.node_hosts(max_nodes, where)
         return parsed
+
+    def check_files(self, where: str = "resources.params") -> None:
+        """Raise unless the ``ssh_key`` and ``known_hosts`` files (when given) can be read."""
+        for field in ("ssh_key", "known_hosts"):
+            path = getattr(self, field)
+            if path is not None and not _readable_file(path):
+                raise ElasticGridError(f"{where}.{field}: file {path!r} cannot be read")
 
     def node_hosts(self, max_nodes: int, where: str = "params") -> tuple[str, ...]:
         """The host of each of ``max_nodes`` nodes (module docstring); raise when the hosts

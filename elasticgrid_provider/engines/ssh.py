@@ -243,10 +243,7 @@ class SshEngine(Engine):
     def provision(self, job_dir: str) -> ClusterInfo:
         """One node per rank on its host, after :meth:`check_hosts`."""
         hosts = self._rank_hosts()
-        for field in ("ssh_key", "known_hosts"):
-            path = getattr(self.params, field)
-            if path is not None and not os.access(Path(path).expanduser(), os.R_OK):
-                raise ElasticGridError(f"resources.params.{field}: file {path!r} cannot be read")
+        self.params.check_files()
         self.check_hosts()
         Path(job_dir).mkdir(parents=True, exist_ok=True)
         nodes = [
