@@ -48,11 +48,12 @@ from typing import Any, NamedTuple, TypeVar
 from iroh_tinker.cloud.engines.base import ClusterInfo, Engine, Node
 
 from elasticgrid_provider.core.errors import ElasticGridError, RemoteHostError
+from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
 from elasticgrid_provider.core.ssh_params import REMOTE_JOB_FOLDER, SshParams, host_address
 
 log = logging.getLogger(__name__)
 
-ENGINE_REF = "module=elasticgrid_provider.engines.ssh:SshEngine"
+ENGINE_REF = ENGINE_REFERENCES[SSH_ENGINE]
 """The ``resources.infra`` entry of this engine."""
 STATUS_FILE = "remote-status.json"
 SYNC_EXCLUDES = (".git", ".venv", "__pycache__", REMOTE_JOB_FOLDER)

@@ -97,6 +97,7 @@ from elasticgrid_provider.hooks.launcher import (
     terminate,
 )
 from elasticgrid_provider.hooks.remote_parts import (
+    is_ssh_target,
     pull_step_log,
     ranks_down,
     remote_down_ranks,
@@ -376,13 +377,13 @@ class ElasticGridHook(BaseHook):
         parts = build_launch_parts(placement, job_name, options)
         for part in parts:
             self._check_engine(part, options)
-        on_worker = not any(share.provider.runs_on_ssh_hosts for share in placement.assignments)
+        on_worker = not any(is_ssh_target(part.engine_target) for part in parts)
         return PreparedLaunch(job_name, launch_id, placement, options, parts, new_salt(), on_worker)
 
     def _job_home(self, job_name: str, provider: Provider) -> str | None:
         """The job's folder as ``provider``'s nodes see it: under the jobs root on this machine,
         under ``params.shared_dir`` on SSH hosts (None when they share none)."""
-        if not provider.runs_on_ssh_hosts:
+        if not is_ssh_target(provider.engine_target):
             return str(self.job_folder(job_name))
         shared = provider.params.get("shared_dir")
         return f"{str(shared).rstrip('/')}/{job_name}" if shared else None

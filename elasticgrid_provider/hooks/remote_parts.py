@@ -33,6 +33,7 @@ by a kill resumes where its last complete write ended. The caller holds the job'
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -50,8 +51,21 @@ _DOWN = re.compile(r"down ranks: \[([0-9, ]*)\]")
 
 
 def is_ssh_target(engine_target: str) -> bool:
-    """Whether an infra entry names the SSH engine (with or without a region)."""
-    return engine_target.split("/", 1)[0] == ENGINE_REFERENCES[SSH_ENGINE]
+    """Whether an infra entry names the SSH engine or a ``module=`` subclass of it (with or
+    without a region); a module that cannot be imported is not one."""
+    base = engine_target.split("/", 1)[0]
+    if base == ENGINE_REFERENCES[SSH_ENGINE]:
+        return True
+    module, _, name = base.removeprefix("module=").partition(":")
+    if not base.startswith("module=") or not name:
+        return False
+    from elasticgrid_provider.engines.ssh import SshEngine
+
+    try:
+        engine = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(engine, type) and issubclass(engine, SshEngine)
 
 
 def spec_params(spec_path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -96,3 +96,16 @@ with DAG(dag_id="ssh_recovery", schedule=None, catchup=False):
         poll_interval=1,
         **LAUNCH,
     )
+
+with DAG(dag_id="ssh_launch_setup", schedule=None, catchup=False):
+    # a launch with a setup command from the conf: the kill tests hold one part's setup
+    setup_plan = PlanPlacementOperator(
+        task_id="plan", nodes="{{ dag_run.conf.get('nodes', 2) }}", **SSH
+    )
+    setup_plan >> LaunchOperator(
+        task_id="launch",
+        placement=setup_plan.output,
+        setup="{{ dag_run.conf['setup'] }}",
+        retries=0,
+        **LAUNCH,
+    )

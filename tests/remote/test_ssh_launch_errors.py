@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.airflow_support import run_dag
-from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
+from tests.remote.conftest import use_grid
 
 pytestmark = pytest.mark.airflow
 
@@ -25,12 +23,6 @@ def _grid(params: dict, max_nodes: int = 2) -> list[dict]:
             "params": params,
         }
     ]
-
-
-def _use_grid(monkeypatch: pytest.MonkeyPatch, jobs_root: Path, grid: list[dict]) -> None:
-    extra = {"jobs_root": str(jobs_root), "providers": grid}
-    connection = {"conn_type": "elasticgrid", "extra": extra}
-    monkeypatch.setenv("AIRFLOW_CONN_ELASTICGRID_SSH", json.dumps(connection))
 
 
 def _failure(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, kind: str) -> str:
@@ -67,7 +59,7 @@ BAD_PARAMS = [
 def test_bad_ssh_params_fail_the_plan_in_one_sentence(
     airflow_db, jobs_root, monkeypatch, capfd, caplog, params, max_nodes, sentence
 ):
-    _use_grid(monkeypatch, jobs_root, _grid(params, max_nodes))
+    use_grid(monkeypatch, jobs_root, _grid(params, max_nodes))
     result = run_dag("ssh_plan")
     assert result.task_states == {"plan": "failed"}
     failure = _failure(capfd, caplog, "AirflowFailException")
@@ -80,7 +72,7 @@ def test_bad_ssh_params_fail_the_plan_in_one_sentence(
 def test_bad_ssh_params_in_a_placement_fail_the_launch_and_write_nothing(
     airflow_db, jobs_root, monkeypatch, capfd, caplog, params, max_nodes, sentence
 ):
-    _use_grid(monkeypatch, jobs_root, [])
+    use_grid(monkeypatch, jobs_root, [])
     (provider,) = _grid(params, max_nodes)
     placement = {"assignments": [{**provider, "provider": provider.pop("name"), "nodes": 1}]}
     result = run_dag("ssh_launch_placement", {"job_name": "bad", "placement": placement})
@@ -89,18 +81,9 @@ def test_bad_ssh_params_in_a_placement_fail_the_launch_and_write_nothing(
     assert list(jobs_root.iterdir()) == []
 
 
-@pytest.fixture
-def two_hosts(
-    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[SshTestHosts]:
-    with SshTestHosts(2, hide=[jobs_root], pool=tmp_path / "pool") as hosts:
-        _use_grid(monkeypatch, jobs_root, _grid(hosts.params(shared_dir=f"{POOL_MOUNT}/eg")))
-        yield hosts
-
-
 @pytest.mark.long
 def test_a_resize_onto_an_unreachable_host_fails_naming_it_and_leaves_the_job_running(
-    airflow_db, jobs_root, two_hosts, capfd, caplog
+    airflow_db, jobs_root, ssh_pool, capfd, caplog
 ):
     conf = {"job_name": "steady", "steps": 100000, "nodes": 1}
     first = run_dag("ssh_launch", conf)
@@ -108,17 +91,17 @@ def test_a_resize_onto_an_unreachable_host_fails_naming_it_and_leaves_the_job_ru
     launch_id = first.xcom("launch", "job")["launch_id"]
     capfd.readouterr()
     caplog.clear()
-    two_hosts.cut(1)
+    ssh_pool.cut(1)
 
     resized = run_dag("ssh_launch", {**conf, "nodes": 2})
 
     assert resized.task_states == {"plan": "success", "launch": "failed"}
     failure = _failure(capfd, caplog, "AirflowException")
     assert failure.startswith("provider 'onprem' cannot be used now: ")
-    assert two_hosts.hosts[1] in failure
+    assert ssh_pool.hosts[1] in failure
     manifest = json.loads((jobs_root / "steady" / "manifest.json").read_text())
     assert (manifest["launch_id"], manifest["state"]) == (launch_id, "running")
     from iroh_tinker.cloud import JobManager
 
     assert JobManager(root=jobs_root).status("steady--onprem").status == "running"
-    two_hosts.restore(1)
+    ssh_pool.restore(1)

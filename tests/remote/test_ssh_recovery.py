@@ -4,43 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.airflow_support import run_dag
-from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
+from tests.ssh_hosts import SshTestHosts
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
 REMOTE_LOGS = "~/elasticgrid/{part}/.elasticgrid"
-
-
-@pytest.fixture
-def two_pools(
-    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[SshTestHosts]:
-    """Providers ``pool-a`` (host 0, free) and ``pool-b`` (host 1), sharing one pool folder."""
-    with SshTestHosts(2, hide=[jobs_root], pool=tmp_path / "pool") as hosts:
-        grid = [
-            {
-                "name": name,
-                "engine": "ssh",
-                "max_nodes": 1,
-                "cost_per_node_hour": cost,
-                "spot": False,
-                "params": {**hosts.params(shared_dir=f"{POOL_MOUNT}/eg"), "hosts": [host]},
-            }
-            for name, cost, host in (
-                ("pool-a", 0.0, hosts.hosts[0]),
-                ("pool-b", 1.0, hosts.hosts[1]),
-            )
-        ]
-        extra = {"jobs_root": str(jobs_root), "providers": grid}
-        connection = {"conn_type": "elasticgrid", "extra": extra}
-        monkeypatch.setenv("AIRFLOW_CONN_ELASTICGRID_SSH", json.dumps(connection))
-        yield hosts
 
 
 def _steps_logged(hosts: SshTestHosts, index: int, part: str) -> int:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,29 +20,6 @@ from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
 SSH_REFERENCE = ENGINE_REFERENCES["ssh"]
-
-
-@pytest.fixture
-def ssh_pool(
-    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[SshTestHosts]:
-    """Two SSH hosts as provider ``onprem`` (one node each) of the ``elasticgrid_ssh`` grid."""
-    pool = tmp_path / "pool"
-    with SshTestHosts(2, hide=[jobs_root], pool=pool) as hosts:
-        grid = [
-            {
-                "name": "onprem",
-                "engine": "ssh",
-                "max_nodes": 2,
-                "cost_per_node_hour": 0.0,
-                "spot": False,
-                "params": hosts.params(shared_dir=f"{POOL_MOUNT}/eg"),
-            }
-        ]
-        extra = {"jobs_root": str(jobs_root), "providers": grid}
-        connection = {"conn_type": "elasticgrid", "extra": extra}
-        monkeypatch.setenv("AIRFLOW_CONN_ELASTICGRID_SSH", json.dumps(connection))
-        yield hosts
 
 
 def _watch_command_lines(hosts: SshTestHosts, stop: threading.Event, seen: list[str]) -> None:

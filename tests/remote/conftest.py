@@ -1,0 +1,80 @@
+"""Fixtures of the tests on SSH hosts: namespace hosts as the ``elasticgrid_ssh`` grid.
+
+Every grid points the ``elasticgrid_ssh`` connection at hosts that cannot see
+the worker's jobs root and share one pool folder, mounted at ``/srv/pool`` (the
+providers' ``shared_dir``), as an on-prem pool with NFS would.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
+
+SHARED_DIR = f"{POOL_MOUNT}/eg"
+# lists, on a host, every process of a job: pid and launch id, from its environment
+_JOB_PROCESSES = (
+    "python3 -c 'import os, sys\n"
+    'for pid in filter(str.isdigit, os.listdir("/proc")):\n'
+    '    try: raw = open(f"/proc/{pid}/environ", "rb").read()\n'
+    "    except OSError: continue\n"
+    '    env = dict(i.split(b"=", 1) for i in raw.split(b"\\0") if b"=" in i)\n'
+    '    if env.get(b"ELASTICGRID_JOB") == sys.argv[1].encode():\n'
+    '        print(pid, env.get(b"ELASTICGRID_LAUNCH_ID", b"").decode())\''
+)
+
+
+def use_grid(monkeypatch: pytest.MonkeyPatch, jobs_root: Path, grid: list[dict]) -> None:
+    """Point the ``elasticgrid_ssh`` connection at ``grid`` and the test's jobs root."""
+    extra = {"jobs_root": str(jobs_root), "providers": grid}
+    connection = {"conn_type": "elasticgrid", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_ELASTICGRID_SSH", json.dumps(connection))
+
+
+def ssh_provider(name: str, hosts: SshTestHosts, members: list[str], cost: float = 0.0) -> dict:
+    """A provider of one node per host in ``members``."""
+    return {
+        "name": name,
+        "engine": "ssh",
+        "max_nodes": len(members),
+        "cost_per_node_hour": cost,
+        "spot": False,
+        "params": {**hosts.params(shared_dir=SHARED_DIR), "hosts": members},
+    }
+
+
+def job_processes(hosts: SshTestHosts, index: int, job: str) -> dict[int, str]:
+    """The processes of ``job`` on host ``index``: pid -> launch id."""
+    listing = hosts.run(index, f"{_JOB_PROCESSES} {shlex.quote(job)}")
+    assert listing.returncode == 0, listing.stderr
+    pairs = (line.split(" ", 1) for line in listing.stdout.splitlines() if line.strip())
+    return {int(pid): launch for pid, launch in pairs}
+
+
+@pytest.fixture
+def ssh_pool(
+    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SshTestHosts]:
+    """Two SSH hosts as provider ``onprem`` (one node each)."""
+    with SshTestHosts(2, hide=[jobs_root], pool=tmp_path / "pool") as hosts:
+        use_grid(monkeypatch, jobs_root, [ssh_provider("onprem", hosts, hosts.hosts)])
+        yield hosts
+
+
+@pytest.fixture
+def two_pools(
+    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SshTestHosts]:
+    """Providers ``pool-a`` (host 0, free) and ``pool-b`` (host 1), sharing one pool folder."""
+    with SshTestHosts(2, hide=[jobs_root], pool=tmp_path / "pool") as hosts:
+        grid = [
+            ssh_provider("pool-a", hosts, hosts.hosts[:1]),
+            ssh_provider("pool-b", hosts, hosts.hosts[1:], cost=1.0),
+        ]
+        use_grid(monkeypatch, jobs_root, grid)
+        yield hosts
