@@ -1,19 +1,28 @@
 """One real deployment per session (integration/deployment.py), always stopped at the end.
 
-The fixture starts Postgres, Redis and Airflow (CeleryExecutor, two workers),
-waits for the DAGs, and stops every process it started, by PID, and removes
-its folder, whether the tests pass or fail (also on Ctrl-C). The suite's
+The fixture starts two SSH training hosts (network namespaces with their own
+sshd, ``tests/ssh_hosts.py``) that cannot see the deployment's folder (so not
+its jobs root) and share a pool folder at ``/srv/pool``, then Postgres, Redis
+and Airflow (CeleryExecutor, two workers), with the ``elasticgrid_ssh``
+connection naming the hosts as provider ``onprem``. It waits for the DAGs, and
+stops every process it started, by PID, removes its folders and the hosts'
+namespaces, whether the tests pass or fail (also on Ctrl-C). The suite's
 duration is printed at the end.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from integration.deployment import Deployment
+from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
 
 STARTED = time.monotonic()
 DAG_IDS = [
@@ -25,6 +34,7 @@ DAG_IDS = [
     "it_launch_on_w1",
     "it_check_on_w2",
     "it_descriptor_probe",
+    "it_ssh_training",
 ]
 
 
@@ -32,13 +42,36 @@ DAG_IDS = [
 def deployment() -> Iterator[Deployment]:
     """The running deployment, with every DAG registered and unpaused."""
     started = time.monotonic()
-    running = Deployment.start()
+    home = Path(tempfile.mkdtemp(prefix="elasticgrid-integration-"))
+    pool = Path(tempfile.mkdtemp(prefix="elasticgrid-pool-"))
     try:
-        running.wait_for_dags(DAG_IDS)
-        print(f"\ndeployment up in {time.monotonic() - started:.0f}s under {running.home}")
-        yield running
+        with SshTestHosts(2, hide=[home], pool=pool) as hosts:
+            running = Deployment.start(
+                home, {"AIRFLOW_CONN_ELASTICGRID_SSH": _ssh_grid(hosts, home)}
+            )
+            running.ssh_hosts = hosts
+            try:
+                running.wait_for_dags(DAG_IDS)
+                print(f"\ndeployment up in {time.monotonic() - started:.0f}s under {running.home}")
+                yield running
+            finally:
+                running.stop()
     finally:
-        running.stop()
+        shutil.rmtree(pool, ignore_errors=True)
+
+
+def _ssh_grid(hosts: SshTestHosts, home: Path) -> str:
+    """The ``elasticgrid_ssh`` connection: the hosts as provider ``onprem``, one node each."""
+    provider = {
+        "name": "onprem",
+        "engine": "ssh",
+        "max_nodes": hosts.count,
+        "cost_per_node_hour": 0.0,
+        "spot": False,
+        "params": hosts.params(shared_dir=f"{POOL_MOUNT}/eg"),
+    }
+    extra = {"jobs_root": str(Deployment(home=home).jobs_root), "providers": [provider]}
+    return json.dumps({"conn_type": "elasticgrid", "extra": extra})
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -119,6 +119,8 @@ class Deployment:
     processes: dict[str, Process] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    ssh_hosts: Any = None  # the SSH training hosts of tests/ssh_hosts.py, when the suite has them
     password: str = ""
     _token: str = ""
 
@@ -146,11 +148,12 @@ class Deployment:
 
     # -- start ------------------------------------------------------------------
     @classmethod
-    def start(cls) -> Deployment:
-        """Start everything; on any failure stop what was started and re-raise."""
-        home = Path(tempfile.mkdtemp(prefix="elasticgrid-integration-"))
+    def start(cls, home: Path | None = None, env: dict[str, str] | None = None) -> Deployment:
+        """Start everything in ``home`` (default: a new temp folder), ``env`` added to every
+        component's environment; on any failure stop what was started and re-raise."""
+        home = home or Path(tempfile.mkdtemp(prefix="elasticgrid-integration-"))
         home.chmod(0o755)  # the postgres user must reach its cluster folder
-        deployment = cls(home=home)
+        deployment = cls(home=home, extra_env=dict(env or {}))
         try:
             deployment._start()
         except BaseException:
@@ -315,6 +318,7 @@ class Deployment:
             ),
             "IROH_TINKER_HOME": str(self.home / "airflow" / "iroh"),
             "IROH_TINKER_RESTART_BACKOFF": "0",
+            **self.extra_env,
         }
 
     def _worker_env(self, worker: str) -> dict[str, str]:

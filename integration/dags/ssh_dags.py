@@ -1,0 +1,59 @@
+"""The elastic training pipeline on SSH hosts that share no folder with the workers.
+
+The ``elasticgrid_ssh`` connection (set by the suite) names two SSH hosts as
+provider ``onprem``, one node each, with a pool folder both mount as
+``shared_dir``. ``train_elastic.py``'s folder is the launch's ``workdir``: the
+engine syncs it to each host, and the ranks start there.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from airflow.sdk import DAG
+
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.sensors import ElasticScaleSensor
+
+SSH = {"elasticgrid_conn_id": "elasticgrid_ssh"}
+JOB = "{{ dag_run.conf['job_name'] }}"
+LAUNCH = {
+    **SSH,
+    "job_name": JOB,
+    # 4 micro-batches per step: at 1 rank three of them wait (queue-bound)
+    "run": (
+        f"{sys.executable} train_elastic.py --steps {{{{ dag_run.conf.get('steps', 80) }}}} "
+        "--global-batch 4 --microbatch-seconds 0.05"
+    ),
+    "workdir": str(Path(__file__).parent),
+    "envs": {"TRAINING_TOKEN": "{{ dag_run.conf.get('token', 'none') }}"},
+    "recovery": {"mode": "none"},
+}
+
+with DAG(dag_id="it_ssh_training", schedule=None, catchup=False, tags=["integration"]):
+    plan = PlanPlacementOperator(task_id="plan", nodes=1, **SSH)
+    launch = LaunchOperator(task_id="launch", placement=plan.output, **LAUNCH)
+    scale_check = ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        min_nodes=1,
+        max_nodes=2,
+        min_samples=3,
+        window_size=4,
+        target_step_s=1.0,
+        poke_interval=15,
+        mode="reschedule",
+        timeout=timedelta(minutes=3),
+        **SSH,
+    )
+    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, **SSH)
+    relaunch = LaunchOperator(
+        task_id="relaunch",
+        placement=replan.output,
+        wait_for_completion=True,
+        poll_interval=2,
+        **LAUNCH,
+    )
+    plan >> launch >> scale_check >> replan >> relaunch
