@@ -28,9 +28,7 @@ remote command line and never detaches its ranks.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shlex
 import shutil
 import subprocess
@@ -57,6 +55,7 @@ from elasticgrid_provider.engines.ssh_transport import (
     ssh_options,
     sweep_launch,
 )
+from elasticgrid_provider.hooks.launcher import write_private_json
 
 __all__ = [
     "ENGINE_REF",
@@ -242,7 +241,7 @@ class SshEngine(Engine):
         results = for_each_host(by_host, probe)
         words: dict[int, str] = {}
         unreachable = []
-        job_dir = Path(cluster.meta.get("job_dir") or ".")
+        job_dir = Path(cluster.meta["job_dir"]) if cluster.meta.get("job_dir") else None
         for host, answer in results.items():
             if isinstance(answer, RemoteHostError):
                 log.warning("%s", answer)
@@ -253,14 +252,15 @@ class SshEngine(Engine):
                 found = answer.get(str(node.rank), {})
                 words[node.rank] = "running" if found.get("alive") else "stopped"
                 for kind in ("done", "attempt"):
-                    _mirror(job_dir / f"{kind}_{node.rank}", found.get(kind))
+                    if job_dir is not None and job_dir.is_dir():
+                        _mirror(job_dir / f"{kind}_{node.rank}", found.get(kind))
         record = {
             "checked_at": time.time(),
             "ranks": {str(rank): words[rank] for rank in sorted(words)},
             "unreachable_hosts": unreachable,
         }
-        if job_dir.is_dir():
-            _write_json(job_dir / STATUS_FILE, record)
+        if job_dir is not None and job_dir.is_dir():
+            write_private_json(job_dir / STATUS_FILE, record)
         return {rank: "running" if word == "running" else "stopped" for rank, word in words.items()}
 
     def stop(self, cluster: ClusterInfo) -> None:
@@ -304,12 +304,6 @@ def _nodes_by_host(nodes: Iterable[Node]) -> dict[str, list[Node]]:
     for node in nodes:
         grouped.setdefault(node.host, []).append(node)
     return grouped
-
-
-def _write_json(path: Path, data: Any) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data) + "\n")
-    temporary.replace(path)
 
 
 def _mirror(path: Path, content: str | None) -> None:
