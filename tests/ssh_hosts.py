@@ -128,6 +128,7 @@ class SshTestHosts:
     def __enter__(self) -> SshTestHosts:
         problem = missing_requirement()
         if problem:
+            self.close()
             raise RuntimeError(problem)
         try:
             self._start()

@@ -12,7 +12,8 @@ remote command line and never detaches its ranks.
   markers ``done_<n>``/``attempt_<n>``, the step log ``steps.jsonl``.
 * **One ssh per host per operation**, hosts in parallel, over a multiplexed
   connection (``ControlMaster``), with a connect timeout and a timeout on
-  every subprocess. The remote side is :mod:`.remote_agent`, sent with its
+  every subprocess (:mod:`.ssh_transport`, which the hook's helpers
+  :func:`sweep_launch` and :func:`read_remote_file` come from). The remote side is :mod:`.remote_agent`, sent with its
   JSON request on standard input: ``envs`` values never appear on a command
   line and are never written on a host.
 * **Host keys** are checked (``StrictHostKeyChecking=yes``) against
@@ -27,29 +28,45 @@ remote command line and never detaches its ranks.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import math
-import os
 import shlex
 import shutil
-import stat
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 from iroh_tinker.cloud.engines.base import ClusterInfo, Engine, Node
 
 from elasticgrid_provider.core.errors import ElasticGridError, RemoteHostError
 from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
 from elasticgrid_provider.core.ssh_params import REMOTE_JOB_FOLDER, SshParams, host_address
+from elasticgrid_provider.engines.ssh_transport import (
+    PROBE_EXTRA_S,
+    STOP_EXTRA_S,
+    RemoteRead,
+    call_agent,
+    close_connections,
+    first_error,
+    for_each_host,
+    last_line,
+    read_remote_file,
+    run_with_timeout,
+    ssh_options,
+    sweep_launch,
+)
+from elasticgrid_provider.hooks.launcher import write_private_json
+
+__all__ = [
+    "ENGINE_REF",
+    "STATUS_FILE",
+    "RemoteRead",
+    "SshEngine",
+    "close_connections",
+    "read_remote_file",
+    "sweep_launch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,144 +74,12 @@ ENGINE_REF = ENGINE_REFERENCES[SSH_ENGINE]
 """The ``resources.infra`` entry of this engine."""
 STATUS_FILE = "remote-status.json"
 SYNC_EXCLUDES = (".git", ".venv", "__pycache__", REMOTE_JOB_FOLDER)
-CONTROL_PERSIST_S = 30
-CHECK_EXTRA_S = 15.0  # beyond the connect timeout: importing iroh's runner on the host
+CHECK_EXTRA_S = 15.0  # beyond the connect timeout: creating folders, finding the runner
 START_EXTRA_S = 30.0
-PROBE_EXTRA_S = 5.0  # status and logs must answer within seconds
-STOP_EXTRA_S = 15.0  # beyond the grace
 SYNC_TIMEOUT_S = 1800.0  # a whole rsync; a stalled one ends after its --timeout
 SYNC_STALL_S = 60
 SETUP_TIMEOUT_S = 3600.0
 MAX_STOP_GRACE_S = 10.0
-SWEEP_GRACE_S = 3.0
-LOADER = "import json,sys;exec(compile(json.loads(sys.stdin.readline()),'remote_agent','exec'))"
-"""The remote command: read the agent's source from the first line of standard input, run it."""
-
-Result = TypeVar("Result")
-
-
-class RemoteRead(NamedTuple):
-    """Bytes of a remote file from an offset, with the file's inode and size (0, 0 if missing)."""
-
-    inode: int
-    size: int
-    data: bytes
-
-
-# -- ssh -------------------------------------------------------------------------------------
-
-
-def control_folder() -> Path:
-    """This user's 0700 folder for ssh control sockets (refused if someone else owns it)."""
-    folder = Path(tempfile.gettempdir()) / f"elasticgrid-ssh-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    info = folder.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise RemoteHostError(f"ssh control folder {str(folder)!r} is not this user's own folder")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        folder.chmod(0o700)
-    return folder
-
-
-def ssh_options(params: SshParams) -> list[str]:
-    """The options of every ssh call (ours first: ssh keeps the first value of an option)."""
-    options = [
-        *("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"),
-        *(["-o", f"UserKnownHostsFile={params.known_hosts}"] if params.known_hosts else []),
-        *("-o", f"ConnectTimeout={max(1, math.ceil(params.connect_timeout_s))}"),
-        *("-o", "ServerAliveInterval=1", "-o", "ServerAliveCountMax=3"),
-        *("-o", "ControlMaster=auto", "-o", f"ControlPath={control_folder()}/%C"),
-        *("-o", f"ControlPersist={CONTROL_PERSIST_S}"),
-        *(["-p", str(params.ssh_port)] if params.ssh_port else []),
-        *(["-i", str(Path(params.ssh_key).expanduser())] if params.ssh_key else []),
-    ]
-    return [*options, *params.ssh_opts]
-
-
-def _run(argv: list[str], payload: bytes, timeout: float) -> subprocess.CompletedProcess[bytes]:
-    """Run ``argv`` with ``payload`` on stdin; kill it at ``timeout`` (raises TimeoutExpired)."""
-    with subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    ) as process:
-        try:
-            out, err = process.communicate(payload, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            # a control master may hold the pipes a moment longer: do not wait on it
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.communicate(timeout=2.0)
-            raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
-
-
-def _last_line(data: bytes) -> str:
-    lines = [line.strip() for line in data.decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
-
-
-@cache
-def _agent_source() -> str:
-    return Path(__file__).with_name("remote_agent.py").read_text()
-
-
-def call_agent(
-    params: SshParams, host: str, request: dict[str, Any], timeout: float
-) -> dict[str, Any]:
-    """One ssh to ``host`` running :mod:`.remote_agent` on ``request``; its JSON answer.
-
-    Raises :class:`RemoteHostError` (one sentence naming the host) when the
-    host cannot be reached, does not answer within ``timeout`` or fails.
-    """
-    python = params.python or sys.executable
-    command = shlex.join([python, "-c", LOADER])
-    payload = f"{json.dumps(_agent_source())}\n{json.dumps(request)}\n".encode()
-    argv = ["ssh", *ssh_options(params), "--", host, command]
-    try:
-        result = _run(argv, payload, timeout)
-    except subprocess.TimeoutExpired:
-        raise RemoteHostError(f"ssh host {host!r} did not answer within {timeout:g} s") from None
-    if result.returncode == 255:
-        reason = _last_line(result.stderr)
-        raise RemoteHostError(f"ssh host {host!r} cannot be reached: {reason}")
-    try:
-        answer = json.loads(result.stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        reason = _last_line(result.stderr)
-        raise RemoteHostError(
-            f"ssh host {host!r}: {python!r} failed (exit {result.returncode}): {reason}"
-        ) from None
-    if "error" in answer:
-        raise RemoteHostError(f"ssh host {host!r}: {answer['error']}")
-    return answer
-
-
-def for_each_host(
-    hosts: Iterable[str], call: Callable[[str], Result]
-) -> dict[str, Result | RemoteHostError]:
-    """``call(host)`` for every distinct host in parallel; a host's error is its result."""
-    distinct = list(dict.fromkeys(hosts))
-    if not distinct:
-        return {}
-
-    def guarded(host: str) -> Result | RemoteHostError:
-        try:
-            return call(host)
-        except RemoteHostError as error:
-            return error
-
-    with ThreadPoolExecutor(max_workers=min(len(distinct), 32)) as pool:
-        return dict(zip(distinct, pool.map(guarded, distinct), strict=True))
-
-
-def _first_error(results: Mapping[str, object]) -> RemoteHostError | None:
-    return next((value for value in results.values() if isinstance(value, RemoteHostError)), None)
-
-
-def _parse(params: Mapping[str, Any] | SshParams) -> SshParams:
-    return params if isinstance(params, SshParams) else SshParams.parse(params)
-
-
-# -- the engine ------------------------------------------------------------------------------
 
 
 class SshEngine(Engine):
@@ -260,7 +145,7 @@ class SshEngine(Engine):
         results = for_each_host(
             self.params.hosts, lambda host: self._agent(host, {"op": "check"}, CHECK_EXTRA_S)
         )
-        error = _first_error(results)
+        error = first_error(results)
         if error is not None:
             raise error
 
@@ -275,16 +160,18 @@ class SshEngine(Engine):
         def copy(host: str) -> None:
             argv = ["rsync", "-a", f"--timeout={SYNC_STALL_S}", "-e", shell, *excludes]
             try:
-                result = _run([*argv, source, f"{host}:{target.rstrip('/')}/"], b"", SYNC_TIMEOUT_S)
+                result = run_with_timeout(
+                    [*argv, source, f"{host}:{target.rstrip('/')}/"], b"", SYNC_TIMEOUT_S
+                )
             except subprocess.TimeoutExpired:
                 raise RemoteHostError(
                     f"rsync to ssh host {host!r} took over {SYNC_TIMEOUT_S:g} s"
                 ) from None
             if result.returncode != 0:
-                reason = _last_line(result.stderr)
+                reason = last_line(result.stderr)
                 raise RemoteHostError(f"rsync to ssh host {host!r} failed: {reason}")
 
-        error = _first_error(for_each_host((node.host for node in cluster.nodes), copy))
+        error = first_error(for_each_host((node.host for node in cluster.nodes), copy))
         if error is not None:
             raise error
 
@@ -300,7 +187,7 @@ class SshEngine(Engine):
                     f"setup on ssh host {host!r} exited {answer['returncode']}: {answer['output']}"
                 )
 
-        error = _first_error(for_each_host((node.host for node in cluster.nodes), run))
+        error = first_error(for_each_host((node.host for node in cluster.nodes), run))
         if error is not None:
             raise error
 
@@ -338,7 +225,7 @@ class SshEngine(Engine):
             for node in by_host[host]:
                 pid, started = answer[str(node.rank)]
                 node.env.update({"pid": str(pid), "pid_start": str(started or "")})
-        error = _first_error(results)
+        error = first_error(results)
         if error is not None:
             self.stop(cluster)
             raise error
@@ -355,7 +242,7 @@ class SshEngine(Engine):
         results = for_each_host(by_host, probe)
         words: dict[int, str] = {}
         unreachable = []
-        job_dir = Path(cluster.meta.get("job_dir") or ".")
+        job_dir = Path(cluster.meta["job_dir"]) if cluster.meta.get("job_dir") else None
         for host, answer in results.items():
             if isinstance(answer, RemoteHostError):
                 log.warning("%s", answer)
@@ -366,14 +253,15 @@ class SshEngine(Engine):
                 found = answer.get(str(node.rank), {})
                 words[node.rank] = "running" if found.get("alive") else "stopped"
                 for kind in ("done", "attempt"):
-                    _mirror(job_dir / f"{kind}_{node.rank}", found.get(kind))
+                    if job_dir is not None and job_dir.is_dir():
+                        _mirror(job_dir / f"{kind}_{node.rank}", found.get(kind))
         record = {
             "checked_at": time.time(),
             "ranks": {str(rank): words[rank] for rank in sorted(words)},
             "unreachable_hosts": unreachable,
         }
-        if job_dir.is_dir():
-            _write_json(job_dir / STATUS_FILE, record)
+        if job_dir is not None and job_dir.is_dir():
+            write_private_json(job_dir / STATUS_FILE, record)
         return {rank: "running" if word == "running" else "stopped" for rank, word in words.items()}
 
     def stop(self, cluster: ClusterInfo) -> None:
@@ -419,12 +307,6 @@ def _nodes_by_host(nodes: Iterable[Node]) -> dict[str, list[Node]]:
     return grouped
 
 
-def _write_json(path: Path, data: Any) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data) + "\n")
-    temporary.replace(path)
-
-
 def _mirror(path: Path, content: str | None) -> None:
     """Make the local marker ``path`` hold ``content``, or remove it when ``content`` is None."""
     if content is None:
@@ -438,62 +320,3 @@ def _clear_local_markers(cluster: ClusterInfo) -> None:
     if job_dir and Path(job_dir).is_dir():
         for marker in [*Path(job_dir).glob("done_*"), *Path(job_dir).glob("attempt_*")]:
             marker.unlink(missing_ok=True)
-
-
-# -- for the hook ----------------------------------------------------------------------------
-
-
-def sweep_launch(
-    params: Mapping[str, Any] | SshParams,
-    job_name: str,
-    launch_ids: Iterable[str],
-    grace_s: float = SWEEP_GRACE_S,
-) -> dict[str, list[int]]:
-    """Kill, on every host of ``params``, the process groups of every process whose environment
-    names ``job_name`` and one of ``launch_ids`` (runners first); host -> pids killed.
-
-    A host that cannot be reached is logged and left out of the answer.
-    """
-    parsed = _parse(params)
-    request = {"op": "sweep", "job": job_name, "launch_ids": list(launch_ids), "grace": grace_s}
-    timeout = parsed.connect_timeout_s + grace_s + STOP_EXTRA_S
-    results = for_each_host(
-        parsed.hosts, lambda host: call_agent(parsed, host, request, timeout)["killed"]
-    )
-    found: dict[str, list[int]] = {}
-    for host, result in results.items():
-        if isinstance(result, RemoteHostError):
-            log.warning("could not sweep %s: %s", host, result)
-        else:
-            found[host] = [int(pid) for pid in result]
-    return found
-
-
-def read_remote_file(
-    params: Mapping[str, Any] | SshParams, host: str, path: str, offset: int, limit: int
-) -> RemoteRead:
-    """At most ``limit`` bytes of ``path`` on ``host`` from byte ``offset`` (one ssh).
-
-    A missing file reads as ``RemoteRead(0, 0, b"")``; an unreachable host raises
-    :class:`RemoteHostError`.
-    """
-    import base64
-
-    parsed = _parse(params)
-    request = {"op": "read", "path": path, "offset": int(offset), "limit": int(limit)}
-    answer = call_agent(parsed, host, request, parsed.connect_timeout_s + PROBE_EXTRA_S)
-    return RemoteRead(int(answer["inode"]), int(answer["size"]), base64.b64decode(answer["data"]))
-
-
-def close_connections(params: Mapping[str, Any] | SshParams) -> None:
-    """End the multiplexed ssh connections to the hosts of ``params`` (``ssh -O exit``)."""
-    parsed = _parse(params)
-
-    def close(host: str) -> None:
-        argv = ["ssh", *ssh_options(parsed), "-O", "exit", "--", host]
-        try:
-            _run(argv, b"", parsed.connect_timeout_s + PROBE_EXTRA_S)
-        except subprocess.TimeoutExpired:
-            log.warning("ssh -O exit %s did not return", host)
-
-    for_each_host(parsed.hosts, close)

@@ -4,6 +4,7 @@ iroh-tinker's real ``JobManager`` from spec files, with the jobs root hidden fro
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from iroh_tinker.cloud import JobManager
+from iroh_tinker.cloud.spec import load_spec
 
 from elasticgrid_provider.core.ssh_params import SshParams
 from elasticgrid_provider.engines.ssh import (
@@ -241,3 +243,61 @@ def test_read_remote_file_reads_from_an_offset(ssh_hosts):
     )
     assert read_remote_file(params, host, "/root/steps.jsonl", 0, 3).data == b"one"
     assert read_remote_file(params, host, "/root/none.jsonl", 0, 10) == RemoteRead(0, 0, b"")
+
+
+def test_host_keys_are_checked_and_ssh_opts_cannot_turn_the_check_off(ssh_hosts, tmp_path):
+    from elasticgrid_provider.engines.ssh import SshEngine
+
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    lax = ["-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={ssh_hosts.known_hosts}"]
+    for params in (
+        ssh_hosts.params(known_hosts=str(empty)),
+        ssh_hosts.params(known_hosts=str(empty), ssh_opts=lax),
+    ):
+        spec = write_spec(tmp_path, "keys", params)
+        engine = SshEngine(load_spec(spec))
+        with pytest.raises(RuntimeError, match="Host key verification failed"):
+            engine.check_hosts()
+        assert empty.read_text() == ""  # nothing trusted on first use
+
+
+def test_a_host_without_the_interpreter_fails_the_check_naming_host_and_python(ssh_hosts, tmp_path):
+    from elasticgrid_provider.engines.ssh import SshEngine
+
+    spec = write_spec(tmp_path, "nopython", ssh_hosts.params(python="/opt/none/bin/python"))
+    with pytest.raises(RuntimeError) as raised:
+        SshEngine(load_spec(spec)).check_hosts()
+    message = str(raised.value)
+    assert message.startswith(f"ssh host '{ssh_hosts.hosts[0]}': '/opt/none/bin/python' failed")
+    assert "\n" not in message
+
+
+def test_setup_runs_in_remote_dir_with_the_envs(ssh_hosts, manager, tmp_path):
+    setup = 'test -f train.py && printf "%s" "${#SECRET}" > setup-ran'
+    spec = write_spec(tmp_path, "setup", ssh_hosts.params(), num_nodes=2, setup=setup)
+    spec_text = json.loads(spec.read_text())
+    spec_text["envs"]["SECRET"] = SECRET
+    spec.write_text(json.dumps(spec_text))
+    manager.launch(spec)
+    for index in (0, 1):
+        ran = ssh_hosts.run(index, "cat /root/elasticgrid/setup/setup-ran")
+        assert ran.stdout == str(len(SECRET)), ran.stderr
+    failing = write_spec(
+        tmp_path, "nosetup", ssh_hosts.params(), num_nodes=2, setup="echo broken; exit 3"
+    )
+    with pytest.raises(RuntimeError, match=r"setup on ssh host '.*' exited 3: broken"):
+        manager.launch(failing)
+
+
+def test_the_hooks_ssh_helpers_import_no_iroh_tinker():
+    """The hook imports them, and Airflow imports the hook each time it parses a DAG."""
+    code = (
+        "import sys\n"
+        "from elasticgrid_provider.engines.ssh_transport import read_remote_file, sweep_launch\n"
+        "print(sorted({name.split('.')[0] for name in sys.modules} & {'iroh_tinker', 'numpy'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"
