@@ -28,6 +28,8 @@ from pydantic import BeforeValidator, ValidationError
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.validation import JsonModel, Text, finite, model, whole
 
+REMOTE_STATUS_FILE = "remote-status.json"
+"""What the engine's last probe found, in the part's LOCAL job folder (the hook reads it)."""
 REMOTE_JOB_FOLDER = ".elasticgrid"
 """The part's job folder inside its remote working directory (logs, markers, step log)."""
 

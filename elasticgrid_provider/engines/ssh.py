@@ -41,7 +41,12 @@ from iroh_tinker.cloud.engines.base import ClusterInfo, Engine, Node
 
 from elasticgrid_provider.core.errors import ElasticGridError, RemoteHostError
 from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
-from elasticgrid_provider.core.ssh_params import REMOTE_JOB_FOLDER, SshParams, host_address
+from elasticgrid_provider.core.ssh_params import (
+    REMOTE_JOB_FOLDER,
+    REMOTE_STATUS_FILE,
+    SshParams,
+    host_address,
+)
 from elasticgrid_provider.engines.ssh_transport import (
     PROBE_EXTRA_S,
     STOP_EXTRA_S,
@@ -72,7 +77,7 @@ log = logging.getLogger(__name__)
 
 ENGINE_REF = ENGINE_REFERENCES[SSH_ENGINE]
 """The ``resources.infra`` entry of this engine."""
-STATUS_FILE = "remote-status.json"
+STATUS_FILE = REMOTE_STATUS_FILE
 SYNC_EXCLUDES = (".git", ".venv", "__pycache__", REMOTE_JOB_FOLDER)
 CHECK_EXTRA_S = 15.0  # beyond the connect timeout: creating folders, finding the runner
 START_EXTRA_S = 30.0

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
+from elasticgrid_provider.core.ssh_params import REMOTE_STATUS_FILE
 
-REMOTE_STATUS_NAME = "remote-status.json"  # written by the engine's status probe
 PULL_LIMIT = 4 * 1024 * 1024
 FIRST_PULL_BYTES = 256 * 1024
 SIDECAR_SUFFIX = ".remote"
@@ -99,7 +99,7 @@ def remote_down_ranks(job_dir: str | os.PathLike[str]) -> str | None:
     """
     folder = Path(job_dir)
     try:
-        probe = json.loads((folder / REMOTE_STATUS_NAME).read_text())
+        probe = json.loads((folder / REMOTE_STATUS_FILE).read_text())
         ranks = {int(rank): str(state) for rank, state in probe["ranks"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -122,7 +122,7 @@ def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]
         params = spec_params(spec_path)
         if params is None:
             continue
-        from elasticgrid_provider.engines.ssh import sweep_launch
+        from elasticgrid_provider.engines.ssh_transport import sweep_launch
 
         for host, pids in sweep_launch(params, job_name, [launch_id]).items():
             killed.extend(f"{host}:{pid}" for pid in pids)
@@ -132,7 +132,7 @@ def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]
 def pull_step_log(params: Mapping[str, Any], part_name: str, mirror: Path) -> None:
     """Append to ``mirror`` what the part's remote step log gained (module rules)."""
     from elasticgrid_provider.core.ssh_params import SshParams
-    from elasticgrid_provider.engines.ssh import read_remote_file
+    from elasticgrid_provider.engines.ssh_transport import read_remote_file
 
     ssh = SshParams.parse(params)
     host, remote = ssh.hosts[0], f"{ssh.remote_job_dir(part_name)}/{mirror.name}"
