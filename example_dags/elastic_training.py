@@ -11,16 +11,21 @@ re-planned, and the job is relaunched at 4 ranks, resuming from its
 checkpoint, where the wait all but disappears.
 
 Trigger with ``{"job_name": ..., "steps": ...}`` in the run conf to change
-the defaults.
+the defaults. ``{"grid": "connection"}`` runs on the grid of the
+``elasticgrid_default`` connection instead of the demo grid (remote SSH hosts,
+for example), and ``{"python": ...}`` names the interpreter the ranks run
+with there. The ranks start in this file's folder (the launch's ``workdir``,
+which the SSH engine syncs to each host), so the script is named relatively.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import timedelta
 from pathlib import Path
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param
 
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
@@ -37,11 +42,17 @@ DEMO_GRID = [
         "spot": True,
     },
 ]
+# the demo grid, or nothing (the connection's grid) when the run asks for it
+GRID = "{% if params.grid == 'demo' %}" + json.dumps(DEMO_GRID) + "{% endif %}"
 JOB_NAME = "{{ dag_run.conf.get('job_name', 'elastic-demo') }}"
 RUN = (
-    f"{sys.executable} {TRAIN_SCRIPT} --steps {{{{ dag_run.conf.get('steps', 60) }}}} "
-    "--global-batch 4 --microbatch-seconds 0.2"
+    f"{{{{ params.python }}}} {TRAIN_SCRIPT.name} "
+    "--steps {{ dag_run.conf.get('steps', 60) }} --global-batch 4 --microbatch-seconds 0.2"
 )
+PARAMS = {
+    "grid": Param("demo", enum=["demo", "connection"], description="where the nodes run"),
+    "python": Param(sys.executable, type="string", description="the ranks' interpreter"),
+}
 
 with DAG(
     dag_id="elastic_training",
@@ -50,19 +61,21 @@ with DAG(
     max_active_runs=1,
     tags=["elasticgrid", "example"],
     doc_md=__doc__,
+    params=PARAMS,
 ) as dag:
-    plan = PlanPlacementOperator(task_id="plan", nodes=2, providers=DEMO_GRID)
+    plan = PlanPlacementOperator(task_id="plan", nodes=2, providers=GRID)
     launch = LaunchOperator(
         task_id="launch",
         job_name=JOB_NAME,
         run=RUN,
+        workdir=str(TRAIN_SCRIPT.parent),
         placement=plan.output,
         recovery={"mode": "none"},
     )
     scale_check = ElasticScaleSensor(
         task_id="scale_check",
         job_name=JOB_NAME,
-        providers=DEMO_GRID,
+        providers=GRID,
         min_nodes=2,
         max_nodes=4,
         min_samples=3,
@@ -75,11 +88,12 @@ with DAG(
         poke_interval=2,
         timeout=timedelta(minutes=3),
     )
-    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, providers=DEMO_GRID)
+    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, providers=GRID)
     relaunch = LaunchOperator(
         task_id="relaunch",
         job_name=JOB_NAME,
         run=RUN,
+        workdir=str(TRAIN_SCRIPT.parent),
         placement=replan.output,
         recovery={"mode": "none"},
         wait_for_completion=True,

@@ -5,7 +5,9 @@ holds ``providers`` (a JSON list, or its text from a form field or a
 rendered template), ``max_spot_fraction`` (a number in [0, 1], possibly as
 text; default 1) and ``prefer`` (``cost`` or ``balance``; default
 ``cost``). The grid comes from, in order: the task's ``providers``
-argument, the connection's ``providers``, the built-in default grid. Every
+argument, the connection's ``providers``, the built-in default grid; a
+``providers`` argument that rendered empty (``""``, ``[]``) counts as not given,
+so a template can choose the connection's grid. Every
 bad value is one sentence naming where it came from, the field and the
 value. :func:`grid_settings` is pure, so the hook only fetches the extra.
 """
@@ -47,6 +49,8 @@ def grid_settings(
     (``extra`` is None when the connection does not exist)."""
     extra = {} if extra is None else extra
     grid_source: Any = inline_providers
+    if (isinstance(grid_source, str) and not grid_source.strip()) or grid_source == []:
+        grid_source = None  # rendered empty: the connection's grid, or the default
     if grid_source is not None:
         source = field = "the task's providers argument"
     elif extra.get("providers") not in (None, "", []):

@@ -363,6 +363,12 @@ class ElasticGridHook(BaseHook):
     ) -> PreparedLaunch:
         """Step 1 (nothing written or started); any problem is an :class:`ElasticGridError`."""
         launch_id = new_launch_id()
+        workdir = Path(options.workdir).expanduser().resolve()  # the ranks start there
+        if not workdir.is_dir():
+            raise ElasticGridError(
+                f"workdir must be a folder on this machine, got {options.workdir!r}"
+            )
+        options = replace(options, workdir=str(workdir))
         homes = {
             share.provider.name: self._job_home(job_name, share.provider)
             for share in placement.assignments

@@ -11,7 +11,9 @@ long as it runs. The launcher calls it for each part, for every engine (user
 * its own session and process group, so ``on_kill`` can kill it, and only it;
 * it dies with the task (``PR_SET_PDEATHSIG``): a SIGKILLed task starts no more parts;
 * the task is a child subreaper, so it reaps ranks orphaned by the launcher's
-  exit (some hosts' PID 1 never does, and a zombie rank reads as running).
+  exit (some hosts' PID 1 never does, and a zombie rank reads as running);
+* it enters each part's ``workdir`` before launching it, so the local engine's
+  ranks start there too, as the SSH engine's do on their hosts.
 
 It writes its progress to a result file after each part. Every rank (and the
 launcher) carries ``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its
@@ -223,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for part in request["parts"]:
             try:
+                # the ranks of every engine start in the spec's workdir (resolved by the hook)
+                os.chdir(json.loads(Path(part["spec_path"]).read_text()).get("workdir") or ".")
                 manager.launch(part["spec_path"])
             except Exception as exc:
                 result["failed"] = {"part": part["name"], "error": str(exc)}

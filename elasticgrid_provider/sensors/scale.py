@@ -97,6 +97,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         "max_recoveries",
         "recovery_window",
         "quarantine",
+        "providers",
     )
     ui_color = "#eef8e8"
     operator_extra_links = (ScaleDecisionsLink(),)

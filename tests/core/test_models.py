@@ -284,6 +284,10 @@ def test_connection_settings_parse_without_airflow() -> None:
     assert settings.providers == (AWS,) and settings.max_spot_fraction == 0.5
     assert settings.prefer == Prefer.BALANCE and settings.source == "connection 'grid'"
     assert grid_settings(None, "grid").source == "the built-in default grid"
+    # a providers argument that rendered empty leaves the grid to the connection
+    for empty in ("", "  ", []):
+        assert grid_settings(extra, "grid", empty).providers == (AWS,)
+    assert grid_settings(extra, "grid", [AWS.to_dict()]).source == "the task's providers argument"
     assert _message(lambda: grid_settings({"max_spot_fraction": "1.5"}, "grid")) == (
         "connection 'grid' field max_spot_fraction must be at most 1, got 1.5"
     )
