@@ -49,8 +49,13 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.job_logs import wait_for_step  # noqa: E402
 from benchmarks.report import Report, Table, arguments, check, ratio, seconds_range  # noqa: E402
+from benchmarks.restarts import (  # noqa: E402
+    check_same_launch,
+    launch_bare,
+    wait_for_step,
+    write_bare_specs,
+)
 
 if TYPE_CHECKING:
     from elasticgrid_provider.core.launch_spec import LaunchOptions
@@ -159,9 +164,9 @@ def provider_round(jobs_root: Path, job: str) -> dict[str, float]:
     return figures
 
 
-def relaunch_options(conf: dict, folder: Path, launch_id: str) -> LaunchOptions:
-    """What the provider's ``relaunch`` task launches for ``conf``, rendered as a run renders it
-    (its run and envs), with a fresh rendezvous and the job's shared folder (its checkpoint)."""
+def relaunch_options(conf: dict) -> LaunchOptions:
+    """What the provider's ``relaunch`` task launches for ``conf``: its options, with its run
+    and envs rendered as a run renders them (rendezvous and launch id unset)."""
     import jinja2
     from airflow.dag_processing.dagbag import DagBag
 
@@ -182,9 +187,6 @@ def relaunch_options(conf: dict, folder: Path, launch_id: str) -> LaunchOptions:
         setup=relaunch.setup,
         recovery=relaunch.recovery,
         checkpoint=relaunch.checkpoint,
-        rendezvous=f"dir:{folder / 'rendezvous' / launch_id}",
-        shared_dir=str(folder / "shared"),
-        launch_id=launch_id,
     )
 
 
@@ -192,41 +194,27 @@ def bare_round(jobs_root: Path, job: str) -> dict[str, float]:
     """Launch, lose spot, stop + launch with iroh-tinker alone at once; measure."""
     from iroh_tinker.cloud import JobManager
 
-    from elasticgrid_provider.core.launch_spec import build_launch_parts
     from elasticgrid_provider.core.placement import Placement
     from elasticgrid_provider.core.providers import providers_from_dicts
-    from elasticgrid_provider.hooks.launcher import prepare_part_folder, private_folder
     from tests.dags.recovery_dags import RECOVERY_GRID
 
     conf = {"job_name": job, "nodes": 2, "steps": STEPS, "preempt": PREEMPT}
-    folder = jobs_root / job
-    options = relaunch_options(conf, folder, "bare")  # all rendered and written before the loss
+    options = relaunch_options(conf)  # rendered and written before the loss
     onprem, _, backup = providers_from_dicts(RECOVERY_GRID)
     placement = Placement.from_dict(
         {"assignments": [{**onprem.to_dict(), "nodes": 1}, {**backup.to_dict(), "nodes": 1}]}
     )
-    parts = build_launch_parts(placement, job, options)
-    spec_folder = private_folder(folder / "specs" / "bare")
-    specs = [part.write_spec(spec_folder / f"{part.part_name}.json") for part in parts]
-    (folder / "rendezvous" / "bare").mkdir(parents=True)
+    specs = write_bare_specs(jobs_root, job, placement, options, "bare")
     launched = run_dag("recovery_launch", conf)
     check(launched.task_states["launch"] == "success", f"the launch of {job} failed")
-    manifest = json.loads((folder / "manifest.json").read_text())
-    check(options.run == manifest["run"], f"the bare restart would run {options.run!r}, not "
-          f"the command the provider launched, {manifest['run']!r}")  # fmt: skip
+    manifest = json.loads((jobs_root / job / "manifest.json").read_text())
+    check_same_launch(options, manifest, "the bare restart")
     wait_until("the loss", lambda: loss_time(jobs_root, job) is not None, timeout=120)
     lost_at = loss_time(jobs_root, job)
     assert lost_at is not None
-    manager = JobManager(root=jobs_root)
     restarted_at = time.time()
-    manager.stop(f"{job}--onprem")
-    for part, spec in zip(parts, specs, strict=True):
-        prepare_part_folder(jobs_root, part.part_name)
-        manager.launch(spec)
-
-    def running() -> bool:
-        return all(manager.status(part.part_name).status == "running" for part in parts)
-
+    JobManager(root=jobs_root).stop(f"{job}--onprem")
+    running = launch_bare(jobs_root, specs)
     figures = measure(jobs_root, job, restarted_at, "the bare restart", running)
     figures["detection_s"] = restarted_at - lost_at
     stop(jobs_root, job)

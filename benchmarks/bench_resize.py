@@ -42,8 +42,15 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.job_logs import read_steps, resumed_gap, wait_for_step  # noqa: E402
 from benchmarks.report import Report, Table, arguments, check, ratio, seconds_range  # noqa: E402
+from benchmarks.restarts import (  # noqa: E402
+    check_same_launch,
+    launch_bare,
+    read_steps,
+    resumed_gap,
+    wait_for_step,
+    write_bare_specs,
+)
 from integration.deployment import Deployment, wait_until  # noqa: E402
 
 if TYPE_CHECKING:
@@ -89,7 +96,8 @@ def environment(env: dict[str, str]) -> Iterator[None]:
 
 
 def resize_options() -> LaunchOptions:
-    """The options the DAG's ``resize`` task launches with (rendezvous and launch id unset)."""
+    """The options the DAG's ``resize`` task launches with (rendezvous and launch id unset;
+    ``run`` as rendered here, not on the worker)."""
     from elasticgrid_provider.core.launch_spec import LaunchOptions
 
     resize = runpy.run_path(str(DAG_FILE))["dag"].get_task("resize")
@@ -111,55 +119,36 @@ def bare_restart(
 ) -> float:
     """Stop every part of the running job and launch it again with iroh-tinker alone; the gap.
 
-    The specs are rendered for the purpose, before the clock starts, as the
-    provider renders them: ``options`` with a fresh rendezvous and launch id,
-    the job's placement and shared folder (its checkpoint), launched in
-    ``env``. Fails, quoting the ranks' logs, unless the job resumes at its size.
+    The specs are written for the purpose before the clock starts
+    (:func:`write_bare_specs`): ``options`` with the command the job's manifest
+    records (the worker rendered it from its own copy of the DAG), at the job's
+    placement, launched in ``env``. Fails, quoting the ranks' logs, unless the
+    job resumes at its size.
     """
     from iroh_tinker.cloud import JobManager
 
     from elasticgrid_provider.core.launch_record import new_launch_id
-    from elasticgrid_provider.core.launch_spec import build_launch_parts
     from elasticgrid_provider.core.placement import Placement
-    from elasticgrid_provider.hooks.launcher import prepare_part_folder, private_folder
 
-    folder = jobs_root / job
-    manager = JobManager(root=jobs_root)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    check(options.run == manifest["run"], f"the bare restart would run {options.run!r}, not "
-          f"the command the provider launched, {manifest['run']!r}")  # fmt: skip
-    launch_id = f"bare-{new_launch_id()}"
-    rendezvous = folder / "rendezvous" / launch_id
-    options = replace(
-        options,
-        rendezvous=f"dir:{rendezvous}",
-        shared_dir=options.shared_dir or str(folder / "shared"),  # as the provider's launch
-        launch_id=launch_id,
-    )
-    parts = build_launch_parts(Placement.from_dict(manifest["placement"]), job, options)
-    spec_folder = private_folder(folder / "specs" / launch_id)
-    specs = [part.write_spec(spec_folder / f"{part.part_name}.json") for part in parts]
-    names = [part.part_name for part in parts]
+    manifest = json.loads((jobs_root / job / "manifest.json").read_text())
+    options = replace(options, run=manifest["run"])
+    check_same_launch(options, manifest, "the bare restart")
+    placement = Placement.from_dict(manifest["placement"])
+    specs = write_bare_specs(jobs_root, job, placement, options, f"bare-{new_launch_id()}")
     count = len(read_steps(jobs_root, job))
     wait_until("more steps", lambda: len(read_steps(jobs_root, job)) >= count + 3, 120)
+    manager = JobManager(root=jobs_root)
     for part in manifest["parts"]:
         manager.stop(part["name"])
     stopped_at = time.time()
-    rendezvous.mkdir(parents=True)
     with environment(env):
-        for name, spec in zip(names, specs, strict=True):
-            prepare_part_folder(jobs_root, name)
-            manager.launch(spec)
-    nodes = manifest["placement"]["total_nodes"]
-
-    def running() -> bool:
-        return all(manager.status(name).status == "running" for name in names)
-
+        running = launch_bare(jobs_root, specs)
+    nodes = placement.total_nodes
     steps = wait_for_step(
         "the bare restart",
         jobs_root,
         job,
-        names,
+        [name for name, _ in specs],
         lambda step: step["time"] > stopped_at and step["nodes"] == nodes,
         running=running,
     )

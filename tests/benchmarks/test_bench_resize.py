@@ -3,7 +3,8 @@
 Once a launch's ranks start, its spec files read ``***`` for every ``envs``
 value; a bare restart relaunching them started ranks without their global
 rank or world size, which never logged a step. The baseline renders specs of
-its own, and fails saying why when its ranks do not run.
+its own, checked against the launch's fingerprints, and fails saying why when
+its ranks do not run.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import json
 import os
 import shlex
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from benchmarks import bench_resize
-from benchmarks.job_logs import read_steps
 from benchmarks.report import BenchmarkFailed
+from benchmarks.restarts import read_steps
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
@@ -66,8 +68,15 @@ def test_the_bare_restart_relaunches_the_job_in_the_launch_environment(jobs_root
     assert steps[restart + 1]["step"] in (steps[restart]["step"] + 1, steps[restart]["step"] + 2)
 
 
-def test_a_bare_restart_whose_ranks_cannot_start_fails_quoting_their_logs(jobs_root):
+def test_a_bare_restart_that_is_not_the_launch_or_cannot_start_fails_saying_why(jobs_root):
     launched_job(jobs_root)
+    other_envs = replace(OPTIONS, envs={"BENCH_TOKEN": "another"})
+    with pytest.raises(BenchmarkFailed) as different:
+        bench_resize.bare_restart(jobs_root, JOB, other_envs, dict(os.environ))
+    assert str(different.value) == (
+        "error: the bare restart would not relaunch what the provider launched: its envs "
+        "differ from the job's manifest"
+    )
     broken = {**os.environ, "PYTHONHOME": "/nonexistent"}  # no interpreter starts
 
     with pytest.raises(BenchmarkFailed) as failure:
