@@ -74,6 +74,7 @@ JOBS_PER_KIND = 40
 QUICK_JOBS = 4
 POLICIES = ("policy", "0.1.0 rules", "fixed size")
 FINGERPRINT = Path(__file__).with_name("policy_fingerprint.json")
+SHOWN = f"benchmarks/{FINGERPRINT.name}"  # as messages name it
 UPDATE_COMMAND = "python benchmarks/bench_policy.py --update-fingerprint"
 
 
@@ -214,10 +215,10 @@ def check_baselines(tallies: list[Tally], jobs: int) -> None:
 def read_fingerprint() -> dict[str, dict[str, str]]:
     """The committed decisions by seed (as a string), each by job key."""
     if not FINGERPRINT.exists():
-        fail(f"{FINGERPRINT.name} is missing: run {UPDATE_COMMAND}")
+        fail(f"{SHOWN} is missing: run {UPDATE_COMMAND}")
     data = json.loads(FINGERPRINT.read_text())
     check(data.get("jobs_per_kind") == JOBS_PER_KIND,
-          f"{FINGERPRINT.name} was written for {data.get('jobs_per_kind')} jobs per kind, not "
+          f"{SHOWN} was written for {data.get('jobs_per_kind')} jobs per kind, not "
           f"{JOBS_PER_KIND}: run {UPDATE_COMMAND}")  # fmt: skip
     return dict(data["seeds"])
 
@@ -226,7 +227,7 @@ def compare_fingerprint(seed: int, decisions: dict[str, str], *, partial: bool =
     """Fail, naming the jobs, when the policy's decisions differ from the committed ones."""
     expected = read_fingerprint().get(str(seed))
     if expected is None:
-        fail(f"{FINGERPRINT.name} has no decisions for seed {seed}: run {UPDATE_COMMAND}")
+        fail(f"{SHOWN} has no decisions for seed {seed}: run {UPDATE_COMMAND}")
     keys = sorted(decisions) if partial else sorted({*decisions, *expected})
     changed = [key for key in keys if decisions.get(key) != expected.get(key)]
     if changed:
@@ -235,7 +236,7 @@ def compare_fingerprint(seed: int, decisions: dict[str, str], *, partial: bool =
             f"the policy's decisions changed on seed {seed} in {len(changed)} job(s) "
             f"({', '.join(changed[:5])}{', ...' if len(changed) > 5 else ''}); {key}: "
             f"committed {expected.get(key)!r}, now {decisions.get(key)!r}. If the change is "
-            f"deliberate, run {UPDATE_COMMAND} and commit {FINGERPRINT.name} with it"
+            f"deliberate, run {UPDATE_COMMAND} and commit {SHOWN} with it"
         )
 
 
@@ -258,7 +259,7 @@ def update_fingerprint() -> int:
         "seeds": seeds,
     }
     FINGERPRINT.write_text(json.dumps(document, indent=1) + "\n")
-    print(f"wrote {FINGERPRINT.name}: {changed} job decision record(s) changed")
+    print(f"wrote {SHOWN}: {changed} job decision record(s) changed")
     return 0
 
 
@@ -269,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--update-fingerprint",
         action="store_true",
-        help=f"write {FINGERPRINT.name} from the policy's decisions now",
+        help=f"write {SHOWN} from the policy's decisions now",
     )
     args = parser.parse_args(argv)
     if args.update_fingerprint:
@@ -307,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "the comparisons unchanged)."
         )
     report.notes.append(
-        f"Decisions identical, job for job, to the committed fingerprint ({FINGERPRINT.name})."
+        f"Decisions identical, job for job, to the committed fingerprint ({SHOWN})."
         if fingerprinted
         else f"No fingerprint for seed {args.seed} at {args.jobs} jobs per kind: not compared."
     )
