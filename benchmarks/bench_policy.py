@@ -153,17 +153,17 @@ def evaluate(
             outcome = _run_batch_with(name, job, number, seed, tally.decisions)
             tally.batch.append(outcome)
             tally.ratios.append(outcome.cost_node_s / optimum)
-    for number, job in enumerate(stream_jobs):
-        optimum = stream_optimum(job)
+    for number, stream in enumerate(stream_jobs):
+        optimum = stream_optimum(stream)
         for name, tally in tallies.items():
             if name == "policy":
-                inner = policy_decider(scheduler_for(job.startup_s))
+                inner = policy_decider(scheduler_for(stream.startup_s))
             elif name == "0.1.0 rules":
                 inner = rules_0_1_0_decider()
             else:
                 inner = fixed_decider()
             decide = recording(inner, f"stream-{number:02d}", tally.decisions)
-            outcome = run_stream(job, decide, latency_s=latency_s)
+            outcome = run_stream(stream, decide, latency_s=latency_s)
             tally.stream.append(outcome)
             tally.ratios.append(outcome.cost_node_s / optimum)
     return list(tallies.values())

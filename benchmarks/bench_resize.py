@@ -83,7 +83,7 @@ def provider_resize(deployment: Deployment, job: str) -> tuple[float, str]:
 
 
 @contextlib.contextmanager
-def environment(env: dict[str, str]) -> Iterator[None]:
+def environment(env: Mapping[str, str]) -> Iterator[None]:
     """This process's environment is ``env`` inside the block (the local engine passes it on)."""
     saved = dict(os.environ)
     os.environ.clear()
