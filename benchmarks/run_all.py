@@ -137,7 +137,7 @@ def page(outcomes: list[Outcome], seconds: float, load: float) -> str:
         "Each figure is a ratio against a baseline measured side by side in the same run; "
         "seconds are given for scale and move with the machine and its load. How the "
         "benchmarks work, how to run one alone, and what CI checks: "
-        "[benchmarks.md](benchmarks.md).\n"
+        "[benchmarks.md](benchmarks.md)."
     )
     text = "\n\n".join([head, *(section(outcome) for outcome in outcomes)]) + "\n"
     for machine_path, shown in ((f"{ROOT}{os.sep}", ""), (tempfile.gettempdir(), "$TMPDIR")):
