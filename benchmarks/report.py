@@ -55,12 +55,11 @@ class Table:
     rows: list[list[str]]
 
     def markdown(self) -> str:
-        """The table in Markdown, numbers right-aligned."""
-
-        def numeric(cell: str) -> bool:
-            return cell[:1].isdigit() or cell[:2] in ("-0", "-1", "1/")
-
-        right = [all(numeric(row[i]) for row in self.rows) for i in range(len(self.columns))]
+        """The table in Markdown; a column of figures (or ``-`` for none) is right-aligned."""
+        right = [
+            all(row[i][:1].isdigit() or row[i].startswith("-") for row in self.rows)
+            for i in range(len(self.columns))
+        ]
         lines = [
             "| " + " | ".join(self.columns) + " |",
             "|" + "|".join("---:" if r else "---" for r in right) + "|",
