@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench bench-policy clean integration bench-resize bench-recovery bench-remote
+.PHONY: demo test lint typecheck check clean integration
+.PHONY: bench bench-quick bench-planner bench-step-log bench-policy bench-resize bench-recovery
+.PHONY: bench-remote
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,23 +37,35 @@ integration: $(BIN)/.integration  ## a real deployment: Postgres, Redis, Celery 
 	bash scripts/system-packages.sh deployment ssh
 	$(BIN)/python -m pytest integration -p no:cacheprovider
 
+# Every bench-* target sets itself up and prints ratios against a baseline run alongside;
+# BENCH_ARGS passes --quick (one round, small sizes) and --json FILE (benchmarks/report.py).
+BENCH_ARGS ?=
+
+bench: $(BIN)/.installed  ## every benchmark, then docs/performance.md from their reports
+	$(BIN)/python benchmarks/run_all.py --make "$(MAKE)"
+
+bench-quick: $(BIN)/.installed  ## every benchmark at small sizes (CI): fails if one crashes or its baseline did not run
+	$(BIN)/python benchmarks/run_all.py --quick --make "$(MAKE)"
+
+bench-planner: $(BIN)/.installed  ## the planner vs scipy's HiGHS LP, 1,000 providers, 1,000,000 nodes
+	$(BIN)/python benchmarks/bench_planner.py $(BENCH_ARGS)
+
+bench-step-log: $(BIN)/.installed  ## a first check's tail read vs a full read of a 1,000,000-line step log
+	$(BIN)/python benchmarks/bench_step_log.py $(BENCH_ARGS)
+
+bench-policy: $(BIN)/.installed  ## the scale policy vs the 0.1.0 rules, a fixed size and the optimum
+	$(BIN)/python benchmarks/bench_policy.py $(BENCH_ARGS)
+
 bench-resize: $(BIN)/.integration  ## resize gap on the real deployment vs a bare iroh-tinker restart
 	bash scripts/system-packages.sh deployment
-	$(BIN)/python benchmarks/bench_resize.py
+	$(BIN)/python benchmarks/bench_resize.py $(BENCH_ARGS)
 
 bench-recovery: $(BIN)/.installed  ## recovery gap after a lost spot part vs a bare iroh-tinker restart
-	$(BIN)/python benchmarks/bench_recovery.py
+	$(BIN)/python benchmarks/bench_recovery.py $(BENCH_ARGS)
 
-bench-remote: $(BIN)/.installed  ## launch time on SSH test hosts: the provider's ssh engine vs iroh-tinker's
+bench-remote: $(BIN)/.installed  ## launch time and resize gap on SSH test hosts vs iroh-tinker's own
 	bash scripts/system-packages.sh ssh
-	$(BIN)/python benchmarks/bench_remote.py
-
-bench: $(BIN)/.installed
-	$(BIN)/python benchmarks/bench_planner.py
-	$(BIN)/python benchmarks/bench_step_log.py
-
-bench-policy: $(BIN)/.installed  ## the scale policy against the 0.1.0 rules and a fixed size
-	$(BIN)/python benchmarks/bench_policy.py
+	$(BIN)/python benchmarks/bench_remote.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .demo $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

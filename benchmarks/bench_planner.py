@@ -1,7 +1,7 @@
 """Benchmark: GridPlanner against scipy's HiGHS LP on 1,000 providers and 1,000,000 nodes.
 
-Run with ``python benchmarks/bench_planner.py``. The grid is random but seeded,
-so every run plans the same instance. Each method is timed as the best of a
+Run with ``make bench-planner`` (``--quick``: 100 providers, 50,000 nodes, one
+repeat). The grid is random but seeded, so every run plans the same instance. Each method is timed as the best of a
 few repeats; the LP solves the same problem (for ``balance``: the same
 problem with every provider capped at the planner's largest share) and the
 costs must agree, so the table compares two routes to the same answer.
@@ -10,12 +10,15 @@ costs must agree, so the table compares two routes to the same answer.
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from scipy.optimize import linprog
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.report import Report, Table, arguments, best_time, check, fail
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import Provider
 
@@ -25,8 +28,6 @@ NODES = 1_000_000
 MAX_SPOT_FRACTION = 0.6
 REPEATS = 5
 COST_TOLERANCE = 1e-6
-
-Result = TypeVar("Result")
 
 
 def random_grid(seed: int = SEED, count: int = PROVIDER_COUNT) -> tuple[Provider, ...]:
@@ -42,18 +43,6 @@ def random_grid(seed: int = SEED, count: int = PROVIDER_COUNT) -> tuple[Provider
         )
         for index in range(count)
     )
-
-
-def best_time(action: Callable[[], Result], repeats: int = REPEATS) -> tuple[float, Result]:
-    """The fastest of ``repeats`` runs, in seconds, and the last result."""
-    best = float("inf")
-    result: Result | None = None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = action()
-        best = min(best, time.perf_counter() - started)
-    assert result is not None
-    return best, result
 
 
 def linear_program_cost(
@@ -73,51 +62,65 @@ def linear_program_cost(
         method="highs",
     )
     if result.status != 0:
-        raise RuntimeError(f"linprog failed: {result.message}")
+        fail(f"the LP baseline did not solve the problem: {result.message}")
     return float(result.fun)
 
 
-def benchmark(prefer: str, providers: tuple[Provider, ...]) -> tuple[str, float, float, float]:
+def benchmark(
+    prefer: str, providers: tuple[Provider, ...], nodes: int = NODES, repeats: int = REPEATS
+) -> tuple[str, float, float, float]:
     """Time the planner and the LP for one preference; check they agree on cost."""
     planner = GridPlanner(providers, max_spot_fraction=MAX_SPOT_FRACTION, prefer=prefer)
-    planner_seconds, placement = best_time(lambda: planner.plan(NODES))
+    planner_seconds, placement = best_time(lambda: planner.plan(nodes), repeats)
     planner_cost = sum(share.cost_per_hour for share in placement.assignments)
     share_limit = None
     if prefer == "balance":
         share_limit = max(share.nodes for share in placement.assignments)
-    spot_allowance = planner.spot_allowance(NODES)
+    spot_allowance = planner.spot_allowance(nodes)
     lp_seconds, lp_cost = best_time(
-        lambda: linear_program_cost(providers, NODES, spot_allowance, share_limit)
+        lambda: linear_program_cost(providers, nodes, spot_allowance, share_limit), repeats
     )
-    if abs(planner_cost - lp_cost) > COST_TOLERANCE * max(1.0, lp_cost):
-        raise AssertionError(f"{prefer}: planner ${planner_cost:.2f}/h but LP ${lp_cost:.2f}/h")
-    assert placement.total_nodes == NODES
-    assert placement.spot_nodes <= spot_allowance
+    check(
+        abs(planner_cost - lp_cost) <= COST_TOLERANCE * max(1.0, lp_cost),
+        f"prefer {prefer}: the planner costs ${planner_cost:.2f}/h but the LP ${lp_cost:.2f}/h",
+    )
+    check(placement.total_nodes == nodes, f"prefer {prefer}: the planner placed "
+          f"{placement.total_nodes} nodes, not {nodes}")  # fmt: skip
+    check(placement.spot_nodes <= spot_allowance, f"prefer {prefer}: the planner placed "
+          f"{placement.spot_nodes} spot nodes, over the allowance of {spot_allowance}")  # fmt: skip
     return prefer, planner_seconds, lp_seconds, planner_cost
 
 
 def main() -> None:
-    """Build the grid, run both preferences, print the table."""
-    providers = random_grid()
+    """Build the grid, run both preferences, report the table."""
+    args = arguments(__doc__).parse_args()
+    count, nodes, repeats = (100, 50_000, 1) if args.quick else (PROVIDER_COUNT, NODES, REPEATS)
+    providers = random_grid(count=count)
     capacity = sum(provider.max_nodes for provider in providers)
-    if capacity < NODES:
-        raise SystemExit(f"grid capacity {capacity} is below {NODES} nodes; change the seed")
+    check(capacity >= nodes, f"grid capacity {capacity} is below {nodes} nodes; change the seed")
     spot_count = sum(provider.spot for provider in providers)
-    print(
-        f"grid: {len(providers):,} providers ({spot_count} spot), capacity {capacity:,} nodes; "
-        f"job: {NODES:,} nodes, max_spot_fraction {MAX_SPOT_FRACTION}; best of {REPEATS}"
+    report = Report(
+        "planner",
+        "Placement planner against an LP solver",
+        f"GridPlanner against scipy's HiGHS LP on the same placement problem: {count:,} "
+        f"providers ({spot_count} spot), {nodes:,} nodes, max_spot_fraction "
+        f"{MAX_SPOT_FRACTION}. Both must reach the same cost (within {COST_TOLERANCE:g}, "
+        "relative), so the ratio compares two routes to one answer.",
+        quick=args.quick,
+        settings=f"seed {SEED}, best of {repeats}",
     )
-    print()
-    print("| prefer  | planner (ms) | HiGHS LP (ms) | LP / planner | cost ($/h)     |")
-    print("|---------|-------------:|--------------:|-------------:|---------------:|")
+    rows = []
     for prefer in ("cost", "balance"):
-        name, planner_seconds, lp_seconds, cost = benchmark(prefer, providers)
-        print(
-            f"| {name:<7} | {planner_seconds * 1e3:12.2f} | {lp_seconds * 1e3:13.2f} "
-            f"| {lp_seconds / planner_seconds:11.1f}x | {cost:14,.2f} |"
+        name, planner_s, lp_s, cost = benchmark(prefer, providers, nodes, repeats)
+        rows.append([name, f"{lp_s / planner_s:.1f}x", f"{planner_s * 1e3:.2f}",
+                     f"{lp_s * 1e3:.2f}", f"{cost:,.2f}"])  # fmt: skip
+    report.tables.append(
+        Table(
+            ["prefer", "LP time / planner time", "planner (ms)", "HiGHS LP (ms)", "cost ($/h)"],
+            rows,
         )
-    print()
-    print("costs agree with the LP optimum to within 1e-6 (relative)")
+    )
+    report.publish(args.json)
 
 
 if __name__ == "__main__":

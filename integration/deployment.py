@@ -321,7 +321,8 @@ class Deployment:
             **self.extra_env,
         }
 
-    def _worker_env(self, worker: str) -> dict[str, str]:
+    def worker_env(self, worker: str) -> dict[str, str]:
+        """The environment worker ``w1``/``w2`` runs in, and passes on to its tasks."""
         own = self.worker_home(worker)
         return {
             **self.env,
@@ -350,7 +351,7 @@ class Deployment:
                 "--concurrency", "2",
                 "--without-gossip", "--without-mingle",
             ],
-            env=self._worker_env(worker),
+            env=self.worker_env(worker),
             cwd=own,
         )  # fmt: skip
 

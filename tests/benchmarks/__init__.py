@@ -1,4 +1,4 @@
-"""Tests of the benchmarks' simulators; ``load_bench_policy`` imports the policy benchmark."""
+"""Tests of the benchmarks (simulators, baselines, runner); ``load_bench_policy`` imports one."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from benchmarks.report import BenchmarkFailed
 from elasticgrid_provider.core.samples import StepSample
 from tests.benchmarks import load_bench_policy
 
@@ -113,3 +114,27 @@ def test_the_benchmark_is_reproducible():
     again = [tally.row() for tally in bench.evaluate(seed=7, jobs_per_kind=2)]
     assert first == again
     assert [row[0] for row in first] == ["policy", "0.1.0 rules", "fixed size"]
+
+
+def test_resizes_are_recorded_as_check_time_and_new_size():
+    job = bench.BatchJob(
+        steps=20, work_s=10.0, comm_s=0.0, deadline_s=1e6, launch_nodes=1, startup_s=10
+    )
+    decide, _ = recorder({60.0: 2, 120.0: 1})
+    decisions: dict[str, str] = {}
+    bench.run_batch(job, bench.recording(decide, "batch-00", decisions))
+    assert decisions == {"batch-00": "60:2 120:1"}
+
+
+def test_a_changed_decision_fails_against_the_committed_fingerprint():
+    (tally,) = bench.evaluate(bench.SEED, bench.JOBS_PER_KIND, first=1, policies=["policy"])
+    bench.compare_fingerprint(bench.SEED, tally.decisions, partial=True)  # as committed
+    changed = {**tally.decisions, "stream-00": tally.decisions["stream-00"] + " 999960:1"}
+    with pytest.raises(BenchmarkFailed) as failure:
+        bench.compare_fingerprint(bench.SEED, changed, partial=True)
+    message = str(failure.value)
+    assert "decisions changed on seed 20261202 in 1 job(s) (stream-00); stream-00:" in message
+    assert message.endswith(
+        "run python benchmarks/bench_policy.py --update-fingerprint and commit "
+        "benchmarks/policy_fingerprint.json with it"
+    )

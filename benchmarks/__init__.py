@@ -1,0 +1,1 @@
+"""The benchmarks: ``make bench-<name>`` runs ``bench_<name>.py``; ``make bench`` runs them all."""
