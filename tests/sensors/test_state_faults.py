@@ -177,3 +177,70 @@ def test_a_read_only_jobs_folder_fails_the_check_in_one_sentence(
     }
     assert after == before
     assert step_log.exists()
+
+
+# -- absurd samples: every field is bounded, times are checked against the check's clock ----
+
+
+def test_absurd_step_log_lines_are_reported_once_and_never_enter_the_window(
+    airflow_db, jobs_root, capfd
+):
+    import time
+
+    step_log = _sleeping_job("absurd", jobs_root, steps=2)
+    now = time.time()
+    absurd = [
+        {"step": 2, "duration_s": 1.0, "nodes": 1, "time": 1e300},
+        {"step": 3, "duration_s": 1e308, "nodes": 1},
+        {"step": 4, "duration_s": 1.0, "queue_s": 1e308, "nodes": 1},
+        {"step": 5, "duration_s": 1.0, "nodes": 1, "time": now * 1e9},  # nanoseconds
+        {"step": 6, "duration_s": 1.0, "nodes": 1, "time": 3.5},  # 1970
+        {"step": 7, "duration_s": 1.0, "nodes": 1, "time": now + 3600.0},  # an hour ahead
+    ]
+    with step_log.open("a") as handle:
+        handle.write("".join(json.dumps(line) + "\n" for line in absurd) + _sample_line(8))
+    state, output = _check("absurd", capfd)
+    assert state == "skipped"  # a hold, not a crash
+    assert "OverflowError" not in output and "inf%" not in output
+    skipped = [line for line in output.splitlines() if "Skipped a step-log line" in line]
+    assert len(skipped) == 4
+    for phrase, count in (
+        ("time must be epoch seconds before 2100", 2),  # 1e300 and nanoseconds
+        ("got 1e+300 (milliseconds or nanoseconds?)", 1),
+        ("duration_s must be at most 604800, got 1e+308", 1),
+        ("queue_s must be at most 604800, got 1e+308", 1),
+    ):
+        assert sum(phrase in line for line in skipped) == count, (phrase, skipped)
+    left_out = [line for line in output.splitlines() if "Left out step" in line]
+    assert len(left_out) == 2
+    assert "Left out step 6" in left_out[0] and "days before the check's clock" in left_out[0]
+    assert "Left out step 7" in left_out[1] and "after the check's clock" in left_out[1]
+    stored = read_variable(state_variable_key("absurd"))
+    assert [sample["step"] for sample in stored["window"]["samples"]] == [0, 1, 8]
+
+    state, output = _check("absurd", capfd)  # reported once: the cursor moved past them
+    assert state == "skipped"
+    assert "Skipped a step-log line" not in output and "Left out step" not in output
+
+
+def test_handed_in_samples_are_bounded_and_screened_too(airflow_db, jobs_root, capfd):
+    import time
+
+    run_dag("launch_sleeping", {"job_name": "handed", "nodes": 1})
+    now = time.time()
+    samples = [
+        {"step": step, "duration_s": 1.0, "nodes": 1, "time": now - 10 + step} for step in range(4)
+    ]
+    samples[1]["time"] = now + 3600.0  # an hour ahead
+    result = run_dag("policy_single_check", {"job_name": "handed", "samples": samples})
+    assert result.task_states == {"scale_check": "skipped"}  # one hold
+    output = "".join(capfd.readouterr())
+    assert "Left out step 1: its time" in output
+    window = read_variable(state_variable_key("handed"))["window"]["samples"]
+    assert [sample["step"] for sample in window] == [0, 2, 3]
+
+    samples.append({"step": 4, "duration_s": 1.0, "nodes": 1, "time": 1e300})
+    result = run_dag("policy_single_check", {"job_name": "handed", "samples": samples})
+    assert result.task_states == {"scale_check": "failed"}  # bad input: one sentence
+    message = _error_line("".join(capfd.readouterr()), "ElasticGridError")
+    assert message.startswith("samples entry 4 time must be epoch seconds before 2100"), message
