@@ -30,7 +30,6 @@ check) is the only "no state".
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -161,9 +160,10 @@ def read_scale_state(job_folder: Path, job_name: str) -> ScaleState:
         ) from None
 
 
-def write_scale_state(job_folder: Path, state: ScaleState, log: logging.Logger) -> None:
+def write_scale_state(job_folder: Path, state: ScaleState, log: Any) -> None:
     """Write the job's state Variable, then record in ``job_folder`` that it exists (a record
-    that cannot be written is logged: an older one still guards the state)."""
+    that cannot be written is logged as a warning on ``log``: an older one still guards
+    the state)."""
     from airflow.sdk import Variable
 
     from elasticgrid_provider.hooks.launcher import write_private_json
