@@ -177,9 +177,9 @@ def run_simulate(args: argparse.Namespace) -> Result:
 def _screened(
     args: argparse.Namespace, samples: tuple[StepSample, ...]
 ) -> tuple[tuple[StepSample, ...], list[str]]:
-    """The samples, less those that ended past the simulated clock's end (the sensor's rule:
-    ``CLOCK_TOLERANCE_S`` after ``--now`` for one decision, else after the last sample's time
-    in file order), with one sentence each."""
+    """The samples, less those whose time is far from the simulated clock (the sensor's rule,
+    :func:`screen_times`), with one sentence each; the clock is ``--now`` for one decision,
+    else the last sample's time in file order."""
     start = 0.0 if args.now is None or not args.timeline else args.now
     end = args.now if args.now is not None and not args.timeline else None
     kept, left_out = screen_times(
@@ -187,8 +187,8 @@ def _screened(
     )
     if not kept:
         raise ElasticGridError(
-            f"samples file {args.samples} holds no sample that ended before the simulated "
-            f"clock's end: {left_out[0]}"
+            f"samples file {args.samples} holds no sample near the simulated clock "
+            f"({left_out[0].rstrip('.')})"
         )
     return tuple(kept), left_out
 

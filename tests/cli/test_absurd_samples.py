@@ -76,4 +76,6 @@ def test_one_decision_at_now_screens_the_samples_against_now(
     path = write_jsonl(tmp_path / "s.jsonl", _stream())
     # --now an hour before every sample: none has ended yet by that clock
     code, out, err = run(capsys, "simulate", "--samples", path, "--now", str(T0 - 3600.0))
-    assert_one_line_error(code, out, err, "holds no sample that ended before the simulated clock")
+    assert_one_line_error(
+        code, out, err, "holds no sample near the simulated clock (Left out step 0: "
+    )
