@@ -18,6 +18,10 @@ The clock of ``simulate`` is deterministic (no wall clock is read):
   when their ``nodes`` changes;
 * ``--deadline-in S``: S seconds after the single decision's time, or after the newest
   sample's time for every decision of a timeline;
+* like the sensor, a sample that ended more than ``CLOCK_TOLERANCE_S`` after the
+  simulated clock (``--now`` for one decision, else the last sample's time in file
+  order) is left out with one sentence each (JSON: ``left_out``); every sample field is
+  bounded, and a value out of bounds is refused in one line (docs/step-samples.md);
 * ``--remaining-steps`` / ``--remaining-tokens``: the work left after the newest sample;
   a timeline's earlier decisions add the samples still to come (a step each, their tokens).
 
@@ -68,7 +72,7 @@ from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_pa
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import RECOVER_RULE
-from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
+from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
 from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.schemas import json_schema
 from elasticgrid_provider.core.state import (
@@ -161,10 +165,32 @@ def run_simulate(args: argparse.Namespace) -> Result:
     for name, _, minimum, _, _ in SAMPLE_INPUTS:
         if given(args, name):
             check_number(option_flag(name), getattr(args, name), minimum=minimum)
-    samples = load_samples(args.samples)
-    if args.timeline:
-        return _timeline(args, scheduler, samples)
-    return _single(args, scheduler, samples)
+    samples, left_out = _screened(args, load_samples(args.samples))
+    result = (
+        _timeline(args, scheduler, samples) if args.timeline else _single(args, scheduler, samples)
+    )
+    if not left_out:
+        return result
+    return Result("\n".join([*left_out, result.text]), {**result.data, "left_out": left_out})
+
+
+def _screened(
+    args: argparse.Namespace, samples: tuple[StepSample, ...]
+) -> tuple[tuple[StepSample, ...], list[str]]:
+    """The samples, less those whose time is far from the simulated clock (the sensor's rule,
+    :func:`screen_times`), with one sentence each; the clock is ``--now`` for one decision,
+    else the last sample's time in file order."""
+    start = 0.0 if args.now is None or not args.timeline else args.now
+    end = args.now if args.now is not None and not args.timeline else None
+    kept, left_out = screen_times(
+        samples, end if end is not None else sample_clock(samples, start)[-1]
+    )
+    if not kept:
+        raise ElasticGridError(
+            f"samples file {args.samples} holds no sample near the simulated clock "
+            f"({left_out[0].rstrip('.')})"
+        )
+    return tuple(kept), left_out
 
 
 def _scheduler(args: argparse.Namespace) -> ElasticScheduler:

@@ -15,8 +15,11 @@ and fail, skip, hold or end with the record. The rules, in order:
    argument whose step is not below its cursor (so each is consumed once,
    however often a list is handed in), or else the step-log chunks (each
    moves its log's cursor; malformed lines are logged, at most
-   :data:`SKIPPED_LINES_SHOWN` per log, and counted). Only samples measured
-   at the current size enter the window (:meth:`ScaleState.observe`).
+   :data:`SKIPPED_LINES_SHOWN` per log, and counted). Every sample field is
+   bounded (:mod:`~elasticgrid_provider.core.samples`), and a sample that ended
+   more than ``CLOCK_TOLERANCE_S`` after the check's clock is left out with a
+   warning, once (:func:`~elasticgrid_provider.core.samples.screen_times`). Only
+   samples measured at the current size enter the window (:meth:`ScaleState.observe`).
 3. A job that ended (``done``/``stopped``) needs no decision: ``finish`` with
    a ``job_ended`` record, which enters the history.
 4. Otherwise the deadline is resolved (only now, so an ended job is never
@@ -62,7 +65,7 @@ from elasticgrid_provider.core.recovery import (
     quarantine_reasons,
     remember_recovery,
 )
-from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
+from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
 from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RULE, ScaleState
 from elasticgrid_provider.core.step_log import StepLogChunk
@@ -321,6 +324,8 @@ class ScaleCheck:
                     read = f"Read {chunk.lines_read} new line(s) from {chunk.source}"
                     log.append((logging.INFO, f"{read}{whence if first else ''}."))
                 state = state.with_cursor(chunk.source, chunk.cursor)
+        new_samples, left_out = screen_times(new_samples, now)  # reported once: cursors moved
+        log.extend((logging.WARNING, reason) for reason in left_out)
         current = snapshot.nodes
         if state.current_nodes is not None and state.current_nodes != current:
             changed = f"changed size {state.current_nodes} -> {current} since the last check"

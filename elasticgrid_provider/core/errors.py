@@ -10,6 +10,7 @@ The hierarchy::
       JobLaunchError          a part could not be launched; the parts started were stopped
       JobFailedError          the checked job failed, is down, or was never launched
       RemoteHostError         an ssh training host was unreachable or refused a request
+      StateReadError          a job's scale state could not be read (nothing was decided)
 
 What they do:
 
@@ -25,12 +26,16 @@ What they do:
     into ``AirflowException``: retried, because a provider that failed to
     start may start next time, and a retry never starts a second copy (the
     launch is reconciled from its record).
-  * ``ElasticScaleSensor`` raises :class:`JobFailedError`,
+  * ``ElasticScaleSensor`` raises :class:`JobFailedError`, :class:`StateReadError`,
     :class:`ElasticGridError` and :class:`CorruptStateError` as they are,
     retried like any other failure. None is an ``AirflowException``,
     deliberately: ``soft_fail`` (for a check that found no reason to scale
     before its timeout) turns Airflow's exceptions into skips, and a failed
     job or a misconfigured check must never pass as a skip.
+
+A failed read of the state is an error, never "no state": :class:`StateReadError`
+fails the check before anything is decided or written (a fresh state written over
+the stored one would lose its cooldown and history), and the next try reads again.
 
 Every message is one sentence (a failed job's log tail may follow it on the
 next lines).
@@ -61,3 +66,8 @@ class JobFailedError(RuntimeError):
 
 class RemoteHostError(RuntimeError):
     """A training host could not be reached or refused a request: one sentence naming the host."""
+
+
+class StateReadError(RuntimeError):
+    """A job's scale state could not be read, or its absence could not be confirmed; the
+    check decided and wrote nothing (retried: a metadata-DB blip passes)."""

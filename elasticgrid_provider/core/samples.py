@@ -16,6 +16,19 @@ ran it and how many tokens it processed. The scale decision reads only the
 * ``time`` (optional) is when the step ended, in epoch seconds: the scheduler
   reads arrival rates and idle gaps from it, and times samples without one
   (old logs, hand-written) by their durations;
+* every sample field is bounded, so no arithmetic on a window can overflow
+  (1e300 step times and 1e308 durations raised ``OverflowError`` deep in the
+  scheduler): a step at most :data:`MAX_STEP`, ``duration_s`` and ``queue_s``
+  at most :data:`MAX_STEP_S` (a week), ``nodes`` at most :data:`MAX_NODES`,
+  ``tokens`` at most :data:`MAX_TOKENS`, a non-zero ``duration_s`` or ``tokens``
+  at least :data:`MIN_STEP_S` or :data:`MIN_TOKENS`, and ``time`` at most
+  :data:`LATEST_TIME` (2100), which refuses milliseconds and nanoseconds with
+  one sentence;
+* times are also checked against the check's clock: :func:`screen_times` leaves
+  out, with one sentence each, new samples that ended more than
+  :data:`CLOCK_TOLERANCE_S` after it (a skewed clock) or more than
+  :data:`MAX_AGE_S` before it (1970, or a clock counting from boot), so they
+  never enter the window;
 * ``queue_s`` may exceed ``duration_s`` (queueing that overlapped the previous
   step); ``active_s`` is clamped at 0 and ``queue_fraction`` may then exceed 1.
 """
@@ -26,9 +39,17 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationInfo, computed_field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationInfo,
+    computed_field,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.validation import (
@@ -36,11 +57,77 @@ from elasticgrid_provider.core.validation import (
     JsonModel,
     NonNegative,
     Positive,
+    finite,
     model,
     trusted,
+    whole,
 )
 
 DEFAULT_WINDOW_SIZE = 10
+
+# -- every sample field is bounded (docs/step-samples.md) ------------------------------
+MAX_STEP = 2**53
+"""The highest step number: every step up to it is exact as a float (JSON's numbers)."""
+MAX_STEP_S = 7 * 86_400.0
+"""The longest ``duration_s`` and ``queue_s``: a week (a longer one is a unit error)."""
+MAX_NODES = 1_000_000
+"""The most nodes a sample may say ran its step."""
+MAX_TOKENS = 1e15
+"""The most tokens one step may process."""
+LATEST_TIME = 4_102_444_800.0
+"""The latest ``time``: 2100-01-01T00:00:00Z (milliseconds and nanoseconds are far past it)."""
+CLOCK_TOLERANCE_S = 300.0
+"""How far after the check's clock a sample may say its step ended: clocks of the hosts
+that run ranks and checks drift apart (NTP keeps them well within this); beyond it the
+sample is left out with a reason."""
+MAX_AGE_S = 30 * 86_400.0
+"""How long before the check's clock a new sample may say its step ended: 30 days (a time
+from 1970, or from a clock that counts from boot, is far older); beyond it the sample is
+left out with a reason."""
+
+MIN_STEP_S = 1e-6
+"""The shortest non-zero ``duration_s``: a microsecond (below it, rates overflow)."""
+MIN_TOKENS = 1e-3
+"""The fewest non-zero ``tokens`` of a step (below it, rates underflow to zero)."""
+
+
+def _zero_or_at_least(minimum: float) -> AfterValidator:
+    """0, or at least ``minimum``: a value between is noise no rate can be computed from."""
+
+    def check(value: float) -> float:
+        if 0.0 < value < minimum:
+            raise PydanticCustomError(
+                "elasticgrid",
+                "{phrase}",
+                {"phrase": f"must be 0 or at least {minimum:g}, got {value!r}"},
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+_StepNumber = Annotated[int, whole(0, MAX_STEP)]
+_StepSeconds = Annotated[float, finite(0.0, MAX_STEP_S)]
+_Duration = Annotated[float, finite(0.0, MAX_STEP_S), _zero_or_at_least(MIN_STEP_S)]
+_Nodes = Annotated[int, whole(1, MAX_NODES)]
+_Tokens = Annotated[float, finite(0.0, MAX_TOKENS), _zero_or_at_least(MIN_TOKENS)]
+
+
+def _epoch_seconds(value: float) -> float:
+    """A ``time`` of at most LATEST_TIME, refused naming the likely unit error."""
+    if value > LATEST_TIME:
+        raise PydanticCustomError(
+            "elasticgrid",
+            "{phrase}",
+            {
+                "phrase": f"must be epoch seconds before 2100 (at most {LATEST_TIME:.0f}), got "
+                f"{value!r} (milliseconds or nanoseconds?)"
+            },
+        )
+    return value
+
+
+_EpochSeconds = Annotated[float, finite(0.0), AfterValidator(_epoch_seconds)]
 
 SATURATED_QUEUE_FRACTION = 0.2  # a window whose queue fraction reaches this is saturated
 STALLED_QUEUE_FRACTION = 0.6  # a window whose queue fraction reaches this is stalled
@@ -53,12 +140,12 @@ class StepSample(JsonModel):
 
     WHERE = "sample"
 
-    step: Count
-    duration_s: NonNegative
-    queue_s: NonNegative = 0.0
-    nodes: Positive = 1
-    tokens: NonNegative = 0.0
-    time: NonNegative | None = Field(default=None, exclude_if=lambda time: time is None)
+    step: _StepNumber
+    duration_s: _Duration
+    queue_s: _StepSeconds = 0.0
+    nodes: _Nodes = 1
+    tokens: _Tokens = 0.0
+    time: _EpochSeconds | None = Field(default=None, exclude_if=lambda time: time is None)
 
     @property
     def active_s(self) -> float:
@@ -186,3 +273,25 @@ class MetricsWindow(JsonModel):
 
     def __len__(self) -> int:
         return len(self.samples)
+
+
+def screen_times(samples: Iterable[StepSample], now: float) -> tuple[list[StepSample], list[str]]:
+    """The samples that ended within [``now - MAX_AGE_S``, ``now + CLOCK_TOLERANCE_S``] of the
+    check's clock ``now`` (or carry no time), and one sentence for each left out."""
+    kept: list[StepSample] = []
+    reasons: list[str] = []
+    for sample in samples:
+        if sample.time is None or now - MAX_AGE_S <= sample.time <= now + CLOCK_TOLERANCE_S:
+            kept.append(sample)
+            continue
+        if sample.time > now:
+            off = f"{sample.time - now:.0f}s after the check's clock"
+            bound = f"the {CLOCK_TOLERANCE_S:.0f}s tolerance (a skewed clock or a wrong unit)"
+        else:
+            off = f"{(now - sample.time) / 86_400:.0f} days before the check's clock"
+            bound = f"{MAX_AGE_S / 86_400:.0f} days (1970, or a clock counting from boot?)"
+        reasons.append(
+            f"Left out step {sample.step}: its time {sample.time!r} is {off} ({now:.0f}), "
+            f"beyond {bound}; it never enters the window."
+        )
+    return kept, reasons

@@ -436,14 +436,20 @@ def _arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
 
 
 def _work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
-    """Seconds between successive arrivals per unit of work; ``None`` without arrival times."""
+    """Seconds between successive arrivals per unit of work, scaled so the largest is 1 (the
+    rules reading them are scale-free, and no square or sum can overflow); ``None`` without
+    arrival times, or when a step's work is too small to divide by."""
     gaps = []
     for previous, sample in itertools.pairwise(samples):
         work = sample.tokens if basis == "tokens" else 1.0
         if previous.started_at is None or sample.started_at is None or work <= 0:
             return None
-        gaps.append((sample.started_at - previous.started_at) / work)
-    return gaps
+        gap = (sample.started_at - previous.started_at) / work
+        if not math.isfinite(gap):
+            return None
+        gaps.append(gap)
+    scale = max((abs(gap) for gap in gaps), default=0.0)
+    return [gap / scale for gap in gaps] if scale > 0 else gaps
 
 
 def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
@@ -456,7 +462,7 @@ def _arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
     if mean <= 0:
         return 0.0
     spread = math.sqrt(math.fsum((gap - mean) ** 2 for gap in gaps) / (len(gaps) - 1))
-    return spread / mean / math.sqrt(len(gaps))
+    return min(spread / mean / math.sqrt(len(gaps)), sys.float_info.max)
 
 
 RATE_CHANGE_SIGNIFICANCE = 10.83

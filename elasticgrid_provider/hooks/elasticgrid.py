@@ -28,7 +28,10 @@ the job's lock: an exclusive ``flock`` on a file next to the job's iroh-tinker
 state, which every worker that can stop or resize the job shares, so a launch, a
 resize and a scale check of one job happen one at a time. A state Variable that
 is empty, not JSON, ``null``, another job's or otherwise malformed is refused
-with one sentence and never overwritten.
+with one sentence and never overwritten. A failed read of the state is an error,
+never "no state" (:mod:`elasticgrid_provider.hooks.state_store`): the check fails
+with one sentence and writes nothing. A jobs folder that cannot be written fails
+with one sentence naming it, before anything is done.
 """
 
 from __future__ import annotations
@@ -48,12 +51,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook, Variable
+from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from elasticgrid_provider.core.clock import utc_iso_now
 from elasticgrid_provider.core.errors import (  # JobLaunchError: re-exported, raised here
-    CorruptStateError,
     ElasticGridError,
     JobLaunchError,
     RemoteHostError,
@@ -83,7 +85,7 @@ from elasticgrid_provider.core.recovery import LostPart, loss_cause, part_is_los
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.settings import GridSettings, grid_settings
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
-from elasticgrid_provider.core.step_log import StepLogChunk, cut_report, read_step_log
+from elasticgrid_provider.core.step_log import StepLogChunk, read_step_log
 from elasticgrid_provider.core.validation import Choice, check_number
 from elasticgrid_provider.hooks.launcher import (
     is_launcher,
@@ -103,6 +105,11 @@ from elasticgrid_provider.hooks.remote_parts import (
     remote_down_ranks,
     spec_params,
     sweep_remote_launch,
+)
+from elasticgrid_provider.hooks.state_store import (
+    read_scale_state,
+    read_variable,
+    write_scale_state,
 )
 
 if TYPE_CHECKING:
@@ -271,8 +278,16 @@ class ElasticGridHook(BaseHook):
     def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
         """Hold the job's lock; yields False if ``timeout`` seconds (None: no limit) pass first."""
         folder = self.job_folder(job_name)
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / LOCK_NAME, "a+") as handle:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = open(folder / LOCK_NAME, "a+")  # noqa: SIM115 - closed below
+        except OSError as exc:  # a read-only or unwritable jobs folder: nothing was done
+            raise ElasticGridError(
+                f"jobs folder {folder} cannot be written ({exc.strerror or exc}), so job "
+                f"{job_name!r} cannot be locked and nothing was changed: give the jobs root "
+                f"{self.jobs_root} write access on this worker"
+            ) from None
+        with handle:
             try:
                 yield _acquire(handle.fileno(), timeout)
             finally:  # a no-op when the wait timed out
@@ -737,8 +752,9 @@ class ElasticGridHook(BaseHook):
 
     @staticmethod
     def read_variable(key: str) -> str | None:
-        """A Variable's raw text, or None when it does not exist (from a task)."""
-        return Variable.get(key, default=None)
+        """A Variable's raw text, or None when it does not exist (from a task); a failed read
+        raises StateReadError, never passes for "no Variable" (hooks/state_store.py)."""
+        return read_variable(key)
 
     @staticmethod
     def scale_state_exists(job_name: str) -> bool:
@@ -763,32 +779,12 @@ class ElasticGridHook(BaseHook):
             return [(row.key, row.val) for row in session.scalars(query)]
 
     def read_scale_state(self, job_name: str) -> ScaleState:
-        """The job's scale state, fresh without a Variable; CorruptStateError if unusable (kept)."""
-        key = state_variable_key(job_name)
-        text = self.read_variable(key)
-        if text is None:
-            return ScaleState(job_name=job_name)
-        try:
-            if not str(text).strip():
-                raise ElasticGridError("it is empty")
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ElasticGridError(f"it is not valid JSON ({exc})") from None
-            if data is None:
-                raise ElasticGridError("it holds null instead of a state object")
-            return ScaleState.from_dict(data, job_name=job_name)
-        except ElasticGridError as exc:
-            raise CorruptStateError(
-                f"scale state Variable {key!r} cannot be used: {cut_report(str(exc))}; fix or "
-                "delete it (the check leaves it unchanged)"
-            ) from None
+        """The job's scale state (hooks/state_store.py): fresh only when its Variable surely
+        does not exist and was never written here; StateReadError when that cannot be told
+        (a failed read is an error, never "no state"); CorruptStateError if unusable (kept)."""
+        return read_scale_state(self.job_folder(job_name), job_name)
 
     def write_scale_state(self, state: ScaleState) -> None:
-        """Write the job's state Variable (the caller holds the job's lock)."""
-        Variable.set(
-            state_variable_key(state.job_name),
-            state.to_dict(),
-            description=f"elasticgrid scale state of job {state.job_name}",
-            serialize_json=True,
-        )
+        """Write the job's state Variable and record that it exists (the caller holds the
+        job's lock)."""
+        write_scale_state(self.job_folder(state.job_name), state, self.log)

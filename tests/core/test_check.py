@@ -339,3 +339,18 @@ def test_the_check_and_these_tests_import_no_airflow():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PROJECT
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_samples_far_from_the_checks_clock_are_reported_once_and_never_enter_the_window():
+    handed_in = samples(2, range(6))
+    handed_in[2]["time"] = T0 + 3600.0  # an hour ahead: a skewed clock
+    handed_in[4]["time"] = 12.5  # a clock counting from boot: "1970"
+    first, second = run_checks([Check(2, T0 + 6, handed_in), Check(2, T0 + 7, handed_in)])
+    assert [s.step for s in first.state.window.samples] == [0, 1, 3, 5]
+    warnings = [line for level, line in first.log if level == logging.WARNING]
+    assert [line.split(":")[0] for line in warnings] == ["Left out step 2", "Left out step 4"]
+    assert "3594s after the check's clock" in warnings[0]
+    assert "days before the check's clock" in warnings[1]
+    assert first.state.cursor(ARGUMENT_SOURCE) == 6  # consumed: not reported again
+    assert not [line for _, line in second.log if "Left out" in line]
+    assert [s.step for s in second.state.window.samples] == [0, 1, 3, 5]

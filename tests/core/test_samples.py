@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.samples import MetricsWindow, StepSample, WindowSignals
+from elasticgrid_provider.core.samples import (
+    CLOCK_TOLERANCE_S,
+    LATEST_TIME,
+    MAX_AGE_S,
+    MAX_NODES,
+    MAX_STEP_S,
+    MAX_TOKENS,
+    MIN_STEP_S,
+    MIN_TOKENS,
+    MetricsWindow,
+    StepSample,
+    WindowSignals,
+    screen_times,
+)
 
 # -- StepSample ----------------------------------------------------------------
 
@@ -152,17 +165,13 @@ def test_zero_duration_window_has_zero_fractions_not_a_division_error() -> None:
     assert signals.nodes == 2
 
 
-def test_absurdly_small_durations_keep_the_signals_finite() -> None:
-    signals = MetricsWindow(samples=(StepSample(0, 5e-324, 1.0, 1, 1.0),)).signals()
-    assert signals.throughput_tokens_per_s == signals.queue_fraction == sys.float_info.max
+def test_the_most_extreme_samples_allowed_keep_the_signals_finite() -> None:
+    extreme = StepSample(0, MIN_STEP_S, MAX_STEP_S, MAX_NODES, MAX_TOKENS, LATEST_TIME)
+    signals = MetricsWindow(samples=(extreme,) * 2).signals()
+    assert math.isfinite(signals.throughput_tokens_per_s) and math.isfinite(signals.queue_fraction)
     assert WindowSignals.from_dict(json.loads(json.dumps(signals.to_dict()))) == signals
-
-
-def test_samples_that_sum_beyond_a_float_are_a_clear_error() -> None:
-    huge = MetricsWindow(samples=(StepSample(0, 1e308), StepSample(1, 1e308)))
-    with pytest.raises(ElasticGridError) as caught:
-        huge.signals()
-    assert str(caught.value) == "window sample duration_s values add up to more than a float holds"
+    window = MetricsWindow(samples=tuple(replace(extreme, step=step) for step in range(10)))
+    assert window.signals().mean_step_s == MIN_STEP_S
 
 
 @pytest.mark.parametrize(
@@ -295,10 +304,10 @@ def test_window_from_dict_names_the_entry_and_field(data: object, message: str) 
 samples_strategy = st.builds(
     StepSample,
     step=st.integers(0, 10**6),
-    duration_s=st.floats(0, 1e4),
+    duration_s=st.just(0.0) | st.floats(MIN_STEP_S, 1e4),
     queue_s=st.floats(0, 1e4),
     nodes=st.integers(1, 4096),
-    tokens=st.floats(0, 1e9),
+    tokens=st.just(0.0) | st.floats(MIN_TOKENS, 1e9),
 )
 
 
@@ -315,3 +324,66 @@ def test_window_properties(size: int, samples: list[StepSample]) -> None:
     assert signals.queue_fraction >= 0 and signals.throughput_tokens_per_s >= 0
     assert 0 <= signals.mean_active_s <= signals.mean_step_s + 1e-9 * max(1.0, signals.mean_step_s)
     assert WindowSignals.from_dict(json.loads(json.dumps(signals.to_dict()))) == signals
+
+
+# -- every sample field is bounded; times are checked against the check's clock -----------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "time",
+            1e300,
+            "sample time must be epoch seconds before 2100 (at most 4102444800), "
+            "got 1e+300 (milliseconds or nanoseconds?)",
+        ),
+        ("time", 1.7e18, "got 1.7e+18 (milliseconds or nanoseconds?)"),  # nanoseconds
+        ("time", 1.7e12, "got 1700000000000.0 (milliseconds or nanoseconds?)"),
+        ("time", -1.0, "sample time must be at least 0, got -1.0"),
+        ("duration_s", 1e308, "sample duration_s must be at most 604800, got 1e+308"),
+        ("queue_s", 1e308, "sample queue_s must be at most 604800, got 1e+308"),
+        ("duration_s", 5e-324, "sample duration_s must be 0 or at least 1e-06, got 5e-324"),
+        ("tokens", 1e300, "sample tokens must be at most 1e+15, got 1e+300"),
+        ("tokens", 1e-9, "sample tokens must be 0 or at least 0.001, got 1e-09"),
+        ("nodes", 10**7, "sample nodes must be at most 1000000, got 10000000"),
+        ("step", 2**60, f"sample step must be at most {2**53}, got {2**60}"),
+    ],
+)
+def test_every_sample_field_is_bounded(field: str, value: object, message: str) -> None:
+    data = {"step": 1, "duration_s": 2.0, field: value}
+    with pytest.raises(ElasticGridError) as caught:
+        StepSample.from_dict(data)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(f"sample {field} must be")
+
+
+NOW = 1_767_225_600.0  # the check's clock
+
+
+@pytest.mark.parametrize(
+    ("time", "why"),
+    [
+        (NOW + 3600.0, "3600s after the check's clock (1767225600), beyond the 300s tolerance"),
+        (0.0, "20454 days before the check's clock (1767225600), beyond 30 days"),  # 1970
+        (86_400.0 * 3, "20451 days before"),  # a clock that counts from boot: 3 days up
+        (NOW - 31 * 86_400.0, "31 days before"),
+    ],
+)
+def test_times_far_from_the_checks_clock_are_left_out_with_a_reason(time: float, why: str) -> None:
+    good = [StepSample(step, 1.0, time=NOW - 10.0 + step) for step in range(3)]
+    bad = StepSample(7, 1.0, time=time)
+    kept, reasons = screen_times([good[0], bad, *good[1:]], NOW)
+    assert kept == good
+    assert len(reasons) == 1
+    assert reasons[0].startswith(f"Left out step 7: its time {time!r} is ")
+    assert why in reasons[0] and reasons[0].endswith("it never enters the window.")
+
+
+def test_times_within_the_tolerance_and_samples_without_a_time_are_kept() -> None:
+    samples = [
+        StepSample(0, 1.0),
+        StepSample(1, 1.0, time=NOW + CLOCK_TOLERANCE_S),
+        StepSample(2, 1.0, time=NOW - MAX_AGE_S),
+    ]
+    assert screen_times(samples, NOW) == (samples, [])

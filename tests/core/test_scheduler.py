@@ -11,7 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.samples import (
+    LATEST_TIME,
+    MAX_NODES,
+    MAX_STEP,
+    MAX_STEP_S,
+    MAX_TOKENS,
+    MIN_STEP_S,
+    MIN_TOKENS,
+    MetricsWindow,
+    StepSample,
+)
 from elasticgrid_provider.core.scheduler import (
     NO_COOLDOWN,
     CooldownClock,
@@ -789,7 +799,7 @@ def test_nan_samples_never_reach_the_decision() -> None:
 def test_remaining_work_too_large_to_project_is_rejected() -> None:
     with pytest.raises(ElasticGridError, match=r"remaining_steps .* is too large to project"):
         ElasticScheduler().decide(
-            steady(4, step_s=1e300), now=T0, deadline_at=T0 + 10, remaining_steps=1e300
+            steady(4, step_s=MAX_STEP_S), now=T0, deadline_at=T0 + 10, remaining_steps=1e308
         )
 
 
@@ -1023,3 +1033,41 @@ def test_an_unbounded_demand_is_recorded_as_none_not_the_float_maximum():
     assert projection["current_finish_s"] == 1000.0
     text = json.dumps(decision.to_dict(), allow_nan=False)
     assert "e+308" not in text
+
+
+def _extreme(low: float, high: float) -> st.SearchStrategy[float]:
+    """A bound itself, or anything between: the corners are where arithmetic overflows."""
+    return st.sampled_from([low, high]) | st.floats(low, high)
+
+
+extreme_samples = st.builds(
+    StepSample,
+    step=st.integers(0, MAX_STEP),
+    duration_s=st.just(0.0) | _extreme(MIN_STEP_S, MAX_STEP_S),
+    queue_s=_extreme(0.0, MAX_STEP_S),
+    nodes=st.sampled_from([1, MAX_NODES]) | st.integers(1, MAX_NODES),
+    tokens=st.just(0.0) | _extreme(MIN_TOKENS, MAX_TOKENS),
+    time=st.none() | _extreme(0.0, LATEST_TIME),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(samples=st.lists(extreme_samples, max_size=12), now=_extreme(0.0, LATEST_TIME))
+def test_every_sample_within_the_bounds_is_decided_on_without_an_arithmetic_error(
+    samples: list[StepSample], now: float
+) -> None:
+    # every sample field is bounded so that no decision can overflow: 1e300 step times and
+    # 1e308 durations raised OverflowError in _arrival_spread before the bounds existed
+    window = MetricsWindow(size=12, samples=tuple(samples))
+    current = samples[-1].nodes if samples else 1
+    scheduler = ElasticScheduler(min_samples=1, max_nodes=MAX_NODES)
+    for deadline in (None, now + 3600.0):
+        try:
+            decision = scheduler.decide(
+                window, now=now, current_nodes=current, deadline_at=deadline, remaining_steps=1e4
+            )
+        except ElasticGridError as error:  # a clear sentence is fine, never an arithmetic error
+            assert "too large" in str(error), error
+            continue
+        assert 1 <= decision.target_nodes <= MAX_NODES
+        assert ScaleDecision.from_json(decision.to_json()) == decision

@@ -114,7 +114,11 @@ def browser() -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    assert CHROMIUM and CHROMEDRIVER, "install Debian's chromium and chromium-driver (.ci/run)"
+    assert CHROMIUM and CHROMEDRIVER, (
+        "chromium and chromedriver are missing: 'make test' installs them (as root: "
+        "'bash scripts/system-packages.sh ui'; otherwise 'sudo apt-get install chromium "
+        "chromium-driver')"
+    )
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in (

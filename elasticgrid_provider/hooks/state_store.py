@@ -1,0 +1,200 @@
+"""A job's scale state in Airflow: a failed read of the state is an error, never "no state".
+
+Airflow's ``Variable.get(key, default=None)`` answers the default both when the
+Variable does not exist and when the read failed: the task SDK logs each secrets
+backend's error ("Unable to retrieve variable from secrets backend ...") and asks
+the next one, and in a task the Execution API server does the same with its own
+metastore read, then answers 404. A scale state read that way turns one failed
+metadata-DB query into "no state yet", and the check would write a fresh state
+over the stored one, losing its cooldown and history.
+
+:func:`read_variable` asks the same secrets backends, in the same order, itself:
+
+* a backend that raises, or a supervisor that answers with any error but "not
+  found", fails the read (:class:`StateReadError`);
+* in a task, a "not found" from the Execution API is confirmed by listing the
+  metastore's keys, a separate query the API server does not swallow: a key that
+  is listed after all, or a listing that fails, fails the read.
+
+Airflow's secrets cache is not consulted: a state is always read fresh. Airflow
+is imported only when a Variable is read.
+
+Behind that, when it cannot be sure (a custom secrets backend that answers None
+on failure too), the check still refuses to start afresh over a state that may
+exist: each write of a job's state also records, in the job's folder
+(:data:`STATE_RECORD_NAME`), that one exists, and a state reported missing for a
+job with that record fails the read. A state that was never written (the first
+check) is the only "no state".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from elasticgrid_provider.core.clock import utc_iso_now
+from elasticgrid_provider.core.errors import CorruptStateError, ElasticGridError, StateReadError
+from elasticgrid_provider.core.state import ScaleState, state_variable_key
+from elasticgrid_provider.core.step_log import cut_report
+
+
+def _cause(error: Any) -> str:
+    """The first line of an error, cut short (a failed SQL query carries its statement)."""
+    lines = str(error).strip().splitlines()
+    return cut_report(f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": "))
+
+
+def read_variable(key: str) -> str | None:
+    """The Variable's raw text, None only when every secrets backend says it does not
+    exist; :class:`StateReadError` (one sentence) when that cannot be told."""
+    from airflow.sdk.execution_time.secrets.execution_api import ExecutionAPISecretsBackend
+    from airflow.sdk.execution_time.supervisor import ensure_secrets_backend_loaded
+
+    for backend in ensure_secrets_backend_loaded():
+        if isinstance(backend, ExecutionAPISecretsBackend):
+            value = _ask_the_api_server(key)
+        else:
+            try:
+                value = backend.get_variable(key=key)
+            except Exception as exc:  # any failure: the Variable may well exist
+                raise StateReadError(
+                    f"Variable {key!r} could not be read from the "
+                    f"{type(backend).__name__} secrets backend ({_cause(exc)})"
+                ) from None
+        if value is not None:
+            return str(value)
+    return None
+
+
+def _ask_the_api_server(key: str) -> str | None:
+    """The value the Execution API returns, None on a confirmed "not found"."""
+    from airflow.sdk.exceptions import ErrorType
+    from airflow.sdk.execution_time.comms import ErrorResponse, GetVariable, VariableResult
+    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+    try:
+        answer = SUPERVISOR_COMMS.send(GetVariable(key=key))
+    except Exception as exc:
+        raise StateReadError(
+            f"Variable {key!r} could not be read through the Execution API ({_cause(exc)})"
+        ) from None
+    if isinstance(answer, VariableResult):
+        return answer.value
+    if isinstance(answer, ErrorResponse) and answer.error == ErrorType.VARIABLE_NOT_FOUND:
+        _confirm_absent(key)
+        return None
+    detail = answer.detail if isinstance(answer, ErrorResponse) else answer
+    error = answer.error.value if isinstance(answer, ErrorResponse) else "an unexpected answer"
+    raise StateReadError(
+        f"Variable {key!r} could not be read through the Execution API "
+        f"({error}: {cut_report(str(detail))})"
+    )
+
+
+def _confirm_absent(key: str) -> None:
+    """Raise unless the metastore's key listing agrees that ``key`` does not exist (the API
+    server answers "not found" also when its own read of the Variable failed)."""
+    from airflow.sdk.execution_time.context import _get_variable_keys
+
+    try:
+        keys = _get_variable_keys(prefix=key)
+    except Exception as exc:
+        raise StateReadError(
+            f"Variable {key!r} was reported missing, but listing the metadata DB's keys to "
+            f"confirm it failed ({_cause(exc)})"
+        ) from None
+    if key in keys:
+        raise StateReadError(
+            f"Variable {key!r} exists in the metadata DB, but reading it failed (the API "
+            "server reports a failed read as 'not found'; its log names the cause)"
+        )
+
+
+# -- the job's scale state: one Variable, and a record in the job's folder that it exists --
+
+STATE_RECORD_NAME = "scale-state.json"
+"""Written in the job's folder after each write of its state Variable: from then on, a
+state reported missing is a failed read (or a deletion a person must confirm), never a
+fresh start."""
+
+
+def read_scale_state(job_folder: Path, job_name: str) -> ScaleState:
+    """The job's scale state: fresh only when its Variable surely does not exist and none
+    was ever written for the job in ``job_folder``; StateReadError otherwise, and
+    CorruptStateError for a state that cannot be used (left as it is)."""
+    key = state_variable_key(job_name)
+    try:
+        text = read_variable(key)
+    except StateReadError as exc:
+        raise StateReadError(
+            f"job {job_name!r}'s scale state could not be read, so the check decided and "
+            f"wrote nothing (the next try reads it again): {exc}"
+        ) from None
+    if text is None:
+        record = job_folder / STATE_RECORD_NAME
+        written = _written(record)
+        if written is not None:
+            raise StateReadError(
+                f"job {job_name!r}'s scale state Variable {key!r} was written (revision "
+                f"{written.get('revision')} at {written.get('written_at')}, recorded in "
+                f"{record}) but is now reported missing, so the check decided and wrote "
+                "nothing: a failed read is retried; if the Variable was deleted on purpose, "
+                "delete that record file too"
+            )
+        return ScaleState(job_name=job_name)
+    try:
+        if not text.strip():
+            raise ElasticGridError("it is empty")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ElasticGridError(f"it is not valid JSON ({exc})") from None
+        if data is None:
+            raise ElasticGridError("it holds null instead of a state object")
+        return ScaleState.from_dict(data, job_name=job_name)
+    except ElasticGridError as exc:
+        raise CorruptStateError(
+            f"scale state Variable {key!r} cannot be used: {cut_report(str(exc))}; fix or "
+            "delete it (the check leaves it unchanged)"
+        ) from None
+
+
+def write_scale_state(job_folder: Path, state: ScaleState, log: Any) -> None:
+    """Write the job's state Variable, then record in ``job_folder`` that it exists (a record
+    that cannot be written is logged as a warning on ``log``: an older one still guards
+    the state)."""
+    from airflow.sdk import Variable
+
+    from elasticgrid_provider.hooks.launcher import write_private_json
+
+    key = state_variable_key(state.job_name)
+    Variable.set(
+        key,
+        state.to_dict(),
+        description=f"elasticgrid scale state of job {state.job_name}",
+        serialize_json=True,
+    )
+    record = job_folder / STATE_RECORD_NAME
+    try:
+        write_private_json(
+            record, {"variable": key, "revision": state.revision, "written_at": utc_iso_now()}
+        )
+    except OSError as exc:
+        log.warning(
+            "Could not record in %s that job %s's scale state was written: %s.",
+            record,
+            state.job_name,
+            exc.strerror or exc,
+        )
+
+
+def _written(record: Path) -> dict[str, Any] | None:
+    """What ``record`` says of the last state written; None when there is no record."""
+    try:
+        data = json.loads(record.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # unreadable: a state may exist all the same
+        return {"revision": "unknown", "written_at": f"an unknown time ({exc})"}
+    return data if isinstance(data, dict) else {"revision": "unknown", "written_at": "?"}
