@@ -220,7 +220,7 @@ def signals_lines(signals: WindowSignals) -> list[str]:
 
 
 def decision_lines(decision: ScaleDecision) -> list[str]:
-    """A decision in full: rule, holds, reason, times, projection and cooldown."""
+    """A decision in full: rule, holds, reason, times, projection, cooldown and conditions."""
     pairs = [
         ("rule", rule_text(decision.rule, decision.thresholds)),
         ("held by", held_text(decision.to_dict())),
@@ -233,6 +233,10 @@ def decision_lines(decision: ScaleDecision) -> list[str]:
     pairs += projection_rows(decision.projection)
     starts = f"starts now ({decision.action.value})"
     pairs.append(("cooldown", starts if decision.changed else cooldown_text(decision.cooldown)))
+    pairs += [
+        (condition.type, f"{condition.status} ({condition.reason}): {condition.message}")
+        for condition in decision.conditions
+    ]
     head = f"decision: {decision.action.value} {decision.current_nodes} -> {decision.target_nodes}"
     return [head, *key_rows(pairs)]
 
