@@ -16,7 +16,7 @@ from typing import Any
 
 from elasticgrid_provider.core.formatting import number_text
 from elasticgrid_provider.plugins.jobs import as_number
-from elasticgrid_provider.plugins.times import absolute_text, short_text
+from elasticgrid_provider.plugins.times import absolute_text, epoch_or_none, short_text
 
 PANELS = (
     ("nodes", "nodes", "#1f6feb"),
@@ -30,11 +30,12 @@ MIN_SPAN_S = 120.0  # a single point is drawn on a two-minute axis
 
 
 def _nice_top(value: float) -> float:
-    """The axis top: 1, 2, 2.5 or 5 times a power of ten, at or above ``value``."""
+    """The axis top: a round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten)
+    at or above ``value``."""
     if value <= 0:
         return 1.0
     power = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
+    for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
         if value <= step * power + 1e-12:
             return step * power
     return 10 * power  # pragma: no cover
@@ -60,10 +61,10 @@ def chart_svg(
 ) -> str:
     """The chart of ``points`` (``at`` and the panels' keys), ``markers`` (``at``, ``kind``,
     ``label``); a running job's lines run on to ``until`` (now)."""
-    points = [p for p in points if as_number(p.get("at")) is not None]
+    points = [p for p in points if epoch_or_none(p.get("at")) is not None]
     if not points:
         return '<p class="muted">No decisions to chart yet.</p>'
-    markers = [m for m in markers or () if as_number(m.get("at")) is not None]
+    markers = [m for m in markers or () if epoch_or_none(m.get("at")) is not None]
     start = min(float(p["at"]) for p in points)
     end = max(float(p["at"]) for p in points)
     if until is not None and until > end:

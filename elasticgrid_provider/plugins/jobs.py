@@ -85,8 +85,8 @@ class StoredState:
     @property
     def dag_ids(self) -> list[str]:
         """The DAGs whose tasks recorded this job's decisions."""
-        found = {context_of(entry).get("dag_id") for entry in self.history}
-        return sorted(dag_id for dag_id in found if isinstance(dag_id, str) and dag_id)
+        found = (context_of(entry).get("dag_id") for entry in self.history)
+        return sorted({dag_id for dag_id in found if isinstance(dag_id, str) and dag_id})
 
 
 def parse_state(variable_key: str, text: str | None) -> StoredState:

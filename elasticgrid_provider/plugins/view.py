@@ -48,7 +48,7 @@ from elasticgrid_provider.plugins.jobs import (
     map_index_of,
     one_line,
 )
-from elasticgrid_provider.plugins.times import moment
+from elasticgrid_provider.plugins.times import epoch_or_none, moment
 
 T = TypeVar("T")
 TERMINAL = tuple(status.value for status in JobStatus if status.is_terminal)
@@ -297,9 +297,9 @@ def chart_points(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         run = hold_run(entry)
         queue = as_number(as_dict(entry.get("signals")).get("queue_fraction"))
         cost = as_number(context.get("cost_per_hour"))
-        at = as_number(entry.get("decided_at"))
+        at = epoch_or_none(entry.get("decided_at"))
         times = [run.get("first_at"), run.get("last_at")] if run.get("count", 1) != 1 else []
-        times = [t for t in map(as_number, times) if t is not None] or [at]
+        times = [t for t in map(epoch_or_none, times) if t is not None] or [at]
         nodes = as_number(entry.get("current_nodes"))
         points += [(t, nodes, queue, cost) for t in times if t is not None]
         if entry.get("action") in ("scale_up", "scale_down") and at is not None:
@@ -315,7 +315,7 @@ def chart_markers(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The resizes and recoveries on the time axis: when, what, and a label."""
     markers = []
     for entry in history:
-        at, action = as_number(entry.get("decided_at")), entry.get("action")
+        at, action = epoch_or_none(entry.get("decided_at")), entry.get("action")
         if at is None:
             continue
         sizes = f"{entry.get('current_nodes')} -> {entry.get('target_nodes')}"

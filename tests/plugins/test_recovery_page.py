@@ -15,8 +15,8 @@ from elasticgrid_provider.core.recovery import (
     remember_recovery,
 )
 from elasticgrid_provider.plugins.jobs import job_row, parse_state
-from elasticgrid_provider.plugins.view import job_view
 from elasticgrid_provider.plugins.pages import job_page
+from elasticgrid_provider.plugins.view import job_view
 from tests.plugins.recorded import T0, audited_job
 
 GRID = GridPlanner(
