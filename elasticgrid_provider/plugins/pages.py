@@ -226,7 +226,8 @@ def _now_facts(view: dict[str, Any], root: str, launches: dict[str, Any]) -> str
 def _part_logs(job_name: str, root: str, part: dict[str, Any]) -> Markup:
     """A part's status and a link to each rank's log (the first 8, then "...")."""
     base = f"{root}{job_page_path(job_name)}/logs/{quote(str(part.get('name')), safe='')}"
-    ranks = part.get("ranks") if isinstance(part.get("ranks"), int) else 0
+    count = part.get("ranks")
+    ranks = count if isinstance(count, int) else 0
     links = " ".join(_link(f"{base}/{rank}", f"rank {rank}") for rank in range(min(ranks, 8)))
     more = " ..." if ranks > 8 else ""
     head = f"{part.get('name')}: {part.get('status')}, {part.get('nodes')} node(s)"

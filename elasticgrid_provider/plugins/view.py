@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import timezone, tzinfo
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any
 from urllib.parse import quote
 
 from elasticgrid_provider.core.conditions import CONDITION_TYPES, HEALTHY_STATUS
@@ -50,7 +51,6 @@ from elasticgrid_provider.plugins.jobs import (
 )
 from elasticgrid_provider.plugins.times import epoch_or_none, moment
 
-T = TypeVar("T")
 TERMINAL = tuple(status.value for status in JobStatus if status.is_terminal)
 
 
@@ -326,7 +326,7 @@ def chart_markers(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return markers
 
 
-def _guarded(errors: list[str], what: str, build: Callable[[], T], fallback: T) -> T:
+def _guarded(errors: list[str], what: str, build: Callable[[], Any], fallback: Any) -> Any:
     """``build()``, or ``fallback`` with a one-line entry in ``errors`` when the JSON defeats it."""
     try:
         return build()
@@ -423,8 +423,15 @@ def job_view(
             _guarded(
                 errors,
                 f"history entry {position}",
-                lambda position=position: timeline_row(  # type: ignore[misc]
-                    history, position, now, zone, airflow_root, launches or {}, live_id
+                partial(
+                    timeline_row,
+                    history,
+                    position,
+                    now,
+                    zone,
+                    airflow_root,
+                    launches or {},
+                    live_id,
                 ),
                 {"position": position, "error": True},
             )
