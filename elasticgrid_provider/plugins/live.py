@@ -15,6 +15,7 @@ Nothing here raises: a source that cannot be read gives an answer that says so.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from elasticgrid_provider.core.job import JobStatus
@@ -44,6 +45,10 @@ def live_status(job_name: str) -> dict[str, Any]:
         return {"error": f"no launch record of this job under {hook.jobs_root} on the API server"}
     manifest = snapshot.manifest
     status = snapshot.status
+    try:
+        launched_at: float | None = datetime.fromisoformat(manifest.launched_at).timestamp()
+    except ValueError:
+        launched_at = None
     if manifest.state == "down" and not status.is_terminal:
         status = JobStatus.FAILED
     per_node = manifest.procs_per_node
@@ -51,7 +56,7 @@ def live_status(job_name: str) -> dict[str, Any]:
         "status": status.value,
         "nodes": snapshot.nodes,
         "launch_id": manifest.launch_id,
-        "launched_at": manifest.launched_at,
+        "launched_at": launched_at,
         "launch_state": manifest.state,
         "down_reason": manifest.down_reason,
         "parts": [

@@ -35,7 +35,9 @@ padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f5f7;font-we
 .neutral{color:#5f6b76;font-weight:600}.error{color:#a4262c;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:4px 0}
 dt{font-weight:600}dd{margin:0}tr.highlight{background:#fff6d6}code{font-size:13px}
-tr.recovery{background:#fdecea}time,.nowrap{white-space:nowrap}
+tr.recovery{background:#fdecea}time,.nowrap{white-space:nowrap}a{overflow-wrap:anywhere}
+table.wide{width:100%}.card{background:#fff6d6;border:1px solid #eed98f;border-radius:6px;
+padding:6px 12px;max-width:1100px}.card dl{grid-template-columns:10em auto}
 .columns{display:flex;flex-wrap:wrap;gap:8px 48px}svg{max-width:100%;height:auto}
 pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:70vh}
 """
@@ -52,16 +54,18 @@ def esc(value: Any) -> Markup:
     return Markup(html.escape("-" if value is None else str(value), quote=True))
 
 
-def _table(rows: Iterable[dict[str, Any]], columns: Columns, marked=None) -> str:
-    """A table of escaped cells, a column per ``columns`` entry; ``marked``: CSS classes by row."""
+def _table(rows: Iterable[dict[str, Any]], columns: Columns, marked=None, css: str = "") -> str:
+    """A table of escaped cells, a column per ``columns`` entry; ``marked``: CSS classes by row;
+    ``css``: the table's class."""
     head = "".join(f"<th>{esc(header)}</th>" for header in columns)
     body = []
     for index, row in enumerate(rows):
         cells = (cell(row) if callable(cell) else row.get(cell) for cell in columns.values())
-        css = (marked or {}).get(index)
-        attribute = f' class="{esc(css)}"' if css else ""
+        mark = (marked or {}).get(index)
+        attribute = f' class="{esc(mark)}"' if mark else ""
         body.append(f"<tr{attribute}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    table = f' class="{esc(css)}"' if css else ""
+    return f"<table{table}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def _section(title: str, body: str, anchor: str = "") -> str:
@@ -191,6 +195,11 @@ def _now_facts(view: dict[str, Any], root: str, launches: dict[str, Any]) -> str
     """The job now: status, size, desired size, launch and parts with their rank logs."""
     summary, live = view["summary"], view.get("live") or {}
     desired: Any = summary.get("desired_nodes")
+    if summary.get("desired_held_by"):
+        desired = Markup(
+            f"{esc(desired)} "
+            f'<span class="muted">(recommended; held by {esc(summary["desired_held_by"])})</span>'
+        )
     if view.get("finished"):
         desired = Markup('<span class="muted">none: the job ended</span>')
     status = Markup(
@@ -211,7 +220,7 @@ def _now_facts(view: dict[str, Any], root: str, launches: dict[str, Any]) -> str
         facts["Launch"] = Markup(
             f"{_link(task, launch_id, top=True)} "
             f'<span class="muted">{esc(live.get("launch_state"))}, launched '
-            f"{esc(live.get('launched_at'))}</span>"
+            f"{time_html(view.get('launched_at'))}</span>"
         )
         if live.get("down_reason"):
             facts["Down because"] = live["down_reason"]
@@ -264,7 +273,7 @@ def job_page(
             if matching and row is matching[0]:
                 marked[index] = "highlight"
         body = (
-            _table(matching, columns, {0: "highlight"})
+            _decision_card(matching[0], root)
             if matching
             else '<p class="muted">This check made no decision that is still in the history.</p>'
         )
@@ -302,8 +311,33 @@ def job_page(
         view["chart"], view.get("markers"), until=None if view.get("finished") else now, zone=zone
     )
     parts.append(_section("Size, queue fraction and cost over time", chart, "chart"))
-    parts.append(_section("Timeline (newest first)", _table(timeline, columns, marked)))
+    parts.append(_section("Timeline (newest first)", _table(timeline, columns, marked, "wide")))
     return _page(f"Scale decisions: {view['job_name']}", "".join(parts))
+
+
+def _decision_card(row: dict[str, Any], root: str) -> str:
+    """One decision in full, as a highlighted card (the check the page was opened for)."""
+    head = Markup(
+        f"<strong>{esc(row.get('action'))}</strong> {_arrow(row.get('from_nodes'), row.get('to_nodes'))} "
+        f'<span class="muted">({_timeline_time(row)})</span>'
+    )
+    links = row.get("links") or {}
+    made_by = Markup(
+        f"{_link(links.get('task'), row.get('task_id'), top=True)} in run "
+        f"{_link(links.get('run'), row.get('run_id'), top=True)}"
+    )
+    facts = {
+        "Decision": head,
+        "Rule": row.get("rule"),
+        "Held back by": row.get("held_by"),
+        "Reason": row.get("reason"),
+        "Cost per hour": _arrow(
+            _money(row.get("cost_per_hour_before")), _money(row.get("cost_per_hour_after"))
+        ),
+        "Made by": made_by,
+        "Launch that followed": _launch_after(root, row),
+    }
+    return f'<div class="card">{_facts(facts)}</div>'
 
 
 def no_decision_page(

@@ -385,11 +385,15 @@ def job_view(
         "status_source": "now" if live.get("status") else "at the last check",
         "finished": finished is not None,
         "live": live,
+        "launched_at": moment(live.get("launched_at"), now, zone),
         "revision": data.get("revision"),
         "updated_at": moment(data.get("updated_at"), now, zone),
         "summary": {
             "current_nodes": current,
             "desired_nodes": desired,
+            "desired_held_by": held_text({"held_by": as_objects(newest.get("held_by"))})
+            if desired is not None and desired != current and newest.get("action") == "hold"
+            else None,
             "min_nodes": limits.get("min_nodes"),
             "max_nodes": limits.get("max_nodes"),
             "last_decision": _guarded(

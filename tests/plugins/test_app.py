@@ -200,7 +200,8 @@ def test_the_task_instance_tab_shows_this_checks_decision_on_top(client):
     # the defect: the matching row sat below the chart; now it heads the page
     top = page.index("This check&#x27;s decision")
     assert top < page.index(">Now<") < page.index("<svg")
-    assert page.index('<tr class="highlight">') < page.index(">Now<")
+    assert page.index('<div class="card">') < page.index(">Now<")
+    assert page.index(">Now<") < page.index('<tr class="highlight">')  # and in the timeline
     assert 'datetime="2026-01-01T00:05:00+00:00"' in page[top : page.index(">Now<")]
     other = client.get("/elasticgrid/tasks/audit_dag/plan/grow", headers=_token("viewer"))
     assert other.status_code == 200

@@ -244,6 +244,10 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     assert browser.find_elements(By.CSS_SELECTOR, "line.marker.resize")
 
     browser.switch_to.default_content()
+    browser.execute_cdp_cmd(  # the viewport itself 1280x800, whatever the window's frame takes
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+    )
     screenshot = tmp_path / "job-page.png"
     assert browser.save_screenshot(str(screenshot))
     assert screenshot.stat().st_size > 10_000
