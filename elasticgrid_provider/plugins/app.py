@@ -9,6 +9,10 @@ Rules:
 * A user sees a job only when allowed to read every DAG that recorded its decisions
   (none recorded yet: its state Variable); otherwise it answers 404, as if it did not
   exist, and the list leaves it out. The task-instance tab also needs that task's DAG.
+* A job with no page (none recorded, or not readable) is a readable 404 page, never
+  raw JSON; ``/jobs/<job>/logs/<part>/<rank>`` shows a rank's log under the job's rule.
+* The task tab (``?map_index=``) finds the job the task checked (:mod:`.live`) and puts
+  that task instance's decision on top.
 * GET only; HTML pages carry a Content-Security-Policy without scripts, and
   ``/api/jobs[/<job>]`` serves the same data as JSON for scripts.
 """
@@ -46,7 +50,7 @@ from elasticgrid_provider.plugins.pages import (
     no_decision_page,
 )
 from elasticgrid_provider.plugins.times import ui_zone
-from elasticgrid_provider.plugins.view import job_view
+from elasticgrid_provider.plugins.view import job_view, run_links
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -117,8 +121,6 @@ def _view(stored: StoredState, root: str) -> tuple[dict[str, Any], dict[str, Any
 
 
 def _task_link(root: str, task: dict[str, Any]) -> str | None:
-    from elasticgrid_provider.plugins.view import run_links
-
     return run_links(root, task)["task"]
 
 
