@@ -135,7 +135,12 @@ def _job_html(request: Request, stored: StoredState, highlight: dict[str, Any] |
 
 
 def _rows(user: Any) -> list[dict[str, Any]]:
-    return [job_row(s) for s in read_scale_states() if may_read(user, s)]
+    """The list's rows the user may see, each with the job's live status."""
+    return [
+        job_row(stored, live_status(stored.job_name))
+        for stored in read_scale_states()
+        if may_read(user, stored)
+    ]
 
 
 def create_app() -> FastAPI:

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, state_variable_key
 
 STATE_PREFIX = state_variable_key("")
 RUN_KEYS = ("dag_id", "run_id", "task_id")
 UNMAPPED = -1  # Airflow's map_index of a task that is not mapped
+TERMINAL = tuple(status.value for status in JobStatus if status.is_terminal)
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -143,10 +145,11 @@ def _row(stored: StoredState) -> dict[str, Any]:
     }
 
 
-def job_row(stored: StoredState) -> dict[str, Any]:
-    """One line of the jobs list: name, DAG(s), size, last decision, cost, status (or why not)."""
+def job_row(stored: StoredState, live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One line of the jobs list: name, DAG(s), size, last decision, cost, status (or why not);
+    the status and size are ``live``'s (:func:`.live.live_status`) when it has them."""
     try:
-        return _row(stored)
+        row = _row(stored)
     except Exception as exc:  # one bad state is listed, never breaks the list
         return {
             "job_name": stored.job_name,
@@ -157,8 +160,16 @@ def job_row(stored: StoredState) -> dict[str, Any]:
             "cost_per_hour": None,
             "status": "unreadable",
             "ended": False,
+            "status_source": None,
             "error": f"this state cannot be shown: {one_line(exc)}",
         }
+    live = live or {}
+    status = live.get("status")
+    row["status_source"] = "at the last check"
+    if isinstance(status, str) and status:
+        row.update(status=status, status_source="now", ended=status in TERMINAL)
+        row["current_nodes"] = as_count(live.get("nodes"))
+    return row
 
 
 def find_task_decision(
@@ -175,8 +186,7 @@ def find_task_decision(
     a task that checked two jobs, or a job named earlier in the alphabet, never wins.
     """
     wanted = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
-    ordered = sorted(states, key=lambda stored: stored.job_name != job_name)
-    for stored in ordered:
+    for stored in states:
         if job_name is not None and stored.job_name != job_name:
             continue
         history = stored.history

@@ -176,8 +176,8 @@ def jobs_page(
         "last decision": "last_decision",
         "when": lambda row: time_html(moment(row.get("last_decision_at"), now, zone)),
         "cost per hour": lambda row: "-" if row.get("ended") else _money(row.get("cost_per_hour")),
-        "status at the last check": lambda row: Markup(
-            esc(row.get("status"))
+        "status": lambda row: Markup(
+            f'{esc(row.get("status"))} <span class="muted">({esc(row.get("status_source"))})</span>'
             + (f'<div class="error">{esc(row["error"])}</div>' if row.get("error") else "")
         ),
     }

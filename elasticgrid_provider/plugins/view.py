@@ -33,11 +33,11 @@ from elasticgrid_provider.core.formatting import (
     rule_text,
     seconds_text,
 )
-from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.recovery import RECOVER_RULE, RecoveryMemory
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, hold_run
 from elasticgrid_provider.plugins.jobs import (
     RUN_KEYS,
+    TERMINAL,
     StoredState,
     as_count,
     as_dict,
@@ -50,8 +50,6 @@ from elasticgrid_provider.plugins.jobs import (
     one_line,
 )
 from elasticgrid_provider.plugins.times import epoch_or_none, moment
-
-TERMINAL = tuple(status.value for status in JobStatus if status.is_terminal)
 
 
 def run_links(airflow_root: str, context: dict[str, Any]) -> dict[str, str | None]:

@@ -10,7 +10,7 @@ from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.plugins.jobs import find_task_decision, job_row, parse_state
-from elasticgrid_provider.plugins.pages import job_page
+from elasticgrid_provider.plugins.pages import job_page, jobs_page
 from elasticgrid_provider.plugins.view import job_view
 from tests.plugins.recorded import T0, audited_job, check, deadline_job
 
@@ -204,6 +204,16 @@ def test_a_finished_job_reads_as_finished():
     assert (view["status"], view["summary"]["current_nodes"]) == ("done", 4)
     assert view["summary"]["desired_nodes"] is None
     assert "AbleToScale" not in _conditions(view)
+    row = job_row(_stored(audited_job()), live)
+    assert (row["status"], row["status_source"], row["current_nodes"], row["ended"]) == (
+        "done",
+        "now",
+        4,
+        True,
+    )
+    assert "$6.00/h" not in jobs_page([row], "")  # no cost for a job that ended
+    running_row = job_row(_stored(audited_job()), {"status": "running", "nodes": 4})
+    assert "<td>$6.00/h</td>" in jobs_page([running_row], "")
     # while it runs, the live size is shown beside the last decision's recommendation
     running = {"status": "running", "nodes": 4, "launch_id": "L2", "parts": []}
     view = job_view(_stored(audited_job()), now=T0 + 1400, live=running)
