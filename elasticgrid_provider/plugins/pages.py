@@ -273,7 +273,7 @@ def job_page(
             if matching and row is matching[0]:
                 marked[index] = "highlight"
         body = (
-            _decision_card(matching[0], root)
+            _decision_card(matching[0], root, view)
             if matching
             else '<p class="muted">This check made no decision that is still in the history.</p>'
         )
@@ -315,7 +315,7 @@ def job_page(
     return _page(f"Scale decisions: {view['job_name']}", "".join(parts))
 
 
-def _decision_card(row: dict[str, Any], root: str) -> str:
+def _decision_card(row: dict[str, Any], root: str, view: dict[str, Any]) -> str:
     """One decision in full, as a highlighted card (the check the page was opened for)."""
     head = Markup(
         f"<strong>{esc(row.get('action'))}</strong> {_arrow(row.get('from_nodes'), row.get('to_nodes'))} "
@@ -337,6 +337,11 @@ def _decision_card(row: dict[str, Any], root: str) -> str:
         "Made by": made_by,
         "Launch that followed": _launch_after(root, row),
     }
+    live = view.get("live") or {}
+    launch = row.get("launch_after") or {}
+    if launch.get("launch_id") and launch.get("launch_id") == live.get("launch_id"):
+        parts = [p for p in live.get("parts") or () if isinstance(p, dict)]
+        facts["Its rank logs"] = _lines(_part_logs(view["job_name"], root, p) for p in parts)
     return f'<div class="card">{_facts(facts)}</div>'
 
 

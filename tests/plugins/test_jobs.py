@@ -241,9 +241,16 @@ def test_a_scale_change_links_the_launch_that_followed_it():
     assert '<a href="/dags/audit_dag/runs/grow/tasks/resize" target="_top">L2</a>' in page
     # the newest change, with no check since: the live launch is the one that followed
     fresh = check(ScaleState("audit-job"), T0, 2, 4, "grow", launch_id="L1")
-    live = {"status": "running", "nodes": 4, "launch_id": "L9", "parts": []}
-    row = job_view(_stored(fresh), now=T0 + 60, live=live)["timeline"][0]
+    part = {"name": "audit-job--onprem", "status": "running", "nodes": 2, "ranks": 2}
+    live = {"status": "running", "nodes": 4, "launch_id": "L9", "parts": [part]}
+    view = job_view(_stored(fresh), now=T0 + 60, live=live)
+    row = view["timeline"][0]
     assert (row["action"], row["launch_after"]["launch_id"]) == ("scale_up", "L9")
+    # opened from that check: its card links the launch's rank logs, as iroh-tinker keeps them
+    card = job_page(view, {"run_id": "grow", "map_index": -1}).split("<h2")[1]
+    assert "Its rank logs" in card
+    for rank in (0, 1):
+        assert f'href="/elasticgrid/jobs/audit-job/logs/audit-job--onprem/{rank}"' in card
 
 
 def test_the_task_lookup_uses_the_map_index_and_the_job_the_task_checked():
