@@ -56,7 +56,7 @@ def chart_svg(
     *,
     until: float | None = None,
     zone: tzinfo = timezone.utc,
-    width: int = 760,
+    width: int = 960,
     panel_height: int = 70,
 ) -> str:
     """The chart of ``points`` (``at`` and the panels' keys), ``markers`` (``at``, ``kind``,
@@ -72,7 +72,7 @@ def chart_svg(
     if end - start < MIN_SPAN_S:
         middle = (start + end) / 2
         start, end = middle - MIN_SPAN_S / 2, middle + MIN_SPAN_S / 2
-    left, right, gap = 96, 14, 22
+    left, right, gap = 56, 14, 34
     plot = width - left - right
 
     def x_of(at: float) -> float:
@@ -80,7 +80,7 @@ def chart_svg(
 
     parts: list[str] = []
     for index, (key, label, colour) in enumerate(PANELS):
-        top = index * (panel_height + gap) + 6
+        top = index * (panel_height + gap) + 22
         values = [(float(p["at"]), as_number(p.get(key))) for p in points]
         known = [(at, v) for at, v in values if v is not None]
         high = _nice_top(max((v for _, v in known), default=1.0))
@@ -88,7 +88,9 @@ def chart_svg(
         def y_of(value: float, top: int = top, high: float = high) -> float:
             return top + panel_height - value / high * panel_height
 
-        parts.append(f'<text x="4" y="{top + 12}" font-size="12">{label}</text>')
+        parts.append(
+            f'<text x="{left}" y="{top - 7}" font-size="12" font-weight="600">{label}</text>'
+        )
         parts.append(
             f'<rect x="{left}" y="{top}" width="{plot}" height="{panel_height}" '
             'fill="none" stroke="#dde2e6"/>'
@@ -121,13 +123,13 @@ def chart_svg(
                 f'<circle cx="{x_of(at):.1f}" cy="{y_of(value):.1f}" r="3.5" fill="{colour}">'
                 f"{_title(f'{absolute_text(at, zone)}: {label} {number_text(value)}')}</circle>"
             )
-    bottom = len(PANELS) * (panel_height + gap) - gap + 6
+    bottom = len(PANELS) * (panel_height + gap) - gap + 22
     for marker in markers:
         x = x_of(float(marker["at"]))
         colour = MARKER_COLOURS.get(str(marker.get("kind")), "#6e40c9")
         title = f"{absolute_text(float(marker['at']), zone)}: {marker.get('label')}"
         parts.append(
-            f'<line class="marker {marker.get("kind")}" x1="{x:.1f}" x2="{x:.1f}" y1="6" '
+            f'<line class="marker {marker.get("kind")}" x1="{x:.1f}" x2="{x:.1f}" y1="22" '
             f'y2="{bottom + 4}" stroke="{colour}" stroke-width="2" stroke-dasharray="4 3">'
             f"{_title(title)}</line>"
         )

@@ -12,6 +12,7 @@ the top window. Times read "3m ago", with the full time in the UI's zone on hove
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Iterable
 from datetime import timezone, tzinfo
 from typing import Any
@@ -35,7 +36,10 @@ padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f5f7;font-we
 .neutral{color:#5f6b76;font-weight:600}.error{color:#a4262c;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:4px 0}
 dt{font-weight:600}dd{margin:0}tr.highlight{background:#fff6d6}code{font-size:13px}
-tr.recovery{background:#fdecea}time,.nowrap{white-space:nowrap}a{overflow-wrap:anywhere}
+tr.recovery{background:#fdecea}time,.nowrap{white-space:nowrap}
+td.c-made-by a,td.c-launch-that-followed a,td.c-rule,td.c-held-back-by{overflow-wrap:anywhere}
+table.wide{font-size:13px}td.c-reason{min-width:16em}
+td.c-made-by,td.c-launch-that-followed{min-width:7em}td.c-rule,td.c-held-back-by{min-width:9em}
 table.wide{width:100%}.card{background:#fff6d6;border:1px solid #eed98f;border-radius:6px;
 padding:6px 12px;max-width:1100px}.card dl{grid-template-columns:10em auto}
 .columns{display:flex;flex-wrap:wrap;gap:8px 48px}svg{max-width:100%;height:auto}
@@ -57,13 +61,20 @@ def esc(value: Any) -> Markup:
 def _table(rows: Iterable[dict[str, Any]], columns: Columns, marked=None, css: str = "") -> str:
     """A table of escaped cells, a column per ``columns`` entry; ``marked``: CSS classes by row;
     ``css``: the table's class."""
-    head = "".join(f"<th>{esc(header)}</th>" for header in columns)
+    slugs = [re.sub(r"[^a-z]+", "-", header.lower()).strip("-") for header in columns]
+    head = "".join(
+        f'<th class="c-{slug}">{esc(header)}</th>'
+        for slug, header in zip(slugs, columns, strict=True)
+    )
     body = []
     for index, row in enumerate(rows):
-        cells = (cell(row) if callable(cell) else row.get(cell) for cell in columns.values())
+        cells = [cell(row) if callable(cell) else row.get(cell) for cell in columns.values()]
         mark = (marked or {}).get(index)
         attribute = f' class="{esc(mark)}"' if mark else ""
-        body.append(f"<tr{attribute}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+        tds = "".join(
+            f'<td class="c-{slug}">{esc(c)}</td>' for slug, c in zip(slugs, cells, strict=True)
+        )
+        body.append(f"<tr{attribute}>{tds}</tr>")
     table = f' class="{esc(css)}"' if css else ""
     return f"<table{table}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 

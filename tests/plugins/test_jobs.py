@@ -170,11 +170,20 @@ def test_a_scale_up_within_its_bounds_is_not_limited_and_colours_follow_the_mean
         "ok",
     )
     page = job_page(view)
-    assert '<td>ScalingLimited</td><td><span class="ok">False</span></td>' in page
-    assert '<td>AbleToScale</td><td><span class="ok">True</span></td>' in page
+    assert (
+        '<td class="c-type">ScalingLimited</td><td class="c-status"><span class="ok">False</span>'
+        in page
+    )
+    assert (
+        '<td class="c-type">AbleToScale</td><td class="c-status"><span class="ok">True</span>'
+        in page
+    )
     ceiling = ElasticScheduler(min_nodes=1, max_nodes=4, min_samples=3, cooldown_s=0)
     capped = job_page(job_view(_stored(_checked(ceiling, 4, 8.0)), now=T0))
-    assert '<td>ScalingLimited</td><td><span class="warn">True</span></td>' in capped
+    assert (
+        '<td class="c-type">ScalingLimited</td><td class="c-status"><span class="warn">True</span>'
+        in capped
+    )
 
 
 def test_a_finished_job_reads_as_finished():
@@ -213,7 +222,7 @@ def test_a_finished_job_reads_as_finished():
     )
     assert "$6.00/h" not in jobs_page([row], "")  # no cost for a job that ended
     running_row = job_row(_stored(audited_job()), {"status": "running", "nodes": 4})
-    assert "<td>$6.00/h</td>" in jobs_page([running_row], "")
+    assert '<td class="c-cost-per-hour">$6.00/h</td>' in jobs_page([running_row], "")
     # while it runs, the live size is shown beside the last decision's recommendation
     running = {"status": "running", "nodes": 4, "launch_id": "L2", "parts": []}
     view = job_view(_stored(audited_job()), now=T0 + 1400, live=running)
