@@ -1318,7 +1318,11 @@ class ElasticScheduler(JsonModel):
         if situation.load is not None:
             numbers.update(situation.load.to_dict())
             loss, source = situation.memory.scaling(situation.load.basis, self.scaling_loss)
-            numbers.update(scaling_loss=loss, scaling_source=source)
+            # the unit of demand and capacity: ``basis`` names the remaining work's once a
+            # deadline projects a finish, which may be another
+            numbers.update(
+                scaling_loss=loss, scaling_source=source, demand_basis=situation.load.basis
+            )
         numbers.update(verdict.numbers)
         restart = 0.0 if wanted == current else self._restart_price_node_s(current, wanted)
         numbers.update(

@@ -173,7 +173,7 @@ def _demand_row(last: dict[str, Any]) -> tuple[str, str, str] | None:
     limits = as_dict(last.get("thresholds"))
     if "demand_per_s" not in projection and "capacity_per_s" not in projection:
         return None
-    basis = as_text(projection.get("basis")) or "work"
+    basis = as_text(projection.get("demand_basis")) or as_text(projection.get("basis")) or "work"
     demand, capacity = projection.get("demand_per_s"), as_number(projection.get("capacity_per_s"))
     utilisation = projection.get("utilisation")
     nodes = number_text(projection.get("current_nodes", last.get("current_nodes")))

@@ -78,6 +78,10 @@ def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_fini
         "750s at 4 nodes, 488.57s at 7 with the restart"
     )
     assert _conditions(view)["MeetsDeadline"][:2] == (True, "OnTrack")
+    # demand and capacity in their own unit (100 tokens a step), not the remaining work's
+    assert _signals(view)["demand vs capacity"]["current"] == (
+        "demand 40 tokens/s against a capacity of 20 tokens/s at 4 nodes: utilisation 2"
+    )
     # the scale-up at 00:05 started an hour's cooldown: the policy recorded until when
     status, reason, message = _conditions(view)["AbleToScale"]
     assert (status, reason) == (False, "BackoffUp")
