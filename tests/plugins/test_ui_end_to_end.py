@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from elasticgrid_provider.core.state import state_variable_key
 from tests.airflow_support import run_dag
 from tests.conftest import airflow_command
 
@@ -262,12 +263,19 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     assert "Back to job audited" in log
     assert not browser.find_elements(By.CSS_SELECTOR, "p.error")
 
-    # the task-instance tab: this check's decision, found by the job the task checked
+    # the task-instance tab: this check's decision, found by the job the task checked; a
+    # job that sorts first and holds a record with the same ids (another job checked by
+    # the same task) must not win
+    from airflow.models.variable import Variable
+
+    decoy = json.loads(Variable.get(state_variable_key("audited")))
+    decoy["job_name"] = "aaa-decoy"
+    Variable.set(state_variable_key("aaa-decoy"), json.dumps(decoy))
     browser.get(
         f"{api_server}/dags/scale_up_then_resize/runs/{run}/tasks/scale_check/plugin/scale-decision"
     )
     tab = _frame_text(browser, "This check's decision")
-    assert "Scale decisions: audited" in tab
+    assert "Scale decisions: audited" in tab and "aaa-decoy" not in tab
     assert "scale_up" in browser.find_element(By.CSS_SELECTOR, "tr.highlight").text
 
     # Browse > Scale decisions: the list in the iframe; the job's link keeps the UI in step
