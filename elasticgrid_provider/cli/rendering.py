@@ -220,7 +220,7 @@ def signals_lines(signals: WindowSignals) -> list[str]:
 
 
 def decision_lines(decision: ScaleDecision) -> list[str]:
-    """A decision in full: rule, holds, reason, times, projection and cooldown."""
+    """A decision in full: rule, holds, reason, times, projection, cooldown and conditions."""
     pairs = [
         ("rule", rule_text(decision.rule, decision.thresholds)),
         ("held by", held_text(decision.to_dict())),
@@ -233,6 +233,10 @@ def decision_lines(decision: ScaleDecision) -> list[str]:
     pairs += projection_rows(decision.projection)
     starts = f"starts now ({decision.action.value})"
     pairs.append(("cooldown", starts if decision.changed else cooldown_text(decision.cooldown)))
+    pairs += [
+        (condition.type, f"{condition.status} ({condition.reason}): {condition.message}")
+        for condition in decision.conditions
+    ]
     head = f"decision: {decision.action.value} {decision.current_nodes} -> {decision.target_nodes}"
     return [head, *key_rows(pairs)]
 
@@ -243,10 +247,11 @@ def projection_rows(projection: dict[str, Any] | None) -> list[tuple[str, str]]:
     basis = p.get("basis", "work")
     rows: list[tuple[str, str]] = []
     if "demand_per_s" in p:
+        unit = p.get("demand_basis", basis)
         demand, share = p.get("demand_per_s"), p.get("utilisation")
-        demand_text = "unbounded" if demand is None else f"{number_text(demand)} {basis}/s"
+        demand_text = "unbounded" if demand is None else f"{number_text(demand)} {unit}/s"
         share_text = "unbounded" if share is None else f"{share:.0%}"
-        capacity = f"{number_text(p.get('capacity_per_s'))} {basis}/s"
+        capacity = f"{number_text(p.get('capacity_per_s'))} {unit}/s"
         loop = f"({share_text}, {p.get('loop')} loop)"
         rows.append(("demand", f"{demand_text} against a capacity of {capacity} {loop}"))
     if p.get("remaining") is not None and p.get("current_finish_s") is not None:

@@ -93,6 +93,7 @@ class TaskIdentity:
     run_id: str
     task_id: str
     try_number: int
+    map_index: int = -1  # Airflow's index of a mapped task instance; -1 when not mapped
 
 
 @dataclass(frozen=True)

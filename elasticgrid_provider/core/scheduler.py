@@ -94,7 +94,10 @@ staircase). Scale-ups wait ``cooldown_s``, scale-downs
 ``scale_down_cooldown_s`` (default ``cooldown_s``) after any change (one
 recorded in the future counts unless that cooldown is 0). Each decision
 records ``recommended_nodes`` and its projection: demand, capacity, backlog,
-scaling loss and source, finish times, restart cost, gain and price.
+scaling loss and source, finish times, restart cost, gain and price; and its
+``conditions`` (:mod:`~elasticgrid_provider.core.conditions`: ``AbleToScale``,
+``ScalingActive``, ``ScalingLimited``, as Kubernetes' HPA reports them), computed
+here once so the UI and the CLI only render them.
 
 Parameters, in terms of the job (none is fitted to a benchmark):
 
@@ -128,6 +131,12 @@ from typing import Annotated, Any
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
+from elasticgrid_provider.core.conditions import (
+    ScaleCondition,
+    able_to_scale,
+    scaling_active,
+    scaling_limited,
+)
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import bounded_or_none, number_text, seconds_text
 from elasticgrid_provider.core.monotone import smallest_satisfying
@@ -242,6 +251,9 @@ IDLE_GAP_SHARE = 0.2
 """Idle gaps (nothing queued) this share of the time mean the job waits for arriving work."""
 ARRIVAL_SPREAD_DEVIATIONS = 2.0
 """A stream's headroom covers the arrival rate two standard deviations above its mean."""
+UNBOUNDED_FACTOR = 1024
+"""The ceiling of the unbounded policy that tells whether a bound clamped a recommendation,
+as a multiple of the larger of ``max_nodes`` and the current size."""
 _LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
 
@@ -1251,7 +1263,55 @@ class ElasticScheduler(JsonModel):
             projection=self._projection(situation, verdict, wanted),
             cooldown=clock,
             recommended_nodes=verdict.recommended,
+            conditions=self._conditions(situation, verdict, action is not ScaleAction.HOLD),
         )
+
+    def _conditions(
+        self, situation: _Situation, verdict: _Verdict, changed: bool
+    ) -> tuple[ScaleCondition, ...]:
+        """The decision's HPA-style conditions (:mod:`~elasticgrid_provider.core.conditions`)."""
+        current, wanted = situation.current, verdict.target
+        up = verdict.action is ScaleAction.SCALE_UP
+        cooldown_until = None
+        changed_at = situation.cooldown.last_change_at
+        if changed_at is not None:
+            cooldown_s = self.cooldown_s if up else self.effective_scale_down_cooldown_s
+            cooldown_until = changed_at + cooldown_s
+        return (
+            able_to_scale(
+                changed=changed,
+                verb="scale-up" if up else "scale-down",
+                current=current,
+                target=current if wanted is None else wanted,
+                holds=[(hold.rule, hold.reason) for hold in verdict.held_by],
+                cooldown_until=cooldown_until,
+            ),
+            scaling_active(
+                rule=verdict.rule,
+                why=verdict.why,
+                samples=situation.signals.samples,
+                measured=situation.load is not None or situation.work is not None,
+            ),
+            scaling_limited(
+                current=current,
+                recommended=verdict.recommended,
+                unclamped=self._unclamped(situation, verdict),
+                min_nodes=self.min_nodes,
+                max_nodes=self.max_nodes,
+            ),
+        )
+
+    def _unclamped(self, situation: _Situation, verdict: _Verdict) -> int | None:
+        """The size the policy would recommend without ``min_nodes`` and ``max_nodes``, asked
+        only when the recommendation sits on a bound (None otherwise, or with no policy run)."""
+        recommended = verdict.recommended
+        if verdict.rule in ("min_samples", "bounds") or recommended is None:
+            return None
+        if recommended not in (self.min_nodes, self.max_nodes):
+            return None
+        ceiling = max(self.max_nodes, situation.current) * UNBOUNDED_FACTOR
+        free = replace(self, min_nodes=1, max_nodes=ceiling)
+        return free._policy(situation).recommended
 
     def _projection(
         self, situation: _Situation, verdict: _Verdict, wanted: int
@@ -1264,7 +1324,11 @@ class ElasticScheduler(JsonModel):
         if situation.load is not None:
             numbers.update(situation.load.to_dict())
             loss, source = situation.memory.scaling(situation.load.basis, self.scaling_loss)
-            numbers.update(scaling_loss=loss, scaling_source=source)
+            # the unit of demand and capacity: ``basis`` names the remaining work's once a
+            # deadline projects a finish, which may be another
+            numbers.update(
+                scaling_loss=loss, scaling_source=source, demand_basis=situation.load.basis
+            )
         numbers.update(verdict.numbers)
         restart = 0.0 if wanted == current else self._restart_price_node_s(current, wanted)
         numbers.update(
@@ -1324,6 +1388,7 @@ class ScaleDecision(JsonModel):
     time_left_s: Finite | None = None
     projection: dict[str, Any] | None = None
     recommended_nodes: Positive | None = None
+    conditions: tuple[ScaleCondition, ...] = ()
 
     @field_validator("thresholds")
     @classmethod

@@ -9,6 +9,10 @@ Rules:
 * A user sees a job only when allowed to read every DAG that recorded its decisions
   (none recorded yet: its state Variable); otherwise it answers 404, as if it did not
   exist, and the list leaves it out. The task-instance tab also needs that task's DAG.
+* A job with no page (none recorded, or not readable) is a readable 404 page, never
+  raw JSON; ``/jobs/<job>/logs/<part>/<rank>`` shows a rank's log under the job's rule.
+* The task tab (``?map_index=``) finds the job the task checked (:mod:`.live`) and puts
+  that task instance's decision on top.
 * GET only; HTML pages carry a Content-Security-Policy without scripts, and
   ``/api/jobs[/<job>]`` serves the same data as JSON for scripts.
 """
@@ -29,14 +33,24 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.plugins.jobs import (
+    UNMAPPED,
     StoredState,
     find_task_decision,
     job_row,
-    job_view,
+    one_line,
     read_scale_states,
 )
-from elasticgrid_provider.plugins.links import URL_PREFIX
-from elasticgrid_provider.plugins.pages import job_page, jobs_page, no_decision_page
+from elasticgrid_provider.plugins.links import URL_PREFIX, job_page_path
+from elasticgrid_provider.plugins.live import checked_job, launch_tasks, live_status, rank_log
+from elasticgrid_provider.plugins.pages import (
+    job_page,
+    jobs_page,
+    log_page,
+    missing_job_page,
+    no_decision_page,
+)
+from elasticgrid_provider.plugins.times import ui_zone
+from elasticgrid_provider.plugins.view import job_view, run_links
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -73,15 +87,60 @@ def _airflow_root(request: Request) -> str:
     return root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else root
 
 
-def _readable_job(request: Request, user: Any, job_name: str) -> tuple[StoredState, dict[str, Any]]:
+def _map_index(value: str | None) -> int:
+    """The tab's ``map_index``: a number, or -1 (unmapped: the UI leaves ``{MAP_INDEX}``)."""
+    try:
+        return int(value) if value is not None else UNMAPPED
+    except ValueError:
+        return UNMAPPED
+
+
+def _readable(user: Any, job_name: str) -> StoredState | None:
+    """The job's state if it exists and ``user`` may read it, else None (a 404 either way)."""
     states = read_scale_states(job_name)
-    if not states or not may_read(user, states[0]):
-        raise HTTPException(status_code=404, detail=f"no job {job_name!r} with scale decisions")
-    return states[0], job_view(states[0], epoch_now(), _airflow_root(request))
+    return states[0] if states and may_read(user, states[0]) else None
 
 
-def _html(text: str) -> HTMLResponse:
-    return HTMLResponse(text, headers=SECURITY_HEADERS)
+def _view(stored: StoredState, root: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's view with its live status and launches, and the launches by id."""
+    launches = launch_tasks(stored.job_name, stored.dag_ids)
+    try:
+        view = job_view(
+            stored,
+            epoch_now(),
+            root,
+            live=live_status(stored.job_name),
+            launches=launches,
+            zone=ui_zone(),
+        )
+    except Exception as exc:  # a state the view cannot read: its page says so
+        view = job_view(StoredState(stored.job_name, stored.variable_key, None), epoch_now(), root)
+        view["error"] = f"this state cannot be shown: {one_line(exc)}"
+    tasks = {launch_id: _task_link(root, task) for launch_id, task in launches.items()}
+    return view, {launch_id: {"task": link} for launch_id, link in tasks.items()}
+
+
+def _task_link(root: str, task: dict[str, Any]) -> str | None:
+    return run_links(root, task)["task"]
+
+
+def _html(text: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status_code, headers=SECURITY_HEADERS)
+
+
+def _job_html(request: Request, stored: StoredState, highlight: dict[str, Any] | None) -> str:
+    root = _airflow_root(request)
+    view, launches = _view(stored, root)
+    return job_page(view, highlight, root=root, launches=launches, now=epoch_now(), zone=ui_zone())
+
+
+def _rows(user: Any) -> list[dict[str, Any]]:
+    """The list's rows the user may see, each with the job's live status."""
+    return [
+        job_row(stored, live_status(stored.job_name))
+        for stored in read_scale_states()
+        if may_read(user, stored)
+    ]
 
 
 def create_app() -> FastAPI:
@@ -93,14 +152,12 @@ def create_app() -> FastAPI:
     @app.get("/jobs", response_class=HTMLResponse)
     def list_jobs(request: Request, user: GetUserDep) -> HTMLResponse:
         """Every job the user may see, with its size, last decision, cost and status."""
-        rows = [job_row(s) for s in read_scale_states() if may_read(user, s)]
-        return _html(jobs_page(rows, _airflow_root(request)))
+        return _html(jobs_page(_rows(user), _airflow_root(request), epoch_now(), ui_zone()))
 
     @app.get("/api/jobs")
     def list_jobs_json(user: GetUserDep) -> JSONResponse:
         """The jobs list as JSON."""
-        rows = [job_row(s) for s in read_scale_states() if may_read(user, s)]
-        return JSONResponse({"jobs": rows}, headers=SECURITY_HEADERS)
+        return JSONResponse({"jobs": _rows(user)}, headers=SECURITY_HEADERS)
 
     @app.get("/jobs/{job_name}", response_class=HTMLResponse)
     def show_job(
@@ -110,18 +167,40 @@ def create_app() -> FastAPI:
         dag_id: str | None = None,
         run_id: str | None = None,
         task_id: str | None = None,
+        map_index: str | None = None,
     ) -> HTMLResponse:
-        """One job's page; the decisions of ``dag_id``/``run_id``/``task_id`` highlighted."""
-        _, view = _readable_job(request, user, job_name)
+        """One job's page; the decision of ``dag_id``/``run_id``/``task_id``/``map_index`` on
+        top; a job with no page is a readable 404 page."""
+        stored = _readable(user, job_name)
+        if stored is None:
+            jobs = f"{_airflow_root(request)}{URL_PREFIX}/jobs"
+            return _html(missing_job_page(job_name, jobs), 404)
         wanted = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
-        highlight = {key: value for key, value in wanted.items() if value is not None}
-        return _html(job_page(view, highlight or None))
+        highlight: dict[str, Any] = {k: v for k, v in wanted.items() if v is not None}
+        if highlight:
+            highlight["map_index"] = _map_index(map_index)
+        return _html(_job_html(request, stored, highlight or None))
 
     @app.get("/api/jobs/{job_name}")
     def show_job_json(request: Request, user: GetUserDep, job_name: str) -> JSONResponse:
         """One job's page data as JSON, with the raw history for scripts."""
-        stored, view = _readable_job(request, user, job_name)
+        stored = _readable(user, job_name)
+        if stored is None:
+            raise HTTPException(status_code=404, detail=f"no job {job_name!r} with scale decisions")
+        view, _ = _view(stored, _airflow_root(request))
         return JSONResponse({**view, "history": stored.history}, headers=SECURITY_HEADERS)
+
+    @app.get("/jobs/{job_name}/logs/{part_name}/{rank}", response_class=HTMLResponse)
+    def show_rank_log(
+        request: Request, user: GetUserDep, job_name: str, part_name: str, rank: int
+    ) -> HTMLResponse:
+        """The tail of one rank's log of the job's current launch (iroh-tinker's)."""
+        root = _airflow_root(request)
+        if _readable(user, job_name) is None:
+            return _html(missing_job_page(job_name, f"{root}{URL_PREFIX}/jobs"), 404)
+        text, why = rank_log(job_name, part_name, rank)
+        back = root + job_page_path(job_name)
+        return _html(log_page(job_name, part_name, rank, text, why, back))
 
     @app.get(
         "/tasks/{dag_id}/{task_id}/{run_id:path}",
@@ -129,14 +208,24 @@ def create_app() -> FastAPI:
         dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))],
     )
     def show_task(
-        request: Request, user: GetUserDep, dag_id: str, task_id: str, run_id: str
+        request: Request,
+        user: GetUserDep,
+        dag_id: str,
+        task_id: str,
+        run_id: str,
+        map_index: str | None = None,
     ) -> HTMLResponse:
-        """The task-instance tab: this check's job page, or "no scale decision here"."""
+        """The task-instance tab: the decision of this task instance (map index included) about
+        the job it checked, on top of that job's page; or "no scale decision here"."""
         root = _airflow_root(request)
-        found = find_task_decision(read_scale_states(), dag_id, task_id, run_id)
+        index = _map_index(map_index)
+        job_name = checked_job(dag_id, task_id, run_id, index)
+        states = read_scale_states(job_name) if job_name else read_scale_states()
+        found = find_task_decision(states, dag_id, task_id, run_id, index, job_name)
         if found is None or not may_read(user, found[0]):
-            return _html(no_decision_page(dag_id, task_id, run_id, f"{root}{URL_PREFIX}/jobs"))
-        highlight = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id}
-        return _html(job_page(job_view(found[0], epoch_now(), root), highlight))
+            jobs = f"{root}{URL_PREFIX}/jobs"
+            return _html(no_decision_page(dag_id, task_id, run_id, index, job_name, jobs))
+        highlight = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": index}
+        return _html(_job_html(request, found[0], highlight))
 
     return app

@@ -3,18 +3,26 @@
 The pages run in the Airflow UI's same-origin iframe with the viewer's API rights
 (SPEC 6.4), so every value, attributes included, goes through :func:`esc`
 (``html.escape`` with quotes); only :class:`Markup` built here from escaped values goes
-in as it is. Nothing is loaded from elsewhere, the app's Content-Security-Policy
-forbids scripts, and links to Airflow's own pages open in the top window.
+in as it is. Nothing is loaded from elsewhere, and the app's Content-Security-Policy
+forbids scripts. Links between the plugin's pages stay in the iframe (the UI keeps its
+address in step, ``/plugin/scale-decisions/...``); links to Airflow's own pages open in
+the top window. Times read "3m ago", with the full time in the UI's zone on hover.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Iterable
+from datetime import timezone, tzinfo
 from typing import Any
+from urllib.parse import quote
 
 from elasticgrid_provider.core.formatting import number_text
+from elasticgrid_provider.plugins.chart import chart_svg
+from elasticgrid_provider.plugins.jobs import as_number
 from elasticgrid_provider.plugins.links import job_page_path
+from elasticgrid_provider.plugins.times import moment
 
 # a table's columns: header -> the row's key, or a function of the row (:func:`_table`)
 Columns = dict[str, str | Callable[[dict[str, Any]], Any]]
@@ -24,10 +32,18 @@ body{font:14px/1.45 system-ui,sans-serif;margin:16px;color:#1d2329}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:20px 0 6px}
 table{border-collapse:collapse;margin:4px 0}th,td{border-bottom:1px solid #dde2e6;
 padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f5f7;font-weight:600}
-.muted{color:#5f6b76}.ok{color:#1c7c3a}.no{color:#a4262c}.error{color:#a4262c;font-weight:600}
+.muted{color:#5f6b76}.ok{color:#1c7c3a;font-weight:600}.warn{color:#a15c00;font-weight:600}
+.neutral{color:#5f6b76;font-weight:600}.error{color:#a4262c;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:4px 0}
 dt{font-weight:600}dd{margin:0}tr.highlight{background:#fff6d6}code{font-size:13px}
-tr.recovery{background:#fdecea}
+tr.recovery{background:#fdecea}time,.nowrap{white-space:nowrap}
+td.c-made-by a,td.c-launch-that-followed a,td.c-rule,td.c-held-back-by{overflow-wrap:anywhere}
+table.wide{font-size:13px}td.c-reason{min-width:16em}
+td.c-made-by,td.c-launch-that-followed{min-width:7em}td.c-rule,td.c-held-back-by{min-width:9em}
+table.wide{width:100%}.card{background:#fff6d6;border:1px solid #eed98f;border-radius:6px;
+padding:6px 12px;max-width:1100px}.card dl{grid-template-columns:10em auto}
+.columns{display:flex;flex-wrap:wrap;gap:8px 48px}svg{max-width:100%;height:auto}
+pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:70vh}
 """
 
 
@@ -42,26 +58,37 @@ def esc(value: Any) -> Markup:
     return Markup(html.escape("-" if value is None else str(value), quote=True))
 
 
-def _table(rows: Iterable[dict[str, Any]], columns: Columns, marked=None) -> str:
-    """A table of escaped cells, a column per ``columns`` entry; ``marked``: CSS classes by row."""
-    head = "".join(f"<th>{esc(header)}</th>" for header in columns)
+def _table(rows: Iterable[dict[str, Any]], columns: Columns, marked=None, css: str = "") -> str:
+    """A table of escaped cells, a column per ``columns`` entry; ``marked``: CSS classes by row;
+    ``css``: the table's class."""
+    slugs = [re.sub(r"[^a-z]+", "-", header.lower()).strip("-") for header in columns]
+    head = "".join(
+        f'<th class="c-{slug}">{esc(header)}</th>'
+        for slug, header in zip(slugs, columns, strict=True)
+    )
     body = []
     for index, row in enumerate(rows):
-        cells = (cell(row) if callable(cell) else row[cell] for cell in columns.values())
-        css = (marked or {}).get(index)
-        attribute = f' class="{esc(css)}"' if css else ""
-        body.append(f"<tr{attribute}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        cells = [cell(row) if callable(cell) else row.get(cell) for cell in columns.values()]
+        mark = (marked or {}).get(index)
+        attribute = f' class="{esc(mark)}"' if mark else ""
+        tds = "".join(
+            f'<td class="c-{slug}">{esc(c)}</td>' for slug, c in zip(slugs, cells, strict=True)
+        )
+        body.append(f"<tr{attribute}>{tds}</tr>")
+    table = f' class="{esc(css)}"' if css else ""
+    return f"<table{table}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _section(title: str, body: str) -> str:
-    return f"<h2>{esc(title)}</h2>{body}"
+def _section(title: str, body: str, anchor: str = "") -> str:
+    ident = f' id="{esc(anchor)}"' if anchor else ""
+    return f"<h2{ident}>{esc(title)}</h2>{body}"
 
 
 def _page(title: str, body: str) -> str:
     """A whole page, headed by its title."""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{STYLE}</style></head>"
         f"<body><h1>{esc(title)}</h1>{body}</body></html>"
     )
@@ -79,170 +106,287 @@ def _lines(values: Iterable[Any]) -> Markup:
 
 
 def _arrow(before: Any, after: Any) -> Markup:
-    return Markup(f"{esc(before)} -&gt; {esc(after)}")
+    return Markup(f'<span class="nowrap">{esc(before)} -&gt; {esc(after)}</span>')
 
 
 def _money(value: Any) -> str:
-    return "-" if value is None else f"${float(value):.2f}/h"
+    number = as_number(value)
+    return "-" if number is None else f"${number:.2f}/h"
+
+
+def time_html(when: dict[str, str] | None) -> Markup:
+    """A time as "3m ago", its full time in the UI's zone on hover (one line)."""
+    if not isinstance(when, dict):
+        return esc("-")
+    return Markup(
+        f'<time datetime="{esc(when.get("iso"))}" title="{esc(when.get("absolute"))}">'
+        f"{esc(when.get('relative'))}</time>"
+    )
+
+
+def _timeline_time(row: dict[str, Any]) -> Markup:
+    if row.get("held"):
+        span = f"{time_html(row.get('first_at'))} to {time_html(row.get('last_at'))}"
+        return Markup(f"{esc(row['held'])}, {span}")
+    return time_html(row.get("at"))
+
+
+def _status(condition: dict[str, Any]) -> Markup:
+    tone = condition.get("tone") if condition.get("tone") in ("ok", "warn") else "neutral"
+    return Markup(f'<span class="{tone}">{esc(condition.get("status"))}</span>')
+
+
+def _launch_after(root: str, row: dict[str, Any]) -> Markup:
+    launch = row.get("launch_after")
+    if not isinstance(launch, dict):
+        return esc("-")
+    return _link(launch.get("task"), launch.get("launch_id"), top=True)
 
 
 ACTION: Columns = {
-    "action": lambda row: Markup(f"<strong>{esc(row['action'])}</strong>"),
-    "from -> to": lambda row: _arrow(row["from_nodes"], row["to_nodes"]),
+    "action": lambda row: Markup(f"<strong>{esc(row.get('action'))}</strong>"),
+    "from -> to": lambda row: _arrow(row.get("from_nodes"), row.get("to_nodes")),
 }
 SIGNALS: Columns = {"signal": "name", "current": "current", "target": "target"}
-CONDITIONS: Columns = {
-    "type": "type",
-    "status": lambda c: Markup(
-        f'<span class="{"ok" if c["status"] else "no"}">{esc(c["status"])}</span>'
-    ),
-    "message": "message",
-}
+CONDITIONS: Columns = {"type": "type", "status": _status, "reason": "reason", "message": "message"}
 RECOVERIES: Columns = {
-    "time": "decided_at_iso",
+    "time": lambda row: time_html(row.get("at")),
     **ACTION,
-    "lost part": lambda row: _lines(row["lost"]),
-    "quarantine": lambda row: _lines(row["quarantine"]) or "-",
-    "relaunched on": lambda row: row["relaunched_on"] or "-",
-}
-TIMELINE: Columns = {
-    "time": "headline",
-    **ACTION,
-    "rule": "rule",
-    "held back by": "held_by",
-    "reason": "reason",
-    "cost/h": lambda row: _arrow(
-        _money(row["cost_per_hour_before"]), _money(row["cost_per_hour_after"])
-    ),
-    "made by": lambda row: _lines(
-        _link(row["links"][kind], row[f"{kind}_id"], top=True) for kind in ("run", "task")
-    ),
+    "lost part": lambda row: _lines(row.get("lost") or ()),
+    "quarantine": lambda row: _lines(row.get("quarantine") or ()) or "-",
+    "relaunched on": lambda row: row.get("relaunched_on") or "-",
 }
 
 
-def jobs_page(rows: list[dict[str, Any]], prefix: str) -> str:
+def _timeline_columns(root: str) -> Columns:
+    return {
+        "time": _timeline_time,
+        **ACTION,
+        "rule": "rule",
+        "held back by": "held_by",
+        "reason": "reason",
+        "cost/h": lambda row: _arrow(
+            _money(row.get("cost_per_hour_before")), _money(row.get("cost_per_hour_after"))
+        ),
+        "made by": lambda row: _lines(
+            _link((row.get("links") or {}).get(kind), row.get(f"{kind}_id"), top=True)
+            for kind in ("run", "task")
+        ),
+        "launch that followed": lambda row: _launch_after(root, row),
+    }
+
+
+def jobs_page(
+    rows: list[dict[str, Any]], prefix: str, now: float = 0.0, zone: tzinfo = timezone.utc
+) -> str:
     """The Browse > Scale decisions list."""
     columns: Columns = {
-        "job": lambda row: _link(prefix + job_page_path(row["job_name"]), row["job_name"]),
-        "DAG": lambda row: ", ".join(row["dag_ids"]) or "-",
-        "current size": "current_nodes",
+        "job": lambda row: _link(prefix + job_page_path(str(row["job_name"])), row["job_name"]),
+        "DAG": lambda row: ", ".join(map(str, row.get("dag_ids") or ())) or "-",
+        "size": "current_nodes",
         "last decision": "last_decision",
-        "when": "last_decision_at_iso",
-        "cost per hour": lambda row: _money(row["cost_per_hour"]),
+        "when": lambda row: time_html(moment(row.get("last_decision_at"), now, zone)),
+        "cost per hour": lambda row: "-" if row.get("ended") else _money(row.get("cost_per_hour")),
         "status": lambda row: Markup(
-            esc(row["status"])
-            + (f'<div class="error">{esc(row["error"])}</div>' if row["error"] else "")
+            f'{esc(row.get("status"))} <span class="muted">({esc(row.get("status_source"))})</span>'
+            + (f'<div class="error">{esc(row["error"])}</div>' if row.get("error") else "")
         ),
     }
     empty = '<p class="muted">No job you may see has a scale decision yet.</p>'
     return _page("Scale decisions", _table(rows, columns) if rows else empty)
 
 
-def chart_svg(points: list[dict[str, Any]], width: int = 720, panel_height: int = 70) -> str:
-    """Three stacked step charts over time: nodes, queue fraction, cost per hour."""
-    if not points:
-        return '<p class="muted">No decisions to chart yet.</p>'
-    start = min(p["at"] for p in points)
-    span = (max(p["at"] for p in points) - start) or 1.0
-    left, right, gap = 90, 10, 18
-    plot_width = width - left - right
-    panels = (
-        ("nodes", "nodes", "#1f6feb"),
-        ("queue_fraction", "queue fraction", "#b35900"),
-        ("cost_per_hour", "cost $/h", "#1c7c3a"),
-    )
-    parts = []
-    for index, (key, label, colour) in enumerate(panels):
-        top = index * (panel_height + gap) + 4
-        values = [p.get(key) for p in points]
-        high = max((float(v) for v in values if isinstance(v, (int, float))), default=1.0)
-        high = high if high > 0 else 1.0
-        coordinates: list[str] = []
-        dots = []
-        for point, value in zip(points, values, strict=True):
-            if not isinstance(value, (int, float)):
-                continue
-            x = left + (point["at"] - start) / span * plot_width
-            y = top + panel_height - float(value) / high * panel_height
-            if coordinates:  # a step: hold the previous value until this time
-                coordinates.append(f"{x:.1f},{coordinates[-1].split(',')[1]}")
-            coordinates.append(f"{x:.1f},{y:.1f}")
-            dots.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}">'
-                f"<title>{esc(point['at_iso'])}: {esc(number_text(value))}</title></circle>"
-            )
-        parts.append(
-            f'<text x="4" y="{top + 12}" font-size="12">{esc(label)}</text>'
-            + _note(4, top + 28, f"max {number_text(high)}")
-            + f'<rect x="{left}" y="{top}" width="{plot_width}" height="{panel_height}" '
-            'fill="none" stroke="#dde2e6"/>'
-        )
-        if coordinates:
-            parts.append(
-                f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
-                f'points="{" ".join(coordinates)}"/>{"".join(dots)}'
-            )
-    total = 3 * (panel_height + gap) + 4
-    parts.append(_note(left, total, points[0]["at_iso"]))
-    parts.append(_note(width - right, total, points[-1]["at_iso"], ' text-anchor="end"'))
+def _facts(pairs: dict[str, Any]) -> str:
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total + 6}" '
-        f'role="img" aria-label="size, queue fraction and cost over time">{"".join(parts)}</svg>'
+        "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs.items()) + "</dl>"
     )
 
 
-def _note(x: int, y: int, text: Any, extra: str = "") -> str:
-    """A small grey label of the chart."""
-    return f'<text x="{x}" y="{y}" font-size="11" fill="#5f6b76"{extra}>{esc(text)}</text>'
-
-
-def job_page(view: dict[str, Any], highlight: dict[str, Any] | None = None) -> str:
-    """One job: summary, signals against targets, conditions, recoveries, chart, timeline."""
-    summary = view["summary"]
-    facts = {
-        "Job": view["job_name"],
-        "DAGs": ", ".join(view["dag_ids"]) or "-",
-        "Status": view["status"],
-        "Current nodes": summary["current_nodes"],
-        "Desired nodes": summary["desired_nodes"],
-        "Min / max nodes": f"{number_text(summary['min_nodes'])} / "
-        f"{number_text(summary['max_nodes'])}",
-        "Cost per hour": _money(summary["cost_per_hour"]),
-        "Last decision": summary["last_decision"],
-        "Decided at": summary["last_decision_at_iso"],
-        "State": f"{view['variable_key']}, revision {number_text(view['revision'])}",
+def _now_facts(view: dict[str, Any], root: str, launches: dict[str, Any]) -> str:
+    """The job now: status, size, desired size, launch and parts with their rank logs."""
+    summary, live = view["summary"], view.get("live") or {}
+    desired: Any = summary.get("desired_nodes")
+    if summary.get("desired_held_by"):
+        desired = Markup(
+            f"{esc(desired)} "
+            f'<span class="muted">(recommended; held by {esc(summary["desired_held_by"])})</span>'
+        )
+    if view.get("finished"):
+        desired = Markup('<span class="muted">none: the job ended</span>')
+    status = Markup(
+        f"<strong>{esc(view['status'])}</strong> "
+        f'<span class="muted">({esc(view.get("status_source"))})</span>'
+    )
+    facts: dict[str, Any] = {
+        "Status": status,
+        "Current nodes": summary.get("current_nodes"),
+        "Desired nodes": desired,
+        "Min / max nodes": f"{number_text(summary.get('min_nodes'))} / "
+        f"{number_text(summary.get('max_nodes'))}",
+        "Cost per hour": "-" if view.get("finished") else _money(summary.get("cost_per_hour")),
     }
+    launch_id = live.get("launch_id")
+    if launch_id:
+        task = (launches.get(launch_id) or {}).get("task")
+        facts["Launch"] = Markup(
+            f"{_link(task, launch_id, top=True)} "
+            f'<span class="muted">{esc(live.get("launch_state"))}, launched '
+            f"{time_html(view.get('launched_at'))}</span>"
+        )
+        if live.get("down_reason"):
+            facts["Down because"] = live["down_reason"]
+    if live.get("error"):
+        facts["Live status"] = Markup(f'<span class="muted">{esc(live["error"])}</span>')
+    parts = [p for p in live.get("parts") or () if isinstance(p, dict)]
+    if parts:
+        facts["Rank logs"] = _lines(_part_logs(view["job_name"], root, part) for part in parts)
+    return _facts(facts)
+
+
+def _part_logs(job_name: str, root: str, part: dict[str, Any]) -> Markup:
+    """A part's status and a link to each rank's log (the first 8, then "...")."""
+    base = f"{root}{job_page_path(job_name)}/logs/{quote(str(part.get('name')), safe='')}"
+    count = part.get("ranks")
+    ranks = count if isinstance(count, int) else 0
+    links = " ".join(_link(f"{base}/{rank}", f"rank {rank}") for rank in range(min(ranks, 8)))
+    more = " ..." if ranks > 8 else ""
+    head = f"{part.get('name')}: {part.get('status')}, {part.get('nodes')} node(s)"
+    return Markup(f"{esc(head)} {links}{more}")
+
+
+def job_page(
+    view: dict[str, Any],
+    highlight: dict[str, Any] | None = None,
+    *,
+    root: str = "",
+    launches: dict[str, Any] | None = None,
+    now: float | None = None,
+    zone: tzinfo = timezone.utc,
+) -> str:
+    """One job: now, the last decision, this check's decision on top when asked, signals,
+    conditions, recoveries, chart, timeline."""
+    summary = view["summary"]
     parts = []
     if view.get("error"):
         parts.append(f'<p class="error">This state does not load: {esc(view["error"])}</p>')
+    for problem in view.get("errors") or ():
+        parts.append(f'<p class="error">{esc(problem)}</p>')
+    timeline = [row for row in view["timeline"] if isinstance(row, dict)]
+    marked = {i: "recovery" for i, row in enumerate(timeline) if row.get("kind") == "recovery"}
+    columns = _timeline_columns(root)
+    if highlight:
+        matching = [
+            row
+            for row in timeline
+            if not row.get("error") and all(row.get(k) == v for k, v in highlight.items())
+        ][:1]
+        for index, row in enumerate(timeline):
+            if matching and row is matching[0]:
+                marked[index] = "highlight"
+        body = (
+            _decision_card(matching[0], root, view)
+            if matching
+            else '<p class="muted">This check made no decision that is still in the history.</p>'
+        )
+        parts.append(_section("This check's decision", body, "this-check"))
+    last = Markup(
+        f"{esc(summary.get('last_decision'))} "
+        f'<span class="muted">({time_html(summary.get("last_decision_at"))})</span>'
+    )
+    state = f"{view['variable_key']}, revision {number_text(view.get('revision'))}"
     parts.append(
-        "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts.items()) + "</dl>"
+        '<div class="columns"><div>'
+        + _section("Now", _now_facts(view, root, launches or {}), "now")
+        + "</div><div>"
+        + _section(
+            "The last decision",
+            _facts({"Decision": last, "DAGs": ", ".join(view["dag_ids"]) or "-", "State": state}),
+        )
+        + "</div></div>"
     )
     if view["signals"]:
-        parts.append(_section("Signals (current / target)", _table(view["signals"], SIGNALS)))
-    parts.append(_section("Conditions", _table(view["conditions"], CONDITIONS)))
+        parts.append(
+            _section("Signals at the last decision", _table(view["signals"], SIGNALS), "signals")
+        )
+    parts.append(_section("Conditions", _table(view["conditions"], CONDITIONS), "conditions"))
     parts.append("<h2>Recoveries from lost capacity</h2>")
     if quarantine := view.get("quarantine"):
-        quarantined = ", ".join(f"{q['provider']} until {q['until_iso']}" for q in quarantine)
+        quarantined = ", ".join(
+            f"{q.get('provider')} until {(q.get('until') or {}).get('absolute')}"
+            for q in quarantine
+        )
         parts.append(f"<p>Quarantined now: {esc(quarantined)}</p>")
     no_loss = '<p class="muted">No capacity lost so far.</p>'
     parts.append(_table(view["recoveries"], RECOVERIES) if view.get("recoveries") else no_loss)
-    parts.append(_section("Size, queue fraction and cost over time", chart_svg(view["chart"])))
-    timeline = view["timeline"]
-    marked = {i: "recovery" for i, row in enumerate(timeline) if row.get("kind") == "recovery"}
-    for index, row in enumerate(timeline):
-        if highlight and all(row.get(key) == value for key, value in highlight.items()):
-            marked[index] = "highlight"
-            break
-    parts.append(_section("Timeline (newest first)", _table(timeline, TIMELINE, marked)))
+    chart = chart_svg(
+        view["chart"], view.get("markers"), until=None if view.get("finished") else now, zone=zone
+    )
+    parts.append(_section("Size, queue fraction and cost over time", chart, "chart"))
+    parts.append(_section("Timeline (newest first)", _table(timeline, columns, marked, "wide")))
     return _page(f"Scale decisions: {view['job_name']}", "".join(parts))
 
 
-def no_decision_page(dag_id: str, task_id: str, run_id: str, jobs_href: str) -> str:
+def _decision_card(row: dict[str, Any], root: str, view: dict[str, Any]) -> str:
+    """One decision in full, as a highlighted card (the check the page was opened for)."""
+    head = Markup(
+        f"<strong>{esc(row.get('action'))}</strong> {_arrow(row.get('from_nodes'), row.get('to_nodes'))} "
+        f'<span class="muted">({_timeline_time(row)})</span>'
+    )
+    links = row.get("links") or {}
+    made_by = Markup(
+        f"{_link(links.get('task'), row.get('task_id'), top=True)} in run "
+        f"{_link(links.get('run'), row.get('run_id'), top=True)}"
+    )
+    facts = {
+        "Decision": head,
+        "Rule": row.get("rule"),
+        "Held back by": row.get("held_by"),
+        "Reason": row.get("reason"),
+        "Cost per hour": _arrow(
+            _money(row.get("cost_per_hour_before")), _money(row.get("cost_per_hour_after"))
+        ),
+        "Made by": made_by,
+        "Launch that followed": _launch_after(root, row),
+    }
+    live = view.get("live") or {}
+    launch = row.get("launch_after") or {}
+    if launch.get("launch_id") and launch.get("launch_id") == live.get("launch_id"):
+        parts = [p for p in live.get("parts") or () if isinstance(p, dict)]
+        facts["Its rank logs"] = _lines(_part_logs(view["job_name"], root, p) for p in parts)
+    return f'<div class="card">{_facts(facts)}</div>'
+
+
+def no_decision_page(
+    dag_id: str, task_id: str, run_id: str, map_index: int, job_name: str | None, jobs_href: str
+) -> str:
     """The task-instance tab of a task that made no scale decision."""
+    mapped = f", map index <code>{esc(map_index)}</code>" if map_index >= 0 else ""
+    job = f" for job <code>{esc(job_name)}</code>" if job_name else ""
     body = (
         f"<p>Task <code>{esc(task_id)}</code> of DAG <code>{esc(dag_id)}</code>, run "
-        f"<code>{esc(run_id)}</code>, recorded no scale decision that is still in a job's "
-        f"history.</p><p>{_link(jobs_href, 'All jobs with scale decisions')}</p>"
+        f"<code>{esc(run_id)}</code>{mapped}, recorded no scale decision{job} that is still in "
+        f"a job's history.</p><p>{_link(jobs_href, 'All jobs with scale decisions')}</p>"
     )
     return _page("No scale decision here", body)
+
+
+def missing_job_page(job_name: str, jobs_href: str) -> str:
+    """A job with no page: why, and what to do (never raw JSON)."""
+    body = (
+        f"<p>There are no scale decisions for job <code>{esc(job_name)}</code> that you may "
+        "read.</p><ul><li>No ElasticScaleSensor has checked this job yet: a launch that "
+        "failed, or one whose check has not run, records no decision. The launch task's log "
+        "says why a launch failed.</li><li>Or the decisions were recorded by a DAG you may "
+        "not read: ask for read access to that DAG.</li><li>Or its state Variable "
+        f"<code>{esc('elasticgrid_scale_state__' + job_name)}</code> was deleted.</li></ul>"
+        f"<p>{_link(jobs_href, 'All jobs with scale decisions')}</p>"
+    )
+    return _page("No such job", body)
+
+
+def log_page(job_name: str, part: str, rank: int, text: str | None, why: str, back: str) -> str:
+    """The tail of one rank's log, or why it cannot be shown."""
+    body = f"<p>{_link(back + '#now', f'Back to job {job_name}')}</p>" + (
+        f"<pre>{esc(text)}</pre>" if text is not None else f'<p class="error">{esc(why)}</p>'
+    )
+    return _page(f"Log of rank {rank} of part {part}", body)

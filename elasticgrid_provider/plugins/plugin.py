@@ -3,7 +3,9 @@
 Shipped through the ``airflow.plugins`` entry point (always loaded; with lazy provider
 discovery the provider-info ``plugins`` key alone loads nothing, SPEC 6.4). Both views
 open the plugin's script-free, server-rendered pages in the UI's same-origin iframe
-(``url_route``).
+(``url_route``). The iframe loads ``href`` as it is, so under ``[api] base_url`` with a
+sub-path the hrefs carry that path (read from the configuration Airflow has loaded). The
+tab passes the task's map index (``{MAP_INDEX}``, left as it is on an unmapped task).
 """
 
 from __future__ import annotations
@@ -13,7 +15,17 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from elasticgrid_provider.plugins.links import URL_PREFIX
+from elasticgrid_provider.plugins.links import TAB_ROUTE, UI_ROUTE, URL_PREFIX, root_path
+
+
+def _served_under() -> str:
+    """The sub-path of ``[api] base_url`` ("" at the root): the plugin's pages live under it."""
+    from airflow.configuration import conf
+
+    return root_path(conf.get("api", "base_url", fallback="") or "")
+
+
+ROOT = _served_under()
 
 
 class LazyApp:
@@ -47,15 +59,16 @@ class ElasticGridPlugin(AirflowPlugin):
     external_views = [  # noqa: RUF012
         {
             "name": "Scale decisions",
-            "href": f"{URL_PREFIX}/jobs",
+            "href": f"{ROOT}{URL_PREFIX}/jobs",
             "destination": "nav",
             "category": "browse",
-            "url_route": "scale-decisions",
+            "url_route": UI_ROUTE,
         },
         {
             "name": "Scale decision",
-            "href": f"{URL_PREFIX}/tasks/{{DAG_ID}}/{{TASK_ID}}/{{RUN_ID}}",
+            "href": f"{ROOT}{URL_PREFIX}/tasks/{{DAG_ID}}/{{TASK_ID}}/{{RUN_ID}}"
+            "?map_index={MAP_INDEX}",
             "destination": "task_instance",
-            "url_route": "scale-decision",
+            "url_route": TAB_ROUTE,
         },
     ]

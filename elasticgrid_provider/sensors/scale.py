@@ -234,7 +234,14 @@ class ElasticScaleSensor(BaseSensorOperator):
             return DeadlineChoice(found.timestamp, found.source)
 
         ti = context["ti"]
-        task = TaskIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.try_number)
+        map_index = getattr(ti, "map_index", -1)
+        task = TaskIdentity(
+            ti.dag_id,
+            ti.run_id,
+            ti.task_id,
+            ti.try_number,
+            map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+        )
         with hook.job_lock(self.job_name, timeout=LOCK_WAIT_S) as held:
             if not held:
                 self.log.info(

@@ -43,6 +43,9 @@ def test_simulate_queue_bound_example_scales_up(capsys: pytest.CaptureFixture[st
     # 75.1% of the step waited for a worker: 8 / (1 - 0.751) = 32.1, so 33 workers remove it
     assert "decision: scale_up 8 -> 33" in lines
     assert "(saturated, stalled)" in out
+    # the conditions the policy recorded, rendered as they are
+    assert "  AbleToScale     True (SucceededRescale): the scale-up 8 -> 33 is made now" in out
+    assert "  ScalingLimited  False (DesiredWithinRange): the recommended 33 nodes" in out
     code, data = run_json(capsys, "simulate", "--samples", str(QUEUE_BOUND_EXAMPLE))
     assert code == 0
     assert set(data) == {"window", "decision"}  # 0.1.0's keys

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
-from tests.plugins.recorded import deadline_job
+from tests.plugins.recorded import T0, check, deadline_job
 
 pytestmark = pytest.mark.airflow
 
@@ -32,9 +32,19 @@ ROUTES = [
 
 
 def _store(state: ScaleState) -> None:
+    _store_data(state.job_name, state.to_dict())
+
+
+def _store_data(job_name: str, data: Any) -> None:
     from airflow.models.variable import Variable
 
-    Variable.set(state_variable_key(state.job_name), json.dumps(state.to_dict()))
+    Variable.set(state_variable_key(job_name), json.dumps(data))
+
+
+def _delete(job_name: str) -> None:
+    from airflow.models.variable import Variable
+
+    Variable.delete(state_variable_key(job_name))
 
 
 @pytest.fixture(scope="module")
@@ -106,24 +116,24 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
         "scale up at >= 0.2; idle at <= 0.05",
         "mean step",
         # the cooldown started at the scale-up (00:05 on 2026-01-01) lasts an hour
-        "AbleToScale",
-        "ScalingLimited",
-        "within bounds (1-8 nodes)",
-        "held 3 times by cooldown, 2026-01-01 00:10-00:20 UTC",
-        "held 3 times by min_samples, 2026-01-01 00:00-00:02 UTC",
-        "2026-01-01T00:05:00+00:00",
+        "AbleToScale False BackoffUp held by cooldown until 2026-01-01T01:05:00Z",
+        "ScalingLimited False DesiredWithinRange",
+        "held 3 times by cooldown",
+        "held 3 times by min_samples",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
         "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
         "deadline_pressure (deadline_margin=0.1, startup_s=60)",
         "projected finish",
         "750s at 4 nodes, 488.57s at 7 with the restart",
-        "deadline 2026-01-01T00:35:00+00:00, 600s left",
+        "deadline 2026-01-01 00:35:00 UTC, 600s left",
         "50% of the step was spent waiting for a worker",
         "$3.00/h -> $6.00/h",
     ):
-        assert expected in text, expected
+        assert expected in " ".join(text.split()), expected
+    # times read "Nd ago", the full time on hover
+    assert '<time datetime="2026-01-01T00:05:00+00:00" title="2026-01-01 00:05:00 UTC">' in page
     assert '<svg xmlns="http://www.w3.org/2000/svg"' in page
-    assert page.count("<polyline") == 3
+    assert page.count('<path class="line"') == 3
     # the run and task that made the scale-up, opened in the top window
     assert '<a href="/dags/audit_dag/runs/grow/tasks/scale_check" target="_top">' in page
 
@@ -140,7 +150,7 @@ def test_the_json_route_serves_the_same_data(client):
         ("hold", 3),
     ]
     assert data["summary"]["desired_nodes"] == 7
-    assert timeline[2]["decided_at_iso"] == "2026-01-01T00:05:00+00:00"
+    assert timeline[2]["at"]["iso"] == "2026-01-01T00:05:00+00:00"
     assert (timeline[2]["cost_per_hour_before"], timeline[2]["cost_per_hour_after"]) == (3.0, 6.0)
     assert [point["nodes"] for point in data["chart"]][:3] == [2, 2, 2]
     assert max(point["nodes"] for point in data["chart"]) == 4
@@ -149,6 +159,12 @@ def test_the_json_route_serves_the_same_data(client):
     row = next(row for row in listing if row["job_name"] == "audit-job")
     assert row["dag_ids"] == ["audit_dag"]
     assert row["last_decision"] == "hold 4 -> 4 (deadline_pressure)"
+    assert [c["type"] for c in data["conditions"]] == [
+        "AbleToScale",
+        "ScalingActive",
+        "ScalingLimited",
+        "MeetsDeadline",
+    ]
 
 
 def test_a_user_who_may_not_read_the_dag_gets_404_and_an_empty_list(client):
@@ -177,12 +193,93 @@ def test_every_value_is_escaped(client):
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
 
 
-def test_the_task_instance_tab_opens_the_checks_job_or_says_there_is_no_decision(client):
-    page = client.get("/elasticgrid/tasks/audit_dag/scale_check/grow", headers=_token("viewer"))
-    assert page.status_code == 200
-    assert "Scale decisions: audit-job" in page.text
-    assert '<tr class="highlight"><td>2026-01-01T00:05:00+00:00' in page.text
+def test_the_task_instance_tab_shows_this_checks_decision_on_top(client):
+    tab = "/elasticgrid/tasks/audit_dag/scale_check/grow?map_index={MAP_INDEX}"  # unmapped
+    page = client.get(tab, headers=_token("viewer")).text
+    assert "Scale decisions: audit-job" in page
+    # the defect: the matching row sat below the chart; now it heads the page
+    top = page.index("This check&#x27;s decision")
+    assert top < page.index(">Now<") < page.index("<svg")
+    assert page.index('<div class="card">') < page.index(">Now<")
+    assert page.index(">Now<") < page.index('<tr class="highlight">')  # and in the timeline
+    assert 'datetime="2026-01-01T00:05:00+00:00"' in page[top : page.index(">Now<")]
     other = client.get("/elasticgrid/tasks/audit_dag/plan/grow", headers=_token("viewer"))
     assert other.status_code == 200
     assert "No scale decision here" in other.text
     assert "audit-job" not in other.text
+
+
+def test_the_tab_of_a_mapped_check_shows_its_own_map_indexs_decision(client):
+    # the defect: no map_index in the lookup, so every mapped instance showed the same one
+    state = ScaleState("a-mapped-job")
+    for index, samples in ((0, 0), (1, 3)):  # a hold for want of samples, then a scale-up
+        state = check(state, T0 + 60 * index, 2, samples, "fan", map_index=index)
+    _store(state)
+    try:
+        for index, nodes in ((0, 2), (1, 4)):
+            url = f"/elasticgrid/tasks/audit_dag/scale_check/fan?map_index={index}"
+            page = client.get(url, headers=_token("viewer")).text
+            top = page[page.index("This check&#x27;s decision") : page.index(">Now<")]
+            assert f"2 -&gt; {nodes}</span>" in top
+            assert f'/runs/fan/tasks/scale_check/mapped/{index}"' in top
+        unmapped = client.get(
+            "/elasticgrid/tasks/audit_dag/scale_check/fan", headers=_token("viewer")
+        )
+        assert "No scale decision here" in unmapped.text
+    finally:
+        _delete(state.job_name)
+
+
+def test_a_missing_job_is_a_readable_page_not_json(client):
+    # the defect: a failed launch's extra link showed {"detail": ...}
+    response = client.get("/elasticgrid/jobs/never-checked", headers=_token("admin"))
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("text/html")
+    assert "detail" not in response.text
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", response.text)).split())
+    assert "There are no scale decisions for job never-checked that you may read." in text
+    assert "The launch task's log says why a launch failed." in text
+    assert '<a href="/elasticgrid/jobs">All jobs with scale decisions</a>' in response.text
+
+
+def test_times_are_in_the_ui_time_zone(client, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__API__DEFAULT_UI_TIMEZONE", "Europe/Paris")
+    page = client.get("/elasticgrid/jobs/audit-job", headers=_token("viewer")).text
+    assert '<time datetime="2026-01-01T00:05:00+00:00" title="2026-01-01 01:05:00 CET">' in page
+    assert "time (CET)" in page  # the chart's axis
+
+
+def test_one_bad_state_breaks_neither_the_list_nor_another_jobs_page(client):
+    # the defects: cost_per_hour "n/a" answered 500 for the whole list, projection ["x"] a
+    # 500 for that job; a fuzzed state (fields of the wrong type) must do neither
+    states = []
+    for name, path, value in (
+        ("bad-cost", ("history", -1, "context", "cost_per_hour"), "n/a"),
+        ("bad-projection", ("history", -1, "projection"), ["x"]),
+        ("bad-dag", ("history", -1, "context", "dag_id"), ["audit_dag"]),
+        ("bad-time", ("history", -1, "decided_at"), 1e308),
+        ("bad-history", ("history",), {"x": 1}),
+    ):
+        data = deadline_job(name).to_dict()
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        _store_data(name, data)
+        states.append(name)
+    try:
+        listing = client.get("/elasticgrid/jobs", headers=_token("admin"))
+        assert listing.status_code == 200
+        for name in (*states, "audit-job"):
+            assert f">{name}</a>" in listing.text, name
+        assert client.get("/elasticgrid/api/jobs", headers=_token("admin")).status_code == 200
+        for name in (*states, "audit-job"):
+            for route in (f"/elasticgrid/jobs/{name}", f"/elasticgrid/api/jobs/{name}"):
+                assert client.get(route, headers=_token("admin")).status_code == 200, route
+        assert (
+            "Scale decisions: audit-job"
+            in client.get("/elasticgrid/jobs/audit-job", headers=_token("viewer")).text
+        )
+    finally:
+        for name in states:
+            _delete(name)

@@ -1,4 +1,4 @@
-"""What a job page shows, built from real states (no server): conditions, signals, chart."""
+"""What a job page shows, built from real states (no server): status, conditions, signals."""
 
 from __future__ import annotations
 
@@ -6,22 +6,21 @@ import html
 import json
 import re
 
-import pytest
-
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import HOLD_RULES, ElasticScheduler
+from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
-from elasticgrid_provider.plugins.jobs import job_view, parse_state
-from elasticgrid_provider.plugins.pages import job_page
-from tests.plugins.recorded import T0, audited_job, deadline_job
+from elasticgrid_provider.plugins.jobs import find_task_decision, job_row, parse_state
+from elasticgrid_provider.plugins.pages import job_page, jobs_page
+from elasticgrid_provider.plugins.view import job_view
+from tests.plugins.recorded import T0, audited_job, check, deadline_job
 
 
 def _stored(state: ScaleState):
     return parse_state(f"elasticgrid_scale_state__{state.job_name}", json.dumps(state.to_dict()))
 
 
-def _conditions(view) -> dict[str, str]:
-    return {c["type"]: (c["status"], c["message"]) for c in view["conditions"]}
+def _conditions(view) -> dict[str, tuple[bool, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in view["conditions"]}
 
 
 def _signals(view) -> dict[str, dict[str, str]]:
@@ -29,7 +28,7 @@ def _signals(view) -> dict[str, dict[str, str]]:
 
 
 def _text(page: str) -> str:
-    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
 
 
 def _no_missing_seconds(text: str) -> bool:
@@ -49,19 +48,21 @@ def test_a_job_at_its_ceiling_with_a_deadline_shows_the_limit_and_the_projection
     state = _checked(scheduler, 4, 6.0, deadline_at=T0 + 600, remaining_steps=100)
     view = job_view(_stored(state), now=T0 + 10)
     conditions = _conditions(view)
-    assert conditions["ScalingLimited"] == (True, "limited by ceiling (max_nodes=4)")
-    assert conditions["AbleToScale"] == (
-        False,
-        "held by ceiling (max_nodes=4): already at the node ceiling of 4",
+    assert conditions["ScalingLimited"] == (
+        True,
+        "TooManyNodes",
+        "the policy wants 9 nodes, clamped to the ceiling max_nodes=4",
     )
-    assert conditions["MeetsDeadline"][0] is False
+    # the ceiling is a limit, not a hold of the kind AbleToScale reports
+    assert conditions["AbleToScale"][:2] == (True, "ReadyForNewScale")
+    assert conditions["MeetsDeadline"][:2] == (False, "DeadlineMissed")
     # 100 steps of 10 s at 4 nodes take 1000 s; 600 s are left
     assert _signals(view)["projected finish"] == {
         "name": "projected finish",
         "current": "1000s at 4 nodes",
-        "target": "deadline 2026-01-01T00:10:00+00:00, 600s left",
+        "target": "deadline 2026-01-01 00:10:00 UTC, 600s left",
     }
-    assert "limited by ceiling (max_nodes=4)" in job_page(view)
+    assert "the policy wants 9 nodes, clamped to the ceiling max_nodes=4" in job_page(view)
 
 
 def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_finish():
@@ -73,24 +74,27 @@ def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_fini
         "held by cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
     )
     # 150 steps of 5 s at 4 nodes take 750 s; at 7, 428.57 s and a minute of restart
-    assert _signals(view)["projected finish"] == {
-        "name": "projected finish",
-        "current": "750s at 4 nodes, 488.57s at 7 with the restart",
-        "target": "deadline 2026-01-01T00:35:00+00:00, 600s left",
-    }
-    assert _conditions(view)["MeetsDeadline"] == (
-        True,
-        "meets the deadline 2026-01-01T00:35:00+00:00",
+    assert _signals(view)["projected finish"]["current"] == (
+        "750s at 4 nodes, 488.57s at 7 with the restart"
     )
-    assert _conditions(view)["AbleToScale"] == (
-        False,
-        "held by cooldown until 2026-01-01 01:05 UTC",
+    assert _conditions(view)["MeetsDeadline"][:2] == (True, "OnTrack")
+    # demand and capacity in their own unit (100 tokens a step), not the remaining work's
+    assert _signals(view)["demand vs capacity"]["current"] == (
+        "demand 40 tokens/s against a capacity of 20 tokens/s at 4 nodes: utilisation 2"
     )
+    # the scale-up at 00:05 started an hour's cooldown: the policy recorded until when
+    status, reason, message = _conditions(view)["AbleToScale"]
+    assert (status, reason) == (False, "BackoffUp")
+    assert message.startswith("held by cooldown until 2026-01-01T01:05:00Z: in cooldown")
     held = view["timeline"][1]
-    assert held["headline"] == "held 3 times by cooldown, 2026-01-01 00:10-00:20 UTC"
+    assert held["held"] == "held 3 times by cooldown"
+    assert (held["first_at"]["absolute"], held["last_at"]["absolute"]) == (
+        "2026-01-01 00:10:00 UTC",
+        "2026-01-01 00:20:00 UTC",
+    )
     assert held["held_by"] == "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
     text = _text(job_page(view))
-    assert "Current nodes 4 Desired nodes 7" in " ".join(text.split())
+    assert "Current nodes 4 Desired nodes 7" in text
     assert _no_missing_seconds(text)
     for expected in (
         "deadline_pressure (deadline_margin=0.1, startup_s=60)",
@@ -108,16 +112,13 @@ def test_a_hold_by_the_restart_cost_is_a_condition_not_able_to_scale():
     record = state.history[-1]
     assert [hold["rule"] for hold in record["held_by"]] == ["restart_cost"]
     view = job_view(_stored(state), now=T0 + 10)
-    status, message = _conditions(view)["AbleToScale"]
-    assert status is False
-    assert message.startswith(
-        "held by restart_cost (startup_s=600, resize_margin=1, horizon_s=3600): the projected gain"
-    )
+    status, reason, message = _conditions(view)["AbleToScale"]
+    assert (status, reason) == (False, "RestartNotWorthIt")
+    assert message.startswith("held by restart_cost: the projected gain")
     assert view["summary"]["desired_nodes"] == record["recommended_nodes"] != 4
 
 
 def test_a_decision_without_finish_times_shows_no_projected_finish_row():
-    # a queue-bound scale-up with no deadline: a projection, but no finish times in it
     scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
     state = _checked(scheduler, 2, 5.0)
     assert state.history[-1]["projection"]
@@ -130,52 +131,154 @@ def test_a_decision_without_finish_times_shows_no_projected_finish_row():
     assert _signals(view)["deadline"] == {
         "name": "deadline",
         "current": "no projection (remaining work unknown)",
-        "target": "deadline 2026-01-01T00:10:00+00:00, 600s left",
+        "target": "deadline 2026-01-01 00:10:00 UTC, 600s left",
     }
 
 
+def test_demand_against_capacity_is_in_units_with_the_utilisation_and_its_threshold():
+    # the defect: "capacity covers demand" at utilisation 1.94, raw key names, no units
+    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
+    view = job_view(_stored(_checked(scheduler, 2, 4.85)), now=T0)
+    row = _signals(view)["demand vs capacity"]
+    assert row["current"] == (
+        "demand 0.194 steps/s against a capacity of 0.1 steps/s at 2 nodes: utilisation 1.94"
+    )
+    assert row["target"] == "over capacity: scale up above 1.25 (queue fraction 0.2)"
+    assert "projection." not in row["current"]
+    # a balanced job: capacity covers demand, below the threshold
+    calm = _signals(job_view(_stored(_checked(scheduler, 2, 1.0)), now=T0))["demand vs capacity"]
+    assert calm["target"].startswith("capacity covers demand: scale up above 1.25")
+    assert "utilisation 1.11" in calm["current"]
+
+
 def test_an_unbounded_demand_reads_unbounded():
-    # the queue fills every step: the demand has no bound
     scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
     view = job_view(_stored(_checked(scheduler, 4, 10.0)), now=T0)
-    demand = _signals(view)["demand vs capacity"]["current"]
-    assert "projection.demand_per_s unbounded" in demand
-    assert "e+308" not in demand and "inf" not in demand
+    demand = _signals(view)["demand vs capacity"]
+    assert demand["current"].startswith("demand unbounded against a capacity of")
+    assert demand["target"].startswith("over capacity")
+    assert "e+308" not in demand["current"] and "inf" not in demand["current"]
 
 
-def test_the_cooldown_condition_says_until_when():
-    view = job_view(_stored(audited_job()), now=T0 + 1300)
-    # the scale-up at 00:05 starts a 3600 s cooldown
-    status, message = _conditions(view)["AbleToScale"]
-    assert status is False
-    assert message == "held by cooldown until 2026-01-01 01:05 UTC"
-    assert _conditions(job_view(_stored(audited_job()), now=T0 + 4000))["AbleToScale"][0]
-
-
-def test_the_chart_has_one_point_per_decision_and_the_step_after_a_change():
-    points = job_view(_stored(audited_job()), now=T0)["chart"]
-    # three holds as a run (first, last), the scale-up (before, after), three holds as a run
-    assert [(p["at"] - T0, p["nodes"]) for p in points] == [
-        (0.0, 2),
-        (120.0, 2),
-        (300.0, 2),
-        (300.0, 4),
-        (600.0, 4),
-        (1200.0, 4),
-    ]
-    assert [p["cost_per_hour"] for p in points] == [3.0, 3.0, 3.0, 6.0, 6.0, 6.0]
-
-
-def test_the_page_escapes_each_value_once():
-    view = job_view(_stored(audited_job()), now=T0)
-    # a state read as far as it goes may hold anything where a number belongs
-    view["variable_key"] = "elasticgrid_scale_state__a&b"
-    view["revision"] = "3&4"
-    view["summary"]["max_nodes"] = "8<"
+def test_a_scale_up_within_its_bounds_is_not_limited_and_colours_follow_the_meaning():
+    # the defect: 2 -> 4 with min_nodes=2 read "ScalingLimited True: limited by floor", and
+    # the healthy ScalingLimited False was red
+    scheduler = ElasticScheduler(min_nodes=2, max_nodes=8, min_samples=3, cooldown_s=600)
+    state = _checked(scheduler, 2, 5.0)
+    assert state.history[-1]["action"] == "scale_up"
+    view = job_view(_stored(state), now=T0 + 10)
+    limited = next(c for c in view["conditions"] if c["type"] == "ScalingLimited")
+    assert (limited["status"], limited["reason"], limited["tone"]) == (
+        False,
+        "DesiredWithinRange",
+        "ok",
+    )
     page = job_page(view)
-    assert "elasticgrid_scale_state__a&amp;b, revision 3&amp;4" in page
-    assert "1 / 8&lt;" in page
-    assert "&amp;amp;" not in page and "&amp;lt;" not in page
+    assert (
+        '<td class="c-type">ScalingLimited</td><td class="c-status"><span class="ok">False</span>'
+        in page
+    )
+    assert (
+        '<td class="c-type">AbleToScale</td><td class="c-status"><span class="ok">True</span>'
+        in page
+    )
+    ceiling = ElasticScheduler(min_nodes=1, max_nodes=4, min_samples=3, cooldown_s=0)
+    capped = job_page(job_view(_stored(_checked(ceiling, 4, 8.0)), now=T0))
+    assert (
+        '<td class="c-type">ScalingLimited</td><td class="c-status"><span class="warn">True</span>'
+        in capped
+    )
+
+
+def test_a_finished_job_reads_as_finished():
+    # the defect: a job that ended at 4 nodes showed "running", Desired 4, a cost and a
+    # cooldown condition: the values of its last check
+    ended = {
+        "action": "hold",
+        "current_nodes": 4,
+        "target_nodes": 4,
+        "rule": "job_ended",
+        "reason": "job 'audit-job' is done; there is nothing to scale",
+        "decided_at": T0 + 1300,
+        "context": {"job_status": "done", "dag_id": "audit_dag", "run_id": "end"},
+    }
+    state = audited_job().remember_event(ended, T0 + 1300)
+    view = job_view(_stored(state), now=T0 + 1400)
+    assert (view["status"], view["finished"]) == ("done", True)
+    assert view["summary"]["desired_nodes"] is None
+    assert view["summary"]["cost_per_hour"] is None
+    assert [c["type"] for c in view["conditions"]] == ["JobRunning"]
+    text = _text(job_page(view))
+    assert "none: the job ended" in text and "held by cooldown" not in text
+    assert "Cost per hour -" in text
+    # the launch record says done although the last check saw it running at 2 nodes
+    live = {"status": "done", "nodes": 4, "launch_id": "L2", "parts": []}
+    view = job_view(_stored(audited_job()), now=T0 + 1400, live=live)
+    assert (view["status"], view["summary"]["current_nodes"]) == ("done", 4)
+    assert view["summary"]["desired_nodes"] is None
+    assert "AbleToScale" not in _conditions(view)
+    row = job_row(_stored(audited_job()), live)
+    assert (row["status"], row["status_source"], row["current_nodes"], row["ended"]) == (
+        "done",
+        "now",
+        4,
+        True,
+    )
+    assert "$6.00/h" not in jobs_page([row], "")  # no cost for a job that ended
+    running_row = job_row(_stored(audited_job()), {"status": "running", "nodes": 4})
+    assert '<td class="c-cost-per-hour">$6.00/h</td>' in jobs_page([running_row], "")
+    # while it runs, the live size is shown beside the last decision's recommendation
+    running = {"status": "running", "nodes": 4, "launch_id": "L2", "parts": []}
+    view = job_view(_stored(audited_job()), now=T0 + 1400, live=running)
+    assert (view["status"], view["status_source"], view["summary"]["desired_nodes"]) == (
+        "running",
+        "now",
+        8,
+    )
+
+
+def test_a_scale_change_links_the_launch_that_followed_it():
+    state = ScaleState("audit-job")
+    for index, samples in enumerate((0, 1, 1)):
+        state = check(state, T0 + 60 * index, 2, samples, f"early{index}", launch_id="L1")
+    state = check(state, T0 + 300, 2, 2, "grow", launch_id="L1")
+    state = check(state, T0 + 600, 4, 3, "late", launch_id="L2")
+    launches = {"L2": {"dag_id": "audit_dag", "run_id": "grow", "task_id": "resize"}}
+    view = job_view(_stored(state), now=T0 + 700, launches=launches)
+    change = next(row for row in view["timeline"] if row["action"] == "scale_up")
+    assert change["launch_after"] == {
+        "launch_id": "L2",
+        "task": "/dags/audit_dag/runs/grow/tasks/resize",
+    }
+    page = job_page(view)
+    assert '<a href="/dags/audit_dag/runs/grow/tasks/resize" target="_top">L2</a>' in page
+    # the newest change, with no check since: the live launch is the one that followed
+    fresh = check(ScaleState("audit-job"), T0, 2, 4, "grow", launch_id="L1")
+    part = {"name": "audit-job--onprem", "status": "running", "nodes": 2, "ranks": 2}
+    live = {"status": "running", "nodes": 4, "launch_id": "L9", "parts": [part]}
+    view = job_view(_stored(fresh), now=T0 + 60, live=live)
+    row = view["timeline"][0]
+    assert (row["action"], row["launch_after"]["launch_id"]) == ("scale_up", "L9")
+    # opened from that check: its card links the launch's rank logs, as iroh-tinker keeps them
+    card = job_page(view, {"run_id": "grow", "map_index": -1}).split("<h2")[1]
+    assert "Its rank logs" in card
+    for rank in (0, 1):
+        assert f'href="/elasticgrid/jobs/audit-job/logs/audit-job--onprem/{rank}"' in card
+
+
+def test_the_task_lookup_uses_the_map_index_and_the_job_the_task_checked():
+    # the defect: dag/run/task only, first job alphabetically wins
+    mapped = ScaleState("b-job")
+    for index in (0, 1):
+        mapped = check(mapped, T0 + index, 2, 0, "run", map_index=index)
+    other = check(ScaleState("a-job"), T0, 2, 0, "run")
+    states = [_stored(other), _stored(mapped)]
+    found = find_task_decision(states, "audit_dag", "scale_check", "run", 1, "b-job")
+    assert found is not None and (found[0].job_name, found[1]) == ("b-job", 0)
+    # the unmapped instance of the same ids is a-job's
+    found = find_task_decision(states, "audit_dag", "scale_check", "run", -1, None)
+    assert found is not None and found[0].job_name == "a-job"
+    assert find_task_decision(states, "audit_dag", "scale_check", "run", 1, "a-job") is None
 
 
 def test_a_state_that_does_not_load_is_shown_with_its_error():
@@ -187,18 +290,13 @@ def test_a_state_that_does_not_load_is_shown_with_its_error():
     assert "This state does not load" in job_page(job_view(stored, now=T0))
 
 
-@pytest.mark.parametrize("rule", [rule for rule in HOLD_RULES if rule != "cooldown"])
-def test_every_hold_shows_as_a_condition_with_its_thresholds(rule):
-    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3, cooldown_s=0)
-    state = _checked(scheduler, 2, 5.0)
-    # the same record as if ``rule`` had held it back
-    entry = {**state.history[-1], "action": "hold", "target_nodes": 2}
-    entry["held_by"] = [{"rule": rule, "reason": f"the {rule} reason"}]
-    data = {**state.to_dict(), "history": [entry]}
-    stored = parse_state("elasticgrid_scale_state__checked", json.dumps(data))
-    conditions = _conditions(job_view(stored, now=T0 + 10))
-    status, message = conditions["AbleToScale"]
-    assert status is False
-    assert message.startswith(f"held by {rule} (") and message.endswith(f": the {rule} reason")
-    if rule in ("ceiling", "floor", "deadline", "final_stretch"):
-        assert conditions["ScalingLimited"][0] is True
+def test_a_cost_that_is_no_number_and_a_projection_that_is_a_list_still_render():
+    # the defects: "n/a" broke the list (500 for everyone), ["x"] broke the job's page
+    data = deadline_job().to_dict()
+    data["history"][-1]["context"]["cost_per_hour"] = "n/a"
+    data["history"][-1]["projection"] = ["x"]
+    stored = parse_state("elasticgrid_scale_state__audit-job", json.dumps(data))
+    row = job_row(stored)
+    assert row["cost_per_hour"] is None and row["job_name"] == "audit-job"
+    page = job_page(job_view(stored, now=T0))
+    assert "Scale decisions: audit-job" in page

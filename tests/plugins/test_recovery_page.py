@@ -14,8 +14,9 @@ from elasticgrid_provider.core.recovery import (
     decide_recovery,
     remember_recovery,
 )
-from elasticgrid_provider.plugins.jobs import job_row, job_view, parse_state
+from elasticgrid_provider.plugins.jobs import job_row, parse_state
 from elasticgrid_provider.plugins.pages import job_page
+from elasticgrid_provider.plugins.view import job_view
 from tests.plugins.recorded import T0, audited_job
 
 GRID = GridPlanner(
@@ -54,7 +55,7 @@ def test_a_recovery_is_its_own_event_with_the_lost_part_and_the_quarantine():
     [row] = view["recoveries"]
     assert (row["action"], row["from_nodes"], row["to_nodes"]) == ("recover", 4, 4)
     assert row["lost"] == ["recovered-job--spot<b> on spot<b>: preempted"]
-    assert row["quarantine"] == ["spot<b> until " + view["quarantine"][0]["until_iso"]]
+    assert row["quarantine"] == ["spot<b> until " + view["quarantine"][0]["until"]["absolute"]]
     assert row["relaunched_on"] == "onprem 2, backup 2"
     newest = view["timeline"][0]
     assert (newest["kind"], newest["action"], newest["rule"]) == ("recovery", "recover", "recover")

@@ -40,6 +40,12 @@ def test_each_check_leaves_one_record_and_logs_the_thresholds(airflow_db, jobs_r
         assert keys == {"return_value", "_link_ScaleDecisionsLink"}
     held = second.xcom("scale_check")
     assert held["context"]["readable"]["decided_at"].endswith("+00:00")
+    assert held["context"]["map_index"] == -1  # the task tab looks the decision up by it
+    assert [c["type"] for c in held["conditions"]] == [
+        "AbleToScale",
+        "ScalingActive",
+        "ScalingLimited",
+    ]
     assert held["context"]["readable"]["summary"].startswith("hold 2 -> 2; rule queue_bound")
     output = capfd.readouterr().out
     assert "Decision for job rec: scale_up 2 -> 4; rule queue_bound (target_queue_fraction=" in (

@@ -1,0 +1,145 @@
+"""The scaling conditions of a decision, as Kubernetes' HorizontalPodAutoscaler reports them.
+
+The policy (:meth:`ElasticScheduler.decide`) computes them once, where the decision is
+made, and the record keeps them; the UI and the CLI only render them. Each is a type, a
+status (True/False), a CamelCase reason and a one-sentence message:
+
+* ``AbleToScale``: whether the policy may act on its recommendation now. False while a
+  hold other than a bound applies (cooldown: ``BackoffUp``/``BackoffDown``,
+  ``Stabilising``, ``RestartNotWorthIt``, ``NoTimeToStart``, ``FinalStretch``); True
+  after a resize (``SucceededRescale``) or when nothing holds (``ReadyForNewScale``).
+* ``ScalingActive``: whether the window measured enough to compute a size. False with
+  too few samples (``NotEnoughSamples``) or no work in them (``NoWorkMeasured``); else
+  ``ValidMetricFound``.
+* ``ScalingLimited``: True only when the recommended size was clamped to ``min_nodes``
+  (``TooFewNodes``) or ``max_nodes`` (``TooManyNodes``): the policy without the bounds
+  would recommend another size, or the job runs outside them. Else ``DesiredWithinRange``.
+
+For ``AbleToScale`` and ``ScalingActive`` True is the healthy status; for
+``ScalingLimited`` False is (:data:`HEALTHY_STATUS`).
+
+Pure: no Airflow, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated
+
+from elasticgrid_provider.core.formatting import clock_text, number_text
+from elasticgrid_provider.core.validation import Flag, JsonModel, Text, model, one_of
+
+ABLE_TO_SCALE = "AbleToScale"
+SCALING_ACTIVE = "ScalingActive"
+SCALING_LIMITED = "ScalingLimited"
+CONDITION_TYPES = (ABLE_TO_SCALE, SCALING_ACTIVE, SCALING_LIMITED)
+HEALTHY_STATUS = {ABLE_TO_SCALE: True, SCALING_ACTIVE: True, SCALING_LIMITED: False}
+"""The status that needs no attention, per condition type (the UI colours by it)."""
+
+# the reason AbleToScale gives for a hold by each rule (ceiling and floor are ScalingLimited's)
+HOLD_REASONS = {
+    "stabilisation": "Stabilising",
+    "restart_cost": "RestartNotWorthIt",
+    "deadline": "NoTimeToStart",
+    "final_stretch": "FinalStretch",
+}
+BOUND_RULES = ("ceiling", "floor")
+
+
+@model
+class ScaleCondition(JsonModel):
+    """One condition of a decision (module docstring)."""
+
+    WHERE = "condition"
+
+    type: Annotated[str, one_of(CONDITION_TYPES)]
+    status: Flag
+    reason: Text
+    message: Text
+
+
+def able_to_scale(
+    *,
+    changed: bool,
+    verb: str,
+    current: int,
+    target: int,
+    holds: Sequence[tuple[str, str]],
+    cooldown_until: float | None,
+) -> ScaleCondition:
+    """Whether a hold other than a bound stops the change the policy wants (module docstring).
+
+    ``verb``: "scale-up" or "scale-down", the direction wanted; ``holds``: (rule, reason)
+    pairs in the order the policy found them; ``cooldown_until``: when the cooldown ends.
+    """
+    if changed:
+        message = f"the {verb} {current} -> {target} is made now; its cooldown starts"
+        return ScaleCondition(ABLE_TO_SCALE, True, "SucceededRescale", message)
+    blocking = [(rule, why) for rule, why in holds if rule not in BOUND_RULES]
+    if not blocking:
+        message = "no cooldown, stabilisation, restart price or deadline holds a change back"
+        return ScaleCondition(ABLE_TO_SCALE, True, "ReadyForNewScale", message)
+    rule = blocking[0][0]
+    if rule == "cooldown":
+        reason = "BackoffUp" if verb == "scale-up" else "BackoffDown"
+    else:
+        reason = HOLD_REASONS.get(rule, "Held")
+    parts = []
+    for held_rule, why in blocking:
+        until = ""
+        if held_rule == "cooldown" and cooldown_until is not None:
+            until = f" until {clock_text(cooldown_until)}"
+        parts.append(f"held by {held_rule}{until}: {why}")
+    return ScaleCondition(ABLE_TO_SCALE, False, reason, "; ".join(parts))
+
+
+def scaling_active(*, rule: str, why: str, samples: int, measured: bool) -> ScaleCondition:
+    """Whether the window measured enough to compute a size (module docstring)."""
+    if rule == "min_samples":
+        return ScaleCondition(SCALING_ACTIVE, False, "NotEnoughSamples", why)
+    if not measured:
+        message = f"the {samples} samples show no work to size from"
+        return ScaleCondition(SCALING_ACTIVE, False, "NoWorkMeasured", message)
+    noun = "sample" if samples == 1 else "samples"
+    message = f"the size is computed from {samples} {noun} by the {rule} rule"
+    return ScaleCondition(SCALING_ACTIVE, True, "ValidMetricFound", message)
+
+
+def scaling_limited(
+    *,
+    current: int,
+    recommended: int | None,
+    unclamped: int | None,
+    min_nodes: int,
+    max_nodes: int,
+) -> ScaleCondition:
+    """True only when the recommendation was clamped to a bound (module docstring).
+
+    ``unclamped``: what the policy would recommend without ``min_nodes``/``max_nodes``
+    (None when not asked: the recommendation is at no bound, or there is none).
+    """
+    bounds = f"min_nodes={min_nodes}, max_nodes={max_nodes}"
+    if current < min_nodes:
+        message = f"the job runs {current} nodes, below the floor: raised to min_nodes={min_nodes}"
+        return ScaleCondition(SCALING_LIMITED, True, "TooFewNodes", message)
+    if current > max_nodes:
+        message = f"the job runs {current} nodes, above the ceiling: cut to max_nodes={max_nodes}"
+        return ScaleCondition(SCALING_LIMITED, True, "TooManyNodes", message)
+    if recommended is not None and unclamped is not None:
+        if unclamped > recommended == max_nodes:
+            message = (
+                f"the policy wants {number_text(unclamped)} nodes, clamped to the ceiling "
+                f"max_nodes={max_nodes}"
+            )
+            return ScaleCondition(SCALING_LIMITED, True, "TooManyNodes", message)
+        if unclamped < recommended == min_nodes:
+            message = (
+                f"the policy wants {number_text(unclamped)} nodes, clamped to the floor "
+                f"min_nodes={min_nodes}"
+            )
+            return ScaleCondition(SCALING_LIMITED, True, "TooFewNodes", message)
+    if recommended is None:
+        message = f"no size recommended yet ({bounds})"
+    else:
+        message = f"the recommended {recommended} nodes are within the bounds ({bounds})"
+    return ScaleCondition(SCALING_LIMITED, False, "DesiredWithinRange", message)

@@ -1,0 +1,178 @@
+"""What the pages read besides the state Variables, on the API server, at request time.
+
+* :func:`live_status`: the job now, from its launch record (the manifest) and
+  iroh-tinker's status of each part, through :class:`ElasticGridHook` and the
+  ``elasticgrid_default`` connection's jobs root. The API server sees it when it shares
+  the jobs root with the workers (as ``airflow standalone`` does); otherwise the page
+  says the live status cannot be read here and shows the last check's.
+* :func:`checked_job`: the job a task instance checked (its rendered ``job_name``, else
+  its decision XCom), so the task tab shows that job's decision.
+* :func:`launch_tasks`: which task made each launch (the ``job`` XCom of LaunchOperator).
+* :func:`rank_log`: the tail of one rank's log, as iroh-tinker keeps it.
+
+Nothing here raises: a source that cannot be read gives an answer that says so.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from elasticgrid_provider.core.job import JobStatus
+from elasticgrid_provider.plugins.jobs import as_dict, one_line
+
+LAUNCH_XCOM_KEY = "job"
+RETURN_XCOM_KEY = "return_value"
+LOG_TAIL_LINES = 200
+LAUNCH_ROWS_READ = 500  # the newest launch XComs searched for a job's launches
+
+
+def _hook() -> Any:
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+
+    return ElasticGridHook()
+
+
+def live_status(job_name: str) -> dict[str, Any]:
+    """The job now: ``status``, ``nodes``, ``launch_id``, ``launched_at``, ``launch_state``,
+    ``down_reason`` and ``parts`` (name, provider, nodes, status, ranks, error); or ``error``."""
+    try:
+        hook = _hook()
+        snapshot = hook.job_snapshot(job_name)
+    except Exception as exc:  # the page shows the last check's view instead
+        return {"error": f"the live status cannot be read here: {one_line(exc)}"}
+    if snapshot is None:
+        return {"error": f"no launch record of this job under {hook.jobs_root} on the API server"}
+    manifest = snapshot.manifest
+    status = snapshot.status
+    try:
+        launched_at: float | None = datetime.fromisoformat(manifest.launched_at).timestamp()
+    except ValueError:
+        launched_at = None
+    if manifest.state == "down" and not status.is_terminal:
+        status = JobStatus.FAILED
+    per_node = manifest.procs_per_node
+    return {
+        "status": status.value,
+        "nodes": snapshot.nodes,
+        "launch_id": manifest.launch_id,
+        "launched_at": launched_at,
+        "launch_state": manifest.state,
+        "down_reason": manifest.down_reason,
+        "parts": [
+            {
+                "name": part.name,
+                "provider": part.provider,
+                "nodes": part.nodes,
+                "status": part.status,
+                "ranks": part.nodes * per_node,
+                "error": part.last_error,
+            }
+            for part in snapshot.parts
+        ],
+        "error": None,
+    }
+
+
+def rank_log(job_name: str, part_name: str, rank: int) -> tuple[str | None, str]:
+    """The newest lines of ``rank``'s log of ``part_name`` (a part of the job's current launch),
+    or None and why not."""
+    try:
+        hook = _hook()
+        manifest = hook.read_manifest(job_name)
+        if manifest is None:
+            return None, "this job has no launch record on the API server"
+        part = next((p for p in manifest.parts if p.name == part_name), None)
+        if part is None:
+            return None, f"part {part_name!r} is not in the job's current launch"
+        if not 0 <= rank < part.nodes * manifest.procs_per_node:
+            return None, f"rank {rank} is not a rank of part {part_name!r}"
+        text = hook.job_manager.logs(part_name, rank=rank, tail=LOG_TAIL_LINES)
+    except Exception as exc:  # the page says why
+        return None, f"the log cannot be read here: {one_line(exc)}"
+    return str(text), ""
+
+
+def _deserialized(row: Any) -> Any:
+    from airflow.models.xcom import XComModel
+
+    try:
+        return XComModel.deserialize_value(row)
+    except Exception:  # another operator's value: not ours
+        return None
+
+
+def checked_job(dag_id: str, task_id: str, run_id: str, map_index: int) -> str | None:
+    """The job that task instance checked or launched: its rendered ``job_name`` field, else
+    the ``job_name`` of the decision it pushed; None when neither says."""
+    try:
+        from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            rendered = session.scalar(
+                select(Rendered.rendered_fields).where(
+                    Rendered.dag_id == dag_id,
+                    Rendered.task_id == task_id,
+                    Rendered.run_id == run_id,
+                    Rendered.map_index == map_index,
+                )
+            )
+            name = as_dict(rendered).get("job_name")
+            if isinstance(name, str) and name:
+                return name
+            rows = session.scalars(
+                select(XComModel).where(
+                    XComModel.dag_id == dag_id,
+                    XComModel.task_id == task_id,
+                    XComModel.run_id == run_id,
+                    XComModel.map_index == map_index,
+                    XComModel.key.in_((RETURN_XCOM_KEY, LAUNCH_XCOM_KEY)),
+                )
+            ).all()
+            for row in rows:
+                value = as_dict(_deserialized(row))
+                name = value.get("job_name") or as_dict(value.get("context")).get("job_name")
+                if isinstance(name, str) and name:
+                    return name
+    except Exception:  # then every job's history is searched
+        return None
+    return None
+
+
+def launch_tasks(job_name: str, dag_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{launch_id: {"dag_id", "run_id", "task_id", "map_index"}}``: the task of each launch of
+    ``job_name`` in those DAGs (newest launches first read); empty when none can be read."""
+    if not dag_ids:
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            rows = session.scalars(
+                select(XComModel)
+                .where(XComModel.key == LAUNCH_XCOM_KEY, XComModel.dag_id.in_(dag_ids))
+                .order_by(XComModel.timestamp.desc())
+                .limit(LAUNCH_ROWS_READ)
+            ).all()
+            for row in rows:
+                value = as_dict(_deserialized(row))
+                launch_id = value.get("launch_id")
+                if value.get("job_name") == job_name and isinstance(launch_id, str):
+                    found.setdefault(
+                        launch_id,
+                        {
+                            "dag_id": row.dag_id,
+                            "run_id": row.run_id,
+                            "task_id": row.task_id,
+                            "map_index": row.map_index,
+                        },
+                    )
+    except Exception:  # the launch ids still show, without their task
+        return found
+    return found

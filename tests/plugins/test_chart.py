@@ -1,0 +1,77 @@
+"""The chart and the times: one point or a thousand, y ticks, step lines, titles, markers."""
+
+from __future__ import annotations
+
+import re
+from datetime import timezone
+from xml.etree import ElementTree
+
+from elasticgrid_provider.plugins.chart import chart_svg
+from elasticgrid_provider.plugins.times import moment, relative_text, zone_named
+from tests.plugins.recorded import T0
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _parsed(svg: str) -> ElementTree.Element:
+    return ElementTree.fromstring(svg)  # well-formed, or this raises
+
+
+def _lines(svg: ElementTree.Element) -> list[str]:
+    return [p.get("d", "") for p in svg.iter(f"{SVG}path") if p.get("class") == "line"]
+
+
+def test_one_decision_draws_a_visible_line_and_ticks():
+    # the defect: one decision left the chart blank, and there were no y ticks
+    points = [{"at": T0, "nodes": 4, "queue_fraction": 0.5, "cost_per_hour": 6.0}]
+    svg = _parsed(chart_svg(points, until=T0 + 600))
+    lines = _lines(svg)
+    assert len(lines) == 3
+    for path in lines:  # a move to the point, then a horizontal run to "now"
+        start, run = re.fullmatch(r"M([\d.]+),[\d.]+H([\d.]+)", path).groups()
+        assert float(run) - float(start) > 100
+    labels = [t.text for t in svg.iter(f"{SVG}text")]
+    for tick in ("0", "2", "4", "0.25", "0.5", "3", "6"):
+        assert tick in labels, tick
+    titles = [t.text for t in svg.iter(f"{SVG}title")]
+    assert "2026-01-01 00:00:00 UTC: nodes 4" in titles
+    assert "time (UTC)" in labels
+
+
+def test_a_thousand_decisions_stay_readable_with_markers():
+    points = [
+        {"at": T0 + 60 * i, "nodes": 2 + (i // 250) * 2, "queue_fraction": (i % 10) / 10}
+        for i in range(1000)
+    ]
+    markers = [
+        {"at": T0 + 60 * 250, "kind": "resize", "label": "scale_up 2 -> 4"},
+        {"at": T0 + 60 * 600, "kind": "recovery", "label": "recovery 6 -> 6"},
+    ]
+    text = chart_svg(points, markers, zone=zone_named("Europe/Paris"))
+    svg = _parsed(text)
+    nodes_line = _lines(svg)[0]
+    assert nodes_line.count("H") == 1000  # a step per point (and on to the end)
+    circles = list(svg.iter(f"{SVG}circle"))
+    assert 0 < len(circles) <= 300  # only the changes are dotted, each with its title
+    assert all(c.find(f"{SVG}title") is not None for c in circles)
+    marks = [line for line in svg.iter(f"{SVG}line") if "marker" in (line.get("class") or "")]
+    assert [m.get("class") for m in marks] == ["marker resize", "marker recovery"]
+    assert marks[0].find(f"{SVG}title").text == "2026-01-01 05:10:00 CET: scale_up 2 -> 4"
+    assert "cost $/h" in text and "not recorded" in text  # no cost in these points
+    assert len(text) < 400_000
+
+
+def test_times_are_relative_with_the_absolute_time_in_the_zone():
+    assert relative_text(2) == "just now"
+    assert relative_text(45) == "45s ago"
+    assert relative_text(190) == "3m ago"
+    assert relative_text(7300) == "2h ago"
+    assert relative_text(-120) == "in 2m"
+    when = moment(T0, T0 + 180, zone_named("Asia/Tokyo"))
+    assert when == {
+        "iso": "2026-01-01T00:00:00+00:00",
+        "relative": "3m ago",
+        "absolute": "2026-01-01 09:00:00 JST",
+    }
+    assert zone_named("Not/AZone") is timezone.utc
+    assert moment("x", T0, timezone.utc) is None and moment(1e308, T0, timezone.utc) is None
