@@ -86,7 +86,7 @@ def test_a_loss_is_recovered_on_the_rest_of_the_grid_and_the_provider_quarantine
     assert [(q.provider, q.since, q.until) for q in decision.quarantine] == [
         ("spot", NOW, NOW + 60)
     ]
-    assert "lost part job--spot (provider 'spot': preempted)" in decision.reason
+    assert "lost part job--spot (provider 'spot', global rank 0: preempted)" in decision.reason
     assert "recovery 1 of at most 2 within 600s" in decision.reason
 
 
