@@ -134,12 +134,17 @@ def test_a_second_loss_within_the_window_hits_max_recoveries_and_fails_clearly(
     output = capfd.readouterr()
     text = output.out + output.err + caplog.text
     sentence = (
-        f"job '{job}' lost part {job}--backup (provider 'backup': preempted: spot capacity "
-        "reclaimed by module=tests.preemptible_engine:PreemptibleEngine) and already recovered "
-        "1 time(s) within the last 3600s (max_recoveries=1), so it is not recovered again; "
-        "relaunch it with LaunchOperator once the capacity is back"
+        f"job '{job}' lost part {job}--backup (provider 'backup', global rank 1: preempted: spot "
+        "capacity reclaimed by module=tests.preemptible_engine:PreemptibleEngine) and already "
+        "recovered 1 time(s) within the last 3600s (max_recoveries=1), so it is not recovered "
+        "again; relaunch it with LaunchOperator once the capacity is back"
     )
     assert f"JobFailedError: {sentence}" in text
+    assert f"JobFailedError: {sentence}\npart " not in text  # no log tail after the sentence
+    assert (
+        f"The lost ranks of job {job} logged last:\npart {job}--backup rank 0 (global rank 1)"
+        in (text)
+    )
     record = second.xcom("scale_check")
     assert (record["action"], record["target_nodes"]) == ("give_up", 0)
     events = [entry["action"] for entry in _state(job)["history"] if entry["action"] != "hold"]
