@@ -29,8 +29,8 @@ and fail, skip, hold or end with the record. The rules, in order:
    ``resize``. While a quarantine lasts, the record carries it and the
    proposed placement leaves those providers out.
 
-A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`)
-is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
+A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`),
+running or while starting (its launch recorded ``lost``), is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
 takes the samples and decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
 ``recover`` (quarantine, then end the wait so the downstream re-plan and
 relaunch take the safe resize path), ``wait`` (already decided for this
@@ -184,11 +184,12 @@ class ScaleCheck:
             )
         manifest = snapshot.manifest
         again = "launch it again with LaunchOperator"
-        if manifest.state == LaunchPhase.DOWN:  # its samples are stale: nothing to decide
+        if manifest.state in (LaunchPhase.DOWN, LaunchPhase.LOST):  # stale samples: no decision
             reason = manifest.down_reason or "no reason recorded"
+            how = "confirmed dead" if manifest.state == LaunchPhase.DOWN else "lost while starting"
             sentence = (
                 f"job {self.job_name!r} is down, so there is nothing to scale: its launch "
-                f"{manifest.launch_id} was confirmed dead ({reason}); {again}"
+                f"{manifest.launch_id} was {how} ({reason}); {again}"
             )
         elif manifest.state == LaunchPhase.STOPPING:  # the task that was stopping it ended
             running = [part.name for part in snapshot.parts if part.status == JobStatus.RUNNING]

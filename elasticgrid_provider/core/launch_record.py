@@ -11,7 +11,9 @@ so no window exists in which the job is gone and nothing says so:
    **before** anything starts; the parts are started, every rank carrying
    ``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its environment;
 3. after a short grace period the ranks are checked, and the manifest is
-   rewritten ``running`` (confirmed) or ``down`` with the reason;
+   rewritten ``running`` (confirmed), ``lost`` (parts lost their ranks, the
+   rest stopped: a scale check recovers it like a running job's loss, within
+   its recovery budget) or ``down``, with the reason;
 4. stopping a job records it ``stopping``, stops its parts, then records it
    ``stopped``.
 
@@ -48,11 +50,17 @@ class LaunchPhase(Choice):
     STOPPING = "stopping"  # recorded before the parts are stopped (a resize, a stop)
     STOPPED = "stopped"  # stopped on purpose, every part stopped
     DOWN = "down"  # confirmed dead (``down_reason``)
+    LOST = "lost"  # lost capacity while starting, the rest stopped: a check may recover it
 
     @property
     def is_terminal(self) -> bool:
         """Whether the launch is over: nothing of it runs, and only a new launch changes that."""
-        return self in (LaunchPhase.STOPPED, LaunchPhase.DOWN)
+        return self in (LaunchPhase.STOPPED, LaunchPhase.DOWN, LaunchPhase.LOST)
+
+    @property
+    def can_lose_capacity(self) -> bool:
+        """Whether a check treats the launch's failed parts as lost capacity (recovery)."""
+        return self in (LaunchPhase.RUNNING, LaunchPhase.LOST)
 
     @property
     def is_unfinished(self) -> bool:

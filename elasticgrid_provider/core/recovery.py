@@ -6,7 +6,9 @@ and the pipeline's usual re-plan -> relaunch resizes the job onto what is
 left of the grid, from its checkpoint. Rules:
 
 * **Lost.** Only a confirmed launch (manifest ``state: running``) can lose
-  capacity. A part is lost when iroh-tinker reports it ``failed``, or
+  capacity, or one that lost it while starting or relaunching (``state:
+  lost``: the launch stopped what was left and failed; the next check
+  recovers it like any loss). A part is lost when iroh-tinker reports it ``failed``, or
   ``running`` with ranks down that did not finish (:func:`part_is_lost`).
   Each is named with its provider, its lost global ranks (part rank plus
   the part's rank offset) and the cause: the rank log's last line naming

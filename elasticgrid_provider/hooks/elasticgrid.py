@@ -55,7 +55,7 @@ from elasticgrid_provider.core.errors import (  # JobLaunchError: re-exported, r
     JobLaunchError,
 )
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus, PartRecord
-from elasticgrid_provider.core.launch_record import LaunchPhase, new_launch_id, new_salt
+from elasticgrid_provider.core.launch_record import new_launch_id, new_salt
 from elasticgrid_provider.core.launch_spec import (
     LaunchOptions,
     LaunchPart,
@@ -300,7 +300,9 @@ class ElasticGridHook(LaunchLifecycle, BaseHook):
     def _lost_ranks(part: PartRecord, per_node: int) -> list[int] | None:
         """A lost part's ranks that did not finish; None when the part is not lost
         (:func:`~elasticgrid_provider.core.recovery.part_is_lost`)."""
-        down = ranks_down(part) if part.status == JobStatus.RUNNING else []
+        down = ranks_down(part) if part.status in (JobStatus.RUNNING, JobStatus.STOPPED) else []
+        if part.status == JobStatus.STOPPED:  # stopped after its ranks went down: lost before
+            return down or None
         if not part_is_lost(part.status, down):
             return None
         return down or unfinished(part, range(part.nodes * per_node))
@@ -317,8 +319,9 @@ class ElasticGridHook(LaunchLifecycle, BaseHook):
     ) -> tuple[LostPart, ...]:
         """The parts that lost ranks, with their global ranks and the cause (core/recovery.py):
         the last cause line of the first lost rank's log, else iroh-tinker's ``down ranks``.
-        Only a confirmed launch loses capacity, unless ``confirmed_only`` is False."""
-        if confirmed_only and snapshot.manifest.state != LaunchPhase.RUNNING:
+        Only a confirmed launch, or one ``lost`` while starting, loses capacity, unless
+        ``confirmed_only`` is False."""
+        if confirmed_only and not snapshot.manifest.state.can_lose_capacity:
             return ()
         lost = []
         for part in snapshot.parts:

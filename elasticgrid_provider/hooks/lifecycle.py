@@ -395,17 +395,18 @@ class LaunchLifecycle:
         assert snapshot is not None  # the manifest was written by this launch
         problems = [CANCELLED] if self._cancelled else []
         losses = {lost.part: lost for lost in self.lost_parts(snapshot, confirmed_only=False)}
+        lost = [describe_loss(losses[part.name]) for part in snapshot.parts if part.name in losses]
         for part in snapshot.parts:
             attempts = Path(part.job_dir).glob("attempt_*") if part.job_dir else ()
             restarted = sorted(marker.name.split("_", 1)[1] for marker in attempts)
             if part.name in losses:
-                problems.append(describe_loss(losses[part.name]))
-            elif part.status not in (JobStatus.RUNNING, JobStatus.DONE):
+                continue
+            if part.status not in (JobStatus.RUNNING, JobStatus.DONE):
                 detail = f" ({part.last_error})" if part.last_error else ""
                 problems.append(f"part {part.name} is {part.status}{detail}")
             elif restarted:
                 problems.append(f"part {part.name} had to restart rank(s) {', '.join(restarted)}")
-        if not problems:
+        if not problems and not lost:
             self._record(manifest, LaunchPhase.RUNNING)
             self._in_progress = None
             confirmed = self.job_snapshot(manifest.job_name)
@@ -415,19 +416,24 @@ class LaunchLifecycle:
         if report:
             self.log.error("Job %s did not start:\n%s", manifest.job_name, report)
         grace = wait_s if grace_s is None else grace_s
-        reason = f"its ranks were not all up {grace:g} s after the start ({'; '.join(problems)})"
-        self.give_up(manifest, reason)
+        what = "; ".join([*lost, *problems])
+        reason = f"its ranks were not all up {grace:g} s after the start ({what})"
+        # only lost ranks: lost capacity, which the next scale check may recover
+        phase = LaunchPhase.DOWN if problems else LaunchPhase.LOST
+        self.give_up(manifest, reason, phase)
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
-    def give_up(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
+    def give_up(
+        self, manifest: JobManifest, reason: str, phase: LaunchPhase = LaunchPhase.DOWN
+    ) -> tuple[list[str], list[int]]:
         """Under the job's lock: record a launch that cannot go on ``stopping``, stop it
-        (:meth:`_stop_launch`), record it ``down`` with ``reason``."""
+        (:meth:`_stop_launch`), record it ``phase`` (``down``, or ``lost``) with ``reason``."""
         try:
             manifest = self._record(manifest, LaunchPhase.STOPPING, reason)
         except JobLaunchError as exc:  # stop it all the same: a dead launch must not run on
             self.log.warning("Stopping job %s unrecorded: %s", manifest.job_name, exc)
         stopped = self._stop_launch(manifest)
-        self._record(manifest, LaunchPhase.DOWN, reason)
+        self._record(manifest, phase, reason)
         self._in_progress = None
         return stopped
 
