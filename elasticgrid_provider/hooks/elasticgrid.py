@@ -3,8 +3,9 @@
 The hook turns the ``elasticgrid`` connection into a grid of providers and
 planner defaults, and does all the provider's I/O: Variables (the scale state,
 deadline intervals, the UI's listing), files (manifests, step logs), locks and
-iroh-tinker's ``JobManager``. The sensor's decisions are pure
-(:mod:`elasticgrid_provider.core.check`). Nothing is built in ``__init__``:
+iroh-tinker's ``JobManager``; the job lifecycle (launch, attach, adopt,
+resize, stop) is :mod:`elasticgrid_provider.hooks.lifecycle`. The sensor's
+decisions are pure (:mod:`elasticgrid_provider.core.check`). Nothing is built in ``__init__``:
 Airflow imports this module every few seconds, so the connection is read, and
 ``iroh_tinker`` (numpy) imported, only when a task first needs them.
 
@@ -13,7 +14,8 @@ Files, under the JobManager root (``jobs_root``)::
     <job>/manifest.json             which parts make up the job (JobManifest)
     <job>/.lock                     held while a task launches, stops or checks the job
     <job>/specs/<launch_id>/        the parts' launch specs (0600 in 0700 folders; envs values
-                                    ``***`` once started), the launcher's log and result
+                                    ``***`` once started), the launcher's request, log and
+                                    result, and the launch's manifest until it is moved in
     <job>/rendezvous/<launch_id>/   a fresh rendezvous per launch (stale rank addresses
                                     from a previous size break the socket mesh)
     <job>--<provider>/              iroh-tinker's folder for each part (0700, spec redacted)
