@@ -7,8 +7,10 @@ left of the grid, from its checkpoint. Rules:
 
 * **Lost.** Only a confirmed launch (manifest ``state: running``) can lose
   capacity, or one that lost it while starting or relaunching (``state:
-  lost``: the launch stopped what was left and failed; the next check
-  recovers it like any loss). A part is lost when iroh-tinker reports it ``failed``, or
+  lost``: every lost part's cause was a capacity notice, :func:`is_capacity_loss`;
+  the launch stopped what was left and failed; the next check recovers it
+  like any loss). A launch whose ranks died at start for another reason (a
+  failing program, ranks gone without a word) is ``down``. A part is lost when iroh-tinker reports it ``failed``, or
   ``running`` with ranks down that did not finish (:func:`part_is_lost`).
   Each is named with its provider, its lost global ranks (part rank plus
   the part's rank offset) and the cause: the rank log's last line naming
@@ -76,6 +78,8 @@ CAUSE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 """Words that make a rank-log line the cause of a loss (the last such line is taken)."""
+CAPACITY_PATTERN = re.compile("preempt|reclaim|evict|interrupt|terminat|capacity", re.IGNORECASE)
+"""Words that make a cause a loss of capacity, not a program's failure (:func:`is_capacity_loss`)."""
 
 _POSITIVE_SECONDS = Annotated[float, finite(0.0, exclusive_minimum=True)]
 
@@ -215,6 +219,12 @@ def loss_cause(log_tail: str, engine_error: str | None) -> str:
     if engine_error:
         return f"its ranks stopped ({cut_report(engine_error, 200)})"
     return "its ranks stopped and their logs give no reason"
+
+
+def is_capacity_loss(cause: str) -> bool:
+    """Whether a cause (:func:`loss_cause`) is a notice that capacity was taken away
+    (``preempted: ...``), as opposed to a program that failed or ranks gone without a word."""
+    return bool(CAPACITY_PATTERN.search(cause))
 
 
 def describe_loss(lost: LostPart) -> str:

@@ -32,7 +32,7 @@ from elasticgrid_provider.core.launch_record import (
 from elasticgrid_provider.core.launch_spec import LaunchOptions, LaunchPart
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
-from elasticgrid_provider.core.recovery import LostPart, describe_loss
+from elasticgrid_provider.core.recovery import LostPart, describe_loss, is_capacity_loss
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.validation import Choice, check_number
 from elasticgrid_provider.hooks.launch_files import write_json, write_launch_files, writing
@@ -418,8 +418,9 @@ class LaunchLifecycle:
         grace = wait_s if grace_s is None else grace_s
         what = "; ".join([*lost, *problems])
         reason = f"its ranks were not all up {grace:g} s after the start ({what})"
-        # only lost ranks: lost capacity, which the next scale check may recover
-        phase = LaunchPhase.DOWN if problems else LaunchPhase.LOST
+        # only capacity taken away (a notice says so): the next scale check may recover it
+        taken = all(is_capacity_loss(loss.cause) for loss in losses.values())
+        phase = LaunchPhase.LOST if losses and taken and not problems else LaunchPhase.DOWN
         self.give_up(manifest, reason, phase)
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 
