@@ -175,7 +175,7 @@ def _alive(pid: int) -> bool:
 def own_processes(job_name: str, pids: Iterable[int]) -> list[int]:
     """Those of ``pids`` that are live processes of ``job_name`` on this machine: a pid that an
     engine recorded on another machine, or that was reused since, is left alone."""
-    return [pid for pid in pids if _environment(pid).get(ENV_JOB) == job_name]
+    return [int(pid) for pid in pids if _environment(int(pid)).get(ENV_JOB) == job_name]
 
 
 def _process_groups(pgids: set[int]) -> list[int]:
