@@ -159,7 +159,8 @@ class LaunchLifecycle:
         manifest as the intent (a failed write stops nothing); 3. record the old launch
         ``stopping``, stop it and its unrecorded processes; 4. put the new launch's manifest
         (``starting``) in place, start its parts; 5. after ``startup_grace_s``, confirm every
-        rank is up; if not, stop them, record the job ``down``, raise :class:`JobLaunchError`.
+        rank is up; if not, stop them, record the job ``down`` (``lost`` when capacity was
+        taken away), raise :class:`JobLaunchError`.
         """
         startup_grace_s = check_number("startup_grace_s", startup_grace_s)
         launch = self.prepare_launch(job_name, placement, options)
@@ -323,7 +324,8 @@ class LaunchLifecycle:
             stopping = self._record(manifest, LaunchPhase.STOPPING, reason)
         except JobLaunchError as exc:
             raise JobLaunchError(
-                f"job {manifest.job_name!r} was not stopped: {exc}; nothing was stopped"
+                f"job {manifest.job_name!r} was not relaunched: {exc}; nothing was stopped "
+                "or started"
             ) from None
         self._stop_launch(stopping)
         return stopping
