@@ -33,8 +33,22 @@ descriptor: readers see whole lines, but must ignore an unfinished last one.
 it: rank 0 writes the state first, then ``progress.json`` (``{"completed_steps":
 n, ...}``), each through a temporary file and an atomic rename, so the
 checkpoint is always consistent; every rank reads it on start and continues
-from step ``n``, whatever the world size now is. Commit before logging a step
-and no step is computed twice, also across a relaunch on other capacity.
+from step ``n``, whatever the world size now is.
+
+Every committed step is in the step log exactly once, kills included, when
+the commit carries the step's line and rank 0 replays it on resume::
+
+    reporter.replay(checkpoint)                    # on start: a line the last kill lost
+    for step in range(completed, steps):
+        ...
+        line = reporter.sample(step, duration_s, queue_s, tokens=tokens)
+        checkpoint.save(step + 1, state, step_record=line, step_log=reporter.path)
+        reporter.write(line)                       # a kill before this: replayed on resume
+
+A step killed before its commit is computed again and logged once; one
+killed between the commit and the log line is not computed again, and
+:meth:`StepReporter.replay` writes its line (to the log it was meant for)
+unless the log already has it.
 
 No Airflow, no iroh_tinker: cheap to import in every rank.
 """
@@ -213,6 +227,21 @@ class StepReporter:
                 f"step log path is unknown: pass path= or set {ENV_JOB_DIR} (got no value)"
             )
 
+    def sample(
+        self,
+        step: int,
+        duration_s: float,
+        queue_s: float = 0.0,
+        nodes: int | None = None,
+        tokens: float = 0.0,
+    ) -> dict[str, Any]:
+        """One step as a validated :class:`StepSample` dict, not written; ``nodes`` defaults to
+        the job's node count, ``time`` (when the step ended) is added."""
+        fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
+        nodes = self.context.nodes if nodes is None else nodes
+        sample = {**fields, "nodes": nodes, "time": epoch_now()}
+        return StepSample.model_validate(sample, where="").to_dict()
+
     def record(
         self,
         step: int,
@@ -221,24 +250,58 @@ class StepReporter:
         nodes: int | None = None,
         tokens: float = 0.0,
     ) -> dict[str, Any] | None:
-        """Validate and append one step as a :class:`StepSample`; return it (``None`` if disabled).
-        ``nodes`` defaults to the job's node count; ``time`` (when the step ended) is added."""
-        fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
-        nodes = self.context.nodes if nodes is None else nodes
-        sample = {**fields, "nodes": nodes, "time": epoch_now()}
-        record = StepSample.model_validate(sample, where="").to_dict()
+        """Validate and append one step (:meth:`sample`, :meth:`write`); ``None`` if disabled."""
+        return self.write(self.sample(step, duration_s, queue_s, nodes, tokens))
+
+    def write(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """Append a :meth:`sample` as one line; return it (``None`` if disabled)."""
         if not self.enabled or self.path is None:
             return None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            written = os.write(descriptor, line)
-            while written < len(line):  # only on exotic filesystems; still appends in order
-                written += os.write(descriptor, line[written:])
-        finally:
-            os.close(descriptor)
+        _append_line(self.path, record)
         return record
+
+    def replay(self, checkpoint: Checkpoint) -> dict[str, Any] | None:
+        """On resume: append the last commit's step line (``Checkpoint.save(step_record=...)``)
+        to the log it was meant for, unless that log has it; returns the line it wrote."""
+        pending = checkpoint.pending_line() if self.enabled else None
+        if pending is None:
+            return None
+        path, record = pending
+        if _last_logged_step(path) >= record["step"]:
+            return None
+        _append_line(path, record)
+        return record
+
+
+def _append_line(path: Path, record: dict[str, Any]) -> None:
+    """One ``write`` of one JSON line on an ``O_APPEND`` descriptor (module docstring)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        written = os.write(descriptor, line)
+        while written < len(line):  # only on exotic filesystems; still appends in order
+            written += os.write(descriptor, line[written:])
+    finally:
+        os.close(descriptor)
+
+
+def _last_logged_step(path: Path, window: int = 1 << 16) -> int:
+    """The highest step among the whole lines at the end of a step log (-1: none)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - window))
+            tail = handle.read()
+    except OSError:
+        return -1
+    steps = [-1]
+    for line in tail.split(b"\n")[1 if size > window else 0 : -1]:  # whole lines only
+        try:
+            steps.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return max(steps)
 
 
 PROGRESS_FILE = "progress.json"  # commits a checkpoint: written last, names a complete state
@@ -291,8 +354,18 @@ class Checkpoint:
         state = state_path.read_bytes() if name and state_path.is_file() else None
         return completed, state
 
-    def save(self, completed_steps: int, state: bytes, **extra: Any) -> bool:
-        """Commit ``completed_steps`` with ``state`` (on global rank 0); True when written."""
+    def save(
+        self,
+        completed_steps: int,
+        state: bytes,
+        *,
+        step_record: Mapping[str, Any] | None = None,
+        step_log: str | os.PathLike[str] | None = None,
+        **extra: Any,
+    ) -> bool:
+        """Commit ``completed_steps`` with ``state`` (on global rank 0); True when written.
+        ``step_record`` and ``step_log``: the step's line and its log, which
+        :meth:`StepReporter.replay` writes on resume if a kill kept it from the log."""
         completed = check_integer("completed_steps", completed_steps)
         if self.folder is None or not self.context.is_rank_zero:
             return False
@@ -306,8 +379,23 @@ class Checkpoint:
             "world_size": self.context.world_size,
             "time": epoch_now(),
         }
+        if step_record is not None and step_log is not None:
+            progress["step_record"] = dict(step_record)
+            progress["step_log"] = str(Path(step_log).resolve())
         _write_atomically(self.folder / PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
         for old in self.folder.glob(f"{STATE_PREFIX}*.bin"):
             if old.name != name:
                 old.unlink(missing_ok=True)
         return True
+
+    def pending_line(self) -> tuple[Path, dict[str, Any]] | None:
+        """The step line and step log the last commit carries (``save(step_record=...)``)."""
+        if self.folder is None:
+            return None
+        try:
+            progress = json.loads((self.folder / PROGRESS_FILE).read_text())
+            record, log = progress["step_record"], progress["step_log"]
+            StepSample.model_validate(record, where="checkpoint step_record")
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return Path(log), dict(record)

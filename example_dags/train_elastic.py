@@ -31,10 +31,13 @@ the model parameters, then ``progress.json`` (``{"completed_steps": n, ...}``),
 each via a temporary file and an atomic rename, ``progress.json`` last, so the
 checkpoint is always consistent. On start every rank reads it and continues from step ``n``, at
 whatever world size it now runs, so a job stopped and relaunched at another
-size continues where it left off. A step is logged only after it is
-committed, so no step appears twice in the step log (one can be missing when
-a stop lands between commit and log). Adam moments are not saved: they
-restart from zero after a resume. When all steps are done the script exits 0.
+size continues where it left off. Each commit carries the step's log line,
+and the line is written only after the commit, so the step log has every
+committed step exactly once, whatever instant a kill lands at: a step killed
+before its commit is computed again; one killed between its commit and its
+line is not, and on resume rank 0 replays the line
+(``StepReporter.replay``). Adam moments are not saved: they restart from
+zero after a resume. When all steps are done the script exits 0.
 
 Every launch needs a fresh rendezvous directory (the socket transport trusts
 any ``rank-<n>.json`` it finds there).
@@ -133,6 +136,8 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    reporter = StepReporter(ctx, step_log)
+    reporter.replay(checkpoint)  # the last commit's line, if a kill kept it from the log
     if completed >= args.steps:
         if ctx.is_rank_zero:
             print(f"all {args.steps} steps already done (checkpoint at {completed})", flush=True)
@@ -147,7 +152,6 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         atexit.register(shutil.rmtree, scratch, True)
         os.chdir(scratch)
 
-    reporter = StepReporter(ctx, step_log)
     client = training_client(ctx, base_model=args.model, backend="numpy")
     if model is not None:
         client.backend.restore(model)
@@ -196,14 +200,16 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         loss = float(shared[world:].sum()) / args.global_batch
 
         if ctx.is_rank_zero:
-            checkpoint.save(step + 1, client.backend.checkpoint())
-            reporter.record(
+            line = reporter.sample(
                 step=step,
                 duration_s=duration,
                 queue_s=queue,
                 nodes=ctx.nodes,
                 tokens=tokens_per_step,
             )
+            state = client.backend.checkpoint()
+            checkpoint.save(step + 1, state, step_record=line, step_log=reporter.path)
+            reporter.write(line)
             print(
                 f"step {step + 1}/{args.steps} world={world} duration_s={duration:.3f} "
                 f"queue_s={queue:.3f} loss={loss:.4f}",

@@ -8,6 +8,7 @@ so the code under test is exercised exactly as it would be against a cloud.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from iroh_tinker.cloud.engines import ClusterInfo, Engine
 from iroh_tinker.cloud.engines.local import LocalEngine
@@ -71,3 +72,23 @@ class HangingStartEngine(LocalEngine):
     def start(self, cluster, commands, env) -> None:
         super().start(cluster, commands, env)
         time.sleep(_delay(self, "FAKE_START_HANG_S"))
+
+
+HOLD_STOP = "hold-stop"
+"""While a part folder holds this file, :class:`HeldStopEngine` does not return from ``stop``."""
+
+
+class HeldStopEngine(LocalEngine):
+    """The local engine whose ``stop`` stops the ranks, then holds (a cloud slow to confirm
+    the stop) while the part folder has a ``hold-stop`` file, at most 120 s: a task killed
+    there has stopped the old parts and recorded nothing after."""
+
+    name = "module=tests.fake_engines:HeldStopEngine"  # iroh-tinker stops a part by this name
+
+    def stop(self, cluster) -> None:
+        super().stop(cluster)
+        folder = Path(cluster.meta["job_dir"])
+        (folder / "stop-held").write_text("")
+        deadline = time.monotonic() + 120
+        while (folder / HOLD_STOP).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -184,3 +187,55 @@ def test_a_checkpoint_resumes_where_the_last_commit_left_off(tmp_path):
     with pytest.raises(ValueError, match=r"progress\.json is unreadable"):
         Checkpoint(other).load()
     assert Checkpoint(distributed_context({})).save(1, b"x") is False  # nowhere to write
+
+
+# a training loop in the documented pattern that stops forever at one instant of one step
+KILLED_LOOP = """
+import json, sys, time
+from pathlib import Path
+from elasticgrid_provider.runtime import Checkpoint, StepReporter, distributed_context
+
+shared, job_dir, steps, pause_step, pause_where, marker = sys.argv[1:7]
+ctx = distributed_context({"ELASTICGRID_SHARED_DIR": shared, "IROH_TINKER_JOB_DIR": job_dir})
+checkpoint, reporter = Checkpoint(ctx), StepReporter(ctx)
+completed, _ = checkpoint.load()
+reporter.replay(checkpoint)
+for step in range(completed, int(steps)):
+    line = reporter.sample(step, duration_s=0.01)
+    checkpoint.save(step + 1, b"state", step_record=line, step_log=reporter.path)
+    if step == int(pause_step) and pause_where == "before_log":
+        Path(marker).write_text("")
+        time.sleep(600)
+    reporter.write(line)
+    if step == int(pause_step) and pause_where == "after_log":
+        Path(marker).write_text("")
+        time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("instant", ["before_log", "after_log"])
+def test_a_kill_between_commit_and_log_leaves_every_committed_step_logged_once(tmp_path, instant):
+    """SIGKILL a real process right after it committed step 3 (before or after its log line),
+    resume it: steps 0-5 are each in the step log exactly once."""
+    shared, job_dir, marker = tmp_path / "shared", tmp_path / "job", tmp_path / "paused"
+    job_dir.mkdir()
+
+    def run(pause_step: int) -> subprocess.Popen:
+        arguments = [str(shared), str(job_dir), "6", str(pause_step), instant, str(marker)]
+        return subprocess.Popen([sys.executable, "-c", KILLED_LOOP, *arguments])
+
+    first = run(3)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    first.kill()
+    first.wait()
+    log = job_dir / "steps.jsonl"
+    logged = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert logged == ([0, 1, 2] if instant == "before_log" else [0, 1, 2, 3])
+    assert json.loads((shared / "checkpoint" / "progress.json").read_text())["completed_steps"] == 4
+
+    assert run(-1).wait(timeout=60) == 0
+
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == list(range(6))

@@ -10,7 +10,10 @@ and fail, skip, hold or end with the record. The rules, in order:
 1. :meth:`ScaleCheck.failure`: a job that cannot be checked fails the task
    with one sentence: no manifest (never launched here, or under a jobs root
    this worker does not share), a launch confirmed down (its
-   ``down_reason``), a failed job (its failure report). Nothing is written.
+   ``down_reason``), a launch left ``stopping`` by a task cut short between
+   the stop and what came next, a job with no rank left whose launch is not
+   recorded ``stopped`` (it vanished: never reported as "ended"), a failed
+   job (its failure report). Nothing is written.
 2. :meth:`ScaleCheck.run` takes the new samples: those of the ``samples``
    argument whose step is not below its cursor (so each is consumed once,
    however often a list is handed in), or else the step-log chunks (each
@@ -20,8 +23,8 @@ and fail, skip, hold or end with the record. The rules, in order:
    more than ``CLOCK_TOLERANCE_S`` after the check's clock is left out with a
    warning, once (:func:`~elasticgrid_provider.core.samples.screen_times`). Only
    samples measured at the current size enter the window (:meth:`ScaleState.observe`).
-3. A job that ended (``done``/``stopped``) needs no decision: ``finish`` with
-   a ``job_ended`` record, which enters the history.
+3. A job that ended (``done``, or ``stopped`` and recorded so) needs no
+   decision: ``finish`` with a ``job_ended`` record, which enters the history.
 4. Otherwise the deadline is resolved (only now, so an ended job is never
    failed by it), the scheduler decides, the record gets its context (the
    task, the job, the placement and, for a change, the proposed placement and
@@ -29,8 +32,8 @@ and fail, skip, hold or end with the record. The rules, in order:
    ``resize``. While a quarantine lasts, the record carries it and the
    proposed placement leaves those providers out.
 
-A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`)
-is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
+A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`),
+running or while starting (its launch recorded ``lost``), is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
 takes the samples and decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
 ``recover`` (quarantine, then end the wait so the downstream re-plan and
 relaunch take the safe resize path), ``wait`` (already decided for this
@@ -54,7 +57,7 @@ from typing import Any
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobSnapshot, JobStatus
-from elasticgrid_provider.core.launch_record import LAUNCH_DOWN
+from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import (
     WAIT,
@@ -184,12 +187,28 @@ class ScaleCheck:
                 "launch it with LaunchOperator first"
             )
         manifest = snapshot.manifest
-        if manifest.state == LAUNCH_DOWN:  # its samples are stale: nothing to decide
+        again = "launch it again with LaunchOperator"
+        if manifest.state in (LaunchPhase.DOWN, LaunchPhase.LOST):  # stale samples: no decision
             reason = manifest.down_reason or "no reason recorded"
+            how = "confirmed dead" if manifest.state == LaunchPhase.DOWN else "lost while starting"
             sentence = (
                 f"job {self.job_name!r} is down, so there is nothing to scale: its launch "
-                f"{manifest.launch_id} was confirmed dead ({reason}); launch it again with "
-                "LaunchOperator"
+                f"{manifest.launch_id} was {how} ({reason}); {again}"
+            )
+        elif manifest.state == LaunchPhase.STOPPING:  # the task that was stopping it ended
+            running = [part.name for part in snapshot.parts if part.status == JobStatus.RUNNING]
+            left = f"part(s) {', '.join(running)} still run" if running else "no rank is left"
+            sentence = (
+                f"job {self.job_name!r} was cut short while its launch {manifest.launch_id} "
+                f"was being stopped ({manifest.down_reason or 'no reason recorded'}): the "
+                f"task doing it ended before it recorded what came next, and {left}, so there "
+                f"is nothing to scale; {again}"
+            )
+        elif snapshot.status == JobStatus.STOPPED and manifest.state != LaunchPhase.STOPPED:
+            sentence = (
+                f"job {self.job_name!r} has no rank left, yet its launch {manifest.launch_id} is "
+                f"recorded {manifest.state}: its parts were stopped outside elasticgrid or "
+                f"never started, so there is nothing to scale; {again}"
             )
         elif snapshot.status == JobStatus.FAILED:
             sentence = f"job {self.job_name!r} failed."

@@ -13,8 +13,10 @@ part's live status into one status word:
 * ``launching`` while the manifest exists but no part has reported yet.
 
 The manifest also records the launch's phase (``state``: ``starting``,
-``running`` once confirmed, ``down`` with ``down_reason``; see
-:mod:`elasticgrid_provider.core.launch_record`) and salted fingerprints of
+``running`` once confirmed, ``stopping`` before its parts are stopped,
+``stopped``, or ``down``; ``down_reason`` says why a launch is down, stopping
+or stopped; see :class:`~elasticgrid_provider.core.launch_record.LaunchPhase`)
+and salted fingerprints of
 what it runs, so attach can compare without keeping ``envs`` values at rest.
 A manifest written before these fields existed reads as a confirmed launch
 with no fingerprints (so the next launch relaunches rather than attaches).
@@ -37,7 +39,7 @@ from typing import Annotated, Any
 from pydantic import computed_field, model_serializer, model_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.launch_record import LAUNCH_RUNNING, LAUNCH_STATES
+from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.validation import (
     AnyText,
@@ -50,7 +52,6 @@ from elasticgrid_provider.core.validation import (
     choice,
     model,
     none_as_default,
-    one_of,
 )
 
 MANIFEST_SCHEMA_VERSION = 1  # the layout of manifest.json this worker writes and reads
@@ -103,7 +104,7 @@ class JobManifest(JsonModel):
     rendezvous: AnyText
     run: AnyText
     parts: tuple[PartRecord, ...] = ()
-    state: Annotated[str, one_of(LAUNCH_STATES)] = LAUNCH_RUNNING
+    state: Annotated[LaunchPhase, choice(LaunchPhase)] = LaunchPhase.RUNNING
     down_reason: AnyText | None = None
     fingerprint_salt: AnyText = ""
     fingerprints: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)

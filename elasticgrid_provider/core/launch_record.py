@@ -1,18 +1,27 @@
 """The record a launch keeps of itself: its id, its phase and what it runs.
 
-Every launch follows *record intent -> act -> confirm*:
+Every action on a job follows *record intent -> act -> confirm*, and every
+destructive step is preceded by a record that says what is about to happen,
+so no window exists in which the job is gone and nothing says so:
 
-1. the job's manifest is written with ``state="starting"`` and the new
-   launch id **before** anything starts;
-2. the parts are started, every rank carrying ``ELASTICGRID_JOB`` and
-   ``ELASTICGRID_LAUNCH_ID`` in its environment;
+1. a resize writes all it can before touching the running job (the new
+   launch's specs, launcher request and manifest, the intent, in its spec
+   folder), then records the running launch ``stopping`` and stops it;
+2. the new manifest (``starting``, the new launch id) replaces the old one
+   **before** anything starts; the parts are started, every rank carrying
+   ``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its environment;
 3. after a short grace period the ranks are checked, and the manifest is
-   rewritten with ``state="running"`` (confirmed) or ``state="down"`` and
-   the reason.
+   rewritten ``running`` (confirmed), ``lost`` (parts lost their ranks, the
+   rest stopped: a scale check recovers it like a running job's loss, within
+   its recovery budget) or ``down``, with the reason;
+4. stopping a job records it ``stopping``, stops its parts, then records it
+   ``stopped``.
 
-A manifest still in ``starting`` was cut short (a kill, a crash): its
-launch id is what a retry uses to find and stop every process of that
-launch, tracked by iroh-tinker or not, before it starts exactly once.
+A manifest still ``starting`` or ``stopping`` was cut short (a kill, a
+crash); the next task or check, holding the job's lock, reconciles from it:
+a retry adopts a ``starting`` launch whose every rank is up, or finds every
+process of it by its launch id, tracked by iroh-tinker or not, and stops it
+before it starts exactly once; a check fails naming what happened.
 
 What a launch runs (``run``, ``envs``, ``setup``) is kept as salted
 fingerprints, never as values, so attach can tell "same job" from "changed
@@ -30,11 +39,39 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from elasticgrid_provider.core.clock import as_utc, utc_now
+from elasticgrid_provider.core.validation import Choice
 
-LAUNCH_STARTING = "starting"
-LAUNCH_RUNNING = "running"
-LAUNCH_DOWN = "down"
-LAUNCH_STATES = (LAUNCH_STARTING, LAUNCH_RUNNING, LAUNCH_DOWN)  # the phases a manifest records
+
+class LaunchPhase(Choice):
+    """The phase a manifest records for its launch (``state``; module docstring)."""
+
+    STARTING = "starting"  # recorded before any part starts
+    RUNNING = "running"  # every rank was up after the start-up grace
+    STOPPING = "stopping"  # recorded before the parts are stopped (a resize, a stop)
+    STOPPED = "stopped"  # stopped on purpose, every part stopped
+    DOWN = "down"  # confirmed dead (``down_reason``)
+    LOST = "lost"  # lost capacity while starting, the rest stopped: a check may recover it
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the launch is over: nothing of it runs, and only a new launch changes that."""
+        return self in (LaunchPhase.STOPPED, LaunchPhase.DOWN, LaunchPhase.LOST)
+
+    @property
+    def can_lose_capacity(self) -> bool:
+        """Whether a check treats the launch's failed parts as lost capacity (recovery)."""
+        return self in (LaunchPhase.RUNNING, LaunchPhase.LOST)
+
+    @property
+    def is_unfinished(self) -> bool:
+        """Whether a task was cut short in this phase (no task holds the job's lock)."""
+        return self in (LaunchPhase.STARTING, LaunchPhase.STOPPING)
+
+
+LAUNCH_STARTING = LaunchPhase.STARTING
+LAUNCH_RUNNING = LaunchPhase.RUNNING
+LAUNCH_DOWN = LaunchPhase.DOWN
+LAUNCH_STATES = tuple(phase.value for phase in LaunchPhase)  # the phases a manifest records
 FINGERPRINT_FIELDS = ("run", "envs", "setup")  # unchanged, or a task does not attach to the job
 
 

@@ -6,10 +6,16 @@ and the pipeline's usual re-plan -> relaunch resizes the job onto what is
 left of the grid, from its checkpoint. Rules:
 
 * **Lost.** Only a confirmed launch (manifest ``state: running``) can lose
-  capacity. A part is lost when iroh-tinker reports it ``failed``, or
+  capacity, or one that lost it while starting or relaunching (``state:
+  lost``: every lost part's cause was a capacity notice, :func:`is_capacity_loss`;
+  the launch stopped what was left and failed; the next check recovers it
+  like any loss). A launch whose ranks died at start for another reason (a
+  failing program, ranks gone without a word) is ``down``. A part is lost when iroh-tinker reports it ``failed``, or
   ``running`` with ranks down that did not finish (:func:`part_is_lost`).
-  Each is named with its provider and, when the rank logs or the engine
-  give one, the cause (:func:`loss_cause`).
+  Each is named with its provider, its lost global ranks (part rank plus
+  the part's rank offset) and the cause: the rank log's last line naming
+  one, else the engine's notice, else iroh-tinker's ``down ranks: [..]``
+  (:func:`loss_cause`, :func:`describe_loss`).
 * **Quarantine.** Each lost part's provider is quarantined for
   ``quarantine_s`` seconds. Quarantines live in the job's scale state
   (:class:`RecoveryMemory`) and appear in every record made while they
@@ -72,13 +78,15 @@ CAUSE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 """Words that make a rank-log line the cause of a loss (the last such line is taken)."""
+CAPACITY_PATTERN = re.compile("preempt|reclaim|evict|interrupt|terminat|capacity", re.IGNORECASE)
+"""Words that make a cause a loss of capacity, not a program's failure (:func:`is_capacity_loss`)."""
 
 _POSITIVE_SECONDS = Annotated[float, finite(0.0, exclusive_minimum=True)]
 
 
 @model
 class LostPart(JsonModel):
-    """One part of a job whose ranks are gone: which, where, and why when known."""
+    """One part of a job whose ranks are gone: which, where (``ranks``: global ranks), and why."""
 
     WHERE = "lost part"
 
@@ -213,6 +221,19 @@ def loss_cause(log_tail: str, engine_error: str | None) -> str:
     return "its ranks stopped and their logs give no reason"
 
 
+def is_capacity_loss(cause: str) -> bool:
+    """Whether a cause (:func:`loss_cause`) is a notice that capacity was taken away
+    (``preempted: ...``), as opposed to a program that failed or ranks gone without a word."""
+    return bool(CAPACITY_PATTERN.search(cause))
+
+
+def describe_loss(lost: LostPart) -> str:
+    """``part P (provider 'x', global rank 3: cause)``: a lost part in a sentence."""
+    ranks = ", ".join(map(str, lost.ranks))
+    where = f", global rank{'s' if len(lost.ranks) > 1 else ''} {ranks}" if lost.ranks else ""
+    return f"part {lost.part} (provider {lost.provider!r}{where}: {lost.cause})"
+
+
 def decide_recovery(
     *,
     job_name: str,
@@ -255,9 +276,7 @@ def decide_recovery(
         if policy.quarantine_s > 0
     )
     quarantine = RecoveryMemory(quarantine=memory.quarantine + fresh).active_quarantine(now)
-    what = f"job {job_name!r} lost " + ", ".join(
-        f"part {p.part} (provider {p.provider!r}: {p.cause})" for p in lost
-    )
+    what = f"job {job_name!r} lost " + ", ".join(map(describe_loss, lost))
     if len(in_window) >= policy.max_recoveries:
         spent = (
             "recovery is off (max_recoveries=0)"

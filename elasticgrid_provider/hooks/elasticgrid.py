@@ -3,8 +3,9 @@
 The hook turns the ``elasticgrid`` connection into a grid of providers and
 planner defaults, and does all the provider's I/O: Variables (the scale state,
 deadline intervals, the UI's listing), files (manifests, step logs), locks and
-iroh-tinker's ``JobManager``. The sensor's decisions are pure
-(:mod:`elasticgrid_provider.core.check`). Nothing is built in ``__init__``:
+iroh-tinker's ``JobManager``; the job lifecycle (launch, attach, adopt,
+resize, stop) is :mod:`elasticgrid_provider.hooks.lifecycle`. The sensor's
+decisions are pure (:mod:`elasticgrid_provider.core.check`). Nothing is built in ``__init__``:
 Airflow imports this module every few seconds, so the connection is read, and
 ``iroh_tinker`` (numpy) imported, only when a task first needs them.
 
@@ -13,7 +14,8 @@ Files, under the JobManager root (``jobs_root``)::
     <job>/manifest.json             which parts make up the job (JobManifest)
     <job>/.lock                     held while a task launches, stops or checks the job
     <job>/specs/<launch_id>/        the parts' launch specs (0600 in 0700 folders; envs values
-                                    ``***`` once started), the launcher's log and result
+                                    ``***`` once started), the launcher's request, log and
+                                    result, and the launch's manifest until it is moved in
     <job>/rendezvous/<launch_id>/   a fresh rendezvous per launch (stale rank addresses
                                     from a previous size break the socket mesh)
     <job>--<provider>/              iroh-tinker's folder for each part (0700, spec redacted)
@@ -41,12 +43,10 @@ import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,22 +54,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from elasticgrid_provider.core.clock import utc_iso_now
 from elasticgrid_provider.core.errors import (  # JobLaunchError: re-exported, raised here
     ElasticGridError,
     JobLaunchError,
     RemoteHostError,
 )
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus, PartRecord
-from elasticgrid_provider.core.launch_record import (
-    LAUNCH_DOWN,
-    LAUNCH_RUNNING,
-    LAUNCH_STARTING,
-    changed_fields,
-    launch_fingerprints,
-    new_launch_id,
-    new_salt,
-)
+from elasticgrid_provider.core.launch_record import new_launch_id, new_salt
 from elasticgrid_provider.core.launch_spec import (
     LaunchOptions,
     LaunchPart,
@@ -80,31 +71,27 @@ from elasticgrid_provider.core.launch_spec import (
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import Provider
-from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.core.recovery import LostPart, loss_cause, part_is_lost
-from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.settings import GridSettings, grid_settings
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.core.step_log import StepLogChunk, read_step_log
-from elasticgrid_provider.core.validation import Choice, check_number
-from elasticgrid_provider.hooks.launcher import (
-    is_launcher,
-    launch_processes,
-    log_tail,
-    prepare_part_folder,
-    private_folder,
-    read_result,
-    redact_part_specs,
-    start_launcher,
-    terminate,
+from elasticgrid_provider.hooks.lifecycle import (  # re-exported: the operators import them here
+    CANCELLED,
+    DEFAULT_STARTUP_GRACE_S,
+    MANIFEST_NAME,
+    STOP_LOCK_WAIT_S,
+    LaunchAction,
+    LaunchLifecycle,
+    LaunchOutcome,
+    PreparedLaunch,
+    ranks_down,
+    unfinished,
 )
 from elasticgrid_provider.hooks.remote_parts import (
     is_ssh_target,
     pull_step_log,
-    ranks_down,
     remote_down_ranks,
     spec_params,
-    sweep_remote_launch,
 )
 from elasticgrid_provider.hooks.state_store import (
     read_scale_state,
@@ -115,49 +102,17 @@ from elasticgrid_provider.hooks.state_store import (
 if TYPE_CHECKING:
     from iroh_tinker.cloud import JobManager
 
-MANIFEST_NAME = "manifest.json"
+__all__ = [
+    "CANCELLED",
+    "DEFAULT_STARTUP_GRACE_S",
+    "STOP_LOCK_WAIT_S",
+    "ElasticGridHook",
+    "JobLaunchError",
+    "LaunchAction",
+    "LaunchOutcome",
+    "PreparedLaunch",
+]
 LOCK_NAME = ".lock"
-DEFAULT_STARTUP_GRACE_S = 3.0
-"""How long a new launch's ranks must stay up before the launch counts as started."""
-STOP_LOCK_WAIT_S = 2.0
-"""How long a killed task waits for the job's lock before it stops its own launch anyway
-(Airflow SIGKILLs 5 s after SIGTERM); only that launch's parts and processes are touched."""
-CANCELLED = "the launch was cancelled (the task was killed)"
-
-
-@dataclass(frozen=True)
-class PreparedLaunch:
-    """A launch rendered and validated, not yet started: its id, options and parts."""
-
-    job_name: str
-    launch_id: str
-    placement: Placement
-    options: LaunchOptions
-    parts: tuple[LaunchPart, ...]
-    fingerprint_salt: str
-    on_worker: bool = True
-    """Whether every part runs on this machine (so a ``dir:`` rendezvous is made here)."""
-
-    def fingerprints(self, salt: str) -> dict[str, str]:
-        """The salted fingerprints of what this launch runs (``run``, ``envs``, ``setup``)."""
-        return launch_fingerprints(self.options.run, self.options.envs, self.options.setup, salt)
-
-
-class LaunchAction(Choice):
-    """What a launch did: started the job, attached to the running one, or resized it."""
-
-    LAUNCHED = "launched"
-    ATTACHED = "attached"
-    RESIZED = "resized"
-
-
-@dataclass(frozen=True)
-class LaunchOutcome:
-    """What :meth:`ElasticGridHook.launch` did (launched, attached or resized) and the job."""
-
-    action: LaunchAction
-    snapshot: JobSnapshot
-    previous_nodes: int | None = None
 
 
 def _acquire(descriptor: int, timeout: float | None) -> bool:
@@ -175,17 +130,7 @@ def _acquire(descriptor: int, timeout: float | None) -> bool:
         time.sleep(0.1)
 
 
-def _unfinished(part: PartRecord, ranks: Iterable[int]) -> list[int]:
-    """The ranks that did not finish successfully (iroh-tinker writes ``done_<rank>``)."""
-    return [rank for rank in ranks if not (Path(part.job_dir) / f"done_{rank}").exists()]
-
-
-def _ranks_down(part: PartRecord) -> list[int]:
-    """Ranks iroh-tinker reports down (``down ranks: [..]``), less those that finished."""
-    return _unfinished(part, ranks_down(part.last_error))
-
-
-class ElasticGridHook(BaseHook):
+class ElasticGridHook(LaunchLifecycle, BaseHook):
     """Reads the ``elasticgrid`` connection and runs jobs through iroh-tinker's JobManager.
 
     :param elasticgrid_conn_id: the connection with the grid and defaults (module docstring).
@@ -209,8 +154,8 @@ class ElasticGridHook(BaseHook):
         self._inline_providers = providers
         self._jobs_root = jobs_root
         self._cancelled = False
-        self._in_progress: JobManifest | None = None
-        self._launcher: subprocess.Popen | None = None
+        self._in_progress = None
+        self._launcher = None
 
     # -- configuration (the connection form is declared in get_provider_info) --------
 
@@ -300,13 +245,6 @@ class ElasticGridHook(BaseHook):
             return None
         return JobManifest.from_dict(json.loads(path.read_text()))
 
-    def _write_manifest(self, manifest: JobManifest) -> None:
-        folder = self.job_folder(manifest.job_name)
-        folder.mkdir(parents=True, exist_ok=True)
-        temporary = folder / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
-        temporary.replace(folder / MANIFEST_NAME)
-
     def job_snapshot(self, job_name: str) -> JobSnapshot | None:
         """The job's manifest with each part's live status, or None when there is no job."""
         manifest = self.read_manifest(job_name)
@@ -329,49 +267,7 @@ class ElasticGridHook(BaseHook):
             parts.append(replace(part, status=status, job_dir=job_dir, last_error=error))
         return JobSnapshot(manifest=manifest, parts=tuple(parts))
 
-    # -- lifecycle: record intent -> act -> confirm (core/launch_record.py); a launcher
-    # child process (hooks/launcher.py) starts the parts, so no rank inherits the task's fds.
-
-    def launch(
-        self,
-        job_name: str,
-        placement: Placement,
-        options: LaunchOptions,
-        *,
-        startup_grace_s: float = DEFAULT_STARTUP_GRACE_S,
-    ) -> LaunchOutcome:
-        """Run ``placement`` as the job: attach, or launch/resize in five steps, never two copies.
-
-        Attach (start nothing) only when the last launch was confirmed, every part runs, and
-        the placement and the ``run``/``envs``/``setup`` fingerprints are unchanged. Otherwise
-        (the log says why): 1. prepare and check the parts (nothing written on failure); 2. stop
-        the old launch and its unrecorded processes; 3. record the launch ``starting``, start
-        its parts; 4. after ``startup_grace_s``, confirm every rank is up; 5. if not, stop
-        them, record the job ``down``, raise :class:`JobLaunchError` saying why.
-        """
-        startup_grace_s = check_number("startup_grace_s", startup_grace_s)
-        launch = self.prepare_launch(job_name, placement, options)
-        self.log.info("Waiting for the lock of job %s.", job_name)
-        with self.job_lock(job_name):
-            if self._cancelled:
-                raise JobLaunchError(
-                    f"job {job_name!r} was not launched: the task was killed while it waited "
-                    "for the job's lock, so nothing was started or stopped"
-                )
-            current = self.job_snapshot(job_name)
-            previous_nodes = None
-            if current is not None:
-                refusal = self._attach_refusal(current, launch)
-                if refusal is None:
-                    return LaunchOutcome(LaunchAction.ATTACHED, current, current.nodes)
-                self.log.info("Not attaching to job %s: %s; relaunching it.", job_name, refusal)
-                if any(part.status == JobStatus.RUNNING for part in current.parts):
-                    previous_nodes = current.nodes
-                self._stop_launch(current.manifest)
-            manifest = self._start_launch(launch)
-            snapshot = self._confirm_launch(manifest, startup_grace_s)
-            action = LaunchAction.LAUNCHED if previous_nodes is None else LaunchAction.RESIZED
-            return LaunchOutcome(action, snapshot, previous_nodes)
+    # -- lifecycle (hooks/lifecycle.py): launch, attach, adopt, resize, stop
 
     def prepare_launch(
         self, job_name: str, placement: Placement, options: LaunchOptions
@@ -445,249 +341,13 @@ class ElasticGridHook(BaseHook):
                 f"(provider {part.provider.name!r}, engine {target!r})"
             )
 
-    def _attach_refusal(self, current: JobSnapshot, launch: PreparedLaunch) -> str | None:
-        """Why the running job is not this launch (None: attach to it)."""
-        manifest = current.manifest
-        if manifest.state != LAUNCH_RUNNING:
-            reason = f" ({manifest.down_reason})" if manifest.down_reason else ""
-            return f"its launch {manifest.launch_id} is {manifest.state}{reason}"
-        idle = [
-            f"{part.name} is {part.status}"
-            for part in current.parts
-            if part.status != JobStatus.RUNNING
-        ]
-        if idle or not current.parts:
-            return "not every part runs: " + (", ".join(idle) or "no parts")
-        old, new = manifest.placement.nodes_by_provider(), launch.placement.nodes_by_provider()
-        if old != new:
-            return f"it runs at {old} and the placement is {new}"
-        changed = changed_fields(
-            manifest.fingerprints, launch.fingerprints(manifest.fingerprint_salt)
-        )
-        return f"its {', '.join(changed)} changed" if changed else None
-
-    def _start_launch(self, launch: PreparedLaunch) -> JobManifest:
-        """Step 3: record the launch, then start its parts in the launcher process."""
-        folder = self.job_folder(launch.job_name)
-        rendezvous = launch.options.rendezvous or ""
-        local_dir = parse_rendezvous(rendezvous).local_dir if rendezvous else None
-        if local_dir is not None and launch.on_worker:
-            Path(local_dir).mkdir(parents=True, exist_ok=True)
-        private_folder(folder / "specs")
-        spec_folder = private_folder(folder / "specs" / launch.launch_id)
-        records = tuple(
-            PartRecord(
-                name=part.part_name,
-                provider=part.provider.name,
-                engine_target=part.provider.engine_target,
-                nodes=part.nodes,
-                rank_offset=part.rank_offset,
-                spec_path=str(part.write_spec(spec_folder / f"{part.part_name}.json")),
-            )
-            for part in launch.parts
-        )
-        manifest = JobManifest(
-            job_name=launch.job_name,
-            launch_id=launch.launch_id,
-            launched_at=utc_iso_now(),
-            placement=launch.placement,
-            world_size=launch.parts[0].world_size,
-            procs_per_node=launch.options.procs_per_node,
-            rendezvous=rendezvous,
-            run=launch.options.run,
-            parts=records,
-            state=LAUNCH_STARTING,
-            fingerprint_salt=launch.fingerprint_salt,
-            fingerprints=launch.fingerprints(launch.fingerprint_salt),
-        )
-        # the intent, written before anything starts: a retry or a kill reconciles from it
-        self._write_manifest(manifest)
-        self._in_progress = manifest
-        try:
-            for record in records:
-                prepare_part_folder(self.jobs_root, record.name)
-            failure = self._run_launcher(manifest, spec_folder)
-        finally:
-            for record in records:  # the launcher redacts too, unless it was killed first
-                redact_part_specs(self.jobs_root, record.name, record.spec_path)
-        if failure is not None:
-            stopped, untracked = self.give_up(manifest, failure)
-            leftovers = (
-                f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
-                f"recorded (pids {', '.join(map(str, untracked))})"
-                if untracked
-                else ""
-            )
-            raise JobLaunchError(
-                f"job {launch.job_name!r} could not start: {failure}; stopped the parts "
-                f"already started: {', '.join(stopped) or 'none'}{leftovers}"
-            )
-        return manifest
-
-    def _run_launcher(self, manifest: JobManifest, spec_folder: Path) -> str | None:
-        """Start the parts in a launcher process and wait; returns what failed, if anything."""
-        request = {
-            "parent_pid": os.getpid(),
-            "jobs_root": str(self.jobs_root),
-            "parts": [{"name": part.name, "spec_path": part.spec_path} for part in manifest.parts],
-        }
-        env = {**os.environ, ENV_JOB: manifest.job_name, ENV_LAUNCH_ID: manifest.launch_id}
-        if self._cancelled:
-            return CANCELLED
-        self._launcher = start_launcher(request, spec_folder, env)
-        try:
-            returncode = self._launcher.wait()
-        finally:
-            self._launcher = None
-        result = read_result(spec_folder)
-        if self._cancelled:
-            return CANCELLED
-        failed = result.get("failed")
-        if failed:
-            provider = next(
-                (part.provider for part in manifest.parts if part.name == failed["part"]), "?"
-            )
-            return f"provider {provider!r} (part {failed['part']}) failed: {failed['error']}"
-        if returncode != 0 or len(result.get("started", [])) != len(manifest.parts):
-            return (
-                f"the launcher process exited with status {returncode} "
-                f"({log_tail(spec_folder) or 'no output'})"
-            )
-        return None
-
-    def _confirm_launch(self, manifest: JobManifest, grace_s: float) -> JobSnapshot:
-        """Steps 4-5: after ``grace_s``, every part runs (or is done) with no rank down."""
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and not self._cancelled:
-            time.sleep(0.1)
-        snapshot = self.job_snapshot(manifest.job_name)
-        assert snapshot is not None  # the manifest was written by this launch
-        problems = [CANCELLED] if self._cancelled else []
-        for part in snapshot.parts:
-            attempts = Path(part.job_dir).glob("attempt_*") if part.job_dir else ()
-            restarted = sorted(marker.name.split("_", 1)[1] for marker in attempts)
-            if part.status not in (JobStatus.RUNNING, JobStatus.DONE):
-                detail = f" ({part.last_error})" if part.last_error else ""
-                problems.append(f"part {part.name} is {part.status}{detail}")
-            elif part.status == JobStatus.RUNNING and (down := _ranks_down(part)):
-                problems.append(f"part {part.name} has ranks down: {down}")
-            elif restarted:
-                problems.append(f"part {part.name} had to restart rank(s) {', '.join(restarted)}")
-        if not problems:
-            self._write_manifest(replace(manifest, state=LAUNCH_RUNNING))
-            self._in_progress = None
-            confirmed = self.job_snapshot(manifest.job_name)
-            assert confirmed is not None
-            return confirmed
-        report = self.failure_report(snapshot)
-        if report:
-            self.log.error("Job %s did not start:\n%s", manifest.job_name, report)
-        reason = f"its ranks were not all up {grace_s:g} s after the start ({'; '.join(problems)})"
-        self.give_up(manifest, reason)
-        raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
-
-    def give_up(self, manifest: JobManifest, reason: str) -> tuple[list[str], list[int]]:
-        """Under the job's lock: :meth:`_stop_launch` a launch that cannot go on, record it down."""
-        stopped = self._stop_launch(manifest)
-        self._write_manifest(replace(manifest, state=LAUNCH_DOWN, down_reason=reason))
-        self._in_progress = None
-        return stopped
-
-    def _stop_launch(self, manifest: JobManifest) -> tuple[list[str], list[int]]:
-        """Stop a launch: launcher, recorded parts, other pids; returns (parts, unrecorded pids)."""
-        job, launch_ids = manifest.job_name, [manifest.launch_id]
-        terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
-        stopped = self._stop_parts(manifest.parts, manifest.launch_id)
-        untracked = terminate(launch_processes(job, launch_ids))
-        remote = sweep_remote_launch(job, manifest.launch_id, self._launch_specs(manifest))
-        if remote:
-            self.log.info(
-                "Stopped %d process(es) of launch %s on SSH hosts that iroh-tinker had not "
-                "recorded: %s",
-                len(remote),
-                manifest.launch_id,
-                ", ".join(remote),
-            )
-        if untracked:
-            self.log.info(
-                "Stopped %d process(es) of launch %s that iroh-tinker had not recorded: %s",
-                len(untracked),
-                manifest.launch_id,
-                untracked,
-            )
-        return stopped, untracked
-
-    def _spec_files(self, job_name: str, launch_id: str) -> list[str]:
-        """The part specs a launch wrote (kept in its spec folder, envs redacted)."""
-        folder = self.job_folder(job_name) / "specs" / launch_id
-        return sorted(str(path) for path in folder.glob("*.json") if not path.name.startswith("."))
-
-    def _launch_specs(self, manifest: JobManifest) -> list[str]:
-        """The spec files of a recorded launch: its parts', or its spec folder's."""
-        recorded = [part.spec_path for part in manifest.parts if part.spec_path]
-        return recorded or self._spec_files(manifest.job_name, manifest.launch_id)
-
-    def cancel_launch(self) -> bool:
-        """``on_kill``: stop the launch this hook runs; False when there is none (waiting for the
-        lock, or attached): nothing is stopped, and a launch that gets the lock starts nothing."""
-        self._cancelled = True
-        manifest = self._in_progress
-        if manifest is None:
-            return False
-        launcher = self._launcher
-        if launcher is not None and launcher.poll() is None:
-            with suppress(OSError):
-                os.killpg(launcher.pid, signal.SIGKILL)
-        self._stop_launch(manifest)
-        return True
-
-    def stop_launch(self, job_name: str, launch_id: str) -> JobSnapshot | None:
-        """Stop the job only if it still runs ``launch_id`` (what a killed task started); a later
-        launch (another task's resize) is left alone, told apart by its spec folder."""
-        with self.job_lock(job_name, timeout=STOP_LOCK_WAIT_S) as held:
-            manifest = self.read_manifest(job_name)
-            if manifest is None or manifest.launch_id != launch_id:
-                terminate(launch_processes(job_name, [launch_id]))
-                sweep_remote_launch(job_name, launch_id, self._spec_files(job_name, launch_id))
-                return None
-            if held:
-                self.give_up(manifest, "stopped: the task that launched it was killed")
-            else:
-                self._stop_launch(manifest)
-            return self.job_snapshot(job_name)
-
-    def _stop_parts(self, parts: tuple[PartRecord, ...], launch_id: str | None = None) -> list[str]:
-        """Stop the parts that still run; with ``launch_id``, only those that launch started."""
-        stopped = []
-        for part in parts:
-            try:
-                state = self.job_manager.status(part.name)
-            except KeyError:  # never started
-                continue
-            if launch_id is not None and Path(state.spec_path).parent.name != launch_id:
-                continue  # the part now runs another launch's spec
-            if state.status == "running":
-                self.job_manager.stop(part.name)
-                self.log.info("Stopped part %s.", part.name)
-                stopped.append(part.name)
-        return stopped
-
-    def stop_job(self, job_name: str) -> JobSnapshot | None:
-        """Stop every part of the job; returns the job as it is afterwards (None if unknown)."""
-        with self.job_lock(job_name):
-            manifest = self.read_manifest(job_name)
-            if manifest is None:
-                return None
-            self._stop_launch(manifest)
-            self._stop_parts(manifest.parts)
-            return self.job_snapshot(job_name)
-
     def failure_report(self, snapshot: JobSnapshot, tail: int = 20) -> str:
         """For each lost part (failed, or running with ranks down), the log tail of each rank
-        that did not finish."""
+        that did not finish, named by its part rank and its global rank."""
         return "\n".join(
-            f"part {part.name} rank {rank} failed ({part.last_error or 'no error recorded'}); "
-            f"last {tail} log lines:\n{self._rank_log(part.name, rank, tail)}"
+            f"part {part.name} rank {rank} (global rank {part.rank_offset + rank}) failed "
+            f"({part.last_error or 'no error recorded'}); last {tail} log lines:\n"
+            f"{self._rank_log(part.name, rank, tail)}"
             for part in snapshot.parts
             if (lost := self._lost_ranks(part, snapshot.manifest.procs_per_node)) is not None
             for rank in lost or [0]
@@ -697,10 +357,12 @@ class ElasticGridHook(BaseHook):
     def _lost_ranks(part: PartRecord, per_node: int) -> list[int] | None:
         """A lost part's ranks that did not finish; None when the part is not lost
         (:func:`~elasticgrid_provider.core.recovery.part_is_lost`)."""
-        down = _ranks_down(part) if part.status == JobStatus.RUNNING else []
+        down = ranks_down(part) if part.status in (JobStatus.RUNNING, JobStatus.STOPPED) else []
+        if part.status == JobStatus.STOPPED:  # stopped after its ranks went down: lost before
+            return down or None
         if not part_is_lost(part.status, down):
             return None
-        return down or _unfinished(part, range(part.nodes * per_node))
+        return down or unfinished(part, range(part.nodes * per_node))
 
     def _rank_log(self, part_name: str, rank: int, tail: int) -> str:
         """The last ``tail`` lines of a rank's log; empty when there is none to read."""
@@ -709,9 +371,14 @@ class ElasticGridHook(BaseHook):
         except (KeyError, OSError):
             return ""
 
-    def lost_parts(self, snapshot: JobSnapshot, tail: int = 20) -> tuple[LostPart, ...]:
-        """The parts of a confirmed launch that lost ranks, with the cause (core/recovery.py)."""
-        if snapshot.manifest.state != LAUNCH_RUNNING:
+    def lost_parts(
+        self, snapshot: JobSnapshot, tail: int = 20, *, confirmed_only: bool = True
+    ) -> tuple[LostPart, ...]:
+        """The parts that lost ranks, with their global ranks and the cause (core/recovery.py):
+        the last cause line of the first lost rank's log, else iroh-tinker's ``down ranks``.
+        Only a confirmed launch, or one ``lost`` while starting, loses capacity, unless
+        ``confirmed_only`` is False."""
+        if confirmed_only and not snapshot.manifest.state.can_lose_capacity:
             return ()
         lost = []
         for part in snapshot.parts:
@@ -719,13 +386,14 @@ class ElasticGridHook(BaseHook):
             if ranks is None:
                 continue
             log_tail = self._rank_log(part.name, ranks[0] if ranks else 0, tail)
+            notice = part.last_error or f"down ranks: {ranks}"  # iroh-tinker's words, part ranks
             lost.append(
                 LostPart(
                     part=part.name,
                     provider=part.provider,
                     nodes=part.nodes,
-                    ranks=tuple(ranks),
-                    cause=loss_cause(log_tail, part.last_error),
+                    ranks=tuple(part.rank_offset + rank for rank in ranks),
+                    cause=loss_cause(log_tail, notice),
                 )
             )
         return tuple(lost)

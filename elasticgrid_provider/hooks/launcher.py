@@ -99,10 +99,10 @@ def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
     copy.chmod(0o600)
 
 
-def start_launcher(request: dict[str, Any], folder: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Start the launcher for ``request`` with none of this process's descriptors."""
+def start_launcher(folder: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start the launcher for the request in ``folder`` (``REQUEST_NAME``, written before) with
+    none of this process's descriptors."""
     request_path = folder / REQUEST_NAME
-    write_private_json(request_path, request)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     descriptor = os.open(folder / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -189,21 +189,62 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def own_processes(job_name: str, pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that are live processes of ``job_name`` on this machine: a pid that an
+    engine recorded on another machine, or that was reused since, is left alone."""
+    return [int(pid) for pid in pids if _environment(int(pid)).get(ENV_JOB) == job_name]
+
+
+def _process_groups(pgids: set[int]) -> list[int]:
+    """The live (not zombie) processes whose process group is one of ``pgids``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _, group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue
+        if state != "Z" and int(group) in pgids:
+            members.append(int(entry.name))
+    return members
+
+
+def _group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except OSError:
+        return False
+
+
 def terminate(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:
-    """SIGTERM the processes (and their groups), SIGKILL what outlives ``grace_s``; returns
-    the pids that were alive when asked to stop."""
+    """Stop the processes and, for a group leader, its whole group; returns the pids that were
+    alive when asked to stop.
+
+    A group leader (iroh's runner, a launcher) is SIGKILLed first: a runner restarts the rank
+    it was told to stop (``recovery: restart``) and forwards signals on its own clock. Its group
+    (the rank's program) then gets SIGTERM, time to checkpoint, and SIGKILL after ``grace_s``.
+    """
     targets = [pid for pid in pids if _alive(pid)]
+    leaders = {pid for pid in targets if _group_leader(pid)}
+    for pid in leaders:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+    def left() -> bool:
+        return any(_alive(pid) for pid in targets) or bool(leaders and _process_groups(leaders))
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in targets:
             with contextlib.suppress(OSError):
-                if os.getpgid(pid) == pid:  # a session leader (iroh's runner): its whole group
+                if pid in leaders:
                     os.killpg(pid, sig)
                 else:
                     os.kill(pid, sig)
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
-        while any(_alive(pid) for pid in targets) and time.monotonic() < deadline:
+        while left() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not any(_alive(pid) for pid in targets):
+        if not left():
             break
     return targets
 

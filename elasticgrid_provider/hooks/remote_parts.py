@@ -83,7 +83,7 @@ def spec_params(spec_path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return dict(params) if isinstance(params, dict) else None
 
 
-def ranks_down(last_error: str | None) -> list[int]:
+def listed_down_ranks(last_error: str | None) -> list[int]:
     """The ranks in iroh-tinker's ``down ranks: [..]`` words, wherever they stand."""
     found = _DOWN.search(last_error or "")
     if found is None:

@@ -13,8 +13,10 @@ in the worker or, with ``deferrable``, in the triggerer; a failed job fails
 the task with the tail of the failing rank's log.
 
 ``on_kill`` stops only what this task started: the launch in progress, or
-the launch it confirmed. A job it attached to, or was still waiting (on the
-job's lock) to launch or attach to, keeps running. A killed task fails.
+the launch it confirmed (or adopted: a start that an earlier try, killed in
+its start-up grace, left unconfirmed with every rank up, which a retry
+confirms instead of restarting). A job it attached to, or was still waiting
+(on the job's lock) to launch or attach to, keeps running. A killed task fails.
 
 Every ``envs`` value is registered with Airflow's secrets masker as soon as
 the fields are rendered, so neither logs nor rendered fields show it.
@@ -41,6 +43,7 @@ from elasticgrid_provider.hooks.elasticgrid import (
     DEFAULT_STARTUP_GRACE_S,
     ElasticGridHook,
     JobLaunchError,
+    LaunchAction,
     LaunchOutcome,
 )
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
@@ -173,7 +176,7 @@ class LaunchOperator(BaseOperator):
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
             raise AirflowFailException(str(exc)) from None
         snapshot = outcome.snapshot
-        attached = outcome.action == "attached"
+        attached = outcome.action == LaunchAction.ATTACHED
         if not attached:
             self._started_launch_id = snapshot.manifest.launch_id
         if self._killed:
@@ -199,9 +202,21 @@ class LaunchOperator(BaseOperator):
                 snapshot.nodes,
                 snapshot.manifest.launch_id,
             )
+        elif outcome.action == LaunchAction.ADOPTED:
+            self.log.info(
+                "Adopted job %s's launch %s (%d nodes), which an earlier try started and left "
+                "unconfirmed: every rank is up; started nothing.",
+                self.job_name,
+                snapshot.manifest.launch_id,
+                snapshot.nodes,
+            )
         else:
             previous = outcome.previous_nodes
-            resized = f" (resized from {previous} nodes)" if previous else ""
+            resized = (
+                f" (resized from {previous} nodes)"
+                if outcome.action == LaunchAction.RESIZED
+                else ""
+            )
             self.log.info(
                 "Launched job %s%s: %d nodes, world size %d, %d part(s) under %s, $%.2f/h, "
                 "launch %s; every rank is up.\n%s",

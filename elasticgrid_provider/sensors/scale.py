@@ -309,6 +309,8 @@ class ElasticScaleSensor(BaseSensorOperator):
         ti.xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=record)
         if outcome.verdict is CheckVerdict.FINISH:  # skip the resize downstream
             raise AirflowSkipException(outcome.reason)
-        if outcome.verdict is CheckVerdict.GIVE_UP:
-            raise JobFailedError(f"{outcome.reason}\n{report}".rstrip())
+        if outcome.verdict is CheckVerdict.GIVE_UP:  # the sentence alone; the log tails above
+            if report:
+                self.log.error("The lost ranks of job %s logged last:\n%s", self.job_name, report)
+            raise JobFailedError(outcome.reason)
         return None

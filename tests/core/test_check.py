@@ -197,7 +197,9 @@ def test_a_change_records_the_proposed_placement_and_a_hold_does_not():
 def test_an_ended_job_is_recorded_without_resolving_the_deadline():
     rules = ScaleCheck("job", ElasticScheduler())
     state = ScaleState(job_name="job")
-    outcome = rules.run(state, snapshot(3, "stopped"), T0, task=TASK, deadline=no_deadline_expected)
+    stopped = snapshot(3, "stopped", state="stopped", down_reason="stopped on request")
+    assert rules.failure(stopped, jobs_root="/jobs") is None  # stopped on purpose: it ended
+    outcome = rules.run(state, stopped, T0, task=TASK, deadline=no_deadline_expected)
     assert outcome.verdict is CheckVerdict.FINISH
     assert outcome.reason == "job 'job' is stopped; there is nothing to scale"
     assert outcome.record["context"]["readable"]["summary"].startswith("hold")
@@ -301,6 +303,32 @@ FAILURES = [
         "job 'job' is down, so there is nothing to scale: its launch "
         "20261202T000000Z-abcdef was confirmed dead (rank 1 exited); launch it again "
         "with LaunchOperator",
+    ),
+    (
+        "cut short while stopping: what the record says, and what is left",
+        snapshot(2, "failed", state="stopping", down_reason="being replaced by launch L2"),
+        {},
+        "job 'job' was cut short while its launch 20261202T000000Z-abcdef was being stopped "
+        "(being replaced by launch L2): the task doing it ended before it recorded what came "
+        "next, and no rank is left, so there is nothing to scale; launch it again with "
+        "LaunchOperator",
+    ),
+    (
+        "cut short while stopping, a part still running",
+        snapshot(2, "running", state="stopping", down_reason="stopped on request"),
+        {},
+        "job 'job' was cut short while its launch 20261202T000000Z-abcdef was being stopped "
+        "(stopped on request): the task doing it ended before it recorded what came next, and "
+        "part(s) job--local still run, so there is nothing to scale; launch it again with "
+        "LaunchOperator",
+    ),
+    (
+        "vanished: every part stopped, the launch recorded running",
+        snapshot(2, "stopped"),
+        {},
+        "job 'job' has no rank left, yet its launch 20261202T000000Z-abcdef is recorded "
+        "running: its parts were stopped outside elasticgrid or never started, so there is "
+        "nothing to scale; launch it again with LaunchOperator",
     ),
 ]
 

@@ -86,7 +86,7 @@ def test_a_loss_is_recovered_on_the_rest_of_the_grid_and_the_provider_quarantine
     assert [(q.provider, q.since, q.until) for q in decision.quarantine] == [
         ("spot", NOW, NOW + 60)
     ]
-    assert "lost part job--spot (provider 'spot': preempted)" in decision.reason
+    assert "lost part job--spot (provider 'spot', global rank 0: preempted)" in decision.reason
     assert "recovery 1 of at most 2 within 600s" in decision.reason
 
 
@@ -224,3 +224,13 @@ def test_a_record_tells_the_re_plan_what_to_leave_out():
         ElasticGridError, match=r"decision record quarantine\.0\.provider must be a string, got 1"
     ):
         quarantine_from_record({"quarantine": [{"provider": 1}]})
+
+
+def test_only_a_notice_that_capacity_was_taken_is_a_capacity_loss():
+    from elasticgrid_provider.core.recovery import is_capacity_loss
+
+    assert is_capacity_loss("preempted: spot capacity reclaimed by spot")
+    assert is_capacity_loss("instance terminated by the provider (eviction)")
+    assert not is_capacity_loss("rank 1: out of memory")
+    assert not is_capacity_loss("ValueError: corrupt batch")
+    assert not is_capacity_loss("its ranks stopped (down ranks: [0, 1])")

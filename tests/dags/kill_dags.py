@@ -53,3 +53,38 @@ with DAG(dag_id="launch_hanging_start", schedule=None, catchup=False):
         recovery={"mode": "none"},
         envs={"FAKE_START_HANG_S": "{{ dag_run.conf.get('hang', 0) }}"},
     )
+
+# a job whose engine holds in ``stop`` after the ranks are gone, while its part folder has a
+# ``hold-stop`` file (tests.fake_engines.HeldStopEngine): a resize killed there has stopped the
+# old launch and recorded nothing after
+HELD_STOP_PROVIDERS = [
+    {
+        "name": "held",
+        "engine": "module=tests.fake_engines:HeldStopEngine",
+        "max_nodes": 4,
+        "cost_per_node_hour": 1.0,
+        "spot": False,
+    }
+]
+with DAG(dag_id="launch_held_stop", schedule=None, catchup=False):
+    held_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=HELD_STOP_PROVIDERS)
+    held_plan >> LaunchOperator(
+        task_id="launch",
+        job_name=JOB,
+        run=SLEEPING_RUN,
+        placement=held_plan.output,
+        recovery={"mode": "none"},
+        startup_grace_s=1,
+    )
+
+# a launch whose start-up grace lasts long enough for a kill to land in it with every rank up
+with DAG(dag_id="launch_long_grace", schedule=None, catchup=False):
+    grace_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=TWO_LOCAL_PROVIDERS)
+    grace_plan >> LaunchOperator(
+        task_id="launch",
+        job_name=JOB,
+        run=SLEEPING_RUN,
+        placement=grace_plan.output,
+        recovery={"mode": "none"},
+        startup_grace_s=12,
+    )

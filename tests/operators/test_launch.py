@@ -185,7 +185,8 @@ def test_a_resize_whose_command_dies_at_once_fails_and_records_the_job_down(
     text = _text(capfd, caplog)
     assert (
         "AirflowException: job 'dies' is down: its ranks were not all up 8 s after the start "
-        "(part dies--onprem is failed" in text
+        "(part dies--onprem (provider 'onprem', global ranks 0, 1: its ranks stopped "
+        "(down ranks: [0, 1])); part dies--cloud (provider 'cloud', global rank 2: " in text
     )
     assert "boom: corrupt batch" in text  # the failing rank's log, in the task log
     assert "resized" not in text
@@ -204,11 +205,14 @@ def test_a_launch_with_one_rank_down_fails_and_logs_that_ranks_output(
     assert result.task_states == {"plan": "success", "launch": "failed"}
     text = _text(capfd, caplog)
     assert (
-        "its ranks were not all up 5 s after the start "
-        "(part one-down--onprem has ranks down: [1])" in text
+        "its ranks were not all up 5 s after the start (part one-down--onprem "
+        "(provider 'onprem', global rank 1: rank 1: out of memory))" in text
     )
     # the part still runs (rank 0 lives), yet the report has the dead rank's log tail
-    assert "part one-down--onprem rank 1 failed (down ranks: [1]); last 20 log lines:" in text
+    assert (
+        "part one-down--onprem rank 1 (global rank 1) failed (down ranks: [1]); "
+        "last 20 log lines:" in text
+    )
     assert "rank 1: out of memory" in text
     assert _manifest(jobs_root, "one-down")["state"] == "down"
     assert job_ranks("one-down") == {}

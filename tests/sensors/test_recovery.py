@@ -134,12 +134,17 @@ def test_a_second_loss_within_the_window_hits_max_recoveries_and_fails_clearly(
     output = capfd.readouterr()
     text = output.out + output.err + caplog.text
     sentence = (
-        f"job '{job}' lost part {job}--backup (provider 'backup': preempted: spot capacity "
-        "reclaimed by module=tests.preemptible_engine:PreemptibleEngine) and already recovered "
-        "1 time(s) within the last 3600s (max_recoveries=1), so it is not recovered again; "
-        "relaunch it with LaunchOperator once the capacity is back"
+        f"job '{job}' lost part {job}--backup (provider 'backup', global rank 1: preempted: spot "
+        "capacity reclaimed by module=tests.preemptible_engine:PreemptibleEngine) and already "
+        "recovered 1 time(s) within the last 3600s (max_recoveries=1), so it is not recovered "
+        "again; relaunch it with LaunchOperator once the capacity is back"
     )
     assert f"JobFailedError: {sentence}" in text
+    assert f"JobFailedError: {sentence}\npart " not in text  # no log tail after the sentence
+    assert (
+        f"The lost ranks of job {job} logged last:\npart {job}--backup rank 0 (global rank 1)"
+        in (text)
+    )
     record = second.xcom("scale_check")
     assert (record["action"], record["target_nodes"]) == ("give_up", 0)
     events = [entry["action"] for entry in _state(job)["history"] if entry["action"] != "hold"]
@@ -234,3 +239,55 @@ def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twic
     history = _state(job)["history"]
     assert [entry["action"] for entry in history].count("recover") == 1
     assert len(list(specs.iterdir())) == 2  # the launch and exactly one relaunch
+
+
+def _text(capfd, caplog) -> str:
+    output = capfd.readouterr()
+    return output.out + output.err + caplog.text
+
+
+def test_a_loss_while_starting_is_recovered_by_the_next_check(airflow_db, jobs_root, capfd, caplog):
+    """spot is reclaimed 1 s after its ranks start, inside the launch's grace: the launch fails
+    naming the cause and is recorded ``lost``; the next check recovers it on what is left."""
+    job = "lose-at-start"
+    conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=1"}
+    launched = run_dag("recovery_launch", conf)
+    assert launched.task_states == {"plan": "success", "launch": "failed"}
+    cause = (
+        "preempted: spot capacity reclaimed by module=tests.preemptible_engine:PreemptibleEngine"
+    )
+    assert f"(part {job}--spot (provider 'spot', global rank 1: {cause}))" in _text(capfd, caplog)
+    lost = _manifest(jobs_root, job)
+    assert lost["state"] == "lost"
+
+    result = run_dag("recovery_check", conf)
+
+    assert result.task_states == RECOVERED
+    record = result.xcom("scale_check")
+    assert (record["action"], record["launch_id"]) == ("recover", lost["launch_id"])
+    assert [(p["part"], p["ranks"], p["cause"]) for p in record["lost"]] == [
+        (f"{job}--spot", [1], cause)
+    ]
+    relaunched = result.xcom("relaunch")
+    assert [p["provider"] for p in relaunched["parts"]] == ["onprem", "backup"]
+    assert _manifest(jobs_root, job)["state"] == "running"
+
+
+def test_a_loss_while_starting_without_recovery_budget_fails_the_check_saying_why(
+    airflow_db, jobs_root, capfd, caplog
+):
+    job = "lose-at-start-off"
+    conf = {"job_name": job, "nodes": 2, "preempt": "spot=1", "max_recoveries": 0}
+    assert run_dag("recovery_launch", conf).task_states["launch"] == "failed"
+    capfd.readouterr()
+
+    result = run_dag("recovery_check", conf)
+
+    assert result.task_states["scale_check"] == "failed"
+    assert (
+        f"JobFailedError: job '{job}' lost part {job}--spot (provider 'spot', global rank 1: "
+        "preempted: spot capacity reclaimed by module=tests.preemptible_engine:PreemptibleEngine) "
+        "and recovery is off (max_recoveries=0), so it is not recovered again"
+        in _text(capfd, caplog)
+    )
+    assert _manifest(jobs_root, job)["state"] == "down"

@@ -1,0 +1,128 @@
+"""A launch's files, written before anything of the running job is stopped.
+
+A resize stops the running launch, then starts the new one. Whatever can be
+written before the stop is written before it, so a full or failing disk
+fails the resize while the job still runs (:func:`write_launch_files`):
+
+* the rendezvous folder, the spec folder and one spec per part (``envs``
+  values in them, 0600 in 0700 folders);
+* the launcher's request and its (empty) log;
+* the new launch's manifest, ``starting``, as an intent inside the spec
+  folder (``INTENT_NAME``): after the stop it is only renamed into place;
+* each part's iroh-tinker folder and its ``spec.json`` (0600, empty);
+* then a free-space check: after the stop iroh-tinker still writes its
+  records and the ranks their logs, so the jobs root must keep
+  :data:`MIN_FREE_BYTES` free (and :data:`MIN_FREE_INODES` inodes where the
+  filesystem counts them).
+
+A write that fails raises :class:`~elasticgrid_provider.core.errors.JobLaunchError`
+naming the path (the half-written spec folder is removed): a retry may find
+the space freed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from elasticgrid_provider.core.errors import JobLaunchError
+from elasticgrid_provider.core.job import JobManifest
+from elasticgrid_provider.hooks.launcher import (
+    LOG_NAME,
+    REQUEST_NAME,
+    private_folder,
+    write_private_json,
+)
+
+INTENT_NAME = "manifest.json"  # the new launch's manifest, in its spec folder until the stop
+MIN_FREE_BYTES = 1 << 20
+"""Space the jobs root must keep after a launch's files are written (records, first logs)."""
+MIN_FREE_INODES = 64
+
+
+def _size(count: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an ``OSError`` while writing ``path`` into one sentence naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise JobLaunchError(f"writing {path} failed ({exc.strerror or exc})") from None
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (a temporary file, then a rename), naming ``path`` on failure."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with writing(path):
+            temporary.write_text(json.dumps(data, indent=2) + "\n")
+            temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def check_free_space(folder: Path) -> None:
+    """Refuse when ``folder``'s filesystem has less than the space a started launch needs."""
+    with writing(folder):
+        stats = os.statvfs(folder)
+    free = stats.f_bavail * stats.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise JobLaunchError(
+            f"{folder} has {_size(free)} free, less than the {_size(MIN_FREE_BYTES)} a started "
+            "launch needs for iroh-tinker's records and the ranks' first log lines"
+        )
+    if stats.f_files and stats.f_favail < MIN_FREE_INODES:
+        raise JobLaunchError(
+            f"{folder} has {stats.f_favail} free inodes, fewer than the {MIN_FREE_INODES} a "
+            "started launch needs"
+        )
+
+
+def write_launch_files(
+    manifest: JobManifest,
+    spec_folder: Path,
+    write_specs: Callable[[], None],
+    request: dict[str, Any],
+    part_folders: list[Path],
+    local_dir: str | None,
+) -> Path:
+    """Write everything of ``manifest``'s launch that can be written before the stop (module
+    docstring); returns the intent's path. ``write_specs`` writes the parts' specs."""
+    try:
+        if local_dir is not None:
+            with writing(Path(local_dir)):
+                Path(local_dir).mkdir(parents=True, exist_ok=True)
+        with writing(spec_folder):
+            private_folder(spec_folder.parent)
+            private_folder(spec_folder)
+        write_specs()
+        with writing(spec_folder / REQUEST_NAME):
+            write_private_json(spec_folder / REQUEST_NAME, request)
+        with writing(spec_folder / LOG_NAME):
+            os.close(os.open(spec_folder / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        intent = spec_folder / INTENT_NAME
+        write_json(intent, manifest.to_dict())
+        for folder in part_folders:
+            with writing(folder):
+                private_folder(folder)
+                copy = folder / "spec.json"
+                copy.touch(mode=0o600, exist_ok=True)
+                copy.chmod(0o600)
+        check_free_space(spec_folder)
+    except JobLaunchError:
+        with suppress(OSError):
+            shutil.rmtree(spec_folder)
+        raise
+    return intent
