@@ -135,12 +135,13 @@ def start_dags_test(
     run_conf: dict[str, Any],
     *,
     logical_date: str | None = None,
-    output: int | IO[str] = subprocess.PIPE,
+    output: IO[str],
 ) -> subprocess.Popen[str]:
     """Start ``airflow dags test`` of ``dag_id`` in ``tests/dags/<dag_file>`` in its own process.
 
-    Its output (stderr too) goes to ``output``: a pipe, or a file where nobody
-    reads the pipe while the run goes on (a full pipe blocks the run).
+    Its output (stderr too) goes to the file ``output``, never a pipe: a run whose
+    output outgrows a pipe nobody reads while it runs would block, holding the
+    job's lock.
     """
     # imported here: importing conftest sets up a test session's Airflow home, which a
     # benchmark importing this module (benchmarks/bench_recovery.py) must not get

@@ -191,8 +191,15 @@ def test_a_quarantined_provider_is_used_again_once_its_quarantine_ends(airflow_d
     assert len(_state(job)["recovery"]["recoveries"]) == 2
 
 
+def log_path_text(log) -> str:
+    """What a ``start_dags_test`` process wrote to ``log`` so far (its last 3,000 characters)."""
+    log.flush()
+    log.seek(0)
+    return log.read()[-3000:]
+
+
 def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twice(
-    airflow_db, jobs_root
+    airflow_db, jobs_root, tmp_path
 ):
     """One process launches the job, sees spot reclaimed and relaunches it on a backup that
     takes 10 s to provision; a check started while that relaunch holds the lock (it gets there
@@ -201,11 +208,13 @@ def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twic
     job = "lock-race"
     conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=7", "provision_s": 10}
     specs = jobs_root / job / "specs"
+    log = (tmp_path / "recovering.log").open("w+")
     recovering = start_dags_test(
         "recovery_dags.py",
         "recovery_launch_then_recover_slowly",
         conf,
         logical_date="2026-01-01T00:00:00+00:00",
+        output=log,
     )
     try:
         # the relaunch holds the lock from the record of its launch to its confirmation
@@ -217,15 +226,17 @@ def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twic
             ),
             timeout=240,
         )
-        assert recovering.poll() is None, recovering.communicate()[0][-3000:]
+        assert recovering.poll() is None, log_path_text(log)
         assert _manifest(jobs_root, job)["state"] == "starting"
         check_started = time.time()
         second = run_dag("recovery_check_only", conf)
-        output = recovering.communicate(timeout=240)[0]
+        recovering.wait(timeout=240)
+        output = log_path_text(log)
     finally:
         if recovering.poll() is None:
             recovering.kill()
-            recovering.communicate()
+            recovering.wait()
+        log.close()
     assert recovering.returncode == 0, output[-3000:]
     manifest = _manifest(jobs_root, job)
     confirmed_at = (jobs_root / job / "manifest.json").stat().st_mtime

@@ -292,7 +292,7 @@ def test_a_recorded_decision_replays_to_the_same_decision(airflow_db, jobs_root,
 
 
 @pytest.mark.long
-def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
+def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root, tmp_path):
     """Two DAG runs in two processes check the same job at the same moment.
 
     The job's lock serialises the checks: one decides ``scale_up`` and resizes;
@@ -302,16 +302,26 @@ def test_two_concurrent_checks_lead_to_one_resize(airflow_db, jobs_root):
     """
     run_dag("launch_queue_bound", {"job_name": "race", "nodes": 2})
     wait_for_lines(jobs_root / "race--onprem" / "steps.jsonl", 4)
+    logs = [(tmp_path / f"check-{index}.log").open("w+") for index in (0, 1)]
     checks = [
         start_dags_test(
             "scale_dags.py",
             "scale_check_concurrent",
             {"job_name": "race"},
             logical_date=logical_date,
+            output=log,
         )
-        for logical_date in ("2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00")
+        for log, logical_date in zip(
+            logs, ("2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00"), strict=True
+        )
     ]
-    outputs = [check.communicate(timeout=180)[0] for check in checks]
+    for check in checks:
+        check.wait(timeout=180)
+    outputs = []
+    for log in logs:
+        log.seek(0)
+        outputs.append(log.read())
+        log.close()
     assert all(check.returncode == 0 for check in checks), "\n".join(outputs)
 
     state = _state("race")
