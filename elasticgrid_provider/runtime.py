@@ -33,7 +33,12 @@ descriptor: readers see whole lines, but must ignore an unfinished last one.
 it: rank 0 writes the state first, then ``progress.json`` (``{"completed_steps":
 n, ...}``), each through a temporary file and an atomic rename, so the
 checkpoint is always consistent; every rank reads it on start and continues
-from step ``n``, whatever the world size now is.
+from step ``n``, whatever the world size now is. The newest launch owns the
+checkpoint: its global rank 0 records its launch id (``owner.json``) when it
+loads, and a rank of an older launch that still runs (on a host that was cut
+off and recovered elsewhere) fails its next commit with
+:class:`~elasticgrid_provider.core.errors.CheckpointFencedError` instead of
+writing over the new launch's progress.
 
 Every committed step is in the step log exactly once, kills included, when
 the commit carries the step's line and rank 0 replays it on resume::
@@ -63,10 +68,12 @@ from pathlib import Path
 from typing import Any
 
 from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.core.errors import CheckpointFencedError
 from elasticgrid_provider.core.rank_environment import (
     ENV_HOST,
     ENV_JOB,
     ENV_JOB_DIR,
+    ENV_LAUNCH_ID,
     ENV_LOCAL_WORLD_SIZE,
     ENV_PART,
     ENV_PROCS_PER_NODE,
@@ -98,6 +105,7 @@ class DistributedContext:
     rendezvous_dir: str | None
     shared_dir: str | None = None
     host: str | None = None
+    launch_id: str | None = None
 
     @property
     def nodes(self) -> int:
@@ -160,6 +168,7 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
         rendezvous_dir=_rendezvous_dir(env.get(ENV_RENDEZVOUS)),
         shared_dir=env.get(ENV_SHARED_DIR) or None,
         host=env.get(ENV_HOST) or None,
+        launch_id=env.get(ENV_LAUNCH_ID) or None,
     )
 
 
@@ -304,6 +313,7 @@ def _last_logged_step(path: Path, window: int = 1 << 16) -> int:
     return max(steps)
 
 
+OWNER_FILE = "owner.json"  # the launch whose global rank 0 may commit (the newest to start)
 PROGRESS_FILE = "progress.json"  # commits a checkpoint: written last, names a complete state
 STATE_PREFIX = "state-"
 CHECKPOINT_FOLDER = "checkpoint"  # the checkpoint's folder inside the job's shared folder
@@ -340,7 +350,9 @@ class Checkpoint:
 
     def load(self) -> tuple[int, bytes | None]:
         """``(completed steps, the saved state or None)``; ``(0, None)`` when there is none;
-        ``ValueError`` naming the file when ``progress.json`` is unreadable."""
+        ``ValueError`` naming the file when ``progress.json`` is unreadable. On global rank 0
+        of a launch, it also takes the checkpoint for that launch (:meth:`save`'s fence)."""
+        self._claim()
         if self.folder is None or not (self.folder / PROGRESS_FILE).exists():
             return 0, None
         progress_path = self.folder / PROGRESS_FILE
@@ -369,6 +381,7 @@ class Checkpoint:
         completed = check_integer("completed_steps", completed_steps)
         if self.folder is None or not self.context.is_rank_zero:
             return False
+        self._check_owner()
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"{STATE_PREFIX}{completed}.bin"
         _write_atomically(self.folder / name, state)
@@ -387,6 +400,31 @@ class Checkpoint:
             if old.name != name:
                 old.unlink(missing_ok=True)
         return True
+
+    def _claim(self) -> None:
+        """Record this launch as the checkpoint's owner (global rank 0 of a launch only)."""
+        launch = self.context.launch_id
+        if self.folder is None or launch is None or not self.context.is_rank_zero:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        owner = {"launch_id": launch, "time": epoch_now()}
+        _write_atomically(self.folder / OWNER_FILE, (json.dumps(owner) + "\n").encode())
+
+    def _check_owner(self) -> None:
+        """Raise :class:`CheckpointFencedError` when a newer launch owns the checkpoint."""
+        launch = self.context.launch_id
+        if self.folder is None or launch is None:
+            return
+        try:
+            owner = json.loads((self.folder / OWNER_FILE).read_text()).get("launch_id")
+        except (OSError, ValueError, AttributeError):
+            return  # never claimed (a checkpoint of an older version): nothing to fence
+        if owner not in (None, launch):
+            raise CheckpointFencedError(
+                f"checkpoint {self.folder} now belongs to launch {owner}; this rank's launch "
+                f"{launch} was replaced (its host cut off, or the job relaunched elsewhere), so "
+                "it stops without committing"
+            )
 
     def pending_line(self) -> tuple[Path, dict[str, Any]] | None:
         """The step line and step log the last commit carries (``save(step_record=...)``)."""

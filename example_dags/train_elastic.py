@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider.core.errors import CheckpointFencedError
 from elasticgrid_provider.runtime import (
     Checkpoint,
     DistributedContext,
@@ -230,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return train(args, ctx)
+    try:
+        return train(args, ctx)
+    except CheckpointFencedError as exc:  # a newer launch took over: stop, write nothing
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 3
 
 
 if __name__ == "__main__":

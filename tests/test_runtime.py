@@ -189,6 +189,33 @@ def test_a_checkpoint_resumes_where_the_last_commit_left_off(tmp_path):
     assert Checkpoint(distributed_context({})).save(1, b"x") is False  # nowhere to write
 
 
+def test_a_rank_of_a_replaced_launch_cannot_commit_over_the_new_launch(tmp_path):
+    """A host cut off and recovered elsewhere keeps its ranks running: once the new launch
+    loaded the checkpoint, the old launch's rank 0 fails its next commit and writes nothing."""
+    from elasticgrid_provider.core.errors import CheckpointFencedError
+    from elasticgrid_provider.runtime import PROGRESS_FILE, Checkpoint, distributed_context
+
+    shared = tmp_path / "shared"
+
+    def launch(launch_id: str) -> Checkpoint:
+        env = {"ELASTICGRID_SHARED_DIR": str(shared), "ELASTICGRID_LAUNCH_ID": launch_id}
+        return Checkpoint(distributed_context(env))
+
+    old = launch("L1")
+    assert old.load() == (0, None)
+    assert old.save(5, b"old at 5") is True
+    new = launch("L2")
+    assert new.load() == (5, b"old at 5")  # the new launch resumes, and takes the checkpoint
+    with pytest.raises(CheckpointFencedError, match="now belongs to launch L2; .* launch L1"):
+        old.save(6, b"old at 6")
+    assert json.loads((shared / "checkpoint" / PROGRESS_FILE).read_text())["completed_steps"] == 5
+    assert new.save(6, b"new at 6") is True
+    assert launch("L3").load() == (6, b"new at 6")
+    # a rank started by hand (no launch id) neither claims nor is fenced
+    by_hand = Checkpoint(distributed_context({"ELASTICGRID_SHARED_DIR": str(shared)}))
+    assert by_hand.save(7, b"by hand") is True
+
+
 # a training loop in the documented pattern that stops forever at one instant of one step
 KILLED_LOOP = """
 import json, sys, time

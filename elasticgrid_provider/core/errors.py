@@ -11,6 +11,7 @@ The hierarchy::
       JobFailedError          the checked job failed, is down, or was never launched
       RemoteHostError         an ssh training host was unreachable or refused a request
       StateReadError          a job's scale state could not be read (nothing was decided)
+      CheckpointFencedError   a rank of a replaced launch tried to commit (in the rank only)
 
 What they do:
 
@@ -71,3 +72,8 @@ class RemoteHostError(RuntimeError):
 class StateReadError(RuntimeError):
     """A job's scale state could not be read, or its absence could not be confirmed; the
     check decided and wrote nothing (retried: a metadata-DB blip passes)."""
+
+
+class CheckpointFencedError(RuntimeError):
+    """A rank of a launch that a newer launch replaced tried to commit the job's checkpoint
+    (say, on a host that was cut off and recovered elsewhere): it stops without writing."""
