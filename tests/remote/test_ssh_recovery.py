@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.airflow_support import run_dag
+from tests.remote.conftest import job_processes
 from tests.ssh_hosts import SshTestHosts
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
@@ -54,4 +55,9 @@ def test_a_host_cut_off_mid_run_is_recovered_on_another_pool_from_the_checkpoint
         (two_pools.pool / "eg" / "cut" / "shared" / "checkpoint" / "progress.json").read_text()
     )
     assert progress["completed_steps"] == 120
+    # the cut-off rank trained on, and was fenced at its first commit after the relaunch
+    two_pools.restore(0)
+    orphan = two_pools.run(0, f"cat {REMOTE_LOGS.format(part='cut--pool-a')}/logs/rank_0.log")
+    assert "now belongs to launch" in orphan.stdout, orphan.stdout[-2000:]
+    assert job_processes(two_pools, 0, "cut") == {}
     assert time.monotonic() - cut_at < 120
