@@ -217,11 +217,16 @@ def test_a_check_during_the_relaunch_waits_on_the_lock_and_does_not_recover_twic
         output=log,
     )
     try:
-        # the relaunch holds the lock from the record of its launch to its confirmation
+        # the relaunch holds the lock from the record of its launch to its confirmation; its
+        # spec folder appears before the old launch is stopped, its manifest once it is
         _wait_for(
             "the relaunch to start",
             lambda: (
-                (specs.exists() and len(list(specs.iterdir())) == 2)
+                (
+                    specs.exists()
+                    and len(list(specs.iterdir())) == 2
+                    and _manifest(jobs_root, job)["state"] == "starting"
+                )
                 or recovering.poll() is not None
             ),
             timeout=240,
