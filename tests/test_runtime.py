@@ -206,7 +206,7 @@ def test_a_rank_of_a_replaced_launch_cannot_commit_over_the_new_launch(tmp_path)
     assert old.save(5, b"old at 5") is True
     new = launch("L2")
     assert new.load() == (5, b"old at 5")  # the new launch resumes, and takes the checkpoint
-    with pytest.raises(CheckpointFencedError, match="now belongs to launch L2; .* launch L1"):
+    with pytest.raises(CheckpointFencedError, match=r"now belongs to launch L2; .* launch L1"):
         old.save(6, b"old at 6")
     assert json.loads((shared / "checkpoint" / PROGRESS_FILE).read_text())["completed_steps"] == 5
     assert new.save(6, b"new at 6") is True
