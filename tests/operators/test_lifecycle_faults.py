@@ -223,6 +223,13 @@ def test_a_lost_part_with_no_notice_is_named_by_down_ranks_and_global_ranks(jobs
         os.killpg(pid, signal.SIGKILL)
     _wait_for(lambda: not any(is_alive(pid) for pid in cloud), "the cloud ranks to go")
 
+    def both_lost() -> bool:
+        # a killed rank reads as running until it is reaped (a zombie answers kill -0): poll
+        # the job as a check would, until iroh-tinker sees both ranks gone
+        snapshot = hook.job_snapshot("quiet")
+        return snapshot is not None and [len(p.ranks) for p in hook.lost_parts(snapshot)] == [2]
+
+    _wait_for(both_lost, "both cloud ranks reported lost")
     snapshot = hook.job_snapshot("quiet")
     assert snapshot is not None
     [lost] = hook.lost_parts(snapshot)
