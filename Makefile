@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check clean integration
+.PHONY: demo test lint typecheck check clean integration docs
 .PHONY: bench bench-quick bench-planner bench-step-log bench-policy bench-resize bench-recovery
 .PHONY: bench-remote
 
@@ -37,6 +37,13 @@ integration: $(BIN)/.integration  ## a real deployment: Postgres, Redis, Celery 
 	bash scripts/system-packages.sh deployment ssh
 	$(BIN)/python -m pytest integration -p no:cacheprovider
 
+$(BIN)/.docs: $(BIN)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e ".[dev,docs]"
+	touch $@
+
+docs: $(BIN)/.docs  ## the documentation site in site/; a broken link or a page missing from nav fails
+	$(BIN)/mkdocs build --strict --site-dir site
+
 # Every bench-* target sets itself up and prints ratios against a baseline run alongside;
 # BENCH_ARGS passes --quick (one round, small sizes) and --json FILE (benchmarks/report.py).
 BENCH_ARGS ?=
@@ -68,4 +75,4 @@ bench-remote: $(BIN)/.installed  ## launch time and resize gap on SSH test hosts
 	$(BIN)/python benchmarks/bench_remote.py $(BENCH_ARGS)
 
 clean:
-	rm -rf .demo $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf .demo site $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

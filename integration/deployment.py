@@ -465,7 +465,7 @@ class Deployment:
         return response.status_code == 200
 
     def token(self) -> str:
-        """A JWT from ``POST /auth/token`` (SPEC 6.5), fetched once."""
+        """A JWT from ``POST /auth/token`` (the REST API v2 login), fetched once."""
         if not self._token:
             response = httpx.post(
                 f"{self.api_url}/auth/token",

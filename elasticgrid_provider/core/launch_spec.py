@@ -1,7 +1,7 @@
 """Render a placement into iroh-tinker launch specs.
 
 iroh-tinker's ``JobManager.launch`` walks ``resources.infra`` in order and runs
-the *whole* job on the first target that provisions (SPEC 4.6.7). One spec
+the *whole* job on the first target that provisions. One spec
 with ``num_nodes=100`` and ``infra=[aws, gcp]`` therefore asks aws for all 100
 nodes. So a placement is launched as **parts**: one iroh-tinker job per
 provider share, named ``<job>--<provider>``, each with only its own engine
@@ -299,10 +299,10 @@ def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
 
 
 def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
-    """Render the whole placement as ONE iroh-tinker ``LaunchSpec`` (SPEC 4.4), as one part.
+    """Render the whole placement as ONE iroh-tinker ``LaunchSpec``, as one part.
 
     ``resources.infra`` lists the engine targets in failover order. A description only:
-    iroh-tinker would ask the first target for every node (SPEC 4.6.7), so launches use
+    iroh-tinker would ask the first target for every node, so launches use
     :func:`build_launch_parts`.
     """
     placement, options, world_size = _checked(placement, name, options)
@@ -352,7 +352,7 @@ class LaunchPart:
 def build_launch_parts(
     placement: Placement, name: str, options: LaunchOptions
 ) -> tuple[LaunchPart, ...]:
-    """Render one launch part per provider share, in failover order (SPEC 6.3; module rules):
+    """Render one launch part per provider share, in failover order (module rules):
     global ranks are assigned in share order; every spec is validated with iroh-tinker."""
     placement, options, world_size = _checked(placement, name, options)
     if world_size > 1 and options.rendezvous is None:

@@ -1,6 +1,6 @@
 """The placement planner: which providers run how many of a job's nodes.
 
-Rules (SPEC 4.3), for a job of ``N`` nodes:
+Rules, for a job of ``N`` nodes:
 
 * A job has at least 1 node: fewer is an error (0 nodes would "succeed" with
   nothing to launch); more nodes than the grid holds is an error naming both

@@ -165,4 +165,4 @@ DEFAULT_PROVIDERS: tuple[Provider, ...] = (
         "azure", region="westeurope", max_nodes=32, cost_per_node_hour=3.9, accelerator="ND96asr"
     ),
 )
-"""The built-in grid used when no providers are configured (SPEC 4.5)."""
+"""The built-in grid used when neither the task nor the connection gives providers."""

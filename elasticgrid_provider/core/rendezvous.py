@@ -10,8 +10,8 @@ Rules:
   which iroh reads as a directory);
 * anything else (another scheme, ``s3:bucket`` without ``//``, a missing
   bucket, ``dir:`` without a path, an empty or non-string value) is bad input:
-  one sentence naming the field and the value (0.1.0 silently mapped every
-  scheme to ``dir``, SPEC 4.6.8).
+  one sentence naming the field and the value (elasticgrid 0.1.0 silently mapped
+  every scheme to ``dir``).
 
 The launch spec, the hook and the rank runtime all call
 :func:`parse_rendezvous`. Pure: no I/O.

@@ -3,11 +3,11 @@
 A training job reports one :class:`StepSample` per step: how long the step
 took, how much of that was spent queued waiting for a worker, how many nodes
 ran it and how many tokens it processed. The scale decision reads only the
-:class:`WindowSignals` of a :class:`MetricsWindow`, the last ``size`` samples
-(SPEC 4.1). Rules:
+:class:`WindowSignals` of a :class:`MetricsWindow`, the last ``size`` samples.
+Rules:
 
 * a sample refuses NaN, infinity, negatives, booleans and strings with one
-  sentence naming the field (0.1.0's defect 4.6.6 let NaN through as "balanced");
+  sentence naming the field (elasticgrid 0.1.0 let NaN through as "balanced");
 * everything is immutable (``MetricsWindow.add`` returns a new window), JSON
   round trips are lossless, and errors name the entry and field at fault
   (``window samples.3.duration_s ...``);

@@ -3,7 +3,7 @@
 Imported by :class:`~elasticgrid_provider.plugins.plugin.LazyApp` on the first request.
 Rules:
 
-* Airflow adds no authentication to plugin apps (SPEC 6.4): every route depends on
+* Airflow adds no authentication to plugin apps: every route depends on
   ``GetUserDep`` (no credentials: 401, a bad token: 403); the browser's ``_token``
   cookie authenticates a logged-in user in the iframe.
 * A user sees a job only when allowed to read every DAG that recorded its decisions

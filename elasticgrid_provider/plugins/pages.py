@@ -1,7 +1,7 @@
 """HTML for the "Scale decisions" pages: escaped values, inline CSS and SVG, no scripts.
 
-The pages run in the Airflow UI's same-origin iframe with the viewer's API rights
-(SPEC 6.4), so every value, attributes included, goes through :func:`esc`
+The pages run in the Airflow UI's same-origin iframe with the viewer's API rights,
+so every value, attributes included, goes through :func:`esc`
 (``html.escape`` with quotes); only :class:`Markup` built here from escaped values goes
 in as it is. Nothing is loaded from elsewhere, and the app's Content-Security-Policy
 forbids scripts. Links between the plugin's pages stay in the iframe (the UI keeps its

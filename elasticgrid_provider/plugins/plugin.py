@@ -1,7 +1,7 @@
 """The Airflow plugin: the mounted app, the Browse menu entry and the task-instance tab.
 
 Shipped through the ``airflow.plugins`` entry point (always loaded; with lazy provider
-discovery the provider-info ``plugins`` key alone loads nothing, SPEC 6.4). Both views
+discovery the provider-info ``plugins`` key alone loads nothing). Both views
 open the plugin's script-free, server-rendered pages in the UI's same-origin iframe
 (``url_route``). The iframe loads ``href`` as it is, so under ``[api] base_url`` with a
 sub-path the hrefs carry that path (read from the configuration Airflow has loaded). The

@@ -1,4 +1,4 @@
-"""``elasticgrid providers``, ``plan`` and ``spec`` (SPEC 4.5, 4.6), in text and JSON."""
+"""``elasticgrid providers``, ``plan`` and ``spec`` on the built-in grid, in text and JSON."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_providers_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, wrap
 
 
 def test_plan_8_nodes_runs_on_local_for_free(capsys: pytest.CaptureFixture[str]) -> None:
-    """SPEC 4.6.1: 0.1.0 put 8 nodes on aws at $25.60/h."""
+    """elasticgrid 0.1.0 put 8 nodes on aws at $25.60/h."""
     code, data = run_json(capsys, "plan", "--nodes", "8")
     assert code == 0
     assert set(data) >= PLACEMENT_KEYS_0_1_0
@@ -98,7 +98,7 @@ def test_plan_8_nodes_runs_on_local_for_free(capsys: pytest.CaptureFixture[str])
 
 
 def test_plan_100_nodes_costs_302_80(capsys: pytest.CaptureFixture[str]) -> None:
-    """SPEC 4.6.1: 0.1.0 charged $330.80/h."""
+    """elasticgrid 0.1.0 charged $330.80/h."""
     code, data = run_json(capsys, "plan", "--nodes", "100")
     assert code == 0
     assert set(data) >= PLACEMENT_KEYS_0_1_0

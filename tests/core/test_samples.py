@@ -1,4 +1,4 @@
-"""Step samples, the rolling window and its signals (SPEC 4.1, 4.6.6)."""
+"""Step samples, the rolling window and its signals; bad values refused (0.1.0 let NaN in)."""
 
 from __future__ import annotations
 
