@@ -44,7 +44,6 @@ from elasticgrid_provider.core.fleet.ledger import (
 )
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.launch_spec import check_job_name
-from elasticgrid_provider.hooks.elasticgrid import _acquire
 from elasticgrid_provider.hooks.lifecycle import MANIFEST_NAME
 
 GRID_FOLDER = ".grid"
@@ -158,6 +157,8 @@ class GridLedgerStore:
         """Hold the grid lock, yield the reconciled ledger, write it back (module docstring);
         a :class:`TimeoutError` when ``timeout`` seconds pass before the lock is free."""
         import fcntl
+
+        from elasticgrid_provider.hooks.elasticgrid import _acquire  # the job lock's wait
 
         try:
             self.folder.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
-from typing import Annotated
+from typing import Annotated, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
 from elasticgrid_provider.core.job import JobManifest
@@ -360,3 +360,54 @@ def rebuild(
     """A ledger from the launch records alone (the stored one was lost or corrupt)."""
     fresh = GridLedger(capacities=dict(capacities) if capacities is not None else None)
     return reconcile(fresh, records, now=now)
+
+
+def _nodes_by_phase(ledger: GridLedger, job: str, phase: HoldingPhase) -> dict[str, int]:
+    nodes: dict[str, int] = {}
+    for holding in ledger.holdings_of(job):
+        if holding.phase == phase:
+            nodes[holding.provider] = nodes.get(holding.provider, 0) + holding.nodes
+    return nodes
+
+
+def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, Any]:
+    """The ledger as the fleet views show it, plain JSON: ``providers`` (name, capacity,
+    free, and per job the nodes held and reserved), ``jobs`` (priority, min_nodes, launch,
+    held and reserved per provider) and ``queue`` in serving order (with ``position``)."""
+    free = free_nodes(ledger, capacities)
+    jobs: list[dict[str, Any]] = []
+    for job in sorted({holding.job for holding in ledger.holdings}):
+        mine = ledger.holdings_of(job)
+        newest = max(mine, key=lambda holding: holding.launch_id)
+        jobs.append(
+            {
+                "job": job,
+                "priority": newest.priority,
+                "min_nodes": newest.min_nodes,
+                "launch_id": newest.launch_id,
+                "held": _nodes_by_phase(ledger, job, HoldingPhase.HELD),
+                "reserved": _nodes_by_phase(ledger, job, HoldingPhase.RESERVED),
+            }
+        )
+    names = sorted(set(capacities) | {holding.provider for holding in ledger.holdings})
+    providers = [
+        {
+            "name": name,
+            "capacity": capacities.get(name),
+            "free": free.get(name, 0),
+            "jobs": {
+                row["job"]: {
+                    "held": row["held"].get(name, 0),
+                    "reserved": row["reserved"].get(name, 0),
+                }
+                for row in jobs
+                if name in row["held"] or name in row["reserved"]
+            },
+        }
+        for name in names
+    ]
+    queue = [
+        {**request.model_dump(), "position": place}
+        for place, request in enumerate(queue_order(ledger), start=1)
+    ]
+    return {"providers": providers, "jobs": jobs, "queue": queue, "updated_at": ledger.updated_at}
