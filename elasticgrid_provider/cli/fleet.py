@@ -25,7 +25,7 @@ from typing import Any
 from elasticgrid_provider.cli.parsing import load_grid
 from elasticgrid_provider.cli.rendering import Result
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.fleet.ledger import fleet_view
+from elasticgrid_provider.core.fleet.ledger import fleet_view, nodes_text
 from elasticgrid_provider.core.formatting import aligned_table, clock_text, seconds_text
 
 FLEET_HELP = "show the grid ledger: nodes each job holds per provider, free nodes, the queue"
@@ -49,14 +49,6 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cell(entry: dict[str, int] | None) -> str:
-    """One job's nodes on one provider: ``2 held``, ``3 reserved``, both, or ``-``."""
-    if not entry:
-        return "-"
-    words = [f"{entry[phase]} {phase}" for phase in ("held", "reserved") if entry.get(phase)]
-    return ", ".join(words) or "-"
-
-
 def fleet_text(view: dict[str, Any]) -> str:
     """The fleet view as text: the providers x jobs table, then the queue."""
     jobs = [row["job"] for row in view["jobs"]]
@@ -66,7 +58,7 @@ def fleet_text(view: dict[str, Any]) -> str:
     rows = [("provider", "capacity", "free", *jobs)]
     for provider in view["providers"]:
         capacity = provider["capacity"]
-        cells = [_cell(provider["jobs"].get(job)) for job in jobs]
+        cells = [nodes_text(provider["jobs"].get(job)) for job in jobs]
         rows.append(
             (
                 provider["name"],

@@ -27,6 +27,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from elasticgrid_provider.core.fleet.ledger import fleet_view, nodes_text
 from elasticgrid_provider.core.formatting import clock_text, seconds_text
 from elasticgrid_provider.core.state import state_variable_key
 from elasticgrid_provider.plugins.app import SECURITY_HEADERS, _airflow_root, _html, may_read
@@ -35,13 +36,11 @@ from elasticgrid_provider.plugins.links import job_page_path
 from elasticgrid_provider.plugins.pages import Columns, Markup, _link, _page, _table, esc
 
 OTHER_JOBS = "other jobs"
-NO_CELL = "-"
 
 
 def read_fleet() -> dict[str, Any]:
     """The fleet view with ``ledger`` (its path), ``note`` and ``capacity_source``; or
     ``{"error": ...}`` when it cannot be read here (never raises)."""
-    from elasticgrid_provider.core.fleet.ledger import fleet_view
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
     from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 
@@ -80,16 +79,9 @@ def only_readable(view: dict[str, Any], readable: set[str]) -> dict[str, Any]:
     return {**view, "providers": providers, "jobs": jobs_rows, "queue": queue}
 
 
-def _cell(entry: dict[str, int] | None) -> str:
-    if not entry:
-        return NO_CELL
-    words = [f"{entry[phase]} {phase}" for phase in ("held", "reserved") if entry.get(phase)]
-    return ", ".join(words) or NO_CELL
-
-
 def _job_cell(job: str) -> Callable[[dict[str, Any]], str]:
     """The column of ``job`` in the providers x jobs table."""
-    return lambda provider: _cell(provider["jobs"].get(job))
+    return lambda provider: nodes_text(provider["jobs"].get(job))
 
 
 def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue, reserve
+from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue
 from elasticgrid_provider.hooks.grid_ledger import GRID_FOLDER, LEDGER_NAME, GridLedgerStore
 from tests.cli.cli_support import assert_one_line_error, run, run_json
 from tests.core.fleet.test_ledger import NEW_LAUNCH, OLD_LAUNCH
-from tests.hooks.test_grid_ledger import write_manifest
+from tests.hooks.test_grid_ledger import reserve_in, write_manifest
 
 CAPACITIES = {"local": 4, "aws": 8}
 
@@ -22,25 +22,9 @@ def grid(tmp_path: Path) -> Path:
     'tune' reserved 1 local and 3 aws, and two requests wait."""
     store = GridLedgerStore(tmp_path)
     with store.transaction() as txn:
-        ledger = reserve(
-            txn.ledger,
-            "train",
-            {"local": 2},
-            launch_id=OLD_LAUNCH,
-            now=txn.now,
-            capacities=CAPACITIES,
-            priority=1,
-            min_nodes=1,
-        )
-        ledger = reserve(
-            ledger,
-            "tune",
-            {"local": 1, "aws": 3},
-            launch_id=NEW_LAUNCH,
-            now=txn.now,
-            capacities=CAPACITIES,
-        )
-        ledger = enqueue(ledger, QueuedRequest("eval", 4, 2, txn.now + 5), now=txn.now)
+        reserve_in(txn, "train", {"local": 2}, OLD_LAUNCH, CAPACITIES, priority=1, min_nodes=1)
+        reserve_in(txn, "tune", {"local": 1, "aws": 3}, NEW_LAUNCH, CAPACITIES)
+        ledger = enqueue(txn.ledger, QueuedRequest("eval", 4, 2, txn.now + 5), now=txn.now)
         txn.ledger = enqueue(
             ledger,
             QueuedRequest("urgent", 2, 1, txn.now + 9, priority=5, timeout_s=600),

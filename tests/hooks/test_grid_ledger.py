@@ -25,7 +25,12 @@ from elasticgrid_provider.core.fleet.ledger import (
     used_nodes,
 )
 from elasticgrid_provider.core.launch_record import LaunchPhase
-from elasticgrid_provider.hooks.grid_ledger import GRID_FOLDER, LEDGER_NAME, GridLedgerStore
+from elasticgrid_provider.hooks.grid_ledger import (
+    GRID_FOLDER,
+    LEDGER_NAME,
+    GridLedgerStore,
+    LedgerTransaction,
+)
 from tests.conftest import PROJECT
 from tests.core.fleet.test_ledger import NEW_LAUNCH, OLD_LAUNCH, manifest
 
@@ -42,20 +47,27 @@ def write_manifest(root: Path, job: str, launch_id: str, shares: dict[str, int],
     )
 
 
+def reserve_in(
+    txn: LedgerTransaction,
+    job: str,
+    shares: dict[str, int],
+    launch_id: str = NEW_LAUNCH,
+    capacities: dict[str, int] = CAPACITIES,
+    **kw: Any,
+) -> None:
+    """Reserve ``shares`` for ``job`` in the open transaction ``txn``."""
+    txn.ledger = reserve(
+        txn.ledger, job, shares, launch_id=launch_id, now=txn.now, capacities=capacities, **kw
+    )
+
+
 def _race(root: str, job: str, barrier: Any, answers: Any) -> None:
     """One racer: wait for all, then reserve 2 local nodes in one transaction."""
     store = GridLedgerStore(root)
     barrier.wait()
     try:
         with store.transaction(timeout=60) as txn:
-            txn.ledger = reserve(
-                txn.ledger,
-                job,
-                {"local": 2},
-                launch_id=NEW_LAUNCH,
-                now=txn.now,
-                capacities=CAPACITIES,
-            )
+            reserve_in(txn, job, {"local": 2})
         answers.put((job, "reserved"))
     except GridCapacityError as exc:
         answers.put((job, f"refused: {exc}"))
@@ -144,40 +156,18 @@ def test_a_process_killed_between_reserve_and_confirm_is_reconciled(tmp_path):
     with within.transaction(timeout=30) as txn:  # a launch in flight: its nodes stay reserved
         assert free_nodes(txn.ledger, CAPACITIES) == {"local": 0}
         with pytest.raises(GridCapacityError, match="held by 'killed' \\(4 nodes\\)"):
-            reserve(
-                txn.ledger,
-                "next",
-                {"local": 1},
-                launch_id=OLD_LAUNCH,
-                now=txn.now,
-                capacities=CAPACITIES,
-            )
+            reserve_in(txn, "next", {"local": 1}, OLD_LAUNCH)
     after = GridLedgerStore(tmp_path, grace_s=300, clock=lambda: reserved_at + 301)
     with after.transaction(timeout=30) as txn:  # no launch record confirmed it: dropped
         assert txn.ledger.holdings == ()
-        txn.ledger = reserve(
-            txn.ledger,
-            "next",
-            {"local": 4},
-            launch_id=OLD_LAUNCH,
-            now=txn.now,
-            capacities=CAPACITIES,
-        )
+        reserve_in(txn, "next", {"local": 4}, OLD_LAUNCH)
     assert GridLedgerStore(tmp_path).snapshot().ledger.jobs == ("next",)
 
 
 def test_a_reservation_its_launch_record_shows_is_confirmed_by_the_next_transaction(tmp_path):
     store = GridLedgerStore(tmp_path)
     with store.transaction() as txn:
-        txn.ledger = reserve(
-            txn.ledger,
-            "a",
-            {"local": 3},
-            launch_id=NEW_LAUNCH,
-            now=txn.now,
-            capacities=CAPACITIES,
-            priority=2,
-        )
+        reserve_in(txn, "a", {"local": 3}, priority=2)
     write_manifest(tmp_path, "a", NEW_LAUNCH, {"local": 3})
     with store.transaction() as txn:
         assert [(h.phase, h.priority) for h in txn.ledger.holdings] == [(HoldingPhase.HELD, 2)]
@@ -205,9 +195,7 @@ def test_a_corrupt_ledger_is_kept_aside_and_rebuilt_from_the_launch_records(tmp_
 def test_an_exception_in_the_block_writes_nothing(tmp_path):
     store = GridLedgerStore(tmp_path)
     with store.transaction() as txn:
-        txn.ledger = reserve(
-            txn.ledger, "a", {"local": 1}, launch_id=NEW_LAUNCH, now=txn.now, capacities=CAPACITIES
-        )
+        reserve_in(txn, "a", {"local": 1})
     before = (tmp_path / GRID_FOLDER / LEDGER_NAME).read_text()
     with pytest.raises(ElasticGridError), store.transaction() as txn:
         txn.ledger = confirm(txn.ledger, "a", NEW_LAUNCH, now=txn.now)
@@ -218,9 +206,7 @@ def test_an_exception_in_the_block_writes_nothing(tmp_path):
 def test_an_unreadable_manifest_keeps_the_jobs_holdings(tmp_path):
     store = GridLedgerStore(tmp_path, grace_s=0)
     with store.transaction() as txn:
-        txn.ledger = reserve(
-            txn.ledger, "a", {"local": 2}, launch_id=NEW_LAUNCH, now=txn.now, capacities=CAPACITIES
-        )
+        reserve_in(txn, "a", {"local": 2})
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "manifest.json").write_text("{}")
     later = GridLedgerStore(tmp_path, grace_s=0, clock=lambda: txn.now + 100)

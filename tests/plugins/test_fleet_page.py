@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue, reserve
+from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.hooks.grid_ledger import GRID_FOLDER, LEDGER_NAME, GridLedgerStore
 from tests.core.fleet.test_ledger import NEW_LAUNCH, OLD_LAUNCH
-from tests.hooks.test_grid_ledger import write_manifest
+from tests.hooks.test_grid_ledger import reserve_in, write_manifest
 
 pytestmark = pytest.mark.airflow
 
@@ -49,18 +49,11 @@ def grid_root(jobs_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     capacities = {"local": 4, "aws": 8}
     with GridLedgerStore(jobs_root).transaction() as txn:
-        ledger = reserve(
-            txn.ledger,
-            "train",
-            {"local": 2},
-            launch_id=OLD_LAUNCH,
-            now=txn.now,
-            capacities=capacities,
+        reserve_in(txn, "train", {"local": 2}, OLD_LAUNCH, capacities)
+        reserve_in(txn, "tune", {"aws": 3}, NEW_LAUNCH, capacities)
+        txn.ledger = enqueue(
+            txn.ledger, QueuedRequest("eval", 4, 2, txn.now, priority=2), now=txn.now
         )
-        ledger = reserve(
-            ledger, "tune", {"aws": 3}, launch_id=NEW_LAUNCH, now=txn.now, capacities=capacities
-        )
-        txn.ledger = enqueue(ledger, QueuedRequest("eval", 4, 2, txn.now, priority=2), now=txn.now)
     write_manifest(jobs_root, "train", OLD_LAUNCH, {"local": 2})
     Variable.set(
         state_variable_key("train"), json.dumps(ScaleState("train", current_nodes=2).to_dict())

@@ -370,6 +370,13 @@ def _nodes_by_phase(ledger: GridLedger, job: str, phase: HoldingPhase) -> dict[s
     return nodes
 
 
+def nodes_text(cell: Mapping[str, int] | None) -> str:
+    """One job's nodes on one provider in a fleet view: ``2 held``, ``3 reserved``, both,
+    or ``-``."""
+    words = [f"{(cell or {})[phase]} {phase}" for phase in HoldingPhase if (cell or {}).get(phase)]
+    return ", ".join(words) or "-"
+
+
 def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, Any]:
     """The ledger as the fleet views show it, plain JSON: ``providers`` (name, capacity,
     free, and per job the nodes held and reserved), ``jobs`` (priority, min_nodes, launch,
