@@ -33,6 +33,8 @@ and **rebuild** makes one from the records alone (a lost or corrupt ledger):
   (launch ids sort by time), or when no record confirmed it within the grace
   period; until then it is a launch in flight and kept;
 * a job whose record cannot be read keeps its entries as they are;
+* a queued request that waited past its timeout leaves the queue (its task gave up,
+  or was killed while waiting);
 * a holding rebuilt with no ledger entry to take them from has priority 0 and
   ``min_nodes`` equal to its size, so no rule shrinks it until its next launch
   records them again.
@@ -348,7 +350,8 @@ def reconcile(
             )
             if in_flight:
                 holdings.append(holding)
-    return replace(ledger, holdings=tuple(holdings), updated_at=now)
+    queue = tuple(request for request in ledger.queue if not request.expired(now))
+    return replace(ledger, holdings=tuple(holdings), queue=queue, updated_at=now)
 
 
 def rebuild(

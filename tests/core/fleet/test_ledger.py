@@ -212,3 +212,10 @@ def test_rebuild_from_records_alone_holds_what_runs_and_never_shrinks_it():
     }
     assert free_nodes(out) == {"aws": 5, "local": 1}
     assert replace(out, updated_at=0.0) == replace(reconcile(out, records, now=T0), updated_at=0.0)
+
+
+def test_reconcile_drops_a_queued_request_past_its_timeout():
+    ledger = enqueue(GridLedger(), QueuedRequest("gave-up", 2, 1, T0, timeout_s=60), now=T0)
+    ledger = enqueue(ledger, QueuedRequest("patient", 2, 1, T0), now=T0)
+    assert [r.job for r in reconcile(ledger, {}, now=T0 + 60).queue] == ["gave-up", "patient"]
+    assert [r.job for r in reconcile(ledger, {}, now=T0 + 61).queue] == ["patient"]
