@@ -2,7 +2,8 @@
 
 Commands (``--help`` lists the options; the README gives the synopsis): ``providers``,
 ``plan --nodes N``, ``spec --nodes N``, ``simulate --samples FILE [--timeline]``,
-``simulate --state FILE [--decision I]``, ``schema state|decision``; ``--version``.
+``simulate --state FILE [--decision I]``, ``schema state|decision``, ``fleet``
+(:mod:`~elasticgrid_provider.cli.fleet`); ``--version``.
 
 ``--json`` is accepted before or after the command. Exit status: 0 on success; 1
 when ``simulate --state`` replays a decision that differs from the recorded one; 2 on
@@ -37,7 +38,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from elasticgrid_provider.cli import commands, parsing
+from elasticgrid_provider.cli import commands, fleet, parsing
 from elasticgrid_provider.cli.commands import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.cli.parsing import Command
 from elasticgrid_provider.cli.rendering import EXIT_OK, Result, emit, fail
@@ -75,6 +76,7 @@ COMMANDS: tuple[Command, ...] = (
         parsing.add_schema_arguments,
         commands.run_schema,
     ),
+    Command("fleet", fleet.FLEET_HELP, fleet.add_fleet_arguments, fleet.run_fleet),
 )
 """Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""
 

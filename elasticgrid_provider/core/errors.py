@@ -77,3 +77,8 @@ class StateReadError(RuntimeError):
 class CheckpointFencedError(RuntimeError):
     """A rank of a launch that a newer launch replaced tried to commit the job's checkpoint
     (say, on a host that was cut off and recovered elsewhere): it stops without writing."""
+
+
+class GridCapacityError(RuntimeError):
+    """A reservation asked a provider for more nodes than are free: one sentence naming the
+    provider, the free and asked nodes and the jobs holding them; the ledger is unchanged."""

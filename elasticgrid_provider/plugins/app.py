@@ -228,4 +228,7 @@ def create_app() -> FastAPI:
         highlight = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": index}
         return _html(_job_html(request, found[0], highlight))
 
+    from elasticgrid_provider.plugins.fleet import add_fleet_routes  # it imports this module
+
+    add_fleet_routes(app)
     return app

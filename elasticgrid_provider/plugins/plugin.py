@@ -26,6 +26,8 @@ def _served_under() -> str:
 
 
 ROOT = _served_under()
+FLEET_ROUTE = "grid-fleet"
+"""The UI route of the Browse > Fleet view (the grid ledger, plugins/fleet.py)."""
 
 
 class LazyApp:
@@ -70,5 +72,12 @@ class ElasticGridPlugin(AirflowPlugin):
             "?map_index={MAP_INDEX}",
             "destination": "task_instance",
             "url_route": TAB_ROUTE,
+        },
+        {
+            "name": "Fleet",
+            "href": f"{ROOT}{URL_PREFIX}/fleet",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": FLEET_ROUTE,
         },
     ]

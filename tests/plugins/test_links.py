@@ -78,4 +78,5 @@ def test_the_views_hrefs_carry_the_sub_path(base_url, prefix):
     assert hrefs == [
         f"{prefix}/elasticgrid/jobs",
         f"{prefix}/elasticgrid/tasks/{{DAG_ID}}/{{TASK_ID}}/{{RUN_ID}}?map_index={{MAP_INDEX}}",
+        f"{prefix}/elasticgrid/fleet",
     ]

@@ -221,6 +221,7 @@ def test_a_reviewer_opens_the_checks_extra_link_and_reads_the_decision(
     assert {(v["destination"], v["url_route"], v["href"].split("/")[1]) for v in views} == {
         ("nav", "scale-decisions", "airflow"),
         ("task_instance", "scale-decision", "airflow"),
+        ("nav", "grid-fleet", "airflow"),
     }
 
     _log_in(browser, api_server)

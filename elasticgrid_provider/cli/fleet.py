@@ -1,0 +1,122 @@
+"""``elasticgrid fleet``: the grid ledger, providers x jobs, free nodes and the queue.
+
+Reads the ledger of a jobs root (``--jobs-root``, default iroh-tinker's:
+``$IROH_TINKER_HOME/jobs`` or ``~/.cache/iroh_tinker/jobs``) without its lock and
+without writing, reconciled with the jobs' launch records as the next transaction
+would see it (:mod:`elasticgrid_provider.hooks.grid_ledger`). A missing or corrupt
+ledger is shown rebuilt from the launch records, with a note saying so.
+
+The providers' capacities come from ``--providers FILE`` when given, else from the
+ledger (recorded by the last reservation), else from the built-in grid.
+
+``--json``: ``{"ledger", "note", "capacity_source", "providers": [{"name",
+"capacity", "free", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
+"priority", "min_nodes", "launch_id", "held", "reserved"}], "queue": [{"job",
+"nodes", "min_nodes", "since", "priority", "timeout_s", "position"}], "updated_at"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from elasticgrid_provider.cli.parsing import load_grid
+from elasticgrid_provider.cli.rendering import Result
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.fleet.ledger import fleet_view, nodes_text
+from elasticgrid_provider.core.formatting import aligned_table, clock_text, seconds_text
+
+FLEET_HELP = "show the grid ledger: nodes each job holds per provider, free nodes, the queue"
+
+
+def default_jobs_root() -> Path:
+    """iroh-tinker's default jobs root, without importing it (the CLI stays light)."""
+    home = os.environ.get("IROH_TINKER_HOME")
+    return (Path(home) if home else Path.home() / ".cache" / "iroh_tinker") / "jobs"
+
+
+def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """``fleet``'s options."""
+    parser.add_argument(
+        "--jobs-root",
+        help="the JobManager root the workers share (default: iroh-tinker's)",
+    )
+    parser.add_argument(
+        "--providers",
+        help="providers file for the capacities (default: those the ledger recorded)",
+    )
+
+
+def fleet_text(view: dict[str, Any]) -> str:
+    """The fleet view as text: the providers x jobs table, then the queue."""
+    jobs = [row["job"] for row in view["jobs"]]
+    lines = [f"grid ledger: {view['ledger']}", f"capacities: {view['capacity_source']}"]
+    if view["note"]:
+        lines.append(f"note: {view['note']}")
+    rows = [("provider", "capacity", "free", *jobs)]
+    for provider in view["providers"]:
+        capacity = provider["capacity"]
+        cells = [nodes_text(provider["jobs"].get(job)) for job in jobs]
+        rows.append(
+            (
+                provider["name"],
+                "-" if capacity is None else str(capacity),
+                str(provider["free"]),
+                *cells,
+            )
+        )
+    lines += ["", aligned_table(rows, right=(1, 2))]
+    if view["jobs"]:
+        job_rows = [("job", "priority", "min_nodes", "launch")]
+        job_rows += [
+            (row["job"], str(row["priority"]), str(row["min_nodes"]), row["launch_id"])
+            for row in view["jobs"]
+        ]
+        lines += ["", aligned_table(job_rows, right=(1, 2))]
+    if not view["queue"]:
+        lines += ["", "queue: empty"]
+        return "\n".join(lines)
+    queue_rows = [("#", "job", "wants", "at least", "priority", "since", "timeout")]
+    queue_rows += [
+        (
+            str(request["position"]),
+            request["job"],
+            str(request["nodes"]),
+            str(request["min_nodes"]),
+            str(request["priority"]),
+            clock_text(request["since"]),
+            seconds_text(request["timeout_s"]),
+        )
+        for request in view["queue"]
+    ]
+    lines += ["", "queue (served in this order):", aligned_table(queue_rows, right=(0, 2, 3, 4))]
+    return "\n".join(lines)
+
+
+def run_fleet(args: argparse.Namespace) -> Result:
+    """``fleet``: the ledger of ``--jobs-root`` (module docstring)."""
+    from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+
+    root = Path(args.jobs_root).expanduser() if args.jobs_root else default_jobs_root()
+    if not root.is_dir():
+        raise ElasticGridError(f"--jobs-root must be an existing folder, got {str(root)!r}")
+    grid = load_grid(args.providers) if args.providers else None
+    store = GridLedgerStore(root)
+    shown = store.snapshot()
+    if grid is not None:
+        capacities = {provider.name: provider.max_nodes for provider in grid}
+        source = f"from {args.providers}"
+    elif shown.ledger.capacities is not None:
+        capacities, source = dict(shown.ledger.capacities), "recorded in the ledger"
+    else:
+        capacities = {provider.name: provider.max_nodes for provider in load_grid(None)}
+        source = "the built-in grid (the ledger recorded none)"
+    view = {
+        "ledger": str(store.path),
+        "note": shown.note,
+        "capacity_source": source,
+        **fleet_view(shown.ledger, capacities),
+    }
+    return Result(fleet_text(view), view)

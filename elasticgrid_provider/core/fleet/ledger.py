@@ -1,0 +1,423 @@
+"""The grid's ledger of held capacity: which job holds how many nodes on which provider.
+
+Every job on one grid shares its providers' nodes; the ledger is the one account of
+who holds what, changed only under the grid-wide lock
+(:mod:`elasticgrid_provider.hooks.grid_ledger`), in the *record intent -> act ->
+confirm* style of a launch:
+
+1. **reserve** before a launch or a resize acts: the job's new shares are recorded
+   ``reserved`` under the new launch's id, or refused when a provider has too few free
+   nodes (:class:`GridCapacityError`, one sentence naming the provider, the free and
+   asked nodes and the jobs holding them);
+2. **confirm** once the launch is recorded: its reserved shares become ``held`` and
+   the job's older holdings go;
+3. **release** when the job ends or is stopped: it holds nothing.
+
+What a job uses on a provider is the larger of what it holds and what it reserved,
+until the reservation is confirmed: a resize stops the old launch before the new one
+starts, but a resize cut short before that stop leaves the old launch running, so
+neither count alone is safe. A job's free nodes on a provider are its capacity less
+what *other* jobs use (a job may always resize within what it holds itself).
+
+Requests that do not fit wait in the queue, in order of priority (highest first),
+then arrival (``since``), then job name; a job has at most one request.
+
+**Reconcile** makes the ledger match the jobs' launch records (their manifests),
+and **rebuild** makes one from the records alone (a lost or corrupt ledger):
+
+* a job whose launch is stopped, down or lost (:attr:`LaunchPhase.is_terminal`),
+  or that has no record, holds nothing;
+* a job whose launch is starting, running or stopping holds that launch's
+  placement, ``held``; a reservation of that launch is so confirmed;
+* a reservation of another launch is dropped when the record shows a later launch
+  (launch ids sort by time), or when no record confirmed it within the grace
+  period; until then it is a launch in flight and kept;
+* a job whose record cannot be read keeps its entries as they are;
+* a queued request that waited past its timeout leaves the queue (its task gave up,
+  or was killed while waiting);
+* a holding rebuilt with no ledger entry to take them from has priority 0 and
+  ``min_nodes`` equal to its size, so no rule shrinks it until its next launch
+  records them again.
+
+Pure: no I/O, no clock (``now`` is given, epoch seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
+from typing import Annotated, Any
+
+from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
+from elasticgrid_provider.core.job import JobManifest
+from elasticgrid_provider.core.validation import (
+    Choice,
+    Count,
+    Finite,
+    JsonModel,
+    NonNegative,
+    Positive,
+    Text,
+    choice,
+    model,
+    whole,
+)
+
+LEDGER_SCHEMA_VERSION = 1
+RESERVATION_GRACE_S = 600.0  # a reservation no launch record confirmed within this is dropped
+REBUILT_PRIORITY = 0  # the priority of a holding rebuilt from a launch record alone
+
+Priority = Annotated[int, whole(None)]  # any whole number; higher goes first
+
+
+class HoldingPhase(Choice):
+    """Whether a holding is an intent or confirmed by a launch record (module docstring)."""
+
+    RESERVED = "reserved"  # recorded before a launch or resize acts
+    HELD = "held"  # confirmed by the job's launch record
+
+
+@model
+class Holding(JsonModel):
+    """Nodes one job holds (or reserved) on one provider for one launch."""
+
+    WHERE = "ledger holding"
+
+    job: Text
+    provider: Text
+    nodes: Positive
+    phase: Annotated[HoldingPhase, choice(HoldingPhase)]
+    launch_id: Text
+    recorded_at: Finite
+    priority: Priority = REBUILT_PRIORITY
+    min_nodes: Count = 0
+
+
+@model
+class QueuedRequest(JsonModel):
+    """A job waiting for nodes: how many it wants, at least how many, since when."""
+
+    WHERE = "queued request"
+
+    job: Text
+    nodes: Positive
+    min_nodes: Count
+    since: Finite
+    priority: Priority = REBUILT_PRIORITY
+    timeout_s: NonNegative | None = None
+
+    @property
+    def order_key(self) -> tuple[int, float, str]:
+        """Queue order: priority (highest first), then arrival, then job name."""
+        return (-self.priority, self.since, self.job)
+
+    def expired(self, now: float) -> bool:
+        """Whether the request waited past its timeout (never, without one)."""
+        return self.timeout_s is not None and now - self.since > self.timeout_s
+
+
+@model
+class GridLedger(JsonModel):
+    """The grid's holdings, its queue, and the providers' capacities last recorded."""
+
+    WHERE = "grid ledger"
+
+    holdings: tuple[Holding, ...] = ()
+    queue: tuple[QueuedRequest, ...] = ()
+    capacities: dict[str, Count] | None = None
+    updated_at: Finite = 0.0
+    schema_version: Annotated[int, whole(1, LEDGER_SCHEMA_VERSION)] = LEDGER_SCHEMA_VERSION
+
+    def holdings_of(self, job: str) -> tuple[Holding, ...]:
+        """The job's holdings, reserved and held."""
+        return tuple(holding for holding in self.holdings if holding.job == job)
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """Every job that holds, reserved or waits, sorted."""
+        names = {holding.job for holding in self.holdings} | {req.job for req in self.queue}
+        return tuple(sorted(names))
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """Every provider with a capacity or a holding, sorted."""
+        names = set(self.capacities or {}) | {holding.provider for holding in self.holdings}
+        return tuple(sorted(names))
+
+
+def job_usage(ledger: GridLedger, job: str) -> dict[str, int]:
+    """Nodes ``job`` uses per provider: the larger of held and reserved (module docstring)."""
+    held: dict[str, int] = {}
+    reserved: dict[str, int] = {}
+    for holding in ledger.holdings_of(job):
+        into = held if holding.phase == HoldingPhase.HELD else reserved
+        into[holding.provider] = into.get(holding.provider, 0) + holding.nodes
+    return {p: max(held.get(p, 0), reserved.get(p, 0)) for p in sorted({*held, *reserved})}
+
+
+def used_nodes(ledger: GridLedger, *, except_job: str | None = None) -> dict[str, int]:
+    """Nodes used per provider by every job (but ``except_job``)."""
+    used: dict[str, int] = {}
+    for job in ledger.jobs:
+        if job != except_job:
+            for provider, nodes in job_usage(ledger, job).items():
+                used[provider] = used.get(provider, 0) + nodes
+    return used
+
+
+def free_nodes(
+    ledger: GridLedger,
+    capacities: Mapping[str, int] | None = None,
+    *,
+    for_job: str | None = None,
+) -> dict[str, int]:
+    """Free nodes per provider (never below 0): its capacity (``capacities``, else the
+    ledger's) less what jobs use; ``for_job`` counts its own nodes as free to it."""
+    capacity = ledger.capacities or {} if capacities is None else capacities
+    used = used_nodes(ledger, except_job=for_job)
+    return {name: max(0, nodes - used.get(name, 0)) for name, nodes in sorted(capacity.items())}
+
+
+def holders(ledger: GridLedger, provider: str, *, except_job: str | None = None) -> str:
+    """Who uses ``provider``, as ``job (N nodes)`` phrases, largest first; ``nobody`` if none."""
+    usage = [
+        (nodes, job)
+        for job in ledger.jobs
+        if job != except_job and (nodes := job_usage(ledger, job).get(provider, 0))
+    ]
+    usage.sort(key=lambda item: (-item[0], item[1]))
+    return ", ".join(f"{job!r} ({nodes} nodes)" for nodes, job in usage) or "nobody"
+
+
+def reserve(
+    ledger: GridLedger,
+    job: str,
+    shares: Mapping[str, int],
+    *,
+    launch_id: str,
+    now: float,
+    capacities: Mapping[str, int],
+    priority: int = REBUILT_PRIORITY,
+    min_nodes: int = 0,
+) -> GridLedger:
+    """Record ``job``'s intent to run ``shares`` (provider -> nodes) as launch ``launch_id``.
+
+    Replaces the job's earlier reservations (its held nodes stay until :func:`confirm`)
+    and takes it out of the queue. Raises :class:`GridCapacityError` when a provider has
+    fewer free nodes than asked, naming the provider, free, asked and the holders;
+    an unknown provider or a bad count is an :class:`ElasticGridError`.
+    """
+    free = free_nodes(ledger, capacities, for_job=job)
+    entries = []
+    for provider, nodes in sorted(shares.items()):
+        if nodes == 0:
+            continue
+        if provider not in free:
+            raise ElasticGridError(
+                f"provider {provider!r} is not on the grid (providers: {', '.join(free)})"
+            )
+        entry = Holding(
+            job, provider, nodes, HoldingPhase.RESERVED, launch_id, now, priority, min_nodes
+        )
+        if nodes > free[provider]:
+            raise GridCapacityError(
+                f"provider {provider!r} has {free[provider]} free nodes but job {job!r} asked "
+                f"for {nodes}; held by {holders(ledger, provider, except_job=job)}"
+            )
+        entries.append(entry)
+    kept = tuple(
+        holding
+        for holding in ledger.holdings
+        if holding.job != job or holding.phase == HoldingPhase.HELD
+    )
+    return replace(
+        ledger,
+        holdings=kept + tuple(entries),
+        queue=tuple(request for request in ledger.queue if request.job != job),
+        capacities=dict(capacities),
+        updated_at=now,
+    )
+
+
+def confirm(ledger: GridLedger, job: str, launch_id: str, *, now: float) -> GridLedger:
+    """Make ``job``'s reservation of ``launch_id`` held and drop its older holdings; an
+    :class:`ElasticGridError` when there is no such reservation (reconciled away)."""
+    mine = [h for h in ledger.holdings_of(job) if h.launch_id == launch_id]
+    if not mine:
+        raise ElasticGridError(
+            f"job {job!r} has no reservation for launch {launch_id!r} in the grid ledger"
+        )
+    held = tuple(replace(h, phase=HoldingPhase.HELD, recorded_at=now) for h in mine)
+    others = tuple(h for h in ledger.holdings if h.job != job)
+    return replace(ledger, holdings=others + held, updated_at=now)
+
+
+def release(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
+    """``job`` holds, reserves and waits for nothing any more (it ended or was stopped)."""
+    return replace(
+        ledger,
+        holdings=tuple(h for h in ledger.holdings if h.job != job),
+        queue=tuple(request for request in ledger.queue if request.job != job),
+        updated_at=now,
+    )
+
+
+def enqueue(ledger: GridLedger, request: QueuedRequest, *, now: float) -> GridLedger:
+    """Put ``request`` in the queue; a job's earlier request keeps its place (``since``)."""
+    earlier = next((r for r in ledger.queue if r.job == request.job), None)
+    if earlier is not None:
+        request = replace(request, since=earlier.since)
+    others = tuple(r for r in ledger.queue if r.job != request.job)
+    return replace(ledger, queue=(*others, request), updated_at=now)
+
+
+def dequeue(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
+    """Take ``job``'s request out of the queue (it was served, gave up or timed out)."""
+    return replace(ledger, queue=tuple(r for r in ledger.queue if r.job != job), updated_at=now)
+
+
+def queue_order(ledger: GridLedger) -> tuple[QueuedRequest, ...]:
+    """The queued requests in the order they are served (module docstring)."""
+    return tuple(sorted(ledger.queue, key=lambda request: request.order_key))
+
+
+def queue_position(ledger: GridLedger, job: str) -> int | None:
+    """``job``'s 1-based place in the queue, or None when it does not wait."""
+    for place, request in enumerate(queue_order(ledger), start=1):
+        if request.job == job:
+            return place
+    return None
+
+
+def _record_holdings(
+    manifest: JobManifest, known: Iterable[Holding], now: float
+) -> tuple[Holding, ...]:
+    """The record's launch as held holdings, keeping the job's priority and min_nodes."""
+    known = list(known)
+    source = next((h for h in known if h.launch_id == manifest.launch_id), None)
+    source = source or (known[0] if known else None)
+    confirmed_at = {h.provider: h.recorded_at for h in known if h.phase == HoldingPhase.HELD}
+    held = []
+    for share in manifest.placement.assignments:
+        name = share.provider.name
+        if source is not None and source.launch_id == manifest.launch_id:
+            recorded_at = confirmed_at.get(name, now)
+        else:
+            recorded_at = now
+        held.append(
+            Holding(
+                job=manifest.job_name,
+                provider=name,
+                nodes=share.nodes,
+                phase=HoldingPhase.HELD,
+                launch_id=manifest.launch_id,
+                recorded_at=recorded_at,
+                priority=source.priority if source else REBUILT_PRIORITY,
+                min_nodes=source.min_nodes if source else manifest.nodes,
+            )
+        )
+    return tuple(held)
+
+
+def reconcile(
+    ledger: GridLedger,
+    records: Mapping[str, JobManifest | None],
+    *,
+    now: float,
+    grace_s: float = RESERVATION_GRACE_S,
+    unreadable: Collection[str] = (),
+) -> GridLedger:
+    """The ledger matching the launch records (module docstring): ``records`` maps each
+    job to its manifest (None: no record); a job missing from it has no record; the
+    jobs in ``unreadable`` keep their entries."""
+    jobs = sorted(set(ledger.jobs) | set(records) | set(unreadable))
+    holdings: list[Holding] = []
+    for job in jobs:
+        known = ledger.holdings_of(job)
+        if job in unreadable:
+            holdings.extend(known)
+            continue
+        manifest = records.get(job)
+        live = manifest is not None and not manifest.state.is_terminal
+        recorded = manifest.launch_id if manifest is not None else ""
+        if manifest is not None and live:
+            holdings.extend(_record_holdings(manifest, known, now))
+        for holding in known:
+            in_flight = (
+                holding.phase == HoldingPhase.RESERVED
+                and holding.launch_id > recorded
+                and now - holding.recorded_at <= grace_s
+            )
+            if in_flight:
+                holdings.append(holding)
+    queue = tuple(request for request in ledger.queue if not request.expired(now))
+    return replace(ledger, holdings=tuple(holdings), queue=queue, updated_at=now)
+
+
+def rebuild(
+    records: Mapping[str, JobManifest | None],
+    *,
+    now: float,
+    capacities: Mapping[str, int] | None = None,
+) -> GridLedger:
+    """A ledger from the launch records alone (the stored one was lost or corrupt)."""
+    fresh = GridLedger(capacities=dict(capacities) if capacities is not None else None)
+    return reconcile(fresh, records, now=now)
+
+
+def _nodes_by_phase(ledger: GridLedger, job: str, phase: HoldingPhase) -> dict[str, int]:
+    nodes: dict[str, int] = {}
+    for holding in ledger.holdings_of(job):
+        if holding.phase == phase:
+            nodes[holding.provider] = nodes.get(holding.provider, 0) + holding.nodes
+    return nodes
+
+
+def nodes_text(cell: Mapping[str, int] | None) -> str:
+    """One job's nodes on one provider in a fleet view: ``2 held``, ``3 reserved``, both,
+    or ``-``."""
+    words = [f"{(cell or {})[phase]} {phase}" for phase in HoldingPhase if (cell or {}).get(phase)]
+    return ", ".join(words) or "-"
+
+
+def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, Any]:
+    """The ledger as the fleet views show it, plain JSON: ``providers`` (name, capacity,
+    free, and per job the nodes held and reserved), ``jobs`` (priority, min_nodes, launch,
+    held and reserved per provider) and ``queue`` in serving order (with ``position``)."""
+    free = free_nodes(ledger, capacities)
+    jobs: list[dict[str, Any]] = []
+    for job in sorted({holding.job for holding in ledger.holdings}):
+        mine = ledger.holdings_of(job)
+        newest = max(mine, key=lambda holding: holding.launch_id)
+        jobs.append(
+            {
+                "job": job,
+                "priority": newest.priority,
+                "min_nodes": newest.min_nodes,
+                "launch_id": newest.launch_id,
+                "held": _nodes_by_phase(ledger, job, HoldingPhase.HELD),
+                "reserved": _nodes_by_phase(ledger, job, HoldingPhase.RESERVED),
+            }
+        )
+    names = sorted(set(capacities) | {holding.provider for holding in ledger.holdings})
+    providers = [
+        {
+            "name": name,
+            "capacity": capacities.get(name),
+            "free": free.get(name, 0),
+            "jobs": {
+                row["job"]: {
+                    "held": row["held"].get(name, 0),
+                    "reserved": row["reserved"].get(name, 0),
+                }
+                for row in jobs
+                if name in row["held"] or name in row["reserved"]
+            },
+        }
+        for name in names
+    ]
+    queue = [
+        {**request.model_dump(), "position": place}
+        for place, request in enumerate(queue_order(ledger), start=1)
+    ]
+    return {"providers": providers, "jobs": jobs, "queue": queue, "updated_at": ledger.updated_at}

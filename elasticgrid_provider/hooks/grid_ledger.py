@@ -1,0 +1,188 @@
+"""The grid ledger on disk, under the jobs root, changed under one grid-wide lock.
+
+Files, under the jobs root (where every worker and the triggerer see the jobs)::
+
+    .grid/ledger.json                 the ledger (core/fleet/ledger.py), JSON
+    .grid/.lock                       held (``flock``) while a transaction runs
+    .grid/ledger.json.corrupt-<time>  a ledger that could not be read, kept aside
+
+``.grid`` can never be a job's folder (a job name starts with a letter or a digit),
+and iroh-tinker lists only folders holding a ``job.json``.
+
+Rules:
+
+* :meth:`GridLedgerStore.transaction` holds the lock, reads the ledger, reconciles it
+  with the launch records of the jobs under the root, yields it, and writes what the
+  caller left in :attr:`LedgerTransaction.ledger` atomically (temporary file, fsync,
+  rename, fsync of the folder); an exception in the block writes nothing. A process
+  killed while holding the lock releases it (the kernel drops its ``flock``), and the
+  next transaction reconciles what it left (a reservation no launch confirmed expires).
+* A missing ledger is rebuilt from the launch records; a corrupt one is moved aside,
+  logged, and rebuilt, never silently lost.
+* :meth:`GridLedgerStore.snapshot` reads without the lock and writes nothing (the file
+  is only ever replaced whole): for the CLI and the UI.
+* A jobs root that cannot be written fails with one sentence naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.fleet.ledger import (
+    RESERVATION_GRACE_S,
+    GridLedger,
+    rebuild,
+    reconcile,
+)
+from elasticgrid_provider.core.job import JobManifest
+from elasticgrid_provider.core.launch_spec import check_job_name
+from elasticgrid_provider.hooks.lifecycle import MANIFEST_NAME
+
+GRID_FOLDER = ".grid"
+LEDGER_NAME = "ledger.json"
+GRID_LOCK_NAME = ".lock"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LedgerTransaction:
+    """The ledger inside :meth:`GridLedgerStore.transaction`: set :attr:`ledger` to change it."""
+
+    ledger: GridLedger
+    now: float
+    note: str | None = None  # why the ledger was rebuilt, when it was
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """A read-only ledger for views, with a note when the file was missing or corrupt."""
+
+    ledger: GridLedger
+    note: str | None = None
+
+
+def read_launch_records(jobs_root: Path) -> tuple[dict[str, JobManifest | None], set[str]]:
+    """Every job's manifest under ``jobs_root``, and the jobs whose manifest cannot be read."""
+    records: dict[str, JobManifest | None] = {}
+    unreadable: set[str] = set()
+    if not jobs_root.is_dir():
+        return records, unreadable
+    for folder in sorted(jobs_root.iterdir()):
+        path = folder / MANIFEST_NAME
+        try:
+            check_job_name(folder.name)
+        except ElasticGridError:
+            continue  # a part's folder (job--provider), the grid's own, anything else
+        if not path.is_file():
+            continue
+        try:
+            records[folder.name] = JobManifest.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:  # JSON or a bad manifest: keep its entries
+            log.warning(
+                "The manifest of job %s cannot be read (%s); its holdings stay.", folder.name, exc
+            )
+            unreadable.add(folder.name)
+    return records, unreadable
+
+
+class GridLedgerStore:
+    """The grid ledger of one jobs root (module docstring).
+
+    :param jobs_root: the JobManager root shared by the workers and the triggerer.
+    :param grace_s: how long a reservation no launch record confirmed is kept.
+    :param clock: epoch seconds (the wall clock by default).
+    """
+
+    def __init__(
+        self,
+        jobs_root: Path | str,
+        *,
+        grace_s: float = RESERVATION_GRACE_S,
+        clock: Callable[[], float] = epoch_now,
+    ) -> None:
+        self.jobs_root = Path(jobs_root)
+        self.folder = self.jobs_root / GRID_FOLDER
+        self.path = self.folder / LEDGER_NAME
+        self.grace_s = grace_s
+        self.clock = clock
+
+    def _load(self, now: float, *, keep_corrupt: bool) -> tuple[GridLedger, str | None]:
+        """The reconciled ledger, and a note when it had to be rebuilt."""
+        records, unreadable = read_launch_records(self.jobs_root)
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            note = f"no grid ledger at {self.path}: rebuilt from the jobs' launch records"
+            return rebuild(records, now=now), note
+        try:
+            stored = GridLedger.model_validate(json.loads(text))
+        except ValueError as exc:  # not JSON, or not a ledger
+            note = f"the grid ledger {self.path} cannot be read ({exc})"
+            if keep_corrupt:
+                aside = self.path.with_name(f"{LEDGER_NAME}.corrupt-{now:.0f}")
+                os.replace(self.path, aside)
+                note += f"; kept as {aside.name} and rebuilt from the jobs' launch records"
+                log.warning("%s", note)
+            else:
+                note += "; shown rebuilt from the jobs' launch records"
+            return rebuild(records, now=now), note
+        ledger = reconcile(stored, records, now=now, grace_s=self.grace_s, unreadable=unreadable)
+        return ledger, None
+
+    def _write(self, ledger: GridLedger) -> None:
+        """Replace the ledger file whole: temporary file, fsync, rename, fsync the folder."""
+        temporary = self.path.with_name(f".{LEDGER_NAME}.{os.getpid()}.tmp")
+        with open(temporary, "w") as handle:
+            json.dump(ledger.model_dump(), handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+        folder = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+    @contextmanager
+    def transaction(self, *, timeout: float | None = None) -> Iterator[LedgerTransaction]:
+        """Hold the grid lock, yield the reconciled ledger, write it back (module docstring);
+        a :class:`TimeoutError` when ``timeout`` seconds pass before the lock is free."""
+        import fcntl
+
+        from elasticgrid_provider.hooks.elasticgrid import _acquire  # the job lock's wait
+
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle = open(self.folder / GRID_LOCK_NAME, "a+")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise ElasticGridError(
+                f"jobs root {self.jobs_root} cannot be written ({exc.strerror or exc}), so the "
+                f"grid ledger cannot be locked and nothing was changed: give this worker write "
+                f"access to it"
+            ) from None
+        with handle:
+            if not _acquire(handle.fileno(), timeout):
+                raise TimeoutError(f"the grid ledger lock was busy for {timeout} seconds")
+            try:
+                now = self.clock()
+                ledger, note = self._load(now, keep_corrupt=True)
+                current = LedgerTransaction(ledger, now, note)
+                yield current
+                self._write(current.ledger)
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def snapshot(self) -> LedgerView:
+        """The ledger as it stands, reconciled with the launch records, without the lock and
+        without writing; a missing or corrupt file is shown rebuilt, with a note."""
+        ledger, note = self._load(self.clock(), keep_corrupt=False)
+        return LedgerView(ledger, note)

@@ -1,0 +1,163 @@
+"""The "Fleet" page: the grid ledger as ``elasticgrid fleet`` shows it, on the API server.
+
+Imported by :func:`~elasticgrid_provider.plugins.app.create_app` only (FastAPI, the app's
+rules), at ``/elasticgrid/fleet`` and ``/elasticgrid/api/fleet``.
+
+Rules:
+
+* The same data as the CLI (:func:`~elasticgrid_provider.core.fleet.ledger.fleet_view`):
+  providers x jobs (nodes held, reserved), free nodes per provider, the queue in
+  serving order. Read without the grid lock and without writing, from the
+  ``elasticgrid_default`` connection's jobs root, reconciled with the jobs' launch
+  records; capacities from that connection's grid (else those the ledger recorded).
+* A missing or corrupt ledger is shown rebuilt from the launch records, and the page
+  says so; a ledger that cannot be read at all (no jobs root here) is a page that
+  says why, never an error.
+* A job is named, and linked to its page, only for a user who may read it (the job
+  pages' rule); every other job's nodes are counted under "other jobs", so the free
+  nodes stay true without showing what the user may not see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from airflow.api_fastapi.core_api.security import GetUserDep
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from elasticgrid_provider.core.fleet.ledger import fleet_view, nodes_text
+from elasticgrid_provider.core.formatting import clock_text, seconds_text
+from elasticgrid_provider.core.state import state_variable_key
+from elasticgrid_provider.plugins.app import SECURITY_HEADERS, _airflow_root, _html, may_read
+from elasticgrid_provider.plugins.jobs import StoredState, one_line, read_scale_states
+from elasticgrid_provider.plugins.links import job_page_path
+from elasticgrid_provider.plugins.pages import Columns, Markup, _link, _page, _table, esc
+
+OTHER_JOBS = "other jobs"
+
+
+def read_fleet() -> dict[str, Any]:
+    """The fleet view with ``ledger`` (its path), ``note`` and ``capacity_source``; or
+    ``{"error": ...}`` when it cannot be read here (never raises)."""
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+
+    try:
+        hook = ElasticGridHook()
+        store = GridLedgerStore(hook.jobs_root)
+        shown = store.snapshot()
+    except Exception as exc:
+        return {"error": f"the grid ledger cannot be read here: {one_line(exc)}"}
+    try:
+        capacities = {p.name: p.max_nodes for p in hook.settings.providers}
+        source = f"the {hook.elasticgrid_conn_id} connection's grid"
+    except Exception as exc:
+        capacities = dict(shown.ledger.capacities or {})
+        source = f"recorded in the ledger (the grid cannot be read: {one_line(exc)})"
+    view = fleet_view(shown.ledger, capacities)
+    return {"ledger": str(store.path), "note": shown.note, "capacity_source": source, **view}
+
+
+def only_readable(view: dict[str, Any], readable: set[str]) -> dict[str, Any]:
+    """``view`` with every job not in ``readable`` counted under :data:`OTHER_JOBS`."""
+    providers = []
+    for provider in view["providers"]:
+        jobs: dict[str, dict[str, int]] = {}
+        for job, cell in provider["jobs"].items():
+            name = job if job in readable else OTHER_JOBS
+            into = jobs.setdefault(name, {"held": 0, "reserved": 0})
+            into["held"] += cell["held"]
+            into["reserved"] += cell["reserved"]
+        providers.append({**provider, "jobs": jobs})
+    queue = [
+        request if request["job"] in readable else {**request, "job": OTHER_JOBS}
+        for request in view["queue"]
+    ]
+    jobs_rows = [row for row in view["jobs"] if row["job"] in readable]
+    return {**view, "providers": providers, "jobs": jobs_rows, "queue": queue}
+
+
+def _job_cell(job: str) -> Callable[[dict[str, Any]], str]:
+    """The column of ``job`` in the providers x jobs table."""
+    return lambda provider: nodes_text(provider["jobs"].get(job))
+
+
+def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
+    """The page: the ledger's note, providers x jobs, the jobs, the queue (module docstring);
+    job names in ``linked`` link to their job pages under ``root``."""
+    if view.get("error"):
+        return _page("Fleet", f'<p class="error">{esc(view["error"])}</p>')
+
+    def job_link(job: str) -> Markup:
+        return _link(root + job_page_path(job), job) if job in linked else esc(job)
+
+    names = sorted({job for provider in view["providers"] for job in provider["jobs"]})
+    columns: Columns = {"provider": "name", "capacity": "capacity", "free": "free"}
+    for job in names:
+        columns[job] = _job_cell(job)
+    head = (
+        f'<p class="muted">Ledger {esc(view["ledger"])}; capacities: '
+        f"{esc(view['capacity_source'])}.</p>"
+    )
+    if view.get("note"):
+        head += f'<p class="warn">{esc(view["note"])}</p>'
+    body = head + "<h2>Providers and jobs</h2>" + _table(view["providers"], columns)
+    body += "<h2>Jobs</h2>"
+    if view["jobs"]:
+        job_columns: Columns = {
+            "job": lambda row: job_link(row["job"]),
+            "priority": "priority",
+            "min nodes": "min_nodes",
+            "launch": "launch_id",
+        }
+        body += _table(view["jobs"], job_columns)
+    else:
+        body += '<p class="muted">No job you may see holds nodes.</p>'
+    body += "<h2>Queue</h2>"
+    if view["queue"]:
+        queue_columns: Columns = {
+            "#": "position",
+            "job": lambda row: job_link(row["job"]),
+            "wants": "nodes",
+            "at least": "min_nodes",
+            "priority": "priority",
+            "since": lambda row: clock_text(row["since"]),
+            "timeout": lambda row: seconds_text(row["timeout_s"]),
+        }
+        body += _table(view["queue"], queue_columns)
+    else:
+        body += '<p class="muted">No request waits.</p>'
+    return _page("Fleet", body)
+
+
+def add_fleet_routes(app: FastAPI) -> None:
+    """``/fleet`` (the page) and ``/api/fleet`` (its data as JSON), under the app's rules."""
+
+    def visible(user: Any) -> tuple[dict[str, Any], set[str]]:
+        """The view as ``user`` may see it, and the jobs that have a page to link."""
+        view = read_fleet()
+        if view.get("error"):
+            return view, set()
+        stored = {state.job_name: state for state in read_scale_states()}
+        names = {job for p in view["providers"] for job in p["jobs"]}
+        names |= {request["job"] for request in view["queue"]}
+        readable = {
+            job
+            for job in names
+            if may_read(user, stored.get(job) or StoredState(job, state_variable_key(job), None))
+        }
+        return only_readable(view, readable), readable & set(stored)
+
+    @app.get("/fleet", response_class=HTMLResponse)
+    def show_fleet(request: Request, user: GetUserDep) -> HTMLResponse:
+        """The grid ledger: providers x jobs, free nodes, the queue."""
+        view, linked = visible(user)
+        return _html(fleet_page(view, _airflow_root(request), linked))
+
+    @app.get("/api/fleet")
+    def show_fleet_json(user: GetUserDep) -> JSONResponse:
+        """The fleet page's data as JSON."""
+        view, _ = visible(user)
+        return JSONResponse(view, headers=SECURITY_HEADERS)

@@ -1,0 +1,119 @@
+"""The Fleet page on Airflow's real API app: a real ledger under the connection's jobs root."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue
+from elasticgrid_provider.core.state import ScaleState, state_variable_key
+from elasticgrid_provider.hooks.grid_ledger import GRID_FOLDER, LEDGER_NAME, GridLedgerStore
+from tests.core.fleet.test_ledger import NEW_LAUNCH, OLD_LAUNCH
+from tests.hooks.test_grid_ledger import reserve_in, write_manifest
+
+pytestmark = pytest.mark.airflow
+
+GRID = [
+    {"name": "local", "max_nodes": 4, "cost_per_node_hour": 0, "spot": False},
+    {"name": "aws", "max_nodes": 8, "cost_per_node_hour": 3.0},
+]
+
+
+@pytest.fixture(scope="module")
+def client(airflow_db) -> Iterator[Any]:
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from fastapi.testclient import TestClient
+
+    purge_cached_app()
+    with TestClient(create_app(apps="core")) as test_client:
+        yield test_client
+    purge_cached_app()
+
+
+@pytest.fixture
+def grid_root(jobs_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The connection's jobs root and grid, with 'train' running 2 local nodes (its state
+    Variable exists, so it has a page), 'tune' reserving 3 aws, and 'eval' waiting."""
+    from airflow.models.variable import Variable
+
+    extra = {"jobs_root": str(jobs_root), "providers": GRID}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ELASTICGRID_DEFAULT",
+        json.dumps({"conn_type": "elasticgrid", "extra": extra}),
+    )
+    capacities = {"local": 4, "aws": 8}
+    with GridLedgerStore(jobs_root).transaction() as txn:
+        reserve_in(txn, "train", {"local": 2}, OLD_LAUNCH, capacities)
+        reserve_in(txn, "tune", {"aws": 3}, NEW_LAUNCH, capacities)
+        txn.ledger = enqueue(
+            txn.ledger, QueuedRequest("eval", 4, 2, txn.now, priority=2), now=txn.now
+        )
+    write_manifest(jobs_root, "train", OLD_LAUNCH, {"local": 2})
+    Variable.set(
+        state_variable_key("train"), json.dumps(ScaleState("train", current_nodes=2).to_dict())
+    )
+    return jobs_root
+
+
+def _token(role: str | None) -> dict[str, str]:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    user = SimpleAuthManagerUser(username="reader", role=role)
+    return {"Authorization": f"Bearer {get_auth_manager().generate_jwt(user)}"}
+
+
+def _text(page: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+def test_the_fleet_page_shows_providers_by_jobs_free_nodes_and_the_queue(client, grid_root):
+    assert client.get("/elasticgrid/fleet").status_code == 401
+    response = client.get("/elasticgrid/fleet", headers=_token("op"))
+    assert response.status_code == 200
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    text = _text(response.text)
+    assert "capacities: the elasticgrid_default connection's grid" in text
+    assert "provider capacity free eval train tune" not in text  # eval only waits
+    assert "provider capacity free train tune aws 8 5 - 3 reserved local 4 2 2 held -" in text
+    assert "Queue # job wants at least priority since timeout 1 eval 4 2 2" in text
+    # a job with a page links to it, in the iframe; one without has no link
+    assert '<a href="/elasticgrid/jobs/train">train</a>' in response.text
+    assert '<a href="/elasticgrid/jobs/tune">' not in response.text
+    data = client.get("/elasticgrid/api/fleet", headers=_token("op")).json()
+    assert {p["name"]: p["free"] for p in data["providers"]} == {"aws": 5, "local": 2}
+    assert [(r["position"], r["job"]) for r in data["queue"]] == [(1, "eval")]
+
+
+@pytest.mark.parametrize("role", [None, "viewer"])  # a viewer may not read Variables
+def test_a_reader_who_may_not_read_the_jobs_sees_their_nodes_as_other_jobs(client, grid_root, role):
+    response = client.get("/elasticgrid/fleet", headers=_token(role))
+    assert response.status_code == 200
+    text = _text(response.text)
+    assert "train" not in text and "tune" not in text and "eval" not in text
+    assert "provider capacity free other jobs aws 8 5 3 reserved local 4 2 2 held" in text
+    assert "No job you may see holds nodes." in text
+
+
+def test_the_page_survives_a_corrupt_ledger_and_says_so(client, grid_root):
+    path = grid_root / GRID_FOLDER / LEDGER_NAME
+    path.write_text('{"holdings": "nonsense"')
+    response = client.get("/elasticgrid/fleet", headers=_token("op"))
+    assert response.status_code == 200
+    text = _text(response.text)
+    assert f"the grid ledger {path} cannot be read" in text
+    assert "shown rebuilt from the jobs' launch records" in text
+    assert "local 4 2 2 held" in text  # what runs, from train's launch record
+    assert path.read_text() == '{"holdings": "nonsense"'  # the page never writes
+
+
+def test_the_page_survives_a_missing_ledger_and_says_so(client, grid_root):
+    (grid_root / GRID_FOLDER / LEDGER_NAME).unlink()
+    text = _text(client.get("/elasticgrid/fleet", headers=_token("op")).text)
+    assert "no grid ledger at" in text and "No request waits." in text
