@@ -6,6 +6,7 @@ The hierarchy::
       ElasticGridError        bad input: one sentence naming the field and the value
         CorruptStateError     a stored scale state that cannot be used (left as it is)
         UsageError            a bad ``elasticgrid`` command line
+        NotEnoughCapacityError  a plan that does not fit the capacity other jobs leave free
     RuntimeError
       JobLaunchError          a part could not be launched; the parts started were stopped
       JobFailedError          the checked job failed, is down, or was never launched
@@ -77,3 +78,8 @@ class StateReadError(RuntimeError):
 class CheckpointFencedError(RuntimeError):
     """A rank of a launch that a newer launch replaced tried to commit the job's checkpoint
     (say, on a host that was cut off and recovered elsewhere): it stops without writing."""
+
+
+class NotEnoughCapacityError(ElasticGridError):
+    """A plan does not fit the grid's free capacity: the sentence says how much other jobs hold
+    (a shortfall mode decides whether the job waits, takes what fits or fails)."""
