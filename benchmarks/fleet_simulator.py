@@ -23,9 +23,11 @@ grid's scheduler decides who gets what:
   strictly-lower-priority jobs to their ``min_nodes``, lowest priority and
   latest started first; a scale-up is granted whole when it fits, by priority
   then arrival, or held; no gain-based sharing.
-* **sharing**: :mod:`elasticgrid_provider.core.fleet.sharing`: a launch takes
-  its size, or preempts lower priorities toward ``min_nodes``, or takes what
-  fits at or above ``min_nodes``; a scale-up behind its deadline may preempt;
+* **sharing**: :mod:`elasticgrid_provider.core.fleet.sharing`: a launch asks
+  for its size (a batch job: at least the size its deadline needs, which the
+  provider knows at launch), and takes it, or preempts lower priorities toward ``min_nodes``, or takes what
+  fits at or above ``min_nodes`` (a batch job: only when that still meets its
+  deadline, else it waits); a scale-up behind its deadline may preempt;
   the rest of the free nodes go by gain net of the restart.
 
 Shrinks are always granted. A resize stops the job for its ``startup_s``
@@ -241,6 +243,15 @@ def _gain(work: BatchJob | StreamJob, nodes: int, wanted: int) -> float:
     return gain_per_node({n: throughput(work, n) for n in (nodes, wanted)}, nodes, wanted)
 
 
+def _launch_deadline_nodes(job: FleetJob, now: float, capacity: int) -> int:
+    """The smallest launch size of ``job`` at ``now`` that meets its deadline (0: none does,
+    or a stream)."""
+    work = job.work
+    if not isinstance(work, BatchJob):
+        return 0
+    return _deadline_nodes(work, work.steps, job.arrival_s + work.deadline_s - now, capacity)
+
+
 def _deadline_nodes(job: BatchJob, steps_left: int, time_left: float, capacity: int) -> int:
     """The smallest size that still meets the deadline after a restart; 0 when none does."""
     for nodes in range(1, capacity + 1):
@@ -319,8 +330,11 @@ def sharing(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
     claims = {run.job.name: run.claim(wanted.get(run.job.name, run.nodes), now, capacity)
               for run in runs}  # fmt: skip
     ordered = sorted(queue, key=lambda job: (-job.priority, job.arrival_s, job.name))
-    requests = [JobClaim(job=j.name, nodes=0, wanted=j.launch_nodes, min_nodes=j.min_nodes,
-                         priority=j.priority) for j in ordered]  # fmt: skip
+    requests = [
+        JobClaim(job=j.name, nodes=0, min_nodes=j.min_nodes, priority=j.priority,
+                 wanted=max(j.launch_nodes, _launch_deadline_nodes(j, now, capacity)))
+        for j in ordered
+    ]  # fmt: skip
     starts: Starts = []
     held_for_starts = 0
 
@@ -336,9 +350,11 @@ def sharing(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
         free = {PROVIDER: free_nodes(capacity, runs) - held_for_starts}
         decision = decide_shortfall(request, free)
         granted = decision.nodes if decision.verdict == Verdict.GRANTED else preempt(request)
-        if not granted:
+        if not granted:  # take what fits, unless that is too small for its deadline: wait
             taken = decide_shortfall(request, free, mode=ShortfallMode.TAKE_WHAT_FITS)
             granted = taken.nodes if taken.verdict == Verdict.GRANTED else 0
+            if granted < _launch_deadline_nodes(job, now, capacity):
+                granted = 0
         if granted:
             starts.append((job, granted))
             held_for_starts += granted

@@ -20,9 +20,11 @@ earlier) have their ``min_nodes``. Otherwise its :class:`ShortfallMode` decides:
 **Preemption** (:func:`plan_preemption`). A request that does not fit may shrink
 other jobs, only those of a strictly lower priority, only elastic ones, and
 never below their ``min_nodes``; jobs of equal priority are never shrunk for
-each other. Victims are taken lowest priority first, then least gain lost per
-node freed (the work the nodes would have done, plus the restart the shrink
-costs), then by name. Nothing is shrunk unless the request then gets at least
+each other. Victims are taken lowest priority first, then those a shrink
+leaves on time before those it would put behind their own deadline (their
+``deadline_nodes`` above their ``min_nodes``), then least gain lost per node
+freed (the work the nodes would have done, plus the restart the shrink costs),
+then by name. Nothing is shrunk unless the request then gets at least
 its ``min_nodes``; no more is freed than it wants.
 
 **Sharing by gain** (:func:`share_free_nodes`). When capacity frees up, or
@@ -246,7 +248,12 @@ def plan_preemption(
         return PreemptionPlan(request.job, granted=request.nodes + wanted)
     victims = sorted(
         (c for c in claims if _shrinkable(c, request)),
-        key=lambda c: (c.priority, _loss_per_node(c, c.nodes - c.min_nodes), c.job),
+        key=lambda c: (
+            c.priority,
+            c.deadline_nodes > c.min_nodes,  # a shrink would put its own deadline at risk
+            _loss_per_node(c, c.nodes - c.min_nodes),
+            c.job,
+        ),
     )
     if available + sum(c.nodes - c.min_nodes for c in victims) < needed:
         return PreemptionPlan(request.job)
