@@ -171,6 +171,13 @@ def test_within_a_priority_the_job_losing_least_net_of_its_restart_is_shrunk_fir
     assert plan.shrinks == (Resize("wasteful", 4, 2, preempted_by="a"),)
 
 
+def test_a_job_a_shrink_would_put_behind_its_deadline_is_shrunk_last_within_its_priority():
+    on_deadline = running("on-deadline", 4, 0, gain_per_node=0.1, deadline_nodes=4)
+    no_deadline = running("no-deadline", 4, 0, gain_per_node=1.0)
+    plan = plan_preemption(claim("a", 0, 2, priority=1), {}, [on_deadline, no_deadline])
+    assert plan.shrinks == (Resize("no-deadline", 4, 2, preempted_by="a"),)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
