@@ -38,6 +38,7 @@ counts the nodes held against the grid's capacity: over-subscription.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -215,8 +216,10 @@ class Run:
             remaining = left * work.step_s(self.nodes)
             deadline_nodes = _deadline_nodes(work, left, self.job.arrival_s + work.deadline_s - now,
                                              capacity)  # fmt: skip
-        else:
-            remaining = max(0.0, self.job.arrival_s + work.duration_s - now)
+        else:  # the load still to come, or the backlog to serve if that takes longer
+            arrived = bisect.bisect_right(self.arrivals, now - self.job.arrival_s)
+            backlog_s = (arrived - self.index) * work.batch_tokens / work.capacity(self.nodes)
+            remaining = max(self.job.arrival_s + work.duration_s - now, backlog_s, 0.0)
             deadline_nodes = 0
         return JobClaim(
             job=self.job.name,
