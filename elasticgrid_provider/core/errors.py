@@ -6,6 +6,7 @@ The hierarchy::
       ElasticGridError        bad input: one sentence naming the field and the value
         CorruptStateError     a stored scale state that cannot be used (left as it is)
         UsageError            a bad ``elasticgrid`` command line
+        NotEnoughCapacityError  a plan that does not fit the capacity other jobs leave free
     RuntimeError
       JobLaunchError          a part could not be launched; the parts started were stopped
       JobFailedError          the checked job failed, is down, or was never launched
@@ -82,3 +83,8 @@ class CheckpointFencedError(RuntimeError):
 class GridCapacityError(RuntimeError):
     """A reservation asked a provider for more nodes than are free: one sentence naming the
     provider, the free and asked nodes and the jobs holding them; the ledger is unchanged."""
+
+
+class NotEnoughCapacityError(ElasticGridError):
+    """A plan does not fit the grid's free capacity: the sentence says how much other jobs hold
+    (a shortfall mode decides whether the job waits, takes what fits or fails)."""

@@ -14,6 +14,10 @@ Rules, for a job of ``N`` nodes:
   most ``K`` spot nodes and at most ``max_nodes`` on each provider.
 * ``prefer="balance"``: the smallest possible largest share on any one
   provider, under the same limits; the cheapest such placement.
+* Nodes other jobs hold (``held_by_others``, by provider) are not free: each
+  provider counts only its free remainder, one with none free is skipped, and
+  the capacity above is the free capacity (the error says how much is held).
+  Without it the whole grid is free, as for a job alone on its grid.
 * Ties are broken by provider name, so the placement is a pure function of
   (nodes, providers, policy), whatever order the providers come in.
   Assignments are listed in failover order: the order they were filled,
@@ -42,7 +46,7 @@ from typing import Annotated
 
 from pydantic import PlainValidator
 
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.errors import ElasticGridError, NotEnoughCapacityError
 from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider, check_unique_names
@@ -93,24 +97,46 @@ class GridPlanner(JsonModel):
         spot_cap = _floor_product(self.max_spot_fraction, nodes)
         return max(spot_cap, nodes - self.on_demand_capacity)
 
-    def plan(self, nodes: int, *, leave_out: Mapping[str, str] | None = None) -> Placement:
+    def plan(
+        self,
+        nodes: int,
+        *,
+        leave_out: Mapping[str, str] | None = None,
+        held_by_others: Mapping[str, int] | None = None,
+    ) -> Placement:
         """Place ``nodes`` nodes (at least 1) on the grid by the policy; raise if they do not fit.
 
         ``leave_out`` maps provider names to why they may not be used (a
         quarantine after lost capacity): they are planned around, and the
         placement's ``left_out`` names those of this grid with the reason.
+        ``held_by_others`` maps provider names to the nodes other jobs hold
+        there: only the rest is planned over, a provider with none free is
+        skipped, and a shortfall raises :class:`NotEnoughCapacityError` saying
+        how much the others hold.
         """
         nodes = check_integer("nodes", nodes, minimum=1)
         names = {provider.name for provider in self.providers}
         left_out = tuple(
             sorted((n, str(why)) for n, why in (leave_out or {}).items() if n in names)
         )
+        held = _held_nodes(held_by_others or {}, names)
         skipped = {name for name, _ in left_out}
-        kept = tuple(provider for provider in self.providers if provider.name not in skipped)
-        grid = replace(self, providers=kept) if left_out else self
+        kept = tuple(
+            replace(provider, max_nodes=provider.max_nodes - held[provider.name])
+            if held.get(provider.name) else provider
+            for provider in self.providers
+            if provider.name not in skipped and provider.max_nodes > held.get(provider.name, 0)
+        )  # fmt: skip
+        grid = replace(self, providers=kept) if left_out or held else self
         if nodes > grid.capacity:
             reasons = "; ".join(f"{name} {why}" for name, why in left_out)
             without = f" without the providers left out ({reasons})" if left_out else ""
+            if held:
+                held_total = sum(held.values())
+                raise NotEnoughCapacityError(
+                    f"nodes {nodes} exceeds the grid's free capacity of {grid.capacity} "
+                    f"nodes{without}: other jobs hold {held_total} of its {self.capacity} nodes"
+                )
             raise ElasticGridError(
                 f"nodes {nodes} exceeds the grid's capacity of {grid.capacity} nodes{without}"
             )
@@ -120,7 +146,20 @@ class GridPlanner(JsonModel):
         if self.prefer == Prefer.BALANCE:
             share_limit = _smallest_share_limit(ordered, nodes, spot_allowance)
         shares = _fill_cheapest_first(ordered, nodes, spot_allowance, share_limit)
+        if held:  # the shares name the grid's own providers, not their free remainder
+            own = {provider.name: provider for provider in self.providers}
+            shares = tuple(Assignment(own[s.provider.name], s.nodes) for s in shares)
         return Placement(shares, left_out=left_out)
+
+
+def _held_nodes(held_by_others: Mapping[str, int], names: set[str]) -> dict[str, int]:
+    """The nodes other jobs hold on each of this grid's providers (others are ignored), each a
+    whole number >= 0; providers where they hold none are left out."""
+    held = {
+        name: check_integer(f"held_by_others {name!r}", count)
+        for name, count in held_by_others.items()
+    }
+    return {name: count for name, count in held.items() if count and name in names}
 
 
 def _check_providers(providers: object) -> tuple[Provider, ...]:

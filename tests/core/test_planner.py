@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.errors import ElasticGridError, NotEnoughCapacityError
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import PREFER_CHOICES, GridPlanner
 from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider
@@ -415,3 +415,85 @@ def test_planner_accepts_any_iterable_and_keeps_a_tuple() -> None:
     assert isinstance(planner.max_spot_fraction, float)
     assert planner.capacity == 168
     assert planner.on_demand_capacity == 8
+
+
+# ---------------------------------------------------------------------------
+# Planning against the free capacity other jobs leave.
+# ---------------------------------------------------------------------------
+
+
+def test_a_second_job_of_eight_goes_where_the_first_left_room() -> None:
+    planner = GridPlanner(DEFAULT_PROVIDERS)
+    first = planner.plan(8)
+    second = planner.plan(8, held_by_others=first.nodes_by_provider())
+    assert second.nodes_by_provider() == {"aws": 8}
+    # the share names the grid's own provider, with its whole capacity
+    assert second.assignments[0].provider == next(p for p in DEFAULT_PROVIDERS if p.name == "aws")
+    assert second.assignments[0].provider.max_nodes == 64
+
+
+def test_a_partly_held_provider_offers_its_remainder() -> None:
+    placement = GridPlanner(DEFAULT_PROVIDERS).plan(10, held_by_others={"local": 5})
+    assert placement.nodes_by_provider() == {"local": 3, "aws": 7}
+
+
+def test_not_enough_free_capacity_says_how_much_others_hold() -> None:
+    providers = (Provider("local", max_nodes=4, cost_per_node_hour=0.0, spot=False),)
+    with pytest.raises(NotEnoughCapacityError) as raised:
+        GridPlanner(providers).plan(2, held_by_others={"local": 3, "elsewhere": 7})
+    assert str(raised.value) == (
+        "nodes 2 exceeds the grid's free capacity of 1 nodes: other jobs hold 3 of its 4 nodes"
+    )
+    assert isinstance(raised.value, ElasticGridError)  # the same failure as before, for callers
+
+
+def test_a_provider_held_in_full_is_skipped_even_from_the_spot_allowance() -> None:
+    providers = (
+        Provider("od", max_nodes=4, cost_per_node_hour=1.0, spot=False),
+        Provider("spot", max_nodes=4, cost_per_node_hour=0.5, spot=True),
+    )
+    planner = GridPlanner(providers, max_spot_fraction=0.0)
+    # with od held in full, spot must take all: the allowance counts only free on-demand
+    assert planner.plan(3, held_by_others={"od": 4}).nodes_by_provider() == {"spot": 3}
+
+
+@pytest.mark.parametrize("count", [-1, 1.5, math.nan, "2", True])
+def test_bad_held_counts_are_refused_naming_the_provider(count: object) -> None:
+    with pytest.raises(ElasticGridError, match=r"^held_by_others 'local' must be"):
+        GridPlanner(DEFAULT_PROVIDERS).plan(1, held_by_others={"local": count})  # type: ignore[dict-item]
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases(), st.sampled_from(PREFER_CHOICES))
+def test_nothing_held_plans_exactly_as_before(case: Case, prefer: str) -> None:
+    planner = GridPlanner(case.providers, case.fraction, prefer)
+    before = planner.plan(case.nodes)
+    assert planner.plan(case.nodes, held_by_others={}) == before
+    zeros = {provider.name: 0 for provider in case.providers}
+    assert planner.plan(case.nodes, held_by_others=zeros) == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(cases(), st.sampled_from(PREFER_CHOICES), st.data())
+def test_held_nodes_plan_like_a_grid_of_the_free_remainder(
+    case: Case, prefer: str, data: st.DataObject
+) -> None:
+    held = {
+        p.name: data.draw(st.integers(0, p.max_nodes + 2), label=p.name) for p in case.providers
+    }
+    free = tuple(
+        replace(p, max_nodes=p.max_nodes - held[p.name])
+        for p in case.providers
+        if p.max_nodes > held[p.name]
+    )
+    planner = GridPlanner(case.providers, case.fraction, prefer)
+    if case.nodes > sum(p.max_nodes for p in free):
+        with pytest.raises(NotEnoughCapacityError, match="other jobs hold"):
+            planner.plan(case.nodes, held_by_others=held)
+        return
+    placement = planner.plan(case.nodes, held_by_others=held)
+    expected = GridPlanner(free, case.fraction, prefer).plan(case.nodes)
+    assert placement.nodes_by_provider() == expected.nodes_by_provider()
+    for share in placement.assignments:
+        assert share.nodes + held[share.provider.name] <= share.provider.max_nodes
+        assert share.provider in case.providers

@@ -1,0 +1,73 @@
+"""The fleet benchmark: its quick run's report, no over-subscription, the same seed the same day."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_fleet, fleet_simulator
+from benchmarks.policy_simulator import BatchJob
+from benchmarks.report import Report
+
+
+def batch_job(name: str, arrival_s: float, launch_nodes: int, priority: int = 0):
+    """A job of 10 steps of 60 s at one node (no all-reduce), due in a day."""
+    work = BatchJob(steps=10, work_s=60.0 * launch_nodes, comm_s=0.0, deadline_s=86400.0,
+                    launch_nodes=launch_nodes, startup_s=30.0)  # fmt: skip
+    return fleet_simulator.FleetJob(name, arrival_s, priority, 1, work)
+
+
+def test_fcfs_runs_the_second_job_when_the_first_gives_its_nodes_back():
+    jobs = [batch_job("first", 0.0, 4), batch_job("second", 0.0, 4)]
+    outcome = fleet_simulator.simulate(jobs, 4, "fcfs")
+    first, second = outcome.runs
+    # each runs 600 s on 4 nodes; the second starts at the check the first ended by
+    assert (first.started_s, first.finished_s) == (0.0, 600.0)
+    assert second.started_s == 600.0
+    assert first.cost_node_s == second.cost_node_s == pytest.approx(4 * 600.0)
+    assert outcome.oversubscribed_checks == 0
+
+
+def test_a_higher_priority_launch_shrinks_a_lower_job_toward_min_nodes_under_sharing():
+    jobs = [batch_job("low", 0.0, 4, priority=0), batch_job("high", 300.0, 4, priority=2)]
+    outcome = fleet_simulator.simulate(jobs, 4, "sharing")
+    high, low = sorted(outcome.runs, key=lambda run: run.job.name)
+    assert high.started_s == 300.0  # at once, not after the low job
+    assert low.resizes >= 1 and min(low.sizes) == 1  # shrunk to its min_nodes for it
+    assert outcome.oversubscribed_checks == 0
+
+
+def test_the_quick_run_reports_every_scheduler_by_class_without_over_subscription(
+    tmp_path: Path,
+):
+    path = tmp_path / "fleet.json"
+    assert bench_fleet.main(["--quick", "--json", str(path)]) == 0
+    report = Report.load(path)
+    assert (report.name, report.quick) == ("fleet", True)
+    by_class, totals = report.tables
+    assert by_class.columns == bench_fleet.CLASS_HEADER
+    schedulers = list(fleet_simulator.SCHEDULERS)
+    classes = list(reversed(fleet_simulator.PRIORITY_CLASSES))
+    assert [row[:2] for row in by_class.rows] == [[s, c] for s in schedulers for c in classes]
+    assert totals.columns == bench_fleet.TOTAL_HEADER
+    assert [row[0] for row in totals.rows] == schedulers
+    assert all(row[-1] == "0" for row in totals.rows)  # over-subscribed checks
+    assert totals.rows[0][3] == "1.00"  # fcfs against itself
+    assert any(note.startswith("Target (more goals met") for note in report.notes)
+
+    # the same seed gives the same day, job for job
+    again = bench_fleet.evaluate(
+        bench_fleet.SEED, bench_fleet.QUICK_JOBS, bench_fleet.QUICK_CAPACITY
+    )
+    latency_s = fleet_simulator.latency_goal_s()
+    fcfs_cost = fleet_simulator.total_cost(again[0])
+    assert [bench_fleet.total_row(o, latency_s, fcfs_cost) for o in again] == totals.rows
+
+
+def test_over_subscription_fails_the_benchmark():
+    jobs = [batch_job("a", 0.0, 2)]
+    outcome = fleet_simulator.simulate(jobs, 2, "fcfs")
+    outcome.oversubscribed_checks, outcome.worst_excess = 1, 3
+    with pytest.raises(SystemExit, match="fcfs over-subscribed the grid at 1 checks"):
+        bench_fleet.check_outcomes([outcome], 1)
