@@ -66,9 +66,10 @@ launch_dag(
     retry_delay=timedelta(seconds=2),
 )
 
-with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["integration"]):
-    start = launch_job(TRAIN_RUN)
-    check = ElasticScaleSensor(
+
+def scale_check(**arguments: Any) -> ElasticScaleSensor:
+    """A check of the run's job on the grid: 1 to 4 nodes, a decision after 3 samples."""
+    return ElasticScaleSensor(
         task_id="scale_check",
         job_name=JOB,
         providers=GRID,
@@ -76,46 +77,32 @@ with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["int
         max_nodes=4,
         min_samples=3,
         window_size=4,
+        **arguments,
+    )
+
+
+with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["integration"]):
+    start = launch_job(TRAIN_RUN)
+    start.launch >> scale_check(
         deferrable=True,
         poke_interval=2,  # below MIN_DEFERRAL_S: the sensor checks in the worker
         timeout=timedelta(minutes=3),
     )
-    start.launch >> check
 
 with DAG(dag_id="it_deferred_sensor", schedule=None, catchup=False, tags=["integration"]):
     # a job that writes no samples: the first check holds and really defers (the test
     # writes the samples while the sensor waits in the triggerer)
     start = launch_job(SLEEPING_RUN)
-    check = ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        providers=GRID,
-        min_nodes=1,
-        max_nodes=4,
-        min_samples=3,
-        window_size=4,
+    start.launch >> scale_check(
         deferrable=True,
         poke_interval=MIN_DEFERRAL_S,  # long enough to defer safely: waits in the triggerer
         timeout=timedelta(minutes=4),
         queue="w1",  # its task log is in w1's folder
     )
-    start.launch >> check
 
 with DAG(dag_id="it_check_on_w2", schedule=None, catchup=False, tags=["integration"]):
     # reads the state of a job launched by it_launch_on_w1, on the other worker
-    ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        providers=GRID,
-        min_nodes=1,
-        max_nodes=4,
-        min_samples=3,
-        window_size=4,
-        mode="poke",
-        poke_interval=2,
-        timeout=timedelta(minutes=3),
-        queue="w2",
-    )
+    scale_check(mode="poke", poke_interval=2, timeout=timedelta(minutes=3), queue="w2")
 
 
 class DescriptorRecordingLaunch(LaunchOperator):
