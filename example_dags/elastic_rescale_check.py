@@ -35,26 +35,23 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.dag_builders import local_demo_grid, plan_and_launch, replan_and_relaunch
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
 TRAIN_SCRIPT = Path(__file__).with_name("train_elastic.py")
-DEMO_GRID = [
-    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {
-        "name": "cloud",
-        "engine": "local",
-        "region": "demo-1",
-        "max_nodes": 6,
-        "cost_per_node_hour": 1.2,
-        "spot": True,
-    },
-]
+# 2 free on-prem nodes and 6 spot "cloud" ones, all on this machine's local engine
+DEMO_GRID = local_demo_grid()
 # its own job: elastic_training's default job is "elastic-demo"
 DEFAULT_JOB_NAME = "elastic-rescale-demo"
 JOB_NAME = "{{ params.job_name }}"
 RUN = f"{sys.executable} {TRAIN_SCRIPT} --steps 600 --global-batch 4 --microbatch-seconds 0.2"
 START_NODES = 2
+# what the start and every resize share: the job and its command
+LAUNCH = {
+    "job_name": JOB_NAME,
+    "run": RUN,
+    "recovery": {"mode": "none"},  # a lost part is the scale check's to recover
+}
 
 with DAG(
     dag_id="elastic_rescale_check",
@@ -99,13 +96,13 @@ with DAG(
         logging.getLogger(__name__).warning("%s", message)  # readable in the task log
         raise AirflowSkipException(message)
 
-    start_plan = PlanPlacementOperator(task_id="start_plan", nodes=START_NODES, providers=DEMO_GRID)
-    start = LaunchOperator(
-        task_id="start",
-        job_name=JOB_NAME,
-        run=RUN,
-        placement=start_plan.output,
-        recovery={"mode": "none"},
+    # started once (a run with "launch"): plan START_NODES nodes and launch the job
+    start = plan_and_launch(
+        START_NODES,
+        providers=DEMO_GRID,
+        plan_task_id="start_plan",
+        launch_task_id="start",
+        **LAUNCH,
     )
     scale_check = ElasticScaleSensor(
         task_id="scale_check",
@@ -127,14 +124,10 @@ with DAG(
         timeout=timedelta(minutes=8),
         soft_fail=True,
     )
-    plan = PlanPlacementOperator(task_id="plan", nodes=scale_check.output, providers=DEMO_GRID)
-    resize = LaunchOperator(
-        task_id="resize",
-        job_name=JOB_NAME,
-        run=RUN,
-        placement=plan.output,
-        recovery={"mode": "none"},
+    # a decision re-plans at the decided size and resizes the job (attaches when unchanged)
+    resize = replan_and_relaunch(
+        scale_check, providers=DEMO_GRID, plan_task_id="plan", launch_task_id="resize", **LAUNCH
     )
-    find_job() >> [start_plan, scale_check]
-    start_plan >> start
-    scale_check >> plan >> resize
+    find_job() >> [start.plan, scale_check]
+    start.plan >> start.launch
+    scale_check >> resize.plan >> resize.launch

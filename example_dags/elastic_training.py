@@ -27,28 +27,25 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.dag_builders import local_demo_grid, plan_and_launch, replan_and_relaunch
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
 TRAIN_SCRIPT = Path(__file__).with_name("train_elastic.py")
-DEMO_GRID = [
-    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {
-        "name": "cloud",
-        "engine": "local",
-        "region": "demo-1",
-        "max_nodes": 6,
-        "cost_per_node_hour": 1.2,
-        "spot": True,
-    },
-]
-# the demo grid, or nothing (the connection's grid) when the run asks for it
-GRID = "{% if params.grid == 'demo' %}" + json.dumps(DEMO_GRID) + "{% endif %}"
+# the demo grid (2 free on-prem nodes, 6 spot "cloud" ones, all on this machine), or
+# nothing (the connection's grid) when the run asks for it
+GRID = "{% if params.grid == 'demo' %}" + json.dumps(local_demo_grid()) + "{% endif %}"
 JOB_NAME = "{{ dag_run.conf.get('job_name', 'elastic-demo') }}"
 RUN = (
     f"{{{{ params.python }}}} {TRAIN_SCRIPT.name} "
     "--steps {{ dag_run.conf.get('steps', 60) }} --global-batch 4 --microbatch-seconds 0.2"
 )
+# what the first launch and the relaunch share: the job, and how and where its ranks start
+LAUNCH = {
+    "job_name": JOB_NAME,
+    "run": RUN,
+    "workdir": str(TRAIN_SCRIPT.parent),
+    "recovery": {"mode": "none"},  # a lost part is the scale check's to recover
+}
 PARAMS = {
     "grid": Param("demo", enum=["demo", "connection"], description="where the nodes run"),
     "python": Param(sys.executable, type="string", description="the ranks' interpreter"),
@@ -63,15 +60,8 @@ with DAG(
     doc_md=__doc__,
     params=PARAMS,
 ) as dag:
-    plan = PlanPlacementOperator(task_id="plan", nodes=2, providers=GRID)
-    launch = LaunchOperator(
-        task_id="launch",
-        job_name=JOB_NAME,
-        run=RUN,
-        workdir=str(TRAIN_SCRIPT.parent),
-        placement=plan.output,
-        recovery={"mode": "none"},
-    )
+    # plan 2 nodes over the grid, and start the job on that placement
+    start = plan_and_launch(2, providers=GRID, **LAUNCH)
     scale_check = ElasticScaleSensor(
         task_id="scale_check",
         job_name=JOB_NAME,
@@ -88,15 +78,8 @@ with DAG(
         poke_interval=2,
         timeout=timedelta(minutes=3),
     )
-    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, providers=GRID)
-    relaunch = LaunchOperator(
-        task_id="relaunch",
-        job_name=JOB_NAME,
-        run=RUN,
-        workdir=str(TRAIN_SCRIPT.parent),
-        placement=replan.output,
-        recovery={"mode": "none"},
-        wait_for_completion=True,
-        poll_interval=1,
+    # re-plan at the size the check decides, relaunch at it and wait for the job to finish
+    resize = replan_and_relaunch(
+        scale_check, providers=GRID, wait_for_completion=True, poll_interval=1, **LAUNCH
     )
-    plan >> launch >> scale_check >> replan >> relaunch
+    start.plan >> start.launch >> scale_check >> resize.plan >> resize.launch

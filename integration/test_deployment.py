@@ -41,7 +41,7 @@ def _when(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def test_elastic_training_succeeds(deployment: Deployment):
+def test_elastic_training_scales_its_job_up_from_2_to_4_nodes_and_finishes(deployment: Deployment):
     run_id = deployment.trigger("elastic_training", {"job_name": "it-training"})
     state = deployment.wait_for_run("elastic_training", run_id, timeout=480)
     states = deployment.task_states("elastic_training", run_id)
@@ -57,7 +57,9 @@ def test_elastic_training_succeeds(deployment: Deployment):
     assert finished["status"] == "done" and finished["nodes"] == 4
 
 
-def test_a_deferrable_launch_succeeds(deployment: Deployment):
+def test_a_deferrable_launch_waits_in_the_triggerer_and_succeeds_without_a_retry(
+    deployment: Deployment,
+):
     conf = {"job_name": "it-deferred-launch", "nodes": 1, "steps": 5}
     run_id = deployment.trigger("it_deferrable_launch", conf)
     state = deployment.wait_for_run("it_deferrable_launch", run_id, timeout=300)
@@ -74,7 +76,9 @@ def test_a_deferrable_launch_succeeds(deployment: Deployment):
     assert trigger_logs and "trigger it_deferrable_launch/" in trigger_logs[0].read_text()
 
 
-def test_a_deferrable_sensor_with_poke_interval_2_succeeds(deployment: Deployment):
+def test_a_deferrable_sensor_below_the_deferral_minimum_decides_in_the_worker(
+    deployment: Deployment,
+):
     conf = {"job_name": "it-deferred-check", "nodes": 2, "steps": 300}
     run_id = deployment.trigger("it_deferrable_sensor", conf)
     state = deployment.wait_for_run("it_deferrable_sensor", run_id, timeout=300)
@@ -225,7 +229,7 @@ def test_a_retry_after_kill_9_of_the_worker_attaches_and_a_check_on_the_other_wo
 def test_ranks_inherit_no_task_descriptor_and_a_non_waiting_launch_frees_its_worker(
     deployment: Deployment,
 ):
-    """Issue 12, through Airflow's real task supervisor (a Celery worker)."""
+    """A rank inherits none of the task process's sockets or pipes, under a real Celery worker."""
     job, part = "it-descriptors", "it-descriptors--onprem"
     probe_file = deployment.home / "descriptor-probe.json"
     conf = {"job_name": job, "nodes": 1, "sleep_s": 240, "probe_file": str(probe_file)}

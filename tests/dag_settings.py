@@ -9,22 +9,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from elasticgrid_provider.dag_builders import local_demo_grid
+
 TRAIN = Path(__file__).resolve().parents[1] / "example_dags" / "train_elastic.py"
 # the same path in a test worker (sys.executable .venv/bin/python) and in an `airflow`
 # process (.venv/bin/python3, the script's shebang): a job launched by either has the same
 # run command, so the other can attach to it
 PYTHON = str(Path(sys.executable).with_name("python3"))
-TWO_LOCAL_PROVIDERS = [
-    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {
-        "name": "cloud",
-        "engine": "local",
-        "region": "test-1",
-        "max_nodes": 4,
-        "cost_per_node_hour": 1.5,
-        "spot": True,
-    },
-]
+TWO_LOCAL_PROVIDERS = local_demo_grid(cloud_nodes=4, cloud_cost_per_node_hour=1.5, region="test-1")
 ONE_FAILING_PROVIDER = [
     TWO_LOCAL_PROVIDERS[0],
     {

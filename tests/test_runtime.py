@@ -135,7 +135,7 @@ def test_step_reporter_needs_a_path_on_rank_zero():
     assert StepReporter(distributed_context({"RANK": "1", "WORLD_SIZE": "2"})).path is None
 
 
-def test_step_reporter_all_ranks(tmp_path):
+def test_step_reporter_with_all_ranks_writes_on_a_rank_other_than_zero(tmp_path):
     ctx = distributed_context({"RANK": "1", "WORLD_SIZE": "2"})
     reporter = StepReporter(ctx, tmp_path / "r1.jsonl", all_ranks=True)
     reporter.record(3, duration_s=1.0)

@@ -17,22 +17,13 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from elasticgrid_provider.dag_builders import PlannedLaunch, local_demo_grid, plan_and_launch
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 
 TRAIN = Path(__file__).with_name("train_elastic.py")
-GRID = [
-    {"name": "onprem", "engine": "local", "max_nodes": 2, "cost_per_node_hour": 0.0, "spot": False},
-    {
-        "name": "cloud",
-        "engine": "local",
-        "region": "it-1",
-        "max_nodes": 4,
-        "cost_per_node_hour": 1.5,
-        "spot": True,
-    },
-]
+GRID = local_demo_grid(cloud_nodes=4, cloud_cost_per_node_hour=1.5, region="it-1")
 JOB = "{{ dag_run.conf['job_name'] }}"
 NODES = "{{ dag_run.conf.get('nodes', 2) }}"
 # 4 micro-batches per step: at 2 ranks half of each step waits for a worker (queue-bound)
@@ -46,27 +37,26 @@ SLEEPING_RUN = (
 NO_RECOVERY = {"mode": "none"}
 
 
-def plan_and_launch(dag_id: str, run: str, **launch_arguments: Any) -> DAG:
-    """plan -> launch, with the launch arguments under test."""
+def launch_job(run: str, **launch_arguments: Any) -> PlannedLaunch:
+    """plan -> launch of the run's job on the grid, with the launch arguments under test."""
+    return plan_and_launch(
+        NODES, providers=GRID, job_name=JOB, run=run, recovery=NO_RECOVERY, **launch_arguments
+    )
+
+
+def launch_dag(dag_id: str, run: str, **launch_arguments: Any) -> DAG:
+    """A DAG of plan -> launch, with the launch arguments under test."""
     with DAG(dag_id=dag_id, schedule=None, catchup=False, tags=["integration"]) as dag:
-        plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=GRID)
-        plan >> LaunchOperator(
-            task_id="launch",
-            job_name=JOB,
-            run=run,
-            placement=plan.output,
-            recovery=NO_RECOVERY,
-            **launch_arguments,
-        )
+        launch_job(run, **launch_arguments)
     return dag
 
 
 # a deferrable launch that waits for its (short) job in the triggerer
-plan_and_launch("it_deferrable_launch", TRAIN_RUN, wait_for_completion=True, deferrable=True)
+launch_dag("it_deferrable_launch", TRAIN_RUN, wait_for_completion=True, deferrable=True)
 
 # a launch on worker w1 that waits in the worker: the one the suite kills with -9;
 # its retry must attach to the running job, not start a second copy
-plan_and_launch(
+launch_dag(
     "it_launch_on_w1",
     TRAIN_RUN,
     wait_for_completion=True,
@@ -76,12 +66,10 @@ plan_and_launch(
     retry_delay=timedelta(seconds=2),
 )
 
-with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["integration"]):
-    plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=GRID)
-    launch = LaunchOperator(
-        task_id="launch", job_name=JOB, run=TRAIN_RUN, placement=plan.output, recovery=NO_RECOVERY
-    )
-    check = ElasticScaleSensor(
+
+def scale_check(**arguments: Any) -> ElasticScaleSensor:
+    """A check of the run's job on the grid: 1 to 4 nodes, a decision after 3 samples."""
+    return ElasticScaleSensor(
         task_id="scale_check",
         job_name=JOB,
         providers=GRID,
@@ -89,53 +77,32 @@ with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["int
         max_nodes=4,
         min_samples=3,
         window_size=4,
+        **arguments,
+    )
+
+
+with DAG(dag_id="it_deferrable_sensor", schedule=None, catchup=False, tags=["integration"]):
+    start = launch_job(TRAIN_RUN)
+    start.launch >> scale_check(
         deferrable=True,
         poke_interval=2,  # below MIN_DEFERRAL_S: the sensor checks in the worker
         timeout=timedelta(minutes=3),
     )
-    plan >> launch >> check
 
 with DAG(dag_id="it_deferred_sensor", schedule=None, catchup=False, tags=["integration"]):
     # a job that writes no samples: the first check holds and really defers (the test
     # writes the samples while the sensor waits in the triggerer)
-    plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=GRID)
-    launch = LaunchOperator(
-        task_id="launch",
-        job_name=JOB,
-        run=SLEEPING_RUN,
-        placement=plan.output,
-        recovery=NO_RECOVERY,
-    )
-    check = ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        providers=GRID,
-        min_nodes=1,
-        max_nodes=4,
-        min_samples=3,
-        window_size=4,
+    start = launch_job(SLEEPING_RUN)
+    start.launch >> scale_check(
         deferrable=True,
         poke_interval=MIN_DEFERRAL_S,  # long enough to defer safely: waits in the triggerer
         timeout=timedelta(minutes=4),
         queue="w1",  # its task log is in w1's folder
     )
-    plan >> launch >> check
 
 with DAG(dag_id="it_check_on_w2", schedule=None, catchup=False, tags=["integration"]):
     # reads the state of a job launched by it_launch_on_w1, on the other worker
-    ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        providers=GRID,
-        min_nodes=1,
-        max_nodes=4,
-        min_samples=3,
-        window_size=4,
-        mode="poke",
-        poke_interval=2,
-        timeout=timedelta(minutes=3),
-        queue="w2",
-    )
+    scale_check(mode="poke", poke_interval=2, timeout=timedelta(minutes=3), queue="w2")
 
 
 class DescriptorRecordingLaunch(LaunchOperator):
@@ -143,7 +110,7 @@ class DescriptorRecordingLaunch(LaunchOperator):
 
     ``/proc/self/fd`` of the task process (run by Airflow's task supervisor) as
     ``{fd: link target}``; the suite compares the ranks' descriptors with it
-    (issue 12: a rank must inherit none of the task's sockets or pipes).
+    (a rank must inherit none of the task's sockets or pipes).
     """
 
     def execute(self, context: Any) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaunch
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
 SSH = {"elasticgrid_conn_id": "elasticgrid_ssh"}
@@ -33,8 +33,7 @@ LAUNCH = {
 }
 
 with DAG(dag_id="it_ssh_training", schedule=None, catchup=False, tags=["integration"]):
-    plan = PlanPlacementOperator(task_id="plan", nodes=1, **SSH)
-    launch = LaunchOperator(task_id="launch", placement=plan.output, **LAUNCH)
+    start = plan_and_launch(1, **LAUNCH)
     scale_check = ElasticScaleSensor(
         task_id="scale_check",
         job_name=JOB,
@@ -48,12 +47,5 @@ with DAG(dag_id="it_ssh_training", schedule=None, catchup=False, tags=["integrat
         timeout=timedelta(minutes=3),
         **SSH,
     )
-    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, **SSH)
-    relaunch = LaunchOperator(
-        task_id="relaunch",
-        placement=replan.output,
-        wait_for_completion=True,
-        poll_interval=2,
-        **LAUNCH,
-    )
-    plan >> launch >> scale_check >> replan >> relaunch
+    resize = replan_and_relaunch(scale_check, wait_for_completion=True, poll_interval=2, **LAUNCH)
+    start.plan >> start.launch >> scale_check >> resize.plan >> resize.launch

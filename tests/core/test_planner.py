@@ -1,4 +1,4 @@
-"""GridPlanner: the 0.1.0 defects, optimality against an LP and brute force, errors."""
+"""GridPlanner: the built-in grid filled cheapest first, optimality against an LP and brute force, errors."""
 
 from __future__ import annotations
 
@@ -151,8 +151,7 @@ def brute_force_balance(case: Case) -> tuple[int, float]:
 
 
 # ---------------------------------------------------------------------------
-# The elasticgrid 0.1.0 defects on the built-in grid: 8 nodes on aws, not the free pool,
-# and 100 nodes at $330.80/h, not $302.80/h.
+# The built-in grid: the free local provider first, then the cheapest cloud.
 # ---------------------------------------------------------------------------
 
 
@@ -167,7 +166,7 @@ def test_eight_nodes_go_to_the_free_local_provider() -> None:
 
 def test_hundred_nodes_cost_the_optimal_302_80() -> None:
     # Cheapest first: local 8 at $0, aws 64 at $3.2, the remaining 28 on gcp at $3.5.
-    # 64 * 3.2 + 28 * 3.5 = 204.8 + 98.0 = 302.8 (0.1.0 skipped local: $330.80).
+    # 64 * 3.2 + 28 * 3.5 = 204.8 + 98.0 = 302.8 (skipping the free local pool: $330.80).
     placement = GridPlanner(DEFAULT_PROVIDERS).plan(100)
     assert [(s.provider.name, s.nodes) for s in placement.assignments] == [
         ("local", 8),

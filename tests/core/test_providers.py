@@ -117,7 +117,7 @@ def test_explicit_engine_is_kept_and_targeted() -> None:
     assert provider.infra_ref == "a"
 
 
-def test_default_grid_matches_the_spec_table() -> None:
+def test_the_default_grid_is_local_gcp_aws_and_azure_with_their_sizes_and_prices() -> None:
     rows = [
         (p.name, p.region, p.max_nodes, p.cost_per_node_hour, p.accelerator, p.spot)
         for p in DEFAULT_PROVIDERS
@@ -140,7 +140,7 @@ def test_provider_round_trips_through_json() -> None:
         assert provider_from_dict(json.loads(json.dumps(provider.to_dict()))) == provider
 
 
-def test_entry_defaults() -> None:
+def test_an_entry_defaults_to_no_region_spot_no_accelerator_and_the_engine_of_its_name() -> None:
     provider = provider_from_dict(provider_entry())
     assert provider.region == ""
     assert provider.spot is True
@@ -216,7 +216,7 @@ def test_assignment_cannot_exceed_the_provider() -> None:
         Assignment(AWS, 65)
 
 
-def test_placement_keeps_the_0_1_0_keys() -> None:
+def test_a_placement_dict_has_its_shares_totals_cost_spot_fraction_and_infra_refs() -> None:
     placement = GridPlanner(DEFAULT_PROVIDERS).plan(100)
     data = placement.to_dict()
     assert {"assignments", "total_nodes", "cost_per_hour", "spot_fraction", "infra_refs"} <= set(

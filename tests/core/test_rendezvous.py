@@ -26,7 +26,9 @@ from elasticgrid_provider.runtime import distributed_context
         ("gs://bucket/p/q", "gs", "gs://bucket/p/q", None),
     ],
 )
-def test_good_uris(uri: str, mode: str, target: str, local_dir: str | None) -> None:
+def test_each_accepted_form_reads_the_same_in_the_launch_and_the_rank(
+    uri: str, mode: str, target: str, local_dir: str | None
+) -> None:
     parsed = parse_rendezvous(uri)
     assert parsed == Rendezvous(mode, target)
     assert parsed.local_dir == local_dir

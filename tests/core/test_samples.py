@@ -1,4 +1,4 @@
-"""Step samples, the rolling window and its signals; bad values refused (0.1.0 let NaN in)."""
+"""Step samples, the rolling window and its signals (means, queue fraction, throughput)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_sample_from_dict_names_its_position() -> None:
 # -- WindowSignals -------------------------------------------------------------
 
 
-def test_signals_math() -> None:
+def test_signals_are_the_window_means_with_active_time_clamped_per_sample() -> None:
     window = MetricsWindow(
         samples=(
             StepSample(1, duration_s=10.0, queue_s=2.0, nodes=4, tokens=1000.0),
@@ -312,7 +312,9 @@ samples_strategy = st.builds(
 
 
 @given(size=st.integers(1, 20), samples=st.lists(samples_strategy, max_size=40))
-def test_window_properties(size: int, samples: list[StepSample]) -> None:
+def test_any_window_keeps_the_newest_sample_of_each_step_and_round_trips(
+    size: int, samples: list[StepSample]
+) -> None:
     window = MetricsWindow(size=size).add(*samples)
     # one sample per step: the newest one of each step, in the order they came
     newest = [s for i, s in enumerate(samples) if all(t.step != s.step for t in samples[i + 1 :])]

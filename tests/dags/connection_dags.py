@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
+from elasticgrid_provider.dag_builders import plan_and_launch
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
 from tests.dag_settings import JOB, SLEEPING_RUN, TRAIN_RUN, TWO_LOCAL_PROVIDERS
@@ -14,12 +15,10 @@ with DAG(dag_id="plan_from_connection", schedule=None, catchup=False):
     PlanPlacementOperator(task_id="plan", nodes=CONNECTION_NODES)
 
 with DAG(dag_id="launch_from_connection", schedule=None, catchup=False):
-    plan = PlanPlacementOperator(task_id="plan", nodes=CONNECTION_NODES)
-    plan >> LaunchOperator(
-        task_id="launch",
+    plan_and_launch(
+        CONNECTION_NODES,
         job_name=JOB,
         run=TRAIN_RUN,
-        placement=plan.output,
         recovery={"mode": "none"},
         wait_for_completion=True,
         poll_interval=0.5,

@@ -1,10 +1,14 @@
-"""DAGs for the on_kill tests: a launch that waits on a job that would run for minutes."""
+"""DAGs for the on_kill tests: a launch that waits on a job that would run for minutes.
+
+Each is plan -> launch of a job that sleeps, on a grid whose engine stalls at the
+moment a kill should land in.
+"""
 
 from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.dag_builders import plan_and_launch
 from tests.dag_settings import JOB, NODES, SLEEPING_RUN, TWO_LOCAL_PROVIDERS
 
 SLOW_PROVIDERS = [
@@ -13,23 +17,22 @@ SLOW_PROVIDERS = [
 ]
 
 
-def launch_and_wait(dag_id: str, providers: list) -> None:
-    """plan -> launch a job that would sleep for minutes, and wait for it."""
+def launch_sleeping_job(dag_id: str, providers: list, **launch_arguments) -> None:
+    """A DAG of plan -> launch of a job that would sleep for minutes."""
     with DAG(dag_id=dag_id, schedule=None, catchup=False):
-        plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=providers)
-        plan >> LaunchOperator(
-            task_id="launch",
+        plan_and_launch(
+            NODES,
+            providers=providers,
             job_name=JOB,
             run=SLEEPING_RUN,
-            placement=plan.output,
             recovery={"mode": "none"},
-            wait_for_completion=True,
-            poll_interval=0.5,
+            **launch_arguments,
         )
 
 
-launch_and_wait("launch_and_wait_long", TWO_LOCAL_PROVIDERS)
-launch_and_wait("launch_slow_provision", SLOW_PROVIDERS)
+WAIT = {"wait_for_completion": True, "poll_interval": 0.5}
+launch_sleeping_job("launch_and_wait_long", TWO_LOCAL_PROVIDERS, **WAIT)
+launch_sleeping_job("launch_slow_provision", SLOW_PROVIDERS, **WAIT)
 
 HANGING_PROVIDERS = [
     {
@@ -43,16 +46,11 @@ HANGING_PROVIDERS = [
 
 # a launch whose engine starts the ranks, then takes FAKE_START_HANG_S seconds to return:
 # a kill in between finds ranks iroh-tinker has not recorded
-with DAG(dag_id="launch_hanging_start", schedule=None, catchup=False):
-    hanging_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=HANGING_PROVIDERS)
-    hanging_plan >> LaunchOperator(
-        task_id="launch",
-        job_name=JOB,
-        run=SLEEPING_RUN,
-        placement=hanging_plan.output,
-        recovery={"mode": "none"},
-        envs={"FAKE_START_HANG_S": "{{ dag_run.conf.get('hang', 0) }}"},
-    )
+launch_sleeping_job(
+    "launch_hanging_start",
+    HANGING_PROVIDERS,
+    envs={"FAKE_START_HANG_S": "{{ dag_run.conf.get('hang', 0) }}"},
+)
 
 # a job whose engine holds in ``stop`` after the ranks are gone, while its part folder has a
 # ``hold-stop`` file (tests.fake_engines.HeldStopEngine): a resize killed there has stopped the
@@ -66,25 +64,7 @@ HELD_STOP_PROVIDERS = [
         "spot": False,
     }
 ]
-with DAG(dag_id="launch_held_stop", schedule=None, catchup=False):
-    held_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=HELD_STOP_PROVIDERS)
-    held_plan >> LaunchOperator(
-        task_id="launch",
-        job_name=JOB,
-        run=SLEEPING_RUN,
-        placement=held_plan.output,
-        recovery={"mode": "none"},
-        startup_grace_s=1,
-    )
+launch_sleeping_job("launch_held_stop", HELD_STOP_PROVIDERS, startup_grace_s=1)
 
 # a launch whose start-up grace lasts long enough for a kill to land in it with every rank up
-with DAG(dag_id="launch_long_grace", schedule=None, catchup=False):
-    grace_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=TWO_LOCAL_PROVIDERS)
-    grace_plan >> LaunchOperator(
-        task_id="launch",
-        job_name=JOB,
-        run=SLEEPING_RUN,
-        placement=grace_plan.output,
-        recovery={"mode": "none"},
-        startup_grace_s=12,
-    )
+launch_sleeping_job("launch_long_grace", TWO_LOCAL_PROVIDERS, startup_grace_s=12)

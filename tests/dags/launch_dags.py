@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.dag_builders import plan_and_launch
 from tests.dag_settings import (
     FAILING_RUN,
     HALF_FAILING_RUN,
@@ -24,12 +24,11 @@ from tests.dag_settings import (
 def launch_dag(dag_id: str, providers: list, run: str, **launch_arguments) -> DAG:
     """plan -> launch, with the launch arguments under test."""
     with DAG(dag_id=dag_id, schedule=None, catchup=False) as dag:
-        plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=providers)
-        plan >> LaunchOperator(
-            task_id="launch",
+        plan_and_launch(
+            NODES,
+            providers=providers,
             job_name=JOB,
             run=run,
-            placement=plan.output,
             recovery={"mode": "none"},
             poll_interval=0.5,
             **launch_arguments,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaunch
 from elasticgrid_provider.sensors import ElasticScaleSensor
 from tests.dag_settings import JOB, NODES, PYTHON, TRAIN
 
@@ -49,17 +49,8 @@ CHECK = {
 }
 
 
-def training_launch(task_id: str, placement, **arguments) -> LaunchOperator:
-    """A LaunchOperator of the training job at ``placement`` (iroh-tinker's own restart off)."""
-    return LaunchOperator(
-        task_id=task_id,
-        job_name=JOB,
-        run=RUN,
-        envs=ENVS,
-        placement=placement,
-        recovery={"mode": "none"},
-        **arguments,
-    )
+# the training job's launch (iroh-tinker's own restart off)
+TRAINING = {"job_name": JOB, "run": RUN, "envs": ENVS, "recovery": {"mode": "none"}}
 
 
 def check_and_relaunch(grid: list[dict], **relaunch_arguments) -> ElasticScaleSensor:
@@ -68,14 +59,14 @@ def check_and_relaunch(grid: list[dict], **relaunch_arguments) -> ElasticScaleSe
     Returns the check, the first of the three, for an upstream task to precede.
     """
     check = ElasticScaleSensor(task_id="scale_check", providers=grid, **CHECK)
-    plan = PlanPlacementOperator(task_id="plan", nodes=check.output, providers=grid)
-    check >> plan >> training_launch("relaunch", plan.output, **relaunch_arguments)
+    replan_and_relaunch(
+        check, providers=grid, plan_task_id="plan", **TRAINING, **relaunch_arguments
+    )
     return check
 
 
 with DAG(dag_id="recovery_launch", schedule=None, catchup=False):
-    first_plan = PlanPlacementOperator(task_id="plan", nodes=NODES, providers=RECOVERY_GRID)
-    first_plan >> training_launch("launch", first_plan.output)
+    plan_and_launch(NODES, providers=RECOVERY_GRID, **TRAINING)
 
 with DAG(dag_id="recovery_check", schedule=None, catchup=False):
     check_and_relaunch(RECOVERY_GRID, poll_interval=0.5)
@@ -87,14 +78,14 @@ with DAG(dag_id="recovery_check_and_finish", schedule=None, catchup=False):
 # the ranks' subreaper), so only it sees a reclaimed rank gone; the relaunch on the slow backup
 # holds the job's lock for FAKE_PROVISION_S seconds
 with DAG(dag_id="recovery_launch_then_recover_slowly", schedule=None, catchup=False):
-    start_plan = PlanPlacementOperator(
-        task_id="start_plan", nodes=NODES, providers=SLOW_BACKUP_GRID
+    start = plan_and_launch(
+        NODES,
+        providers=SLOW_BACKUP_GRID,
+        plan_task_id="start_plan",
+        launch_task_id="start",
+        **TRAINING,
     )
-    (
-        start_plan
-        >> training_launch("start", start_plan.output)
-        >> check_and_relaunch(SLOW_BACKUP_GRID)
-    )
+    start.launch >> check_and_relaunch(SLOW_BACKUP_GRID)
 
 with DAG(dag_id="recovery_check_only", schedule=None, catchup=False):
     ElasticScaleSensor(

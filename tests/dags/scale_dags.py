@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, AsyncCallback, DeadlineAlert, DeadlineReference
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.dag_builders import replan_and_relaunch
 from elasticgrid_provider.sensors import ElasticScaleSensor
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 from tests.dag_settings import JOB, QUEUE_BOUND_RUN, QUICK_START
@@ -27,18 +27,22 @@ def check(**arguments) -> ElasticScaleSensor:
     return ElasticScaleSensor(task_id="scale_check", job_name=JOB, **{**QUICK, **arguments})
 
 
-with DAG(dag_id="scale_up_then_resize", schedule=None, catchup=False):
-    scale_check = check(min_nodes=1, max_nodes=4, min_samples=3, window_size=4)
-    plan = PlanPlacementOperator(task_id="plan", nodes=scale_check.output, providers=GRID)
-    resize = LaunchOperator(
-        task_id="resize",
+def resize_after(scale_check: ElasticScaleSensor) -> None:
+    """check -> plan at the decided size -> resize the queue-bound job."""
+    replan_and_relaunch(
+        scale_check,
+        providers=GRID,
+        plan_task_id="plan",
+        launch_task_id="resize",
         job_name=JOB,
         run=QUEUE_BOUND_RUN,
-        placement=plan.output,
         recovery={"mode": "none"},
         **QUICK_START,
     )
-    scale_check >> plan >> resize
+
+
+with DAG(dag_id="scale_up_then_resize", schedule=None, catchup=False):
+    resize_after(check(min_nodes=1, max_nodes=4, min_samples=3, window_size=4))
 
 with DAG(dag_id="scale_check_idle", schedule=None, catchup=False):
     # a short stabilisation window: the test is about the idle rule, and on a busy
@@ -61,19 +65,9 @@ with DAG(dag_id="scale_check_deferred", schedule=None, catchup=False):
     check(min_nodes=1, max_nodes=4, min_samples=3, deferrable=True, poke_interval=MIN_DEFERRAL_S)
 
 with DAG(dag_id="scale_check_concurrent", schedule=None, catchup=False, max_active_runs=2):
-    scale_check = check(
-        min_nodes=1, max_nodes=8, min_samples=3, cooldown_s=3600, timeout=3, soft_fail=True
+    resize_after(
+        check(min_nodes=1, max_nodes=8, min_samples=3, cooldown_s=3600, timeout=3, soft_fail=True)
     )
-    plan = PlanPlacementOperator(task_id="plan", nodes=scale_check.output, providers=GRID)
-    resize = LaunchOperator(
-        task_id="resize",
-        job_name=JOB,
-        run=QUEUE_BOUND_RUN,
-        placement=plan.output,
-        recovery={"mode": "none"},
-        **QUICK_START,
-    )
-    scale_check >> plan >> resize
 
 HANDED_IN = [{"step": step, "duration_s": 10.0, "queue_s": 6.0, "nodes": 2} for step in range(4)]
 

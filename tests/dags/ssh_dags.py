@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
+from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaunch
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
 from tests.dag_settings import JOB, PYTHON, TRAIN
@@ -22,6 +23,7 @@ SSH_TRAIN_RUN = (
     "--global-batch 4 --microbatch-seconds 0.05"
 )
 SSH = {"elasticgrid_conn_id": SSH_CONN}
+NODES = "{{ dag_run.conf.get('nodes', 1) }}"
 LAUNCH = {
     **SSH,
     "job_name": JOB,
@@ -34,8 +36,7 @@ LAUNCH = {
 }
 
 with DAG(dag_id="ssh_training", schedule=None, catchup=False):
-    plan = PlanPlacementOperator(task_id="plan", nodes="{{ dag_run.conf.get('nodes', 1) }}", **SSH)
-    launch = LaunchOperator(task_id="launch", placement=plan.output, **LAUNCH)
+    start = plan_and_launch(NODES, **LAUNCH)
     scale_check = ElasticScaleSensor(
         task_id="scale_check",
         job_name=JOB,
@@ -48,23 +49,15 @@ with DAG(dag_id="ssh_training", schedule=None, catchup=False):
         timeout=120,
         **SSH,
     )
-    replan = PlanPlacementOperator(task_id="replan", nodes=scale_check.output, **SSH)
-    relaunch = LaunchOperator(
-        task_id="relaunch",
-        placement=replan.output,
-        wait_for_completion=True,
-        poll_interval=1,
-        **LAUNCH,
-    )
-    plan >> launch >> scale_check >> replan >> relaunch
+    start.launch >> scale_check
+    replan_and_relaunch(scale_check, wait_for_completion=True, poll_interval=1, **LAUNCH)
 
 with DAG(dag_id="ssh_plan", schedule=None, catchup=False):
-    PlanPlacementOperator(task_id="plan", nodes="{{ dag_run.conf.get('nodes', 1) }}", **SSH)
+    PlanPlacementOperator(task_id="plan", nodes=NODES, **SSH)
 
 with DAG(dag_id="ssh_launch", schedule=None, catchup=False):
     # plan -> launch without a scale check: the tests resize it by running it again
-    plan = PlanPlacementOperator(task_id="plan", nodes="{{ dag_run.conf.get('nodes', 1) }}", **SSH)
-    plan >> LaunchOperator(task_id="launch", placement=plan.output, **LAUNCH)
+    plan_and_launch(NODES, **LAUNCH)
 
 with DAG(
     dag_id="ssh_launch_placement",
@@ -87,24 +80,14 @@ with DAG(dag_id="ssh_recovery", schedule=None, catchup=False):
         timeout=90,
         **SSH,
     )
-    recovery_plan = PlanPlacementOperator(task_id="plan", nodes=recovery_check.output, **SSH)
-    recovery_check >> recovery_plan
-    recovery_plan >> LaunchOperator(
-        task_id="relaunch",
-        placement=recovery_plan.output,
-        wait_for_completion=True,
-        poll_interval=1,
-        **LAUNCH,
+    replan_and_relaunch(
+        recovery_check, plan_task_id="plan", wait_for_completion=True, poll_interval=1, **LAUNCH
     )
 
 with DAG(dag_id="ssh_launch_setup", schedule=None, catchup=False):
     # a launch with a setup command from the conf: the kill tests hold one part's setup
-    setup_plan = PlanPlacementOperator(
-        task_id="plan", nodes="{{ dag_run.conf.get('nodes', 2) }}", **SSH
-    )
-    setup_plan >> LaunchOperator(
-        task_id="launch",
-        placement=setup_plan.output,
+    plan_and_launch(
+        "{{ dag_run.conf.get('nodes', 2) }}",
         setup="{{ dag_run.conf['setup'] }}",
         retries=0,
         **LAUNCH,

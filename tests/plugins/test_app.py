@@ -197,7 +197,7 @@ def test_the_task_instance_tab_shows_this_checks_decision_on_top(client):
     tab = "/elasticgrid/tasks/audit_dag/scale_check/grow?map_index={MAP_INDEX}"  # unmapped
     page = client.get(tab, headers=_token("viewer")).text
     assert "Scale decisions: audit-job" in page
-    # the defect: the matching row sat below the chart; now it heads the page
+    # the matching row heads the page, above the summary and the chart
     top = page.index("This check&#x27;s decision")
     assert top < page.index(">Now<") < page.index("<svg")
     assert page.index('<div class="card">') < page.index(">Now<")
@@ -210,7 +210,7 @@ def test_the_task_instance_tab_shows_this_checks_decision_on_top(client):
 
 
 def test_the_tab_of_a_mapped_check_shows_its_own_map_indexs_decision(client):
-    # the defect: no map_index in the lookup, so every mapped instance showed the same one
+    # the lookup takes the map_index: each mapped instance shows its own decision
     state = ScaleState("a-mapped-job")
     for index, samples in ((0, 0), (1, 3)):  # a hold for want of samples, then a scale-up
         state = check(state, T0 + 60 * index, 2, samples, "fan", map_index=index)
@@ -231,7 +231,7 @@ def test_the_tab_of_a_mapped_check_shows_its_own_map_indexs_decision(client):
 
 
 def test_a_missing_job_is_a_readable_page_not_json(client):
-    # the defect: a failed launch's extra link showed {"detail": ...}
+    # what a failed launch's extra link opens: a page saying so, not {"detail": ...}
     response = client.get("/elasticgrid/jobs/never-checked", headers=_token("admin"))
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("text/html")
@@ -250,8 +250,8 @@ def test_times_are_in_the_ui_time_zone(client, monkeypatch):
 
 
 def test_one_bad_state_breaks_neither_the_list_nor_another_jobs_page(client):
-    # the defects: cost_per_hour "n/a" answered 500 for the whole list, projection ["x"] a
-    # 500 for that job; a fuzzed state (fields of the wrong type) must do neither
+    # a cost_per_hour of "n/a", a projection of ["x"] or a fuzzed state (fields of the wrong
+    # type) answers no 500: not for the whole list, not for that job's page
     states = []
     for name, path, value in (
         ("bad-cost", ("history", -1, "context", "cost_per_hour"), "n/a"),

@@ -22,7 +22,7 @@ def _lines(svg: ElementTree.Element) -> list[str]:
 
 
 def test_one_decision_draws_a_visible_line_and_ticks():
-    # the defect: one decision left the chart blank, and there were no y ticks
+    # a single decision still draws a line, and the y axis has ticks
     points = [{"at": T0, "nodes": 4, "queue_fraction": 0.5, "cost_per_hour": 6.0}]
     svg = _parsed(chart_svg(points, until=T0 + 600))
     lines = _lines(svg)

@@ -136,7 +136,7 @@ def test_a_decision_without_finish_times_shows_no_projected_finish_row():
 
 
 def test_demand_against_capacity_is_in_units_with_the_utilisation_and_its_threshold():
-    # the defect: "capacity covers demand" at utilisation 1.94, raw key names, no units
+    # utilisation 1.94 is demand over capacity, said in units, never "capacity covers demand"
     scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
     view = job_view(_stored(_checked(scheduler, 2, 4.85)), now=T0)
     row = _signals(view)["demand vs capacity"]
@@ -161,8 +161,8 @@ def test_an_unbounded_demand_reads_unbounded():
 
 
 def test_a_scale_up_within_its_bounds_is_not_limited_and_colours_follow_the_meaning():
-    # the defect: 2 -> 4 with min_nodes=2 read "ScalingLimited True: limited by floor", and
-    # the healthy ScalingLimited False was red
+    # 2 -> 4 with min_nodes=2 is not "ScalingLimited True: limited by floor", and the
+    # healthy ScalingLimited False is not red
     scheduler = ElasticScheduler(min_nodes=2, max_nodes=8, min_samples=3, cooldown_s=600)
     state = _checked(scheduler, 2, 5.0)
     assert state.history[-1]["action"] == "scale_up"
@@ -191,8 +191,8 @@ def test_a_scale_up_within_its_bounds_is_not_limited_and_colours_follow_the_mean
 
 
 def test_a_finished_job_reads_as_finished():
-    # the defect: a job that ended at 4 nodes showed "running", Desired 4, a cost and a
-    # cooldown condition: the values of its last check
+    # a job that ended at 4 nodes shows no "running", Desired 4, cost or cooldown
+    # condition: those were the values of its last check
     ended = {
         "action": "hold",
         "current_nodes": 4,
@@ -267,7 +267,7 @@ def test_a_scale_change_links_the_launch_that_followed_it():
 
 
 def test_the_task_lookup_uses_the_map_index_and_the_job_the_task_checked():
-    # the defect: dag/run/task only, first job alphabetically wins
+    # dag/run/task alone is not enough: it would pick the first job alphabetically
     mapped = ScaleState("b-job")
     for index in (0, 1):
         mapped = check(mapped, T0 + index, 2, 0, "run", map_index=index)
@@ -291,7 +291,7 @@ def test_a_state_that_does_not_load_is_shown_with_its_error():
 
 
 def test_a_cost_that_is_no_number_and_a_projection_that_is_a_list_still_render():
-    # the defects: "n/a" broke the list (500 for everyone), ["x"] broke the job's page
+    # neither "n/a" (the list, for everyone) nor ["x"] (the job's page) breaks a page
     data = deadline_job().to_dict()
     data["history"][-1]["context"]["cost_per_hour"] = "n/a"
     data["history"][-1]["projection"] = ["x"]

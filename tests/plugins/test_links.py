@@ -23,7 +23,7 @@ def _link(job_name: str = "my-job", **key: object) -> str:
 @pytest.mark.parametrize(
     ("base_url", "expected"),
     [
-        # the defect: /elasticgrid/jobs/<job> replaced the UI instead of opening inside it
+        # a page under the plugin route opens inside the UI; /elasticgrid/jobs/<job> would replace it
         ("", "/plugin/scale-decisions/elasticgrid/jobs/my-job?"),
         ("http://host:8080", "http://host:8080/plugin/scale-decisions/elasticgrid/jobs/my-job?"),
         (
@@ -46,7 +46,7 @@ def test_the_extra_link_names_the_map_index_of_a_mapped_task(monkeypatch):
     assert _link(job_name="{{ params.job }}") == ""
 
 
-def test_root_path_and_ui_path():
+def test_the_ui_path_carries_the_base_urls_sub_path():
     assert root_path("https://host/airflow/") == "/airflow"
     assert root_path("http://host:8080") == root_path(None) == ""
     assert ui_path("/airflow", "/elasticgrid/jobs") == (

@@ -1,0 +1,138 @@
+"""Builders of the elastic training pipeline's tasks: the wiring every elastic DAG repeats.
+
+An elastic training DAG starts a job, checks it, and resizes it. Starting and
+resizing are the same two tasks, a plan followed by a launch on its placement:
+
+* **start**: :func:`plan_and_launch` plans ``nodes`` over the grid with
+  :class:`~elasticgrid_provider.operators.PlanPlacementOperator` and starts the job on
+  that placement with :class:`~elasticgrid_provider.operators.LaunchOperator`;
+* **resize**: after an :class:`~elasticgrid_provider.sensors.ElasticScaleSensor`
+  decides a size (or a recovery), :func:`replan_and_relaunch` re-plans at that size
+  (``nodes=check.output``) and relaunches the job on the new placement (the launch
+  attaches when nothing changed, so a retry never starts a second copy).
+
+Each builder creates its tasks in the DAG being defined, chains them, and returns them
+as a :class:`PlannedLaunch`: the DAG file still writes the chain between the halves
+(``start.launch >> check``) and can add tasks around them; writing out the whole chain,
+edges the builders already set included, is harmless (a task's relatives are a set). The sensor stays in the DAG
+file, where its policy is read. Both builders take the grid (``providers``, else the
+connection's) and the connection once and give them to both tasks; every other keyword
+goes to the LaunchOperator.
+
+:func:`local_demo_grid` is a grid of two providers that both run on this machine's
+local iroh-tinker engine, to try the pipeline (and a real two-part resize) without a cloud.
+
+Cheap at import: only the operator modules, which a DAG file imports anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+
+if TYPE_CHECKING:
+    from elasticgrid_provider.sensors import ElasticScaleSensor
+
+__all__ = ["PlannedLaunch", "local_demo_grid", "plan_and_launch", "replan_and_relaunch"]
+
+
+class PlannedLaunch(NamedTuple):
+    """A plan task and the launch task that starts (or resizes) the job on its placement."""
+
+    plan: PlanPlacementOperator
+    launch: LaunchOperator
+
+
+def plan_and_launch(
+    nodes: Any,
+    *,
+    providers: Any = None,
+    elasticgrid_conn_id: str | None = None,
+    plan_task_id: str = "plan",
+    launch_task_id: str = "launch",
+    plan_arguments: Mapping[str, Any] | None = None,
+    **launch_arguments: Any,
+) -> PlannedLaunch:
+    """Plan ``nodes`` over the grid, then launch the job on that placement: ``plan >> launch``.
+
+    :param nodes: the node count (templated), or a scale decision (an upstream check's
+        ``output``).
+    :param providers: the grid (a list of provider dicts, or a template rendering to
+        one); ``None`` plans over the connection's grid.
+    :param elasticgrid_conn_id: the connection both tasks use; ``None`` keeps the
+        operators' default connection.
+    :param plan_task_id: the plan task's id.
+    :param launch_task_id: the launch task's id.
+    :param plan_arguments: more arguments of the plan task (``prefer``, ``queue``, ...).
+    :param launch_arguments: the LaunchOperator's arguments (``job_name``, ``run``, ...),
+        all but ``placement``, which is the plan's output.
+    """
+    connection: dict[str, Any] = {}
+    if elasticgrid_conn_id is not None:
+        connection["elasticgrid_conn_id"] = elasticgrid_conn_id
+    plan = PlanPlacementOperator(
+        task_id=plan_task_id,
+        nodes=nodes,
+        providers=providers,
+        **connection,
+        **(plan_arguments or {}),
+    )
+    launch = LaunchOperator(
+        task_id=launch_task_id, placement=plan.output, **connection, **launch_arguments
+    )
+    plan >> launch
+    return PlannedLaunch(plan, launch)
+
+
+def replan_and_relaunch(
+    check: ElasticScaleSensor,
+    *,
+    plan_task_id: str = "replan",
+    launch_task_id: str = "relaunch",
+    **arguments: Any,
+) -> PlannedLaunch:
+    """Re-plan at the size ``check`` decides, then relaunch the job: ``check >> replan >> relaunch``.
+
+    The plan reads the decision (``nodes=check.output``), so a recovery's quarantined
+    providers are left out of the new placement too. ``arguments`` are those of
+    :func:`plan_and_launch` (the grid, the connection, the launch's arguments).
+    """
+    resized = plan_and_launch(
+        check.output, plan_task_id=plan_task_id, launch_task_id=launch_task_id, **arguments
+    )
+    check >> resized.plan
+    return resized
+
+
+def local_demo_grid(
+    *,
+    onprem_nodes: int = 2,
+    cloud_nodes: int = 6,
+    cloud_cost_per_node_hour: float = 1.2,
+    region: str = "demo-1",
+) -> list[dict[str, Any]]:
+    """Two providers on the local engine: a free on-prem pool and a paid spot "cloud" pool.
+
+    The planner fills the free pool first, so a job of more than ``onprem_nodes`` nodes
+    becomes a real two-part job (``<job>--onprem`` and ``<job>--cloud``) on this machine.
+    A new list on every call: a DAG may change its copy.
+    """
+    return [
+        {
+            "name": "onprem",
+            "engine": "local",
+            "max_nodes": onprem_nodes,
+            "cost_per_node_hour": 0.0,
+            "spot": False,
+        },
+        {
+            "name": "cloud",
+            "engine": "local",
+            "region": region,
+            "max_nodes": cloud_nodes,
+            "cost_per_node_hour": cloud_cost_per_node_hour,
+            "spot": True,
+        },
+    ]
