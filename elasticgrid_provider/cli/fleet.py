@@ -25,7 +25,7 @@ from typing import Any
 from elasticgrid_provider.cli.parsing import load_grid
 from elasticgrid_provider.cli.rendering import Result
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.fleet.ledger import fleet_view, nodes_text
+from elasticgrid_provider.core.fleet.view import fleet_view, nodes_text
 from elasticgrid_provider.core.formatting import aligned_table, clock_text, seconds_text
 
 FLEET_HELP = "show the grid ledger: nodes each job holds per provider, free nodes, the queue"

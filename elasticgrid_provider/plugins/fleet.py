@@ -5,7 +5,7 @@ rules), at ``/elasticgrid/fleet`` and ``/elasticgrid/api/fleet``.
 
 Rules:
 
-* The same data as the CLI (:func:`~elasticgrid_provider.core.fleet.ledger.fleet_view`):
+* The same data as the CLI (:func:`~elasticgrid_provider.core.fleet.view.fleet_view`):
   providers x jobs (nodes held, reserved), free nodes per provider, the queue in
   serving order. Read without the grid lock and without writing, from the
   ``elasticgrid_default`` connection's jobs root, reconciled with the jobs' launch
@@ -27,7 +27,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from elasticgrid_provider.core.fleet.ledger import fleet_view, nodes_text
+from elasticgrid_provider.core.fleet.view import fleet_view, nodes_text
 from elasticgrid_provider.core.formatting import clock_text, seconds_text
 from elasticgrid_provider.core.state import state_variable_key
 from elasticgrid_provider.plugins.app import SECURITY_HEADERS, _airflow_root, _html, may_read

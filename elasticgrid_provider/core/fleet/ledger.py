@@ -19,8 +19,14 @@ starts, but a resize cut short before that stop leaves the old launch running, s
 neither count alone is safe. A job's free nodes on a provider are its capacity less
 what *other* jobs use (a job may always resize within what it holds itself).
 
+**Shrink requests**: a higher-priority job that does not fit may ask lower-priority
+jobs to shrink (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`);
+the request stands in the ledger until the job uses no more than asked, or its asker
+no longer waits, and the shrunk job's own next check acts on it.
+
 Requests that do not fit wait in the queue, in order of priority (highest first),
-then arrival (``since``), then job name; a job has at most one request.
+then arrival (``since``), then job name; a job has at most one request, which carries
+its claim (nodes held, gain per node, restart time, deadline size) for the sharing rules.
 
 **Reconcile** makes the ledger match the jobs' launch records (their manifests),
 and **rebuild** makes one from the records alone (a lost or corrupt ledger):
@@ -46,9 +52,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
+from elasticgrid_provider.core.fleet.sharing import JobClaim, PreemptionPlan
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.validation import (
     Choice,
@@ -63,7 +70,7 @@ from elasticgrid_provider.core.validation import (
     whole,
 )
 
-LEDGER_SCHEMA_VERSION = 1
+LEDGER_SCHEMA_VERSION = 2  # 2: queued requests carry their claim; shrink requests
 RESERVATION_GRACE_S = 600.0  # a reservation no launch record confirmed within this is dropped
 REBUILT_PRIORITY = 0  # the priority of a holding rebuilt from a launch record alone
 
@@ -105,6 +112,25 @@ class QueuedRequest(JsonModel):
     since: Finite
     priority: Priority = REBUILT_PRIORITY
     timeout_s: NonNegative | None = None
+    current_nodes: Count = 0
+    gain_per_node: NonNegative = 1.0
+    remaining_s: NonNegative = 0.0
+    restart_s: NonNegative = 0.0
+    deadline_nodes: Count = 0
+
+    def as_claim(self) -> JobClaim:
+        """The request as the sharing rules read it (:class:`JobClaim`)."""
+        return JobClaim(
+            job=self.job,
+            nodes=self.current_nodes,
+            wanted=self.nodes,
+            min_nodes=min(self.min_nodes, self.nodes),
+            priority=self.priority,
+            gain_per_node=self.gain_per_node,
+            remaining_s=self.remaining_s,
+            restart_s=self.restart_s,
+            deadline_nodes=self.deadline_nodes,
+        )
 
     @property
     def order_key(self) -> tuple[int, float, str]:
@@ -117,6 +143,20 @@ class QueuedRequest(JsonModel):
 
 
 @model
+class ShrinkRequest(JsonModel):
+    """A higher-priority job asked ``job`` to shrink to ``to_nodes`` (its next check does it,
+    through the job's own safe resize path, recording ``preempted_by``)."""
+
+    WHERE = "shrink request"
+
+    job: Text
+    to_nodes: Count
+    by_job: Text
+    by_priority: Priority
+    since: Finite
+
+
+@model
 class GridLedger(JsonModel):
     """The grid's holdings, its queue, and the providers' capacities last recorded."""
 
@@ -126,6 +166,7 @@ class GridLedger(JsonModel):
     queue: tuple[QueuedRequest, ...] = ()
     capacities: dict[str, Count] | None = None
     updated_at: Finite = 0.0
+    shrinks: tuple[ShrinkRequest, ...] = ()
     schema_version: Annotated[int, whole(1, LEDGER_SCHEMA_VERSION)] = LEDGER_SCHEMA_VERSION
 
     def holdings_of(self, job: str) -> tuple[Holding, ...]:
@@ -136,6 +177,7 @@ class GridLedger(JsonModel):
     def jobs(self) -> tuple[str, ...]:
         """Every job that holds, reserved or waits, sorted."""
         names = {holding.job for holding in self.holdings} | {req.job for req in self.queue}
+        names |= {shrink.job for shrink in self.shrinks}
         return tuple(sorted(names))
 
     @property
@@ -258,8 +300,34 @@ def release(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
         ledger,
         holdings=tuple(h for h in ledger.holdings if h.job != job),
         queue=tuple(request for request in ledger.queue if request.job != job),
+        shrinks=tuple(s for s in ledger.shrinks if job not in (s.job, s.by_job)),
         updated_at=now,
     )
+
+
+def request_shrinks(
+    ledger: GridLedger, plan: PreemptionPlan, *, by_priority: int, now: float
+) -> GridLedger:
+    """Record the plan's shrinks for their jobs' next checks (a job's earlier request goes)."""
+    asked = {resize.job for resize in plan.shrinks}
+    kept = tuple(shrink for shrink in ledger.shrinks if shrink.job not in asked)
+    new = tuple(
+        ShrinkRequest(resize.job, resize.to_nodes, plan.request, by_priority, now)
+        for resize in plan.shrinks
+    )
+    return replace(ledger, shrinks=kept + new, updated_at=now)
+
+
+def shrink_request_for(ledger: GridLedger, job: str) -> ShrinkRequest | None:
+    """The request that ``job`` shrink, or None."""
+    return next((shrink for shrink in ledger.shrinks if shrink.job == job), None)
+
+
+def _shrink_pending(ledger: GridLedger, shrink: ShrinkRequest) -> bool:
+    """A shrink stands while its job uses more than asked and its asker still waits."""
+    uses = sum(job_usage(ledger, shrink.job).values())
+    waits = any(request.job == shrink.by_job for request in ledger.queue)
+    return uses > shrink.to_nodes and waits
 
 
 def enqueue(ledger: GridLedger, request: QueuedRequest, *, now: float) -> GridLedger:
@@ -351,7 +419,9 @@ def reconcile(
             if in_flight:
                 holdings.append(holding)
     queue = tuple(request for request in ledger.queue if not request.expired(now))
-    return replace(ledger, holdings=tuple(holdings), queue=queue, updated_at=now)
+    settled = replace(ledger, holdings=tuple(holdings), queue=queue)
+    shrinks = tuple(shrink for shrink in ledger.shrinks if _shrink_pending(settled, shrink))
+    return replace(settled, shrinks=shrinks, updated_at=now)
 
 
 def rebuild(
@@ -363,61 +433,3 @@ def rebuild(
     """A ledger from the launch records alone (the stored one was lost or corrupt)."""
     fresh = GridLedger(capacities=dict(capacities) if capacities is not None else None)
     return reconcile(fresh, records, now=now)
-
-
-def _nodes_by_phase(ledger: GridLedger, job: str, phase: HoldingPhase) -> dict[str, int]:
-    nodes: dict[str, int] = {}
-    for holding in ledger.holdings_of(job):
-        if holding.phase == phase:
-            nodes[holding.provider] = nodes.get(holding.provider, 0) + holding.nodes
-    return nodes
-
-
-def nodes_text(cell: Mapping[str, int] | None) -> str:
-    """One job's nodes on one provider in a fleet view: ``2 held``, ``3 reserved``, both,
-    or ``-``."""
-    words = [f"{(cell or {})[phase]} {phase}" for phase in HoldingPhase if (cell or {}).get(phase)]
-    return ", ".join(words) or "-"
-
-
-def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, Any]:
-    """The ledger as the fleet views show it, plain JSON: ``providers`` (name, capacity,
-    free, and per job the nodes held and reserved), ``jobs`` (priority, min_nodes, launch,
-    held and reserved per provider) and ``queue`` in serving order (with ``position``)."""
-    free = free_nodes(ledger, capacities)
-    jobs: list[dict[str, Any]] = []
-    for job in sorted({holding.job for holding in ledger.holdings}):
-        mine = ledger.holdings_of(job)
-        newest = max(mine, key=lambda holding: holding.launch_id)
-        jobs.append(
-            {
-                "job": job,
-                "priority": newest.priority,
-                "min_nodes": newest.min_nodes,
-                "launch_id": newest.launch_id,
-                "held": _nodes_by_phase(ledger, job, HoldingPhase.HELD),
-                "reserved": _nodes_by_phase(ledger, job, HoldingPhase.RESERVED),
-            }
-        )
-    names = sorted(set(capacities) | {holding.provider for holding in ledger.holdings})
-    providers = [
-        {
-            "name": name,
-            "capacity": capacities.get(name),
-            "free": free.get(name, 0),
-            "jobs": {
-                row["job"]: {
-                    "held": row["held"].get(name, 0),
-                    "reserved": row["reserved"].get(name, 0),
-                }
-                for row in jobs
-                if name in row["held"] or name in row["reserved"]
-            },
-        }
-        for name in names
-    ]
-    queue = [
-        {**request.model_dump(), "position": place}
-        for place, request in enumerate(queue_order(ledger), start=1)
-    ]
-    return {"providers": providers, "jobs": jobs, "queue": queue, "updated_at": ledger.updated_at}

@@ -22,8 +22,11 @@ from elasticgrid_provider.core.fleet.ledger import (
     rebuild,
     reconcile,
     release,
+    request_shrinks,
     reserve,
+    shrink_request_for,
 )
+from elasticgrid_provider.core.fleet.sharing import PreemptionPlan, Resize
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.placement import Assignment, Placement
@@ -219,3 +222,38 @@ def test_reconcile_drops_a_queued_request_past_its_timeout():
     ledger = enqueue(ledger, QueuedRequest("patient", 2, 1, T0), now=T0)
     assert [r.job for r in reconcile(ledger, {}, now=T0 + 60).queue] == ["gave-up", "patient"]
     assert [r.job for r in reconcile(ledger, {}, now=T0 + 61).queue] == ["patient"]
+
+
+def test_a_shrink_request_stands_until_the_job_shrank_or_its_asker_stopped_waiting():
+    low = manifest("low", OLD_LAUNCH, {"local": 4})
+    ledger = rebuild({"low": low}, now=T0, capacities=CAPACITIES)
+    ledger = enqueue(ledger, QueuedRequest("high", nodes=2, min_nodes=2, since=T0), now=T0)
+    plan = PreemptionPlan("high", (Resize("low", 4, 2, "high"),), nodes_freed=2, granted=2)
+    ledger = request_shrinks(ledger, plan, by_priority=5, now=T0)
+    asked = shrink_request_for(ledger, "low")
+    assert asked is not None and (asked.to_nodes, asked.by_job, asked.by_priority) == (2, "high", 5)
+    # still 4 nodes and the asker waits: the request stands, also through JSON
+    ledger = GridLedger.model_validate(json.loads(json.dumps(ledger.model_dump())))
+    assert shrink_request_for(reconcile(ledger, {"low": low}, now=T0 + 1), "low") == asked
+    # the job relaunched at 2 nodes: the request is settled
+    shrunk = manifest("low", NEW_LAUNCH, {"local": 2})
+    assert shrink_request_for(reconcile(ledger, {"low": shrunk}, now=T0 + 2), "low") is None
+    # or the asker no longer waits (served elsewhere, gave up): the request goes too
+    gave_up = dequeue(ledger, "high", now=T0 + 3)
+    assert shrink_request_for(reconcile(gave_up, {"low": low}, now=T0 + 3), "low") is None
+    # and a job that ends takes its requests with it
+    assert release(ledger, "low", now=T0 + 4).shrinks == ()
+
+
+def test_a_queued_request_reads_as_the_claim_the_sharing_rules_take():
+    request = QueuedRequest(
+        "grow", nodes=6, min_nodes=3, since=T0, priority=2, current_nodes=2, gain_per_node=0.5,
+        remaining_s=600.0, restart_s=30.0, deadline_nodes=5,
+    )  # fmt: skip
+    claim = request.as_claim()
+    assert (claim.job, claim.nodes, claim.wanted, claim.min_nodes, claim.priority) == (
+        "grow", 2, 6, 3, 2,
+    )  # fmt: skip
+    assert (claim.gain_per_node, claim.remaining_s, claim.restart_s, claim.deadline_nodes) == (
+        0.5, 600.0, 30.0, 5,
+    )  # fmt: skip

@@ -1,0 +1,84 @@
+"""The grid ledger as the fleet views show it: the CLI's ``elasticgrid fleet`` and the Fleet page.
+
+Plain JSON, so both views print the same thing: ``providers`` (capacity, free, and per
+job the nodes held and reserved), ``jobs`` (priority, ``min_nodes``, launch, held and
+reserved per provider), ``queue`` in serving order and ``shrinks`` (the jobs asked to
+shrink for a higher-priority one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from elasticgrid_provider.core.fleet.ledger import (
+    GridLedger,
+    HoldingPhase,
+    free_nodes,
+    queue_order,
+)
+
+
+def _nodes_by_phase(ledger: GridLedger, job: str, phase: HoldingPhase) -> dict[str, int]:
+    nodes: dict[str, int] = {}
+    for holding in ledger.holdings_of(job):
+        if holding.phase == phase:
+            nodes[holding.provider] = nodes.get(holding.provider, 0) + holding.nodes
+    return nodes
+
+
+def nodes_text(cell: Mapping[str, int] | None) -> str:
+    """One job's nodes on one provider in a fleet view: ``2 held``, ``3 reserved``, both,
+    or ``-``."""
+    words = [f"{(cell or {})[phase]} {phase}" for phase in HoldingPhase if (cell or {}).get(phase)]
+    return ", ".join(words) or "-"
+
+
+def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, Any]:
+    """The ledger as the fleet views show it, plain JSON: ``providers`` (name, capacity,
+    free, and per job the nodes held and reserved), ``jobs`` (priority, min_nodes, launch,
+    held and reserved per provider) and ``queue`` in serving order (with ``position``)."""
+    free = free_nodes(ledger, capacities)
+    jobs: list[dict[str, Any]] = []
+    for job in sorted({holding.job for holding in ledger.holdings}):
+        mine = ledger.holdings_of(job)
+        newest = max(mine, key=lambda holding: holding.launch_id)
+        jobs.append(
+            {
+                "job": job,
+                "priority": newest.priority,
+                "min_nodes": newest.min_nodes,
+                "launch_id": newest.launch_id,
+                "held": _nodes_by_phase(ledger, job, HoldingPhase.HELD),
+                "reserved": _nodes_by_phase(ledger, job, HoldingPhase.RESERVED),
+            }
+        )
+    names = sorted(set(capacities) | {holding.provider for holding in ledger.holdings})
+    providers = [
+        {
+            "name": name,
+            "capacity": capacities.get(name),
+            "free": free.get(name, 0),
+            "jobs": {
+                row["job"]: {
+                    "held": row["held"].get(name, 0),
+                    "reserved": row["reserved"].get(name, 0),
+                }
+                for row in jobs
+                if name in row["held"] or name in row["reserved"]
+            },
+        }
+        for name in names
+    ]
+    queue = [
+        {**request.model_dump(), "position": place}
+        for place, request in enumerate(queue_order(ledger), start=1)
+    ]
+    shrinks = [shrink.model_dump() for shrink in ledger.shrinks]
+    return {
+        "providers": providers,
+        "jobs": jobs,
+        "queue": queue,
+        "shrinks": shrinks,
+        "updated_at": ledger.updated_at,
+    }
