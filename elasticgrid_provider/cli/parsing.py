@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from elasticgrid_provider import __version__
 from elasticgrid_provider.core.errors import ElasticGridError, UsageError
 from elasticgrid_provider.core.planner import PREFER_CHOICES
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.schemas import SCHEMA_KINDS
 from elasticgrid_provider.core.state import ScaleState
 
@@ -253,7 +253,7 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         help="replay the samples in order and decide after each, carrying the cooldown",
     )
     scheduler = parser.add_argument_group("scheduler (with --samples)")
-    defaults = {field.name: field.default for field in dataclasses.fields(ElasticScheduler)}
+    defaults = {field.name: field.default for field in dataclasses.fields(ScalePolicy)}
     for field, text in _SCHEDULER_HELP.items():
         shown = "" if defaults[field] is None else f" (default {defaults[field]:g})"
         scheduler.add_argument(

@@ -59,6 +59,8 @@ from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobSnapshot, JobStatus
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.recovery import (
     WAIT,
     LostPart,
@@ -69,7 +71,6 @@ from elasticgrid_provider.core.recovery import (
     remember_recovery,
 )
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
-from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RULE, ScaleState
 from elasticgrid_provider.core.step_log import StepLogChunk
 from elasticgrid_provider.core.validation import check_number, number_from_text
@@ -166,7 +167,7 @@ class ScaleCheck:
     """The rules of one check of ``job_name`` (module docstring), with the task's settings."""
 
     job_name: str
-    scheduler: ElasticScheduler
+    scheduler: ScalePolicy
     window_size: int = DEFAULT_WINDOW_SIZE
     history_limit: int = DEFAULT_HISTORY_LIMIT
 

@@ -50,12 +50,12 @@ from elasticgrid_provider.core.check import (
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
 from elasticgrid_provider.core.formatting import decision_summary
+from elasticgrid_provider.core.policy.parameters import POLICY_PARAMETERS, ScalePolicy
 from elasticgrid_provider.core.recovery import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_QUARANTINE_S,
     DEFAULT_RECOVERY_WINDOW_S,
 )
-from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
@@ -71,7 +71,7 @@ class ElasticScaleSensor(BaseSensorOperator):
     """Decide whether a running job should scale up, down or hold, and record why.
 
     :param job_name: the job to check (templated).
-    :param min_nodes ... scaling_loss: the scheduler's parameters (``SCHEDULER_PARAMETERS``
+    :param min_nodes ... scaling_loss: the scheduler's parameters (``POLICY_PARAMETERS``
         of :mod:`elasticgrid_provider.core.scheduler`); unset ones keep its defaults.
     :param window_size, history_limit: samples in the rolling window; decisions the state keeps.
     :param remaining_steps, remaining_tokens: work left, for deadline pressure (templated).
@@ -146,7 +146,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         self.job_name = job_name
         arguments = locals()
         self.scheduler_parameters: dict[str, Any] = {
-            name: arguments[name] for name in SCHEDULER_PARAMETERS if arguments[name] is not None
+            name: arguments[name] for name in POLICY_PARAMETERS if arguments[name] is not None
         }
         self.window_size = window_size
         self.remaining_steps = remaining_steps
@@ -218,9 +218,9 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     # -- the check ----------------------------------------------------------------
     @cached_property
-    def scheduler(self) -> ElasticScheduler:
+    def scheduler(self) -> ScalePolicy:
         """The scheduler with this task's parameters (validated on first use)."""
-        return ElasticScheduler(**self.scheduler_parameters)
+        return ScalePolicy(**self.scheduler_parameters)
 
     def check(self, context: Context) -> dict[str, Any] | None:
         """Run one check (module docstring); the record on a scale decision, None on hold."""

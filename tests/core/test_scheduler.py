@@ -11,6 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.policy.controller import decide
+from elasticgrid_provider.core.policy.decision import (
+    NO_COOLDOWN,
+    CooldownClock,
+    HeldBy,
+    ScaleDecision,
+)
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.samples import (
     LATEST_TIME,
     MAX_NODES,
@@ -21,14 +30,6 @@ from elasticgrid_provider.core.samples import (
     MIN_TOKENS,
     MetricsWindow,
     StepSample,
-)
-from elasticgrid_provider.core.scheduler import (
-    NO_COOLDOWN,
-    CooldownClock,
-    ElasticScheduler,
-    HeldBy,
-    ScaleAction,
-    ScaleDecision,
 )
 
 T0 = 1_700_000_000.0
@@ -557,7 +558,7 @@ CASES = [
 def _decide(
     scheduler_args: dict[str, Any], window: MetricsWindow, inputs: dict[str, Any]
 ) -> ScaleDecision:
-    return ElasticScheduler(**{**LINEAR, **scheduler_args}).decide(window, now=T0, **inputs)
+    return decide(ScalePolicy(**{**LINEAR, **scheduler_args}), window, now=T0, **inputs)
 
 
 @pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
@@ -575,7 +576,7 @@ def test_decision_table(
         assert phrase in decision.reason
     assert decision.decided_at == T0
     assert decision.signals == window.signals()
-    assert decision.thresholds == ElasticScheduler(**{**LINEAR, **scheduler_args}).thresholds()
+    assert decision.thresholds == ScalePolicy(**{**LINEAR, **scheduler_args}).thresholds()
 
 
 @pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
@@ -603,9 +604,7 @@ def test_decisions_are_deterministic(
 ) -> None:
     first = _decide(scheduler_args, window, inputs)
     replayed_window = MetricsWindow.from_dict(json.loads(json.dumps(window.to_dict())))
-    replayed_args = json.loads(
-        json.dumps(ElasticScheduler(**{**LINEAR, **scheduler_args}).to_dict())
-    )
+    replayed_args = json.loads(json.dumps(ScalePolicy(**{**LINEAR, **scheduler_args}).to_dict()))
     assert _decide(scheduler_args, window, inputs) == first
     assert _decide(replayed_args, replayed_window, inputs).to_json() == first.to_json()
 
@@ -614,55 +613,55 @@ def test_decisions_are_deterministic(
 
 
 def test_a_change_starts_the_cooldown_and_a_hold_keeps_the_clock() -> None:
-    scheduler = ElasticScheduler()
-    change = scheduler.decide(QUEUED_8, now=T0, cooldown=RECENT_UP)
+    scheduler = ScalePolicy()
+    change = decide(scheduler, QUEUED_8, now=T0, cooldown=RECENT_UP)
     assert change.action is ScaleAction.HOLD
     assert change.cooldown is RECENT_UP
-    change = scheduler.decide(QUEUED_8, now=T0)
+    change = decide(scheduler, QUEUED_8, now=T0)
     assert change.cooldown == CooldownClock(last_change_at=T0, last_action="scale_up")
-    down = scheduler.decide(IDLE_8, now=T0 + 1)
+    down = decide(scheduler, IDLE_8, now=T0 + 1)
     assert down.cooldown == CooldownClock(T0 + 1, "scale_down")
-    bounds = scheduler.decide(QUEUED_8, now=T0 + 2, current_nodes=2000)
+    bounds = decide(scheduler, QUEUED_8, now=T0 + 2, current_nodes=2000)
     assert bounds.cooldown == CooldownClock(T0 + 2, "scale_down")
-    balanced = scheduler.decide(BALANCED_8, now=T0 + 3, cooldown=bounds.cooldown)
+    balanced = decide(scheduler, BALANCED_8, now=T0 + 3, cooldown=bounds.cooldown)
     assert balanced.cooldown == bounds.cooldown
 
 
 def test_two_decisions_in_a_row_leave_the_cooldown_after_cooldown_s() -> None:
     """0.1.0 kept the clock in memory and defaulted ``now`` to 0: it never left cooldown."""
-    scheduler = ElasticScheduler(cooldown_s=300.0, max_nodes=64, **LINEAR)
-    first = scheduler.decide(QUEUED_8, now=T0)
+    scheduler = ScalePolicy(cooldown_s=300.0, max_nodes=64, **LINEAR)
+    first = decide(scheduler, QUEUED_8, now=T0)
     assert (first.action, first.target_nodes) == (ScaleAction.SCALE_UP, 40)
 
     # A new process reads the stored clock back, as a scheduled check would.
     stored = json.loads(json.dumps(first.cooldown.to_dict()))
-    fresh_scheduler = ElasticScheduler.from_dict(json.loads(json.dumps(scheduler.to_dict())))
+    fresh_scheduler = ScalePolicy.from_dict(json.loads(json.dumps(scheduler.to_dict())))
     busy_16 = steady(16, queue=0.8)
-    second = fresh_scheduler.decide(busy_16, now=T0 + 60, cooldown=CooldownClock.from_dict(stored))
+    second = decide(fresh_scheduler, busy_16, now=T0 + 60, cooldown=CooldownClock.from_dict(stored))
     assert second.action is ScaleAction.HOLD
     assert [hold.rule for hold in second.held_by] == ["cooldown"]
     assert "last change 60s ago, scale-up cooldown is 300s" in second.reason
     assert second.cooldown == first.cooldown
 
-    third = fresh_scheduler.decide(busy_16, now=T0 + 300, cooldown=second.cooldown)
+    third = decide(fresh_scheduler, busy_16, now=T0 + 300, cooldown=second.cooldown)
     assert (third.action, third.target_nodes) == (ScaleAction.SCALE_UP, 64)  # 80, at the ceiling
     assert third.cooldown == CooldownClock(T0 + 300, "scale_up")
 
 
 def test_separate_scale_down_cooldown_holds_down_but_not_up() -> None:
-    scheduler = ElasticScheduler(cooldown_s=300.0, scale_down_cooldown_s=900.0, max_nodes=16)
+    scheduler = ScalePolicy(cooldown_s=300.0, scale_down_cooldown_s=900.0, max_nodes=16)
     assert scheduler.effective_scale_down_cooldown_s == 900.0
     clock = CooldownClock(T0 - 600, "scale_up")
-    down = scheduler.decide(IDLE_8, now=T0, cooldown=clock)
-    up = scheduler.decide(QUEUED_8, now=T0, cooldown=clock)
+    down = decide(scheduler, IDLE_8, now=T0, cooldown=clock)
+    up = decide(scheduler, QUEUED_8, now=T0, cooldown=clock)
     assert (down.action, down.held_by[0].rule) == (ScaleAction.HOLD, "cooldown")
     assert (up.action, up.target_nodes) == (ScaleAction.SCALE_UP, 16)
-    later = scheduler.decide(IDLE_8, now=T0 + 300, cooldown=clock)
+    later = decide(scheduler, IDLE_8, now=T0 + 300, cooldown=clock)
     assert (later.action, later.target_nodes) == (ScaleAction.SCALE_DOWN, 4)
 
 
 def test_scale_down_cooldown_defaults_to_cooldown_s() -> None:
-    scheduler = ElasticScheduler(cooldown_s=120.0)
+    scheduler = ScalePolicy(cooldown_s=120.0)
     assert scheduler.scale_down_cooldown_s is None
     assert scheduler.effective_scale_down_cooldown_s == 120.0
     assert scheduler.thresholds()["scale_down_cooldown_s"] == 120.0
@@ -736,23 +735,23 @@ def test_bad_parameters_are_rejected_naming_the_parameter(
     parameter: str, value: Any, message: str
 ) -> None:
     with pytest.raises(ElasticGridError) as caught:
-        ElasticScheduler(**{parameter: value})
+        ScalePolicy(**{parameter: value})
     assert str(caught.value).startswith(message)
 
 
 def test_max_nodes_below_min_nodes_is_rejected() -> None:
     with pytest.raises(ElasticGridError, match="max_nodes must be at least 8, got 4"):
-        ElasticScheduler(min_nodes=8, max_nodes=4)
+        ScalePolicy(min_nodes=8, max_nodes=4)
 
 
 def test_parameters_are_normalised_and_round_trip() -> None:
-    scheduler = ElasticScheduler(min_nodes=2.0, max_nodes=64, cooldown_s=60, startup_s=90)  # type: ignore[arg-type]
+    scheduler = ScalePolicy(min_nodes=2.0, max_nodes=64, cooldown_s=60, startup_s=90)  # type: ignore[arg-type]
     assert type(scheduler.min_nodes) is int and type(scheduler.cooldown_s) is float
-    assert ElasticScheduler.from_dict(json.loads(json.dumps(scheduler.to_dict()))) == scheduler
-    assert ElasticScheduler.from_dict({}) == ElasticScheduler()
+    assert ScalePolicy.from_dict(json.loads(json.dumps(scheduler.to_dict()))) == scheduler
+    assert ScalePolicy.from_dict({}) == ScalePolicy()
     assert set(scheduler.thresholds()) == set(scheduler.to_dict())
     with pytest.raises(ElasticGridError, match="scheduler has an unknown field 'deadline_s'"):
-        ElasticScheduler.from_dict({"deadline_s": 10})
+        ScalePolicy.from_dict({"deadline_s": 10})
 
 
 @pytest.mark.parametrize(
@@ -775,15 +774,15 @@ def test_parameters_are_normalised_and_round_trip() -> None:
 def test_bad_decide_inputs_are_rejected(inputs: dict[str, Any], message: str) -> None:
     arguments: dict[str, Any] = {"now": T0, **inputs}
     with pytest.raises(ElasticGridError) as caught:
-        ElasticScheduler().decide(QUEUED_8, **arguments)
+        decide(ScalePolicy(), QUEUED_8, **arguments)
     assert str(caught.value).startswith(message)
 
 
 def test_decide_requires_a_window_and_an_explicit_now() -> None:
     with pytest.raises(ElasticGridError, match="window must be a MetricsWindow"):
-        ElasticScheduler().decide([StepSample(1, 1.0)], now=T0)  # type: ignore[arg-type]
+        decide(ScalePolicy(), [StepSample(1, 1.0)], now=T0)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        ElasticScheduler().decide(QUEUED_8)  # type: ignore[call-arg]
+        decide(ScalePolicy(), QUEUED_8)  # type: ignore[call-arg]
 
 
 def test_nan_samples_never_reach_the_decision() -> None:
@@ -798,8 +797,12 @@ def test_nan_samples_never_reach_the_decision() -> None:
 
 def test_remaining_work_too_large_to_project_is_rejected() -> None:
     with pytest.raises(ElasticGridError, match=r"remaining_steps .* is too large to project"):
-        ElasticScheduler().decide(
-            steady(4, step_s=MAX_STEP_S), now=T0, deadline_at=T0 + 10, remaining_steps=1e308
+        decide(
+            ScalePolicy(),
+            steady(4, step_s=MAX_STEP_S),
+            now=T0,
+            deadline_at=T0 + 10,
+            remaining_steps=1e308,
         )
 
 
@@ -807,8 +810,12 @@ def test_remaining_work_too_large_to_project_is_rejected() -> None:
 
 
 def test_decision_record_carries_the_projection() -> None:
-    decision = ElasticScheduler(startup_s=60.0, **LINEAR).decide(
-        FAST_4, now=T0, deadline_at=T0 + 900, remaining_steps=600
+    decision = decide(
+        ScalePolicy(startup_s=60.0, **LINEAR),
+        FAST_4,
+        now=T0,
+        deadline_at=T0 + 900,
+        remaining_steps=600,
     )
     assert decision.deadline_at == T0 + 900
     assert decision.time_left_s == 900.0
@@ -835,7 +842,7 @@ def test_decision_record_carries_the_projection() -> None:
     assert decision.changed and decision.recommended_nodes == 7
     plain = decision.to_dict()
     assert plain["held_by"] == [] and plain["cooldown"]["last_change_at"] == T0
-    no_deadline = ElasticScheduler().decide(FAST_4, now=T0, remaining_steps=600)
+    no_deadline = decide(ScalePolicy(), FAST_4, now=T0, remaining_steps=600)
     assert no_deadline.time_left_s is None
     assert no_deadline.projection is not None and "meets_deadline" not in no_deadline.projection
 
@@ -859,7 +866,7 @@ _PROJECTED = (
 
 
 def test_held_decision_lists_its_holds_in_the_record() -> None:
-    decision = ElasticScheduler().decide(QUEUED_8, now=T0, cooldown=RECENT_UP)
+    decision = decide(ScalePolicy(), QUEUED_8, now=T0, cooldown=RECENT_UP)
     assert decision.to_dict()["held_by"] == [
         {
             "rule": "cooldown",
@@ -886,7 +893,7 @@ def test_held_decision_lists_its_holds_in_the_record() -> None:
     ],
 )
 def test_inconsistent_decision_records_are_rejected(changes: dict[str, Any], message: str) -> None:
-    data = ElasticScheduler().decide(QUEUED_8, now=T0).to_dict()
+    data = decide(ScalePolicy(), QUEUED_8, now=T0).to_dict()
     data.update(current_nodes=8, target_nodes=16, action="scale_up")
     data.update(changes)
     with pytest.raises(ElasticGridError) as caught:
@@ -895,7 +902,7 @@ def test_inconsistent_decision_records_are_rejected(changes: dict[str, Any], mes
 
 
 def test_missing_decision_field_is_named() -> None:
-    data = ElasticScheduler().decide(QUEUED_8, now=T0).to_dict()
+    data = decide(ScalePolicy(), QUEUED_8, now=T0).to_dict()
     del data["rule"]
     with pytest.raises(ElasticGridError, match="decision is missing the field 'rule'"):
         ScaleDecision.from_dict(data)
@@ -904,7 +911,7 @@ def test_missing_decision_field_is_named() -> None:
 
 
 def test_a_scale_change_cannot_be_held_back() -> None:
-    decision = ElasticScheduler().decide(QUEUED_8, now=T0)
+    decision = decide(ScalePolicy(), QUEUED_8, now=T0)
     data = decision.to_dict()
     data["held_by"] = [HeldBy("cooldown", "in cooldown").to_dict()]
     with pytest.raises(ElasticGridError, match="cannot be held back"):
@@ -917,9 +924,9 @@ seconds = st.one_of(st.just(0.0), st.floats(1e-3, 60.0), st.floats(60.0, 1e4))
 
 
 @st.composite
-def schedulers(draw: st.DrawFn) -> ElasticScheduler:
+def schedulers(draw: st.DrawFn) -> ScalePolicy:
     min_nodes = draw(st.integers(1, 64))
-    return ElasticScheduler(
+    return ScalePolicy(
         min_nodes=min_nodes,
         max_nodes=draw(st.integers(min_nodes, 2048)),
         scale_up_factor=draw(st.floats(1.001, 8.0)),
@@ -964,7 +971,7 @@ def steady_windows(draw: st.DrawFn, sizes: st.SearchStrategy[int]) -> MetricsWin
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[ElasticScheduler, MetricsWindow, dict[str, Any]]:
+def scenarios(draw: st.DrawFn) -> tuple[ScalePolicy, MetricsWindow, dict[str, Any]]:
     """A scheduler, a window and decide() inputs; sizes mostly within the bounds."""
     scheduler = draw(schedulers())
     out_of_bounds = draw(st.integers(0, 9)) == 0
@@ -995,10 +1002,10 @@ def scenarios(draw: st.DrawFn) -> tuple[ElasticScheduler, MetricsWindow, dict[st
 @settings(max_examples=500, deadline=None)
 @given(scenario=scenarios())
 def test_decision_invariants(
-    scenario: tuple[ElasticScheduler, MetricsWindow, dict[str, Any]],
+    scenario: tuple[ScalePolicy, MetricsWindow, dict[str, Any]],
 ) -> None:
     scheduler, window, inputs = scenario
-    decision = scheduler.decide(window, **inputs)
+    decision = decide(scheduler, window, **inputs)
     current, target = decision.current_nodes, decision.target_nodes
     if decision.action is ScaleAction.SCALE_UP:
         assert target > current
@@ -1018,14 +1025,18 @@ def test_decision_invariants(
     else:
         assert decision.cooldown == inputs["cooldown"]
     assert ScaleDecision.from_json(decision.to_json()) == decision
-    assert scheduler.decide(window, **inputs) == decision
+    assert decide(scheduler, window, **inputs) == decision
 
 
 def test_an_unbounded_demand_is_recorded_as_none_not_the_float_maximum():
     # the queue fills every step: the closed-loop demand has no bound
     window = MetricsWindow(samples=tuple(StepSample(i, 10.0, 10.0, 4) for i in range(4)))
-    decision = ElasticScheduler(max_nodes=8, min_samples=3).decide(
-        window, now=1e9, deadline_at=1e9 + 600, remaining_steps=100
+    decision = decide(
+        ScalePolicy(max_nodes=8, min_samples=3),
+        window,
+        now=1e9,
+        deadline_at=1e9 + 600,
+        remaining_steps=100,
     )
     projection = decision.projection or {}
     assert projection["demand_per_s"] is None
@@ -1060,11 +1071,16 @@ def test_every_sample_within_the_bounds_is_decided_on_without_an_arithmetic_erro
     # 1e308 durations raised OverflowError in _arrival_spread before the bounds existed
     window = MetricsWindow(size=12, samples=tuple(samples))
     current = samples[-1].nodes if samples else 1
-    scheduler = ElasticScheduler(min_samples=1, max_nodes=MAX_NODES)
+    scheduler = ScalePolicy(min_samples=1, max_nodes=MAX_NODES)
     for deadline in (None, now + 3600.0):
         try:
-            decision = scheduler.decide(
-                window, now=now, current_nodes=current, deadline_at=deadline, remaining_steps=1e4
+            decision = decide(
+                scheduler,
+                window,
+                now=now,
+                current_nodes=current,
+                deadline_at=deadline,
+                remaining_steps=1e4,
             )
         except ElasticGridError as error:  # a clear sentence is fine, never an arithmetic error
             assert "too large" in str(error), error
