@@ -244,21 +244,19 @@ class ScaleCheck:
                 raise ElasticGridError(
                     f"job {self.job_name!r} lost capacity, but no planner was given"
                 )
-            try:
-                decision = decide_recovery(
-                    job_name=self.job_name,
-                    launch_id=snapshot.manifest.launch_id,
-                    lost=lost,
-                    current_nodes=snapshot.nodes,
-                    min_nodes=self.scheduler.min_nodes,
-                    max_nodes=self.scheduler.max_nodes,
-                    memory=taken.recovery,
-                    policy=recovery or RecoveryPolicy(),
-                    planner=planner,
-                    now=now,
-                )
-            except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-                raise ElasticGridError(str(exc)) from None
+            # bad input raises its ElasticGridError here, before anything is written
+            decision = decide_recovery(
+                job_name=self.job_name,
+                launch_id=snapshot.manifest.launch_id,
+                lost=lost,
+                current_nodes=snapshot.nodes,
+                min_nodes=self.scheduler.min_nodes,
+                max_nodes=self.scheduler.max_nodes,
+                memory=taken.recovery,
+                policy=recovery or RecoveryPolicy(),
+                planner=planner,
+                now=now,
+            )
             context = self._record_context(snapshot, snapshot.nodes, "-", now, task, None)
             if decision.placement is not None:
                 context["proposed_placement"] = decision.placement
@@ -290,17 +288,14 @@ class ScaleCheck:
             }
             state = state.remember_event(ended, now, self.history_limit)
             return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log))
-        try:
-            choice = deadline()
-            record = state.decide(
-                self.scheduler,
-                now,
-                deadline_at=choice.at,
-                remaining_steps=optional_number("remaining_steps", remaining_steps),
-                remaining_tokens=optional_number("remaining_tokens", remaining_tokens),
-            )
-        except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-            raise ElasticGridError(str(exc)) from None
+        choice = deadline()  # bad input raises its ElasticGridError here, before any write
+        record = state.decide(
+            self.scheduler,
+            now,
+            deadline_at=choice.at,
+            remaining_steps=optional_number("remaining_steps", remaining_steps),
+            remaining_tokens=optional_number("remaining_tokens", remaining_tokens),
+        )
         quarantine = state.recovery.active_quarantine(now)
         context = self._record_context(
             snapshot, record.decision.target_nodes, choice.source, now, task, planner, quarantine

@@ -358,6 +358,14 @@ def test_bad_input_is_one_sentence_and_no_outcome(arguments, message):
         rules.run(ScaleState(job_name="job"), snapshot(2), T0, task=TASK, **arguments)
 
 
+def test_a_decision_on_bad_input_keeps_the_error_where_it_was_raised():
+    # the check used to re-raise the same text from check.py, losing type and traceback
+    rules = ScaleCheck("job", ScalePolicy())
+    with pytest.raises(ElasticGridError, match="remaining_tokens") as refused:
+        rules.run(ScaleState(job_name="job"), snapshot(2), T0, task=TASK, remaining_tokens=-5)
+    assert refused.traceback[-1].path.name == "validation.py"
+
+
 def test_the_check_and_these_tests_import_no_airflow():
     code = (
         "import sys, tests.core.test_check; "

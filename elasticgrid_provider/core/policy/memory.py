@@ -23,7 +23,6 @@ from elasticgrid_provider.core.validation import (
     NonNegative,
     Positive,
     model,
-    trusted,
 )
 
 SCALING_LOSS_CAP = 0.5
@@ -81,7 +80,7 @@ class CapacityMemory(JsonModel):
         """A copy in which ``measurement`` replaces what was known at its size."""
         kept = tuple(entry for entry in self.sizes if entry.nodes != measurement.nodes)
         sizes = tuple(sorted((*kept, measurement), key=lambda entry: entry.nodes))
-        return trusted(CapacityMemory, sizes=sizes, arrivals=self.arrivals)
+        return CapacityMemory(sizes=sizes, arrivals=self.arrivals)
 
     def measured(self, basis: str) -> list[tuple[int, float]]:
         """``(nodes, per-node rate)`` of each size measured in ``basis``, smallest first."""

@@ -10,6 +10,8 @@ What each parameter means for the job is in ``docs/policy.md``.
 
 from __future__ import annotations
 
+import ast
+import json
 from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
@@ -18,7 +20,14 @@ from pydantic import ValidationInfo, field_validator
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.policy.memory import SCALING_LOSS_CAP
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule
-from elasticgrid_provider.core.validation import JsonModel, NonNegative, Positive, finite, model
+from elasticgrid_provider.core.validation import (
+    JsonModel,
+    NonNegative,
+    Positive,
+    finite,
+    model,
+    number_from_text,
+)
 
 
 @dataclass(frozen=True)
@@ -185,10 +194,6 @@ class ScalePolicy(JsonModel):
         stretch = self.final_stretch_s
         return 4.0 * self.startup_s if stretch is None else stretch
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON of the parameters as given: ``model_dump``'s, built directly (a hot path)."""
-        return {name: getattr(self, name) for name in POLICY_PARAMETERS}
-
     def thresholds(self) -> dict[str, Any]:
         """Every parameter as used (defaults resolved), for the audit record."""
         return {
@@ -210,6 +215,46 @@ def parameter_about(name: str) -> About:
 
 PARAMETER_DEFAULTS = {parameter.name: parameter.default for parameter in fields(ScalePolicy)}
 """Each parameter's default (``None``: derived from another, see its help)."""
+
+
+def policy_argument(
+    policy: ScalePolicy | dict[str, Any] | str | None, flat: dict[str, Any]
+) -> ScalePolicy | dict[str, Any] | str:
+    """The policy an operator was given: ``policy``, or its fields given one by one (``flat``;
+    ``None`` values keep their defaults); refuses both at once. Not validated: it may hold
+    templates, so :func:`policy_from` validates it when it is used."""
+    given = {name: value for name, value in flat.items() if value is not None}
+    if policy is not None and given:
+        names = ", ".join(sorted(given))
+        raise ElasticGridError(
+            f"policy is given both as policy= and as keyword arguments ({names}); give one"
+        )
+    return given if policy is None else policy
+
+
+def policy_from(policy: ScalePolicy | dict[str, Any] | str) -> ScalePolicy:
+    """A :class:`ScalePolicy` from an operator's ``policy`` (after templates are rendered):
+    the model itself, a dict of its fields (numeric strings read as numbers, ``None`` as the
+    default), or that dict as text (JSON, or Jinja's rendering of a dict); otherwise one sentence naming what was wrong."""
+    if isinstance(policy, ScalePolicy):
+        return policy
+    data: Any = policy
+    if isinstance(policy, str):
+        try:  # JSON, or a dict as Jinja renders it without native objects
+            data = json.loads(policy)
+        except ValueError:
+            try:
+                data = ast.literal_eval(policy)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise ElasticGridError(
+                    f"policy must be a JSON object of the policy's fields, got {policy!r}"
+                ) from None
+    if not isinstance(data, dict):
+        raise ElasticGridError(f"policy must be a ScalePolicy or a dict, got {data!r}")
+    return ScalePolicy.from_dict(
+        {name: number_from_text(value) for name, value in data.items() if value is not None}
+    )
+
 
 RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {}
 """The parameters each rule compares against (``rule_text`` shows them), from the fields."""
