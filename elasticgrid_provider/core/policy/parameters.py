@@ -2,8 +2,7 @@
 written.
 
 Each field carries its help and the rules that compare against it (:class:`About`, in the
-field's metadata): the CLI flags (``elasticgrid simulate``), the
-threshold table of :func:`~elasticgrid_provider.core.formatting.rule_text` and the sensor's
+field's metadata): the CLI flags (``elasticgrid simulate``), the threshold table of :func:`~elasticgrid_provider.core.formatting.rule_text` and the sensor's
 ``policy=`` argument are generated from them, so adding a parameter touches this file only.
 What each parameter means for the job is in ``docs/policy.md``.
 """
@@ -235,7 +234,8 @@ def policy_argument(
 def policy_from(policy: ScalePolicy | dict[str, Any] | str) -> ScalePolicy:
     """A :class:`ScalePolicy` from an operator's ``policy`` (after templates are rendered):
     the model itself, a dict of its fields (numeric strings read as numbers, ``None`` as the
-    default), or that dict as text (JSON, or Jinja's rendering of a dict); otherwise one sentence naming what was wrong."""
+    default), or that dict as text (JSON, or Jinja's rendering of a dict); otherwise one
+    sentence naming what was wrong."""
     if isinstance(policy, ScalePolicy):
         return policy
     data: Any = policy
