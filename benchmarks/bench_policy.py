@@ -54,8 +54,8 @@ from benchmarks.policy_simulator import (
     stream_optimum,
 )
 from benchmarks.report import Report, Table, arguments, check, fail
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 
 __all__ = [
     "BatchJob",
@@ -145,7 +145,7 @@ def evaluate(
     generator = random.Random(seed)
     batch_jobs = make_batch_jobs(generator, jobs_per_kind)[:first]
     stream_jobs = make_stream_jobs(generator, jobs_per_kind)[:first]
-    latency_s = ElasticScheduler().drain_s
+    latency_s = ScalePolicy().drain_s
     tallies = {name: Tally(name) for name in policies}
     for number, job in enumerate(batch_jobs):
         optimum = batch_optimum(job)

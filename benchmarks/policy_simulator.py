@@ -22,7 +22,7 @@ in flight is lost and redone), paid at the larger of the two sizes. Cost is
 node-seconds. Every ``CHECK_INTERVAL_S`` a scale check sees the samples that
 finished since the last check, exactly as the sensor does:
 
-* **policy**: :meth:`ScaleState.advance` with :class:`ElasticScheduler` (the
+* **policy**: :meth:`ScaleState.advance` with :class:`ScalePolicy` (the
   real scheduler through the sensor's transition), with the sensor's
   defaults plus ``min_nodes=1``, ``max_nodes=256``, the job's ``startup_s``,
   and for batch jobs the deadline and remaining steps;
@@ -48,8 +48,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
 
 CHECK_INTERVAL_S = 60.0
@@ -330,7 +330,7 @@ def _smallest_serving(job: StreamJob, rate: float, max_nodes: int) -> int:
 
 
 def policy_decider(
-    scheduler: ElasticScheduler,
+    scheduler: ScalePolicy,
     *,
     deadline_at: float | None = None,
     remaining: Callable[[], float] | None = None,
@@ -428,6 +428,6 @@ def make_stream_jobs(generator: random.Random, count: int) -> list[StreamJob]:
     return jobs
 
 
-def scheduler_for(startup_s: float) -> ElasticScheduler:
+def scheduler_for(startup_s: float) -> ScalePolicy:
     """The sensor's defaults with the benchmark's bounds and the job's restart time."""
-    return ElasticScheduler(min_nodes=MIN_NODES, max_nodes=MAX_NODES, startup_s=startup_s)
+    return ScalePolicy(min_nodes=MIN_NODES, max_nodes=MAX_NODES, startup_s=startup_s)

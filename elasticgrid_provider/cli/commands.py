@@ -71,9 +71,9 @@ from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.recovery import RECOVER_RULE
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.schemas import json_schema
 from elasticgrid_provider.core.state import (
     JOB_ENDED_RULE,
@@ -193,10 +193,10 @@ def _screened(
     return tuple(kept), left_out
 
 
-def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
+def _scheduler(args: argparse.Namespace) -> ScalePolicy:
     parameters = {field: getattr(args, field) for field in SCHEDULER_FLAGS if given(args, field)}
     try:
-        return ElasticScheduler(**parameters)
+        return ScalePolicy(**parameters)
     except ElasticGridError as error:
         message = str(error)  # named by the option the user typed
         field = next((name for name in SCHEDULER_FLAGS if message.startswith(name + " ")), "")
@@ -206,7 +206,7 @@ def _scheduler(args: argparse.Namespace) -> ElasticScheduler:
 
 
 def _single(
-    args: argparse.Namespace, scheduler: ElasticScheduler, samples: tuple[StepSample, ...]
+    args: argparse.Namespace, scheduler: ScalePolicy, samples: tuple[StepSample, ...]
 ) -> Result:
     now = args.now if args.now is not None else sample_clock(samples, 0.0)[-1]
     current = args.nodes if args.nodes is not None else samples[-1].nodes
@@ -234,7 +234,7 @@ def _single(
 
 
 def _timeline(
-    args: argparse.Namespace, scheduler: ElasticScheduler, samples: tuple[StepSample, ...]
+    args: argparse.Namespace, scheduler: ScalePolicy, samples: tuple[StepSample, ...]
 ) -> Result:
     times = sample_clock(samples, 0.0 if args.now is None else args.now)
     deadline_at = None if args.deadline_in is None else times[-1] + args.deadline_in

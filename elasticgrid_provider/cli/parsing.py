@@ -21,7 +21,6 @@ Rules:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,9 +29,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from elasticgrid_provider import __version__
 from elasticgrid_provider.core.errors import ElasticGridError, UsageError
 from elasticgrid_provider.core.planner import PREFER_CHOICES
+from elasticgrid_provider.core.policy.parameters import (
+    PARAMETER_DEFAULTS,
+    POLICY_PARAMETERS,
+    parameter_about,
+)
 from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS, Provider, providers_from_dicts
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.schemas import SCHEMA_KINDS
 from elasticgrid_provider.core.state import ScaleState
 
@@ -159,38 +162,11 @@ SIMULATE_DESCRIPTION = (
 )
 
 
-_RENAMED_FLAGS = {
-    "cooldown_s": "--cooldown",
-    "scale_down_cooldown_s": "--scale-down-cooldown",
-    "scale_down_window_s": "--scale-down-window",
+SCHEDULER_FLAGS = {
+    name: parameter_about(name).flag or option_flag(name) for name in POLICY_PARAMETERS
 }
-"""Scheduler options whose flag is not the field name with dashes."""
-_SCHEDULER_HELP = {
-    "min_nodes": "smallest size",
-    "max_nodes": "largest size",
-    "cooldown_s": "seconds after a change before a scale-up",
-    "scale_down_cooldown_s": "seconds after a change before a scale-down (default: --cooldown)",
-    "scale_up_factor": "growth factor, > 1",
-    "scale_down_factor": "shrink factor, in (0, 1)",
-    "target_queue_fraction": "queue fraction at which to scale up",
-    "idle_queue_fraction": "queue fraction at or below which the job may be idle",
-    "idle_step_fraction": "idle when the mean step is at most this share of --target-step-s",
-    "target_step_s": "target step time in seconds",
-    "min_samples": "samples needed to decide",
-    "startup_s": "seconds a resize stops progress (the restart)",
-    "horizon_s": "seconds a resize must pay off in, when work is unknown",
-    "resize_margin": "how much a resize's gain must beat its price",
-    "headroom": "capacity kept above the measured demand",
-    "tolerance": "capacity changes within it are noise",
-    "drain_s": "seconds a backlog may take to clear",
-    "scale_down_window_s": "seconds of recommendations a scale-down takes the largest of",
-    "deadline_margin": "share of the time left kept spare",
-    "final_stretch_s": "no shrink this close to the deadline (default: 4 x --startup-s)",
-    "scaling_loss": "prior per-node throughput lost per doubling",
-}
-"""Each scheduler parameter the command exposes, in ``--help`` order, with its help."""
-SCHEDULER_FLAGS = {name: _RENAMED_FLAGS.get(name, option_flag(name)) for name in _SCHEDULER_HELP}
-"""Each of those parameters with the flag that sets it."""
+"""Each policy parameter with the flag that sets it, from the fields of
+:class:`~elasticgrid_provider.core.policy.parameters.ScalePolicy` (``--help`` order)."""
 
 _NEEDS_DEADLINE = "(needs --deadline-in)"
 SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
@@ -253,12 +229,11 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         help="replay the samples in order and decide after each, carrying the cooldown",
     )
     scheduler = parser.add_argument_group("scheduler (with --samples)")
-    defaults = {field.name: field.default for field in dataclasses.fields(ElasticScheduler)}
-    for field, text in _SCHEDULER_HELP.items():
-        shown = "" if defaults[field] is None else f" (default {defaults[field]:g})"
-        scheduler.add_argument(
-            SCHEDULER_FLAGS[field], dest=field, type=float, metavar="X", help=text + shown
-        )
+    for field, flag in SCHEDULER_FLAGS.items():
+        default = PARAMETER_DEFAULTS[field]
+        shown = "" if default is None else f" (default {default:g})"
+        text = parameter_about(field).help + shown
+        scheduler.add_argument(flag, dest=field, type=float, metavar="X", help=text)
 
 
 def _read_text(path: str, what: str) -> str:

@@ -30,9 +30,9 @@ from elasticgrid_provider.core.formatting import (
 from elasticgrid_provider.core.launch_spec import LaunchPart
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.decision import CooldownClock, ScaleDecision
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.samples import MetricsWindow, WindowSignals
-from elasticgrid_provider.core.scheduler import CooldownClock, ScaleDecision
 from elasticgrid_provider.core.state import DecisionRecord
 
 EXIT_OK = 0
@@ -236,7 +236,7 @@ def decision_lines(decision: ScaleDecision) -> list[str]:
     pairs += [
         (condition.type, f"{condition.status} ({condition.reason}): {condition.message}")
         for condition in decision.conditions
-    ]
+    ] or [("conditions", "not recorded (the decision predates them)")]
     head = f"decision: {decision.action.value} {decision.current_nodes} -> {decision.target_nodes}"
     return [head, *key_rows(pairs)]
 

@@ -59,6 +59,8 @@ from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobSnapshot, JobStatus
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.recovery import (
     WAIT,
     LostPart,
@@ -69,7 +71,6 @@ from elasticgrid_provider.core.recovery import (
     remember_recovery,
 )
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
-from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RULE, ScaleState
 from elasticgrid_provider.core.step_log import StepLogChunk
 from elasticgrid_provider.core.validation import check_number, number_from_text
@@ -166,7 +167,7 @@ class ScaleCheck:
     """The rules of one check of ``job_name`` (module docstring), with the task's settings."""
 
     job_name: str
-    scheduler: ElasticScheduler
+    scheduler: ScalePolicy
     window_size: int = DEFAULT_WINDOW_SIZE
     history_limit: int = DEFAULT_HISTORY_LIMIT
 
@@ -243,21 +244,19 @@ class ScaleCheck:
                 raise ElasticGridError(
                     f"job {self.job_name!r} lost capacity, but no planner was given"
                 )
-            try:
-                decision = decide_recovery(
-                    job_name=self.job_name,
-                    launch_id=snapshot.manifest.launch_id,
-                    lost=lost,
-                    current_nodes=snapshot.nodes,
-                    min_nodes=self.scheduler.min_nodes,
-                    max_nodes=self.scheduler.max_nodes,
-                    memory=taken.recovery,
-                    policy=recovery or RecoveryPolicy(),
-                    planner=planner,
-                    now=now,
-                )
-            except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-                raise ElasticGridError(str(exc)) from None
+            # bad input raises its ElasticGridError here, before anything is written
+            decision = decide_recovery(
+                job_name=self.job_name,
+                launch_id=snapshot.manifest.launch_id,
+                lost=lost,
+                current_nodes=snapshot.nodes,
+                min_nodes=self.scheduler.min_nodes,
+                max_nodes=self.scheduler.max_nodes,
+                memory=taken.recovery,
+                policy=recovery or RecoveryPolicy(),
+                planner=planner,
+                now=now,
+            )
             context = self._record_context(snapshot, snapshot.nodes, "-", now, task, None)
             if decision.placement is not None:
                 context["proposed_placement"] = decision.placement
@@ -289,17 +288,14 @@ class ScaleCheck:
             }
             state = state.remember_event(ended, now, self.history_limit)
             return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log))
-        try:
-            choice = deadline()
-            record = state.decide(
-                self.scheduler,
-                now,
-                deadline_at=choice.at,
-                remaining_steps=optional_number("remaining_steps", remaining_steps),
-                remaining_tokens=optional_number("remaining_tokens", remaining_tokens),
-            )
-        except ElasticGridError as exc:  # bad input: fail clearly, write nothing
-            raise ElasticGridError(str(exc)) from None
+        choice = deadline()  # bad input raises its ElasticGridError here, before any write
+        record = state.decide(
+            self.scheduler,
+            now,
+            deadline_at=choice.at,
+            remaining_steps=optional_number("remaining_steps", remaining_steps),
+            remaining_tokens=optional_number("remaining_tokens", remaining_tokens),
+        )
         quarantine = state.recovery.active_quarantine(now)
         context = self._record_context(
             snapshot, record.decision.target_nodes, choice.source, now, task, planner, quarantine

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.policy.parameters import RULE_THRESHOLDS
 
 
 def placement_table(placement: Placement) -> str:
@@ -56,26 +57,6 @@ def decision_line(record: dict[str, Any]) -> str:
     """One line per decision for a trail (the demo's): the UTC time, then :func:`decision_summary`."""
     when = record.get("decided_at_iso") or iso_time(record.get("decided_at"))
     return f"{when}  {decision_summary(record)}"
-
-
-# the scheduler parameters (ElasticScheduler.thresholds()) each rule compares against
-RULE_THRESHOLDS: dict[str, tuple[str, ...]] = {
-    "min_samples": ("min_samples",),
-    "bounds": ("min_nodes", "max_nodes"),
-    "deadline_pressure": ("deadline_margin", "startup_s"),
-    "deadline_slack": ("deadline_margin", "final_stretch_s", "startup_s"),
-    "demand": ("headroom", "tolerance", "drain_s"),
-    "queue_bound": ("target_queue_fraction", "scale_up_factor"),
-    "idle": ("idle_queue_fraction", "idle_step_fraction", "target_step_s", "scale_down_factor"),
-    "balanced": ("target_queue_fraction", "idle_queue_fraction", "target_step_s"),
-    "ceiling": ("max_nodes",),
-    "floor": ("min_nodes",),
-    "deadline": ("startup_s",),
-    "final_stretch": ("final_stretch_s",),
-    "restart_cost": ("startup_s", "resize_margin", "horizon_s"),
-    "stabilisation": ("scale_down_window_s", "tolerance"),
-    "cooldown": ("cooldown_s", "scale_down_cooldown_s"),
-}
 
 
 def bounded_or_none(value: Any) -> Any:

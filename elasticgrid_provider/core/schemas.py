@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elasticgrid_provider.core.scheduler import ScaleDecision
+from elasticgrid_provider.core.policy.decision import ScaleDecision
 from elasticgrid_provider.core.state import DecisionInputs, ScaleState
 from elasticgrid_provider.core.validation import check_choice
 

@@ -64,18 +64,14 @@ from pydantic import (
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
+from elasticgrid_provider.core.policy.controller import decide
+from elasticgrid_provider.core.policy.decision import CooldownClock, Recommendation, ScaleDecision
+from elasticgrid_provider.core.policy.load import estimate_load
+from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.recovery import NO_RECOVERIES, RecoveryMemory
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, MetricsWindow, StepSample
-from elasticgrid_provider.core.scheduler import (
-    NO_MEASUREMENTS,
-    CapacityMemory,
-    CooldownClock,
-    ElasticScheduler,
-    Recommendation,
-    ScaleAction,
-    ScaleDecision,
-    estimate_load,
-)
 from elasticgrid_provider.core.step_log import LogCursor, cut_report
 from elasticgrid_provider.core.validation import (
     Count,
@@ -110,7 +106,7 @@ class DecisionInputs(JsonModel):
 
     WHERE = "decision inputs"
 
-    scheduler: ElasticScheduler
+    scheduler: ScalePolicy
     window: MetricsWindow
     now: Finite
     current_nodes: Positive
@@ -129,7 +125,7 @@ class DecisionInputs(JsonModel):
     def decide(self) -> ScaleDecision:
         """Run the scheduler on these inputs (the fields after ``window`` are its keywords)."""
         options = {field.name: getattr(self, field.name) for field in fields(self)[2:]}
-        return self.scheduler.decide(self.window, **options)
+        return decide(self.scheduler, self.window, **options)
 
 
 POLICY_V2_INPUT_FIELDS = ("capacity", "recent")  # inputs only the restart-aware policy records
@@ -283,7 +279,7 @@ class ScaleState(JsonModel):
 
     def decide(
         self,
-        scheduler: ElasticScheduler,
+        scheduler: ScalePolicy,
         now: float,
         *,
         deadline_at: float | None = None,
@@ -323,7 +319,7 @@ class ScaleState(JsonModel):
 
     def advance(
         self,
-        scheduler: ElasticScheduler,
+        scheduler: ScalePolicy,
         samples: Iterable[StepSample],
         current_nodes: int,
         now: float,

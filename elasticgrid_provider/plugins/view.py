@@ -7,7 +7,7 @@
   no cost per hour, and the policy's conditions give way to ``JobRunning False``.
 * **the last decision** (the state's history): its signals against their thresholds
   and the conditions the policy recorded with it (``AbleToScale``, ``ScalingActive``,
-  ``ScalingLimited``, :mod:`~elasticgrid_provider.core.conditions`), rendered as
+  ``ScalingLimited``, :mod:`~elasticgrid_provider.core.policy.conditions`), rendered as
   recorded, never recomputed here;
 * **the history**: the timeline, each scale change linked to the launch that followed
   it, recoveries and the chart.
@@ -24,7 +24,6 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
-from elasticgrid_provider.core.conditions import CONDITION_TYPES, HEALTHY_STATUS
 from elasticgrid_provider.core.formatting import (
     decision_summary,
     held_text,
@@ -33,6 +32,7 @@ from elasticgrid_provider.core.formatting import (
     rule_text,
     seconds_text,
 )
+from elasticgrid_provider.core.policy.conditions import ConditionType
 from elasticgrid_provider.core.recovery import RECOVER_RULE, RecoveryMemory
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, hold_run
 from elasticgrid_provider.plugins.jobs import (
@@ -244,6 +244,9 @@ def signal_rows(last: dict[str, Any], now: float, zone: tzinfo) -> Iterator[tupl
         yield ("deadline", "no projection (remaining work unknown)", deadline_text)
 
 
+_CONDITION_TYPES = frozenset(kind.value for kind in ConditionType)
+
+
 def condition_rows(
     history: list[dict[str, Any]], finished: str | None, live_note: str | None
 ) -> list[dict[str, Any]]:
@@ -262,7 +265,7 @@ def condition_rows(
             str(c.get("message")),
         )
         for c in as_objects(last.get("conditions"))
-        if c.get("type") in CONDITION_TYPES
+        if c.get("type") in _CONDITION_TYPES
     ]
     if not rows:
         note = "this decision was recorded before the policy recorded its conditions"
@@ -282,7 +285,7 @@ def _condition(
     kind: str, status: bool, reason: str, message: Any, healthy: bool | None = True
 ) -> dict[str, Any]:
     """A condition row; ``tone`` ok/warn/neutral by whether ``status`` is the healthy one."""
-    wanted = HEALTHY_STATUS.get(kind, healthy)
+    wanted = ConditionType(kind).healthy_status if kind in _CONDITION_TYPES else healthy
     tone = "neutral" if wanted is None else ("ok" if status == wanted else "warn")
     return {"type": kind, "status": status, "reason": reason, "message": message, "tone": tone}
 

@@ -50,12 +50,17 @@ from elasticgrid_provider.core.check import (
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
 from elasticgrid_provider.core.formatting import decision_summary
+from elasticgrid_provider.core.policy.parameters import (
+    POLICY_PARAMETERS,
+    ScalePolicy,
+    policy_argument,
+    policy_from,
+)
 from elasticgrid_provider.core.recovery import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_QUARANTINE_S,
     DEFAULT_RECOVERY_WINDOW_S,
 )
-from elasticgrid_provider.core.scheduler import SCHEDULER_PARAMETERS, ElasticScheduler
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
@@ -71,8 +76,10 @@ class ElasticScaleSensor(BaseSensorOperator):
     """Decide whether a running job should scale up, down or hold, and record why.
 
     :param job_name: the job to check (templated).
-    :param min_nodes ... scaling_loss: the scheduler's parameters (``SCHEDULER_PARAMETERS``
-        of :mod:`elasticgrid_provider.core.scheduler`); unset ones keep its defaults.
+    :param policy: the scale policy: a :class:`~elasticgrid_provider.core.policy.parameters.ScalePolicy`,
+        or a dict of its fields (templated: a dict, or its JSON, from Jinja or an XCom);
+        unset fields keep their defaults. Each field is also accepted as a keyword argument
+        (``min_nodes=2, ...``), but not together with ``policy``.
     :param window_size, history_limit: samples in the rolling window; decisions the state keeps.
     :param remaining_steps, remaining_tokens: work left, for deadline pressure (templated).
     :param deadline: a datetime or ISO string (templated); default: the DAG's ``deadline=``.
@@ -90,6 +97,7 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = (
         "job_name",
+        "policy",
         "remaining_steps",
         "remaining_tokens",
         "deadline",
@@ -106,27 +114,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         self,
         *,
         job_name: str,
-        min_nodes: int | None = None,
-        max_nodes: int | None = None,
-        scale_up_factor: float | None = None,
-        scale_down_factor: float | None = None,
-        cooldown_s: float | None = None,
-        scale_down_cooldown_s: float | None = None,
-        target_queue_fraction: float | None = None,
-        idle_queue_fraction: float | None = None,
-        idle_step_fraction: float | None = None,
-        target_step_s: float | None = None,
-        min_samples: int | None = None,
-        startup_s: float | None = None,
-        horizon_s: float | None = None,
-        resize_margin: float | None = None,
-        headroom: float | None = None,
-        tolerance: float | None = None,
-        drain_s: float | None = None,
-        scale_down_window_s: float | None = None,
-        deadline_margin: float | None = None,
-        final_stretch_s: float | None = None,
-        scaling_loss: float | None = None,
+        policy: ScalePolicy | dict[str, Any] | str | None = None,
         window_size: int = 10,
         remaining_steps: Any = None,
         remaining_tokens: Any = None,
@@ -142,12 +130,10 @@ class ElasticScaleSensor(BaseSensorOperator):
         elasticgrid_conn_id: str = ElasticGridHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
+        flat = {name: kwargs.pop(name) for name in POLICY_PARAMETERS if name in kwargs}
         super().__init__(mode=mode, **kwargs)
         self.job_name = job_name
-        arguments = locals()
-        self.scheduler_parameters: dict[str, Any] = {
-            name: arguments[name] for name in SCHEDULER_PARAMETERS if arguments[name] is not None
-        }
+        self.policy = policy_argument(policy, flat)
         self.window_size = window_size
         self.remaining_steps = remaining_steps
         self.remaining_tokens = remaining_tokens
@@ -218,9 +204,9 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     # -- the check ----------------------------------------------------------------
     @cached_property
-    def scheduler(self) -> ElasticScheduler:
-        """The scheduler with this task's parameters (validated on first use)."""
-        return ElasticScheduler(**self.scheduler_parameters)
+    def scheduler(self) -> ScalePolicy:
+        """The task's policy, validated on first use (after rendering, never at parse time)."""
+        return policy_from(self.policy)
 
     def check(self, context: Context) -> dict[str, Any] | None:
         """Run one check (module docstring); the record on a scale decision, None on hold."""

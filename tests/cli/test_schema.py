@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from elasticgrid_provider.cli import main
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
 
 
@@ -25,7 +25,7 @@ def _printed_schema(capsys: pytest.CaptureFixture[str], kind: str) -> dict:
 def _advanced_state() -> tuple[ScaleState, dict]:
     samples = [StepSample(step, 40.0, 20.0, 8, 100.0, 1000.0 + 40 * step) for step in range(6)]
     state, record = ScaleState("llm").advance(
-        ElasticScheduler(max_nodes=64), samples, current_nodes=8, now=1300.0
+        ScalePolicy(max_nodes=64), samples, current_nodes=8, now=1300.0
     )
     return state, record.to_dict()
 

@@ -11,6 +11,8 @@ import pytest
 from elasticgrid_provider.cli import REPLAY_FIELDS
 from elasticgrid_provider.core.formatting import decision_summary
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.decision import NO_COOLDOWN, ScaleDecision
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.recovery import (
     LostPart,
@@ -19,7 +21,6 @@ from elasticgrid_provider.core.recovery import (
     remember_recovery,
 )
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
-from elasticgrid_provider.core.scheduler import NO_COOLDOWN, ElasticScheduler, ScaleDecision
 from elasticgrid_provider.core.state import DecisionInputs, DecisionRecord, ScaleState
 from tests.cli.cli_support import (
     QUEUE_BOUND_EXAMPLE,
@@ -169,7 +170,7 @@ def test_simulate_scheduler_options(capsys: pytest.CaptureFixture[str], tmp_path
         "0.2",
     )[1]["decision"]["thresholds"]
     assert thresholds == {
-        **ElasticScheduler().thresholds(),
+        **ScalePolicy().thresholds(),
         "min_nodes": 2,
         "cooldown_s": 60.0,
         "scale_down_cooldown_s": 900.0,
@@ -340,7 +341,7 @@ def test_simulate_timeline_deadline_and_remaining_work(
 
 def recorded_state() -> ScaleState:
     """A job's state with two real decisions: a scale-up, then a hold in cooldown."""
-    scheduler = ElasticScheduler(cooldown_s=600)
+    scheduler = ScalePolicy(cooldown_s=600)
     window = MetricsWindow(samples=tuple(StepSample(i, 40.0, 30.0, 8, 1000) for i in range(4)))
     state = ScaleState("demo", window=window, current_nodes=8)
     first = DecisionInputs(scheduler, window, T0, 8, NO_COOLDOWN)

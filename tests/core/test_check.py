@@ -31,9 +31,9 @@ from elasticgrid_provider.core.check import (
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.providers import providers_from_dicts
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState
 from elasticgrid_provider.core.step_log import LogCursor, SkippedLine, StepLogChunk
 from tests.conftest import PROJECT
@@ -107,7 +107,7 @@ class Check:
 
 def run_checks(checks: list[Check], **settings: Any) -> list[CheckOutcome]:
     """Run the checks in order, each on the state the previous one left."""
-    rules = ScaleCheck("job", ElasticScheduler(), **settings)
+    rules = ScaleCheck("job", ScalePolicy(), **settings)
     state = ScaleState(job_name="job")
     outcomes = []
     for check in checks:
@@ -195,7 +195,7 @@ def test_a_change_records_the_proposed_placement_and_a_hold_does_not():
 
 
 def test_an_ended_job_is_recorded_without_resolving_the_deadline():
-    rules = ScaleCheck("job", ElasticScheduler())
+    rules = ScaleCheck("job", ScalePolicy())
     state = ScaleState(job_name="job")
     stopped = snapshot(3, "stopped", state="stopped", down_reason="stopped on request")
     assert rules.failure(stopped, jobs_root="/jobs") is None  # stopped on purpose: it ended
@@ -339,7 +339,7 @@ FAILURES = [
     ids=[name for name, *_ in FAILURES],
 )
 def test_jobs_that_cannot_be_checked_fail_with_one_message(job, arguments, expected):
-    rules = ScaleCheck("job", ElasticScheduler())
+    rules = ScaleCheck("job", ScalePolicy())
     assert rules.failure(job, jobs_root="/jobs", **arguments) == expected
 
 
@@ -353,9 +353,17 @@ def test_jobs_that_cannot_be_checked_fail_with_one_message(job, arguments, expec
     ],
 )
 def test_bad_input_is_one_sentence_and_no_outcome(arguments, message):
-    rules = ScaleCheck("job", ElasticScheduler())
+    rules = ScaleCheck("job", ScalePolicy())
     with pytest.raises(ElasticGridError, match=message):
         rules.run(ScaleState(job_name="job"), snapshot(2), T0, task=TASK, **arguments)
+
+
+def test_a_decision_on_bad_input_keeps_the_error_where_it_was_raised():
+    # the check used to re-raise the same text from check.py, losing type and traceback
+    rules = ScaleCheck("job", ScalePolicy())
+    with pytest.raises(ElasticGridError, match="remaining_tokens") as refused:
+        rules.run(ScaleState(job_name="job"), snapshot(2), T0, task=TASK, remaining_tokens=-5)
+    assert refused.traceback[-1].path.name == "validation.py"
 
 
 def test_the_check_and_these_tests_import_no_airflow():

@@ -13,19 +13,20 @@ from elasticgrid_provider.core.formatting import (
     rule_text,
     seconds_text,
 )
-from elasticgrid_provider.core.scheduler import HOLD_RULES, RULES, ElasticScheduler
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule
 
 
 def test_every_rule_the_scheduler_can_name_has_its_thresholds():
-    parameters = ElasticScheduler().thresholds()
-    for rule in (*RULES, *HOLD_RULES):
+    parameters = ScalePolicy().thresholds()
+    for rule in (*DecisionRule, *HoldRule):
         assert RULE_THRESHOLDS.get(rule), rule
         unknown = set(RULE_THRESHOLDS[rule]) - set(parameters)
         assert not unknown, (rule, unknown)
 
 
 def test_the_new_rules_show_the_parameters_they_compare_against():
-    limits = ElasticScheduler(startup_s=60).thresholds()
+    limits = ScalePolicy(startup_s=60).thresholds()
     assert rule_text("restart_cost", limits) == (
         "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600)"
     )

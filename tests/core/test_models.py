@@ -22,17 +22,12 @@ from elasticgrid_provider.core.job import (
 from elasticgrid_provider.core.launch_spec import LaunchOptions, RecoveryMode
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.planner import Prefer
+from elasticgrid_provider.core.policy.decision import CooldownClock, Recommendation
+from elasticgrid_provider.core.policy.memory import SizeMeasurement
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample, WindowSignals
-from elasticgrid_provider.core.scheduler import (
-    CooldownClock,
-    DecisionRule,
-    ElasticScheduler,
-    HoldRule,
-    Recommendation,
-    ScaleAction,
-    SizeMeasurement,
-)
 from elasticgrid_provider.core.schemas import json_schema
 from elasticgrid_provider.core.settings import grid_settings
 from elasticgrid_provider.core.state import ScaleState
@@ -76,7 +71,7 @@ def _message(build: Any) -> str:
             lambda: Provider("aws", max_nodes=True, cost_per_node_hour=1.0),
             "provider 'aws' max_nodes must be a number, got True",
         ),
-        (lambda: ElasticScheduler(cooldown_s=False), "cooldown_s must be a number, got False"),
+        (lambda: ScalePolicy(cooldown_s=False), "cooldown_s must be a number, got False"),
         (lambda: Recommendation(True, 2), "recommendation at must be a number, got True"),
     ],
 )
@@ -130,7 +125,7 @@ def test_nan_and_infinity_are_refused(bad: float) -> None:
     [
         (StepSample.from_dict, {"step": 1, "duration_s": 1.0, "gpu": 8}, "sample"),
         (CooldownClock.from_dict, {"since": 1}, "cooldown"),
-        (ElasticScheduler.from_dict, {"deadline_s": 1}, "scheduler"),
+        (ScalePolicy.from_dict, {"deadline_s": 1}, "scheduler"),
         (LogCursor.from_dict, {"offset": 1, "size": 2}, "cursor"),
         (
             lambda data: ScaleState.from_dict({**data, "schema_version": 2}),
@@ -265,7 +260,7 @@ def test_the_state_schema_validates_a_real_state_dump() -> None:
     state, _ = (
         ScaleState("llm")
         .with_cursor("/jobs/llm--a/steps.jsonl", LogCursor(10, 3, "ab", 4))
-        .advance(ElasticScheduler(), samples, current_nodes=4, now=400.0)
+        .advance(ScalePolicy(), samples, current_nodes=4, now=400.0)
     )
     schema = json_schema("state")
     jsonschema.validate(json.loads(json.dumps(state.to_dict())), schema)

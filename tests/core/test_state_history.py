@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
-from elasticgrid_provider.core.scheduler import NO_MEASUREMENTS
+from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS
 from elasticgrid_provider.core.state import POLICY_V2_INPUT_FIELDS, DecisionRecord, ScaleState
 from tests.plugins.recorded import T0, audited_job, check
 

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler, ScaleAction
 from elasticgrid_provider.core.state import (
     SCHEMA_VERSION,
     DecisionRecord,
@@ -46,7 +47,7 @@ def test_a_resize_starts_a_fresh_window_but_keeps_the_capacity_memory():
 
 
 def test_advance_is_observe_decide_remember_and_the_record_replays():
-    scheduler = ElasticScheduler()
+    scheduler = ScalePolicy()
     state = ScaleState("job")
     state, first = state.advance(scheduler, steps(2, 2, step_s=0.4, queue_s=0.2), 2, T0)
     assert first.decision.rule == "min_samples"
@@ -65,7 +66,7 @@ def test_advance_is_observe_decide_remember_and_the_record_replays():
 
 
 def test_repeated_holds_with_the_same_rule_are_kept_once():
-    scheduler = ElasticScheduler(min_samples=10)
+    scheduler = ScalePolicy(min_samples=10)
     state = ScaleState("job")
     for index in range(3):
         state, _ = state.advance(scheduler, steps(2, 1, step_s=1.0, first=index), 2, T0 + index)
@@ -74,7 +75,7 @@ def test_repeated_holds_with_the_same_rule_are_kept_once():
 
 
 def test_recent_recommendations_outside_the_window_are_dropped():
-    scheduler = ElasticScheduler(scale_down_window_s=100.0, min_samples=1)
+    scheduler = ScalePolicy(scale_down_window_s=100.0, min_samples=1)
     state = ScaleState("job")
     state, _ = state.advance(scheduler, steps(8, 1, step_s=20.0), 8, T0)
     state, _ = state.advance(scheduler, steps(8, 1, step_s=20.0, first=1), 8, T0 + 50)
@@ -84,7 +85,7 @@ def test_recent_recommendations_outside_the_window_are_dropped():
 
 
 def test_the_state_round_trips_as_schema_2():
-    state, _ = ScaleState("job").advance(ElasticScheduler(), steps(4, 4, step_s=1.0), 4, T0)
+    state, _ = ScaleState("job").advance(ScalePolicy(), steps(4, 4, step_s=1.0), 4, T0)
     data = json.loads(json.dumps(state.to_dict()))
     assert data["schema_version"] == SCHEMA_VERSION == 2
     assert ScaleState.from_dict(data) == state
@@ -121,4 +122,4 @@ def test_an_unknown_version_fails_with_one_sentence_saying_what_to_do():
 
 def test_deciding_before_any_sample_says_so():
     with pytest.raises(ElasticGridError, match="no current size"):
-        ScaleState("job").decide(ElasticScheduler(), T0)
+        ScaleState("job").decide(ScalePolicy(), T0)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-SCHEDULER = ElasticScheduler(min_nodes=1, max_nodes=8, cooldown_s=3600, min_samples=3, startup_s=60)
+SCHEDULER = ScalePolicy(min_nodes=1, max_nodes=8, cooldown_s=3600, min_samples=3, startup_s=60)
 DEADLINE_AT = T0 + 2100  # 2026-01-01T00:35:00Z
 
 

@@ -6,8 +6,8 @@ import html
 import json
 import re
 
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.scheduler import ElasticScheduler
 from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.plugins.jobs import find_task_decision, job_row, parse_state
 from elasticgrid_provider.plugins.pages import job_page, jobs_page
@@ -36,7 +36,7 @@ def _no_missing_seconds(text: str) -> bool:
     return re.search(r"(^|\s)-s\b", text) is None
 
 
-def _checked(scheduler: ElasticScheduler, nodes: int, queue_s: float, **inputs) -> ScaleState:
+def _checked(scheduler: ScalePolicy, nodes: int, queue_s: float, **inputs) -> ScaleState:
     """A job at ``nodes`` after one real check of four 10 s steps with ``queue_s`` queued."""
     samples = [StepSample(step, 10.0, queue_s, nodes) for step in range(4)]
     state, _ = ScaleState("checked").advance(scheduler, samples, nodes, T0, **inputs)
@@ -44,7 +44,7 @@ def _checked(scheduler: ElasticScheduler, nodes: int, queue_s: float, **inputs) 
 
 
 def test_a_job_at_its_ceiling_with_a_deadline_shows_the_limit_and_the_projection():
-    scheduler = ElasticScheduler(min_nodes=1, max_nodes=4, cooldown_s=0, min_samples=3)
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=4, cooldown_s=0, min_samples=3)
     state = _checked(scheduler, 4, 6.0, deadline_at=T0 + 600, remaining_steps=100)
     view = job_view(_stored(state), now=T0 + 10)
     conditions = _conditions(view)
@@ -107,7 +107,7 @@ def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_fini
 
 def test_a_hold_by_the_restart_cost_is_a_condition_not_able_to_scale():
     # the queue fills 3% of the step: 5 nodes would do, 4 -> 5 does not pay its restart
-    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3, startup_s=600)
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=8, min_samples=3, startup_s=600)
     state = _checked(scheduler, 4, 2.5)
     record = state.history[-1]
     assert [hold["rule"] for hold in record["held_by"]] == ["restart_cost"]
@@ -119,7 +119,7 @@ def test_a_hold_by_the_restart_cost_is_a_condition_not_able_to_scale():
 
 
 def test_a_decision_without_finish_times_shows_no_projected_finish_row():
-    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=8, min_samples=3)
     state = _checked(scheduler, 2, 5.0)
     assert state.history[-1]["projection"]
     view = job_view(_stored(state), now=T0)
@@ -137,7 +137,7 @@ def test_a_decision_without_finish_times_shows_no_projected_finish_row():
 
 def test_demand_against_capacity_is_in_units_with_the_utilisation_and_its_threshold():
     # utilisation 1.94 is demand over capacity, said in units, never "capacity covers demand"
-    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=8, min_samples=3)
     view = job_view(_stored(_checked(scheduler, 2, 4.85)), now=T0)
     row = _signals(view)["demand vs capacity"]
     assert row["current"] == (
@@ -152,7 +152,7 @@ def test_demand_against_capacity_is_in_units_with_the_utilisation_and_its_thresh
 
 
 def test_an_unbounded_demand_reads_unbounded():
-    scheduler = ElasticScheduler(min_nodes=1, max_nodes=8, min_samples=3)
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=8, min_samples=3)
     view = job_view(_stored(_checked(scheduler, 4, 10.0)), now=T0)
     demand = _signals(view)["demand vs capacity"]
     assert demand["current"].startswith("demand unbounded against a capacity of")
@@ -163,7 +163,7 @@ def test_an_unbounded_demand_reads_unbounded():
 def test_a_scale_up_within_its_bounds_is_not_limited_and_colours_follow_the_meaning():
     # 2 -> 4 with min_nodes=2 is not "ScalingLimited True: limited by floor", and the
     # healthy ScalingLimited False is not red
-    scheduler = ElasticScheduler(min_nodes=2, max_nodes=8, min_samples=3, cooldown_s=600)
+    scheduler = ScalePolicy(min_nodes=2, max_nodes=8, min_samples=3, cooldown_s=600)
     state = _checked(scheduler, 2, 5.0)
     assert state.history[-1]["action"] == "scale_up"
     view = job_view(_stored(state), now=T0 + 10)
@@ -182,7 +182,7 @@ def test_a_scale_up_within_its_bounds_is_not_limited_and_colours_follow_the_mean
         '<td class="c-type">AbleToScale</td><td class="c-status"><span class="ok">True</span>'
         in page
     )
-    ceiling = ElasticScheduler(min_nodes=1, max_nodes=4, min_samples=3, cooldown_s=0)
+    ceiling = ScalePolicy(min_nodes=1, max_nodes=4, min_samples=3, cooldown_s=0)
     capped = job_page(job_view(_stored(_checked(ceiling, 4, 8.0)), now=T0))
     assert (
         '<td class="c-type">ScalingLimited</td><td class="c-status"><span class="warn">True</span>'

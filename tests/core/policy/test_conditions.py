@@ -1,11 +1,13 @@
-"""The HPA-style conditions the policy records with each decision (core/conditions.py)."""
+"""The HPA-style conditions the policy records with each decision (core/policy/conditions.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from elasticgrid_provider.core.policy import controller
+from elasticgrid_provider.core.policy.decision import CooldownClock, ScaleDecision
+from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
-from elasticgrid_provider.core.scheduler import CooldownClock, ElasticScheduler, ScaleDecision
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
@@ -24,7 +26,9 @@ def conditions(decision: ScaleDecision) -> dict[str, tuple[bool, str, str]]:
 
 
 def decide(scheduler: dict[str, Any], samples: MetricsWindow, **inputs: Any) -> ScaleDecision:
-    return ElasticScheduler(**{"scaling_loss": 0.0, **scheduler}).decide(samples, now=T0, **inputs)
+    return controller.decide(
+        ScalePolicy(**{"scaling_loss": 0.0, **scheduler}), samples, now=T0, **inputs
+    )
 
 
 def test_a_scale_up_within_the_bounds_is_not_limited():

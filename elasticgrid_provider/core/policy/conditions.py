@@ -1,6 +1,6 @@
 """The scaling conditions of a decision, as Kubernetes' HorizontalPodAutoscaler reports them.
 
-The policy (:meth:`ElasticScheduler.decide`) computes them once, where the decision is
+The controller (:func:`~elasticgrid_provider.core.policy.controller.decide`) computes them once, where the decision is
 made, and the record keeps them; the UI and the CLI only render them. Each is a type, a
 status (True/False), a CamelCase reason and a one-sentence message:
 
@@ -16,7 +16,7 @@ status (True/False), a CamelCase reason and a one-sentence message:
   would recommend another size, or the job runs outside them. Else ``DesiredWithinRange``.
 
 For ``AbleToScale`` and ``ScalingActive`` True is the healthy status; for
-``ScalingLimited`` False is (:data:`HEALTHY_STATUS`).
+``ScalingLimited`` False is (:attr:`ConditionType.healthy_status`).
 
 Pure: no Airflow, no I/O.
 """
@@ -27,23 +27,31 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from elasticgrid_provider.core.formatting import clock_text, number_text
-from elasticgrid_provider.core.validation import Flag, JsonModel, Text, model, one_of
+from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule
+from elasticgrid_provider.core.validation import Choice, Flag, JsonModel, Text, choice, model
 
-ABLE_TO_SCALE = "AbleToScale"
-SCALING_ACTIVE = "ScalingActive"
-SCALING_LIMITED = "ScalingLimited"
-CONDITION_TYPES = (ABLE_TO_SCALE, SCALING_ACTIVE, SCALING_LIMITED)
-HEALTHY_STATUS = {ABLE_TO_SCALE: True, SCALING_ACTIVE: True, SCALING_LIMITED: False}
-"""The status that needs no attention, per condition type (the UI colours by it)."""
+
+class ConditionType(Choice):
+    """The three conditions every decision records."""
+
+    ABLE_TO_SCALE = "AbleToScale"
+    SCALING_ACTIVE = "ScalingActive"
+    SCALING_LIMITED = "ScalingLimited"
+
+    @property
+    def healthy_status(self) -> bool:
+        """The status that needs no attention (the UI colours by it)."""
+        return self is not ConditionType.SCALING_LIMITED
+
 
 # the reason AbleToScale gives for a hold by each rule (ceiling and floor are ScalingLimited's)
 HOLD_REASONS = {
-    "stabilisation": "Stabilising",
-    "restart_cost": "RestartNotWorthIt",
-    "deadline": "NoTimeToStart",
-    "final_stretch": "FinalStretch",
+    HoldRule.STABILISATION: "Stabilising",
+    HoldRule.RESTART_COST: "RestartNotWorthIt",
+    HoldRule.DEADLINE: "NoTimeToStart",
+    HoldRule.FINAL_STRETCH: "FinalStretch",
 }
-BOUND_RULES = ("ceiling", "floor")
+BOUND_RULES = (HoldRule.CEILING, HoldRule.FLOOR)
 
 
 @model
@@ -52,7 +60,7 @@ class ScaleCondition(JsonModel):
 
     WHERE = "condition"
 
-    type: Annotated[str, one_of(CONDITION_TYPES)]
+    type: Annotated[ConditionType, choice(ConditionType)]
     status: Flag
     reason: Text
     message: Text
@@ -64,7 +72,7 @@ def able_to_scale(
     verb: str,
     current: int,
     target: int,
-    holds: Sequence[tuple[str, str]],
+    holds: Sequence[tuple[HoldRule, str]],
     cooldown_until: float | None,
 ) -> ScaleCondition:
     """Whether a hold other than a bound stops the change the policy wants (module docstring).
@@ -74,35 +82,35 @@ def able_to_scale(
     """
     if changed:
         message = f"the {verb} {current} -> {target} is made now; its cooldown starts"
-        return ScaleCondition(ABLE_TO_SCALE, True, "SucceededRescale", message)
+        return ScaleCondition(ConditionType.ABLE_TO_SCALE, True, "SucceededRescale", message)
     blocking = [(rule, why) for rule, why in holds if rule not in BOUND_RULES]
     if not blocking:
         message = "no cooldown, stabilisation, restart price or deadline holds a change back"
-        return ScaleCondition(ABLE_TO_SCALE, True, "ReadyForNewScale", message)
+        return ScaleCondition(ConditionType.ABLE_TO_SCALE, True, "ReadyForNewScale", message)
     rule = blocking[0][0]
-    if rule == "cooldown":
+    if rule is HoldRule.COOLDOWN:
         reason = "BackoffUp" if verb == "scale-up" else "BackoffDown"
     else:
         reason = HOLD_REASONS.get(rule, "Held")
     parts = []
     for held_rule, why in blocking:
         until = ""
-        if held_rule == "cooldown" and cooldown_until is not None:
+        if held_rule is HoldRule.COOLDOWN and cooldown_until is not None:
             until = f" until {clock_text(cooldown_until)}"
         parts.append(f"held by {held_rule}{until}: {why}")
-    return ScaleCondition(ABLE_TO_SCALE, False, reason, "; ".join(parts))
+    return ScaleCondition(ConditionType.ABLE_TO_SCALE, False, reason, "; ".join(parts))
 
 
-def scaling_active(*, rule: str, why: str, samples: int, measured: bool) -> ScaleCondition:
+def scaling_active(*, rule: DecisionRule, why: str, samples: int, measured: bool) -> ScaleCondition:
     """Whether the window measured enough to compute a size (module docstring)."""
-    if rule == "min_samples":
-        return ScaleCondition(SCALING_ACTIVE, False, "NotEnoughSamples", why)
+    if rule is DecisionRule.MIN_SAMPLES:
+        return ScaleCondition(ConditionType.SCALING_ACTIVE, False, "NotEnoughSamples", why)
     if not measured:
         message = f"the {samples} samples show no work to size from"
-        return ScaleCondition(SCALING_ACTIVE, False, "NoWorkMeasured", message)
+        return ScaleCondition(ConditionType.SCALING_ACTIVE, False, "NoWorkMeasured", message)
     noun = "sample" if samples == 1 else "samples"
     message = f"the size is computed from {samples} {noun} by the {rule} rule"
-    return ScaleCondition(SCALING_ACTIVE, True, "ValidMetricFound", message)
+    return ScaleCondition(ConditionType.SCALING_ACTIVE, True, "ValidMetricFound", message)
 
 
 def scaling_limited(
@@ -121,25 +129,25 @@ def scaling_limited(
     bounds = f"min_nodes={min_nodes}, max_nodes={max_nodes}"
     if current < min_nodes:
         message = f"the job runs {current} nodes, below the floor: raised to min_nodes={min_nodes}"
-        return ScaleCondition(SCALING_LIMITED, True, "TooFewNodes", message)
+        return ScaleCondition(ConditionType.SCALING_LIMITED, True, "TooFewNodes", message)
     if current > max_nodes:
         message = f"the job runs {current} nodes, above the ceiling: cut to max_nodes={max_nodes}"
-        return ScaleCondition(SCALING_LIMITED, True, "TooManyNodes", message)
+        return ScaleCondition(ConditionType.SCALING_LIMITED, True, "TooManyNodes", message)
     if recommended is not None and unclamped is not None:
         if unclamped > recommended == max_nodes:
             message = (
                 f"the policy wants {number_text(unclamped)} nodes, clamped to the ceiling "
                 f"max_nodes={max_nodes}"
             )
-            return ScaleCondition(SCALING_LIMITED, True, "TooManyNodes", message)
+            return ScaleCondition(ConditionType.SCALING_LIMITED, True, "TooManyNodes", message)
         if unclamped < recommended == min_nodes:
             message = (
                 f"the policy wants {number_text(unclamped)} nodes, clamped to the floor "
                 f"min_nodes={min_nodes}"
             )
-            return ScaleCondition(SCALING_LIMITED, True, "TooFewNodes", message)
+            return ScaleCondition(ConditionType.SCALING_LIMITED, True, "TooFewNodes", message)
     if recommended is None:
         message = f"no size recommended yet ({bounds})"
     else:
         message = f"the recommended {recommended} nodes are within the bounds ({bounds})"
-    return ScaleCondition(SCALING_LIMITED, False, "DesiredWithinRange", message)
+    return ScaleCondition(ConditionType.SCALING_LIMITED, False, "DesiredWithinRange", message)

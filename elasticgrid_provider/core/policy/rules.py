@@ -1,0 +1,43 @@
+"""The policy's vocabularies: the rules a decision names, the rules that hold a change back,
+and the actions, each a :class:`~elasticgrid_provider.core.validation.Choice` used as members.
+
+The rules are evaluated in the order :class:`DecisionRule` lists them; what each compares
+against is on the parameters' fields (:mod:`.parameters`); ``docs/policy.md`` explains them.
+"""
+
+from __future__ import annotations
+
+from elasticgrid_provider.core.validation import Choice
+
+
+class DecisionRule(Choice):
+    """The rule a decision names as the one that fired, in evaluation order (``docs/policy.md``)."""
+
+    MIN_SAMPLES = "min_samples"
+    BOUNDS = "bounds"
+    DEADLINE_PRESSURE = "deadline_pressure"
+    DEADLINE_SLACK = "deadline_slack"
+    DEMAND = "demand"
+    QUEUE_BOUND = "queue_bound"
+    IDLE = "idle"
+    BALANCED = "balanced"
+
+
+class HoldRule(Choice):
+    """A rule that can hold back a scale change."""
+
+    CEILING = "ceiling"
+    FLOOR = "floor"
+    DEADLINE = "deadline"
+    FINAL_STRETCH = "final_stretch"
+    RESTART_COST = "restart_cost"
+    STABILISATION = "stabilisation"
+    COOLDOWN = "cooldown"
+
+
+class ScaleAction(Choice):
+    """What a decision asks for."""
+
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    HOLD = "hold"
