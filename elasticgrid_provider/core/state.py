@@ -64,7 +64,14 @@ from pydantic import (
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
-from elasticgrid_provider.core.recovery import NO_RECOVERIES, RecoveryMemory
+from elasticgrid_provider.core.recovery import (
+    NO_RECOVERIES,
+    PAST_RECOVERIES_KEPT,
+    PastRecovery,
+    RecoveryAction,
+    RecoveryDecision,
+    RecoveryMemory,
+)
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, MetricsWindow, StepSample
 from elasticgrid_provider.core.scheduler import (
     NO_MEASUREMENTS,
@@ -355,6 +362,20 @@ class ScaleState(JsonModel):
                 f"got {state.job_name!r}"
             )
         return state
+
+
+def remember_recovery(
+    state: ScaleState, decision: RecoveryDecision, record: dict[str, Any], limit: int
+) -> ScaleState:
+    """The state after a ``recover``/``give_up``: its quarantine, the recovery, the history entry."""
+    if not decision.action.is_recorded:
+        raise ElasticGridError(f"decision action {decision.action.value!r} is not recorded")
+    recoveries = state.recovery.recoveries
+    if decision.action is RecoveryAction.RECOVER:
+        recoveries += (PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),)
+    kept = recoveries[-PAST_RECOVERIES_KEPT:]
+    memory = RecoveryMemory(quarantine=decision.quarantine, recoveries=kept)
+    return replace(state.remember_event(record, decision.decided_at, limit), recovery=memory)
 
 
 def readable_fields(decision: dict[str, Any]) -> dict[str, Any]:

@@ -12,15 +12,15 @@ from elasticgrid_provider.cli import REPLAY_FIELDS
 from elasticgrid_provider.core.formatting import decision_summary
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import Provider
-from elasticgrid_provider.core.recovery import (
-    LostPart,
-    RecoveryPolicy,
-    decide_recovery,
-    remember_recovery,
-)
+from elasticgrid_provider.core.recovery import LostPart, RecoveryPolicy, decide_recovery
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
 from elasticgrid_provider.core.scheduler import NO_COOLDOWN, ElasticScheduler, ScaleDecision
-from elasticgrid_provider.core.state import DecisionInputs, DecisionRecord, ScaleState
+from elasticgrid_provider.core.state import (
+    DecisionInputs,
+    DecisionRecord,
+    ScaleState,
+    remember_recovery,
+)
 from tests.cli.cli_support import (
     QUEUE_BOUND_EXAMPLE,
     T0,
