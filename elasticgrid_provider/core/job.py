@@ -71,6 +71,13 @@ class JobStatus(Choice):
         """Whether the job has ended: nothing more will change without a new launch."""
         return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.STOPPED)
 
+    @classmethod
+    def of_part(cls, word: str) -> JobStatus:
+        """A part's status from iroh-tinker's word for it: ``running``, ``done``, ``failed`` or
+        ``stopped``; any other word (``dry-run``, one it added later) reads as ``failed``."""
+        status = next((member for member in cls if member.value == word), cls.FAILED)
+        return cls.FAILED if status is cls.LAUNCHING else status
+
 
 @model
 class PartRecord(JsonModel):
@@ -84,7 +91,7 @@ class PartRecord(JsonModel):
     nodes: Positive
     rank_offset: Count
     spec_path: AnyText
-    status: Annotated[str, choice(JobStatus)] = JobStatus.LAUNCHING
+    status: Annotated[JobStatus, choice(JobStatus)] = JobStatus.LAUNCHING
     job_dir: AnyText = ""
     last_error: AnyText | None = None
 

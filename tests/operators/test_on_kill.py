@@ -169,7 +169,7 @@ def test_a_kill_while_waiting_for_the_lock_leaves_the_running_job_alone(
     assert len(ranks) == 2
     log_path = tmp_path / "dags-test.log"
     with log_path.open("w+") as log:
-        with ElasticGridHook(jobs_root=str(jobs_root)).job_lock("waited"):
+        with ElasticGridHook(jobs_root=str(jobs_root)).job_store.job_lock("waited"):
             process = start_dags_test(
                 "kill_dags.py", DAG_ID, {"job_name": "waited", "nodes": 3}, output=log
             )
