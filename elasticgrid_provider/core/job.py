@@ -1,7 +1,7 @@
 """What a launched job is, and how its state is summarised.
 
-A job is launched as one iroh-tinker job *part* per provider share (SPEC
-6.3). The :class:`JobManifest` is written next to the parts before any part
+A job is launched as one iroh-tinker job *part* per provider share
+(:mod:`elasticgrid_provider.core.launch_spec`). The :class:`JobManifest` is written next to the parts before any part
 starts, so a retry that finds running parts knows they are ours and never
 starts a second copy. A :class:`JobSnapshot` joins the manifest with each
 part's live status into one status word:
@@ -11,6 +11,10 @@ part's live status into one status word:
 * ``done``     when every part finished successfully;
 * ``stopped``  when the parts were stopped (by a resize, ``on_kill`` or a user);
 * ``launching`` while the manifest exists but no part has reported yet.
+
+The job has ended when its status is terminal (``done``, ``failed`` or
+``stopped``: :attr:`JobStatus.is_terminal`, the one definition every wait and
+page uses).
 
 The manifest also records the launch's phase (``state``: ``starting``,
 ``running`` once confirmed, ``stopping`` before its parts are stopped,

@@ -433,7 +433,7 @@ def _with_entry(
         holds = [
             position
             for position, kept in enumerate(entries[:-1])
-            if kept.get("action") == "hold" and kept.get("rule") != JOB_ENDED_RULE
+            if kept.get("action") == ScaleAction.HOLD and kept.get("rule") != JOB_ENDED_RULE
         ]
         del entries[holds[0] if holds else 0]
     return tuple(entries)
