@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from elasticgrid_provider.core.job import JobStatus
+from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.plugins.jobs import as_dict, one_line
 
 LAUNCH_XCOM_KEY = "job"
@@ -49,7 +50,7 @@ def live_status(job_name: str) -> dict[str, Any]:
         launched_at: float | None = datetime.fromisoformat(manifest.launched_at).timestamp()
     except ValueError:
         launched_at = None
-    if manifest.state == "down" and not status.is_terminal:
+    if manifest.state is LaunchPhase.DOWN and not status.is_terminal:
         status = JobStatus.FAILED
     per_node = manifest.procs_per_node
     return {
