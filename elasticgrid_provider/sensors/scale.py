@@ -304,7 +304,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 capacities = {p.name: p.max_nodes for p in planner.providers}
                 try:
                     with store.transaction(timeout=LOCK_WAIT_S) as held_grid:
-                        grid = SharedGrid(held_grid.ledger, capacities, priority, self.timeout)
+                        grid = SharedGrid(held_grid.ledger, capacities, priority)
                         outcome = run(grid)
                         if outcome.ledger is not None:
                             held_grid.ledger = outcome.ledger

@@ -17,11 +17,16 @@ and a decision that wants more than fits into the ledger's entries:
 * :func:`holder_claims`: the other jobs as the preemption rule sees them (priority and
   ``min_nodes`` from their reservations; a ``min_nodes`` never recorded counts as their
   size, so they are never shrunk);
-* :func:`claim_the_grid`: one check's part: decide with the grid's share; a scale-up beyond
-  the room is decided again with the room (clamped, or held for ``capacity``) and its claim
-  queued; under deadline pressure, strictly-lower-priority jobs are asked to shrink
-  (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`); a job that no longer
-  wants more than fits leaves the queue.
+* :func:`claim_the_grid`: one check's part: decide with the grid's share; a scale-up
+  queues its claim, and one beyond the room is decided again with the room (clamped, or
+  held for ``capacity``); under deadline pressure, strictly-lower-priority jobs are asked
+  to shrink (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`). A decision
+  that is no scale-up takes the claim out of the queue.
+
+A claim stays queued after a scale-up that fits, so other jobs' checks do not count the
+nodes it grows into as free before its relaunch reserves them (a reservation takes the
+job's claim out of the queue); it has no timeout: the job's next check, its end or its
+stop (a release) takes it out.
 
 Pure: no Airflow, no I/O.
 """
@@ -67,7 +72,6 @@ class SharedGrid:
     ledger: GridLedger
     capacities: dict[str, int]  # nodes per provider of the grid the job plans on
     priority: int = 0
-    claim_timeout_s: float | None = None  # how long a queued claim may wait (the task's)
 
 
 def grid_share(ledger: GridLedger, job: str) -> GridShare | None:
@@ -88,7 +92,6 @@ def job_request(
     *,
     priority: int,
     now: float,
-    timeout_s: float | None = None,
 ) -> QueuedRequest:
     """The queue entry of a scale-up ``decision`` made with no limit (module docstring)."""
     current, wanted = decision.current_nodes, decision.target_nodes
@@ -105,7 +108,6 @@ def job_request(
         min_nodes=min(current, wanted),
         since=now,
         priority=priority,
-        timeout_s=timeout_s,
         current_nodes=current,
         gain_per_node=gain,
         remaining_s=remaining_s,
@@ -174,12 +176,11 @@ def claim_the_grid(
             policy,
             priority=grid.priority,
             now=now,
-            timeout_s=grid.claim_timeout_s,
         )
         room = room_for(ledger, request, grid.capacities)
+        ledger = enqueue(ledger, request, now=now)
         if room < wanted.target_nodes:
             record = decide(replace(share, max_nodes=room))
-            ledger = enqueue(ledger, request, now=now)
             log.append(
                 (
                     logging.INFO,
@@ -190,7 +191,7 @@ def claim_the_grid(
             )
             if wanted.rule is DecisionRule.DEADLINE_PRESSURE:
                 ledger = _ask_shrinks(grid, ledger, request, room, now, log)
-            return record, ledger
+        return record, ledger
     if any(request.job == job for request in ledger.queue):
         ledger = dequeue(ledger, job, now=now)
         log.append((logging.INFO, f"Job {job} no longer waits in the grid queue."))
