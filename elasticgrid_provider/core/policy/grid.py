@@ -21,6 +21,8 @@ Pure: no Airflow, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import Field
 
 from elasticgrid_provider.core.fleet.ledger import ShrinkRequest
@@ -45,8 +47,34 @@ class GridShare(JsonModel):
     shrink: ShrinkRequest | None = None
     """A higher-priority job's request that this one shrink, or None."""
 
+    def text(self) -> str:
+        """The share in one line for the CLI: the room, who holds what, a shrink request."""
+        room = "no limit" if self.max_nodes is None else f"room for {self.max_nodes} nodes"
+        parts = [room, *holder_phrases(self.holders)]
+        if self.shrink is not None:
+            shrink = self.shrink
+            parts.append(
+                f"job {shrink.by_job!r} (priority {shrink.by_priority}) asked it to shrink "
+                f"to {shrink.to_nodes}"
+            )
+        return "; ".join(parts)
+
     def shortfall(self, current: int, wanted: int) -> str:
         """``job 'a' wants 2 more nodes but 0 are free: 'b' holds 4 on local``."""
         claim = JobClaim(job=self.job, nodes=current, wanted=wanted, min_nodes=min(current, wanted))
         room = max(0, (self.max_nodes if self.max_nodes is not None else wanted) - current)
         return shortfall_sentence(claim, room, self.holders)
+
+
+def holder_phrases(holders: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """``'b' holds 4 on local`` per job that holds nodes, most nodes first, then by name."""
+    held = [
+        (job, {provider: nodes for provider, nodes in by_provider.items() if nodes > 0})
+        for job, by_provider in holders.items()
+    ]
+    held.sort(key=lambda item: (-sum(item[1].values()), item[0]))
+    return [
+        f"{job!r} holds " + " and ".join(f"{n} on {p}" for p, n in sorted(by_provider.items()))
+        for job, by_provider in held
+        if by_provider
+    ]

@@ -252,3 +252,17 @@ def test_a_deadline_pressed_job_asks_only_lower_priority_jobs_to_shrink() -> Non
     ]
     assert [request.job for request in after.queue] == ["a"]
     assert any("asked lower-priority jobs to shrink: low 16 -> 12" in line for _, line in lines)
+
+
+def test_the_cli_prints_the_shared_grid_and_preempted_by_as_recorded() -> None:
+    from elasticgrid_provider.cli.rendering import decision_lines
+
+    grid = GridShare(job="a", max_nodes=8, holders=HOLDERS)
+    held = "\n".join(decision_lines(decide(ScalePolicy(), QUEUED_8, now=T0, grid=grid)))
+    assert "shared grid     room for 8 nodes; 'b' holds 20 on local; 'c' holds 4 on cloud" in held
+    preempting = GridShare(job="a", shrink=_shrink(5))
+    lines = "\n".join(decision_lines(decide(ScalePolicy(), BALANCED_8, now=T0, grid=preempting)))
+    assert "preempted by    job 'urgent'" in lines
+    assert "job 'urgent' (priority 5) asked it to shrink to 5" in lines
+    alone = "\n".join(decision_lines(decide(ScalePolicy(), QUEUED_8, now=T0)))
+    assert "shared grid" not in alone and "preempted by" not in alone
