@@ -208,6 +208,8 @@ def _ask_shrinks(
 ) -> GridLedger:
     """Deadline pressure: ask strictly-lower-priority jobs to shrink (never below their
     ``min_nodes``) for the nodes the grid does not leave the job."""
+    # the nodes the sharing left the job, as one count (the rule sums free nodes, whatever
+    # the provider): the shrinks make up the rest of what it wants
     available = {"grid": max(0, room - request.current_nodes)}
     plan = plan_preemption(request.as_claim(), available, holder_claims(ledger, request.job))
     if not plan.shrinks:
