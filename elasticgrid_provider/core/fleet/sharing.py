@@ -124,7 +124,8 @@ class JobClaim(JsonModel):
     remaining_s: NonNegative = 0.0
     restart_s: NonNegative = 0.0
     deadline_nodes: Count = 0
-    """The size it needs to meet its deadline (0: no deadline, or met at any size)."""
+    """The size it needs to meet its deadline (0: no deadline, met at any size, or no size
+    meets it any more). A stream may count its latency goal as its deadline."""
 
     @model_validator(mode="after")
     def _wanted_reaches_min(self) -> JobClaim:
