@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
+from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
 from elasticgrid_provider.core.fleet.ledger import (
     REBUILT_PRIORITY,
     GridLedger,
@@ -36,6 +36,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     ShrinkRequest,
     confirm,
     dequeue,
+    drop_reservation,
     enqueue,
     free_nodes,
     job_usage,
@@ -267,6 +268,22 @@ class GridCapacity:
         :class:`GridCapacityError` naming the holders when it does not fit (nothing changed)."""
         shares = placement.nodes_by_provider()
         capacities = {a.provider.name: a.provider.max_nodes for a in placement.assignments}
+        try:
+            self._reserve_launch(job, placement, launch_id, shares, capacities)
+        except OSError as exc:  # a full disk: the ledger is as it was
+            raise JobLaunchError(
+                f"job {job!r} was not launched: writing the grid ledger {self.store.path} failed "
+                f"({exc.strerror or exc}); nothing was stopped or started"
+            ) from None
+
+    def _reserve_launch(
+        self,
+        job: str,
+        placement: Placement,
+        launch_id: str,
+        shares: Mapping[str, int],
+        capacities: Mapping[str, int],
+    ) -> None:
         with self.store.transaction() as current:
             ledger = current.ledger
             mine = ledger.holdings_of(job)
@@ -288,6 +305,11 @@ class GridCapacity:
                 raise GridCapacityError(
                     f"job {job!r} was not launched and nothing was stopped: {exc}"
                 ) from None
+
+    def drop_reservation(self, job: str, launch_id: str) -> None:
+        """Forget the reservation of a launch that stopped and started nothing."""
+        with self.store.transaction() as current:
+            current.ledger = drop_reservation(current.ledger, job, launch_id, now=current.now)
 
     def confirm(self, job: str, launch_id: str) -> None:
         """The launch is confirmed: its reservation becomes held (a reconciled-away one is

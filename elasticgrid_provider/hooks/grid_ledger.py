@@ -202,13 +202,18 @@ class GridLedgerStore:
         return ledger, None
 
     def _write(self, ledger: GridLedger) -> None:
-        """Replace the ledger file whole: temporary file, fsync, rename, fsync the folder."""
+        """Replace the ledger file whole: temporary file, fsync, rename, fsync the folder; a
+        failed write (a full disk) leaves the old ledger and no temporary file."""
         temporary = self.path.with_name(f".{LEDGER_NAME}.{os.getpid()}.tmp")
-        with open(temporary, "w") as handle:
-            json.dump(ledger.model_dump(), handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        try:
+            with open(temporary, "w") as handle:
+                json.dump(ledger.model_dump(), handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
         folder = os.open(self.folder, os.O_RDONLY)
         try:
             os.fsync(folder)

@@ -162,11 +162,16 @@ class LaunchManager:
                 if current.manifest.state is LaunchPhase.RUNNING and running:
                     previous_nodes = current.nodes
             self.grid.reserve_launch(job_name, placement, launch.launch_id)
-            manifest, intent = write_launch(store, launch, current)
-            if current is not None:
-                self._stop_recorded(
-                    current.manifest, f"being replaced by launch {launch.launch_id}"
-                )
+            try:
+                manifest, intent = write_launch(store, launch, current)
+                if current is not None:
+                    self._stop_recorded(
+                        current.manifest, f"being replaced by launch {launch.launch_id}"
+                    )
+            except JobLaunchError:  # nothing was stopped or started: the reservation goes
+                with suppress(OSError):  # else it expires (core/fleet/ledger.py)
+                    self.grid.drop_reservation(job_name, launch.launch_id)
+                raise
             self._start_launch(manifest, intent)
             snapshot = self._confirm_launch(manifest, startup_grace_s)
             resized = previous_nodes is not None and previous_nodes != snapshot.nodes

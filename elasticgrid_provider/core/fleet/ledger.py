@@ -294,6 +294,16 @@ def confirm(ledger: GridLedger, job: str, launch_id: str, *, now: float) -> Grid
     return replace(ledger, holdings=others + held, updated_at=now)
 
 
+def drop_reservation(ledger: GridLedger, job: str, launch_id: str, *, now: float) -> GridLedger:
+    """Forget ``job``'s reservation of ``launch_id`` (its launch stopped and started nothing)."""
+    kept = tuple(
+        h
+        for h in ledger.holdings
+        if not (h.job == job and h.launch_id == launch_id and h.phase == HoldingPhase.RESERVED)
+    )
+    return replace(ledger, holdings=kept, updated_at=now)
+
+
 def release(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
     """``job`` holds, reserves and waits for nothing any more (it ended or was stopped)."""
     return replace(
