@@ -25,10 +25,10 @@ Rules:
 * A job that ended on its own holds nothing, even when nobody observed the end:
   :func:`read_launch_records` reads a confirmed (``running``) launch whose parts
   all ended as over. A part ended when iroh-tinker's ``job.json`` says so (``done``,
-  ``failed``, ``stopped``), when it never started, or, for a part on this machine
+  ``failed``, ``stopped``), or, for a part on this machine
   (not on SSH hosts, whose ranks only their engine's probe sees), when every rank
   process it recorded is gone. A launch still ``starting`` or ``stopping`` keeps
-  its nodes: it is in flight.
+  its nodes: it is in flight; so does a part whose record cannot be read.
 """
 
 from __future__ import annotations
@@ -100,10 +100,8 @@ def part_ended(jobs_root: Path, part: PartRecord) -> bool:
     """Whether a part of a confirmed launch runs no more (module docstring)."""
     try:
         state = json.loads((jobs_root / part.name / PART_STATE_NAME).read_text())
-    except FileNotFoundError:
-        return True  # never started
     except (OSError, ValueError):
-        return False  # cannot tell: it keeps its nodes
+        return False  # no record, or one that cannot be read: cannot tell, it keeps its nodes
     if not isinstance(state, dict):
         return False
     if JobStatus.of_part(str(state.get("status"))).is_terminal:

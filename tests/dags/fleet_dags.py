@@ -16,15 +16,18 @@ FOUR_LOCAL_NODES = [
     {"name": "local", "engine": "local", "max_nodes": 4, "cost_per_node_hour": 0.0, "spot": False}
 ]
 SHORT_RUN = (
-    f'{PYTHON} -c "import time; time.sleep(float({{{{ dag_run.conf.get(\'seconds\', 8) }}}}))"'
+    f"{PYTHON} -c \"import time; time.sleep(float({{{{ dag_run.conf.get('seconds', 8) }}}}))\""
 )
 NODES = "{{ dag_run.conf.get('nodes', 3) }}"
 MIN_NODES = "{{ dag_run.conf.get('min_nodes', dag_run.conf.get('nodes', 3)) }}"
 PRIORITY = "{{ dag_run.conf.get('priority', 0) }}"
 
 
-def fleet_dag(dag_id: str, on_shortfall: str, **plan_arguments: object) -> DAG:
-    """plan (fleet-aware, ``on_shortfall``) -> launch a short sleeping job and wait for it."""
+def fleet_dag(
+    dag_id: str, on_shortfall: str, wait_for_completion: bool = True, **plan_arguments: object
+) -> DAG:
+    """plan (fleet-aware, ``on_shortfall``) -> launch a short sleeping job and wait for it
+    (or, without ``wait_for_completion``, leave it running)."""
     with DAG(dag_id=dag_id, schedule=None, catchup=False) as dag:
         plan_and_launch(
             NODES,
@@ -32,7 +35,7 @@ def fleet_dag(dag_id: str, on_shortfall: str, **plan_arguments: object) -> DAG:
             job_name=JOB,
             run=SHORT_RUN,
             recovery={"mode": "none"},
-            wait_for_completion=True,
+            wait_for_completion=wait_for_completion,
             poll_interval=0.5,
             startup_grace_s=1,
             plan_arguments={
@@ -47,6 +50,7 @@ def fleet_dag(dag_id: str, on_shortfall: str, **plan_arguments: object) -> DAG:
     return dag
 
 
+fleet_dag("fleet_hold", "fail", wait_for_completion=False)  # a job that holds its nodes
 fleet_dag("fleet_wait", "wait")
 fleet_dag("fleet_take_what_fits", "take_what_fits")
 fleet_dag("fleet_fail", "fail")
