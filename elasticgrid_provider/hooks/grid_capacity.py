@@ -257,9 +257,10 @@ class GridCapacity:
         """Who uses the grid now but ``job`` (read without the lock), for a failure's sentence."""
         return holders_text(self.store.snapshot().ledger, except_job=job)
 
-    def dequeue(self, job: str) -> None:
-        """Take ``job``'s request out of the queue (a timeout, a kill): it no longer waits."""
-        with self.store.transaction() as current:
+    def dequeue(self, job: str, *, timeout: float | None = None) -> None:
+        """Take ``job``'s request out of the queue (a timeout, a kill): it no longer waits; a
+        :class:`TimeoutError` when the grid lock stays busy ``timeout`` seconds."""
+        with self.store.transaction(timeout=timeout) as current:
             current.ledger = dequeue(current.ledger, job, now=current.now)
 
     def reserve_launch(self, job: str, placement: Placement, launch_id: str) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity
 
 RESERVATION_XCOM_KEY = "reservation"
+KILL_CHECK_S = 0.5  # how often a wait for nodes looks whether the task was killed
+KILL_LOCK_WAIT_S = 2.0  # how long on_kill waits for the grid lock (SIGKILL follows SIGTERM)
 SHORTFALL_MODES = tuple(mode.value for mode in ShortfallMode)
 
 
@@ -134,6 +136,8 @@ class PlanPlacementOperator(BaseOperator):
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
         self._queued = False  # this process put the job's request in the queue
+        self._planning = False  # inside the grid lock: on_kill must not take it again
+        self._killed = False
 
     @cached_property
     def hook(self) -> ElasticGridHook:
@@ -208,8 +212,14 @@ class PlanPlacementOperator(BaseOperator):
         planner = self._planner()
         leave_out = quarantine_from_record(self.nodes)
         while True:
-            shared = self.grid_capacity.plan(planner, request, leave_out=leave_out)
+            self._planning = True
+            try:
+                shared = self.grid_capacity.plan(planner, request, leave_out=leave_out)
+            finally:
+                self._planning = False
             verdict = shared.decision.verdict
+            if self._killed:
+                self._leave_killed(request.job, shared.launch_id)
             if verdict is Verdict.FAILED:
                 raise AirflowFailException(shared.decision.reason)
             if verdict is Verdict.GRANTED:
@@ -245,7 +255,7 @@ class PlanPlacementOperator(BaseOperator):
                 )
             if timeout_at is not None and epoch_now() >= timeout_at:
                 self._timed_out(request.job, shared.holders)
-            if self.deferrable:
+            if self.deferrable and not self._killed:
                 self.defer(
                     trigger=GridCapacityTrigger(
                         jobs_root=str(self.hook.jobs_root),
@@ -261,7 +271,23 @@ class PlanPlacementOperator(BaseOperator):
                     ),
                     method_name="execute_complete",
                 )
-            time.sleep(self.poll_interval)
+            self._sleep()
+
+    def _sleep(self) -> None:
+        """Wait ``poll_interval`` seconds, in short steps so that a kill ends the wait soon."""
+        deadline = time.monotonic() + self.poll_interval
+        while not self._killed and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, KILL_CHECK_S))
+
+    def _leave_killed(self, job: str, launch_id: str) -> None:
+        """The task was killed while it planned or waited: no request, no reservation left."""
+        if launch_id:
+            self.grid_capacity.drop_reservation(job, launch_id)
+        self.grid_capacity.dequeue(job)
+        self._queued = False
+        raise AirflowException(
+            f"the task was killed while job {job!r} waited for nodes; it left the grid queue"
+        )
 
     def _timed_out(self, job: str, holders: str) -> None:
         """Leave the queue and fail: the wait for nodes lasted ``capacity_timeout``."""
@@ -283,8 +309,17 @@ class PlanPlacementOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from None
 
     def on_kill(self) -> None:
-        """A task killed while it waited for nodes takes its request out of the queue."""
-        if self._queued and self.job_name is not None:
-            self.log.info("Task killed: job %s no longer waits for nodes.", self.job_name)
-            self.grid_capacity.dequeue(self.job_name)
+        """A task killed while it waits for nodes takes its request out of the queue: at once
+        when the wait sleeps, else right after the transaction in progress (which holds the
+        grid lock this process must not take twice); the wait then fails the task."""
+        self._killed = True
+        if not self._queued or self.job_name is None:
+            return
+        self.log.info("Task killed: job %s no longer waits for nodes.", self.job_name)
+        if self._planning:
+            return
+        try:
+            self.grid_capacity.dequeue(self.job_name, timeout=KILL_LOCK_WAIT_S)
             self._queued = False
+        except TimeoutError:
+            self.log.warning("The grid ledger was busy; the wait leaves the queue when it ends.")

@@ -42,11 +42,29 @@ def _task_states(dag_id: str, job: str) -> dict[str, str]:
     return read_run(dag_id, _run_id(dag_id, job)).task_states
 
 
+def _write_dags_to_db() -> None:
+    """Write the DAG folder's DAGs to the metadata DB as ``dag.test()`` does first: two
+    ``airflow dags test`` processes that both write a DAG new to the DB would collide."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.utils.session import create_session
+
+    manager = DagBundlesManager()
+    with create_session() as session:
+        manager.sync_bundles_to_db(session=session)
+    for bundle in manager.get_all_dag_bundles():
+        if not bundle.is_initialized:
+            bundle.initialize()
+        bag = BundleDagBag(dag_folder=bundle.path, bundle_path=bundle.path, bundle_name=bundle.name)
+        sync_bag_to_db(bag, bundle.name, bundle.version)
+
+
 def _run_two_at_once(
     tmp_path: Path, dag_id: str, confs: list[dict[str, Any]], timeout: float = 240.0
 ) -> tuple[list[dict[int, str]], list[str]]:
     """Start one ``airflow dags test`` per conf at the same instant (a barrier); sample every
     job's rank processes until all ended. Returns the samples ({pid: job}) and the outputs."""
+    _write_dags_to_db()
     barrier = threading.Barrier(len(confs))
     processes: list[subprocess.Popen[str] | None] = [None] * len(confs)
     logs = [(tmp_path / f"dags-test-{i}.log").open("w+") for i in range(len(confs))]
@@ -97,11 +115,13 @@ def test_the_second_of_two_simultaneous_plans_waits_and_runs_after_the_first(
     confs = [{"job_name": name, "nodes": 3, "seconds": 6} for name in ("left", "right")]
     samples, outputs = _run_two_at_once(tmp_path, "fleet_wait", confs)
 
+    for job in ("left", "right"):
+        states = _task_states("fleet_wait", job)
+        assert states == {"plan": "success", "launch": "success"}, "\n".join(outputs)[-6000:]
     assert max(len(sample) for sample in samples) <= GRID_NODES
     assert not [s for s in samples if set(s.values()) == {"left", "right"}], "they overlapped"
     for job in ("left", "right"):
         assert any(list(s.values()).count(job) == 3 for s in samples), f"{job} never ran 3 ranks"
-        assert _task_states("fleet_wait", job) == {"plan": "success", "launch": "success"}
     waited = [o for o in outputs if "place 1 in the grid queue; the grid is held by" in o]
     assert len(waited) == 1, "exactly one plan waited"
     first = "left" if "right" in waited[0].split("place 1 in the grid queue")[0] else "right"
@@ -231,6 +251,10 @@ def test_killing_a_plan_while_it_waits_takes_it_out_of_the_queue(airflow_db, job
         output = log.read()
 
     assert "Task killed: job killed no longer waits for nodes." in output
+    assert "the task was killed while job 'killed' waited for nodes; it left the grid queue" in (
+        output
+    )
+    assert read_run("fleet_wait").task_states == {"plan": "failed", "launch": "upstream_failed"}
     assert _ledger(jobs_root).queue == ()
     stored = json.loads((jobs_root / ".grid" / "ledger.json").read_text())
     assert stored["queue"] == []
