@@ -47,7 +47,8 @@ def test_fleet_shows_providers_by_jobs_free_nodes_and_the_queue(capsys, grid):
         ["aws", "8", "5", "-", "3 reserved"],
         ["local", "4", "1", "2 held", "1 reserved"],
     ]
-    queue = out[out.index("queue (served in this order):") :].splitlines()
+    queue = out[out.index("queue (served in this order):") : out.index("shrink requests")]
+    queue = queue.strip().splitlines()
     assert [line.split()[:2] for line in queue[2:]] == [["1", "urgent"], ["2", "eval"]]
     assert "600s" in queue[2]
 

@@ -62,3 +62,14 @@ fleet_dag(
     "{{ dag_run.conf.get('on_shortfall', 'wait') }}",
     capacity_timeout="{{ dag_run.conf.get('capacity_timeout', 60) }}",
 )
+
+# a plan that does not share the grid (no job_name): its launch's reservation may be refused
+with DAG(dag_id="fleet_unaware_plan", schedule=None, catchup=False):
+    plan_and_launch(
+        NODES,
+        providers=FOUR_LOCAL_NODES,
+        job_name=JOB,
+        run=SHORT_RUN,
+        recovery={"mode": "none"},
+        startup_grace_s=1,
+    )

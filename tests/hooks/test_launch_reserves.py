@@ -112,3 +112,25 @@ def test_a_job_that_ends_on_its_own_holds_nothing_though_nobody_saw_it_end(jobs_
     other = ElasticGridHook(jobs_root=str(jobs_root)).launch_manager("next")
     other.launch(PLANNER.plan(4), SLEEPING, startup_grace_s=1)
     assert len(job_ranks("next")) == 4
+
+
+def test_a_launch_task_refused_by_the_ledger_fails_retryably_naming_the_holder(
+    airflow_db, jobs_root, capfd
+):
+    from tests.airflow_support import run_dag
+
+    run_dag("fleet_hold", {"job_name": "holder", "nodes": 3, "seconds": 600})
+    ranks = job_ranks("holder")
+    capfd.readouterr()
+
+    result = run_dag("fleet_unaware_plan", {"job_name": "blind", "nodes": 2})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    output = capfd.readouterr()
+    text = output.out + output.err
+    assert (
+        "AirflowException: job 'blind' was not launched and nothing was stopped: provider "
+        "'local' has 1 free nodes but job 'blind' asked for 2; held by 'holder' (3 nodes)"
+    ) in text  # an AirflowException, not AirflowFailException: a retry may find room
+    assert job_ranks("blind") == {} and job_ranks("holder") == ranks
+    assert not (jobs_root / "blind" / "manifest.json").exists()
