@@ -73,8 +73,8 @@ class CapacityRequest:
     mode: ShortfallMode = ShortfallMode.WAIT
     timeout_s: float | None = None
 
-    def as_queued(self, since: float) -> QueuedRequest:
-        """The request as it waits in the ledger's queue."""
+    def as_queued(self, since: float, current_nodes: int = 0) -> QueuedRequest:
+        """The request as it waits in the ledger's queue (``current_nodes``: what it uses)."""
         return QueuedRequest(
             job=self.job,
             nodes=self.nodes,
@@ -82,6 +82,7 @@ class CapacityRequest:
             since=since,
             priority=self.priority,
             timeout_s=self.timeout_s,
+            current_nodes=current_nodes,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,11 +173,13 @@ def _claims_of_holders(ledger: GridLedger, job: str) -> list[JobClaim]:
 def decide_request(
     ledger: GridLedger, request: CapacityRequest, capacities: Mapping[str, int]
 ) -> ShortfallDecision:
-    """The request against the nodes other jobs leave free on ``capacities`` and the queue
-    ahead of it (:func:`~elasticgrid_provider.core.fleet.sharing.decide_shortfall`)."""
+    """The request against the nodes free on ``capacities`` and the queue ahead of it
+    (:func:`~elasticgrid_provider.core.fleet.sharing.decide_shortfall`): a job keeps the
+    nodes it uses (a replan of a running job competes only for the nodes it adds; one that
+    shrinks is always granted)."""
     claim = JobClaim(
         job=request.job,
-        nodes=0,
+        nodes=sum(job_usage(ledger, request.job).values()),
         wanted=request.nodes,
         min_nodes=request.min_nodes,
         priority=request.priority,
@@ -184,7 +187,7 @@ def decide_request(
     queued = [r.as_claim() for r in sorted(ledger.queue, key=lambda r: (r.since, r.job))]
     return decide_shortfall(
         claim,
-        free_nodes(ledger, capacities, for_job=request.job),
+        free_nodes(ledger, capacities),
         mode=request.mode,
         queued=queued,
         holdings=holdings_by_job(ledger, except_job=request.job),
@@ -218,7 +221,7 @@ class GridCapacity:
                 return SharedPlan(request.job, decision, holders)
             if decision.verdict is Verdict.GRANTED:
                 placement = planner.plan(
-                    decision.nodes,
+                    min(decision.nodes, request.nodes),  # a shrink keeps no more than asked
                     leave_out=leave_out,
                     held_by_others=used_nodes(ledger, except_job=request.job),
                 )
@@ -234,10 +237,11 @@ class GridCapacity:
                     min_nodes=request.min_nodes,
                 )
                 return SharedPlan(request.job, decision, holders, placement, launch_id)
-            ledger = enqueue(ledger, request.as_queued(now), now=now)
+            using = sum(job_usage(ledger, request.job).values())
+            ledger = enqueue(ledger, request.as_queued(now, using), now=now)
             shrinks: tuple[ShrinkRequest, ...] = ()
             claim = next(r for r in ledger.queue if r.job == request.job).as_claim()
-            free = free_nodes(ledger, capacities, for_job=request.job)
+            free = free_nodes(ledger, capacities)
             preemption = plan_preemption(claim, free, _claims_of_holders(ledger, request.job))
             if preemption.shrinks:
                 ledger = request_shrinks(ledger, preemption, by_priority=request.priority, now=now)
