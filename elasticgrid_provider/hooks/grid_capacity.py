@@ -39,6 +39,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     drop_reservation,
     enqueue,
     free_nodes,
+    holders,
     job_usage,
     queue_position,
     release,
@@ -137,19 +138,23 @@ def holdings_by_job(
     return {job: nodes for job, nodes in usage.items() if any(nodes.values())}
 
 
+def holders_by_job(
+    ledger: GridLedger, *, except_job: str | None = None
+) -> dict[str, dict[str, int]]:
+    """``{job: {provider: nodes}}`` of every job that uses nodes (but ``except_job``)."""
+    usage = {job: job_usage(ledger, job) for job in ledger.jobs if job != except_job}
+    return {job: nodes for job, nodes in usage.items() if any(nodes.values())}
+
+
 def holders_text(ledger: GridLedger, *, except_job: str | None = None) -> str:
-    """Who uses the grid: ``'a' holds 3 on local; 'b' holds 1 on local`` (``nobody`` if none)."""
-    usage = sorted(
-        holdings_by_job(ledger, except_job=except_job).items(),
-        key=lambda item: (-sum(item[1].values()), item[0]),
-    )
-    return (
-        "; ".join(
-            f"{job!r} holds " + " and ".join(f"{n} on {p}" for p, n in sorted(nodes.items()) if n)
-            for job, nodes in usage
-        )
-        or "nobody"
-    )
+    """Who uses the grid, per provider (the ledger's :func:`holders` phrases):
+    ``'a' (3 nodes) on local; 'b' (2 nodes) on aws``; ``nobody`` when no job does."""
+    phrases = [
+        f"{holders(ledger, provider, except_job=except_job)} on {provider}"
+        for provider in ledger.providers
+        if used_nodes(ledger, except_job=except_job).get(provider)
+    ]
+    return "; ".join(phrases) or "nobody"
 
 
 def _claims_of_holders(ledger: GridLedger, job: str) -> list[JobClaim]:

@@ -125,7 +125,7 @@ def test_the_second_of_two_simultaneous_plans_waits_and_runs_after_the_first(
     waited = [o for o in outputs if "place 1 in the grid queue; the grid is held by" in o]
     assert len(waited) == 1, "exactly one plan waited"
     first = "left" if "right" in waited[0].split("place 1 in the grid queue")[0] else "right"
-    assert f"the grid is held by {first!r} holds 3 on local" in waited[0]
+    assert f"the grid is held by {first!r} (3 nodes) on local" in waited[0]
     assert _ledger(jobs_root).holdings == ()  # both ended and gave their nodes back
 
 
@@ -180,7 +180,7 @@ def test_a_timeout_leaves_the_queue_and_fails_naming_the_holder(airflow_db, jobs
     output = capfd.readouterr()
     assert (
         "job 'patient' waited capacity_timeout 3 seconds for nodes in vain and left the grid "
-        "queue; the grid is held by 'holder' holds 3 on local" in output.out + output.err
+        "queue; the grid is held by 'holder' (3 nodes) on local" in output.out + output.err
     )
     assert _ledger(jobs_root).queue == ()
 

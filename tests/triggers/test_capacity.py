@@ -101,7 +101,7 @@ def test_a_timeout_is_an_event_naming_the_holders_never_an_exception(jobs_root):
     assert event == {
         "status": "timeout",
         "job": "waiter",
-        "holders": "'holder' holds 2 on local",
+        "holders": "'holder' (2 nodes) on local",
         "timeout_at": timeout_at,
     }
     assert len(job_ranks("holder")) == 2
