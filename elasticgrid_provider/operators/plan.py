@@ -313,11 +313,11 @@ class PlanPlacementOperator(BaseOperator):
         when the wait sleeps, else right after the transaction in progress (which holds the
         grid lock this process must not take twice); the wait then fails the task."""
         self._killed = True
-        if not self._queued or self.job_name is None:
+        if self.job_name is None:
             return
         self.log.info("Task killed: job %s no longer waits for nodes.", self.job_name)
-        if self._planning:
-            return
+        if self._planning or not self._queued:
+            return  # the wait leaves the queue itself, right after the plan in progress
         try:
             self.grid_capacity.dequeue(self.job_name, timeout=KILL_LOCK_WAIT_S)
             self._queued = False

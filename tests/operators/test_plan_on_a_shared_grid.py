@@ -112,7 +112,7 @@ def _ledger(jobs_root: Path) -> Any:
 def test_the_second_of_two_simultaneous_plans_waits_and_runs_after_the_first(
     airflow_db, jobs_root, tmp_path
 ):
-    confs = [{"job_name": name, "nodes": 3, "seconds": 6} for name in ("left", "right")]
+    confs = [{"job_name": name, "nodes": 3, "seconds": 12} for name in ("left", "right")]
     samples, outputs = _run_two_at_once(tmp_path, "fleet_wait", confs)
 
     for job in ("left", "right"):
@@ -131,7 +131,7 @@ def test_the_second_of_two_simultaneous_plans_waits_and_runs_after_the_first(
 
 def test_take_what_fits_gives_the_second_plan_the_one_free_node(airflow_db, jobs_root, tmp_path):
     confs = [
-        {"job_name": name, "nodes": 3, "min_nodes": 1, "seconds": 6} for name in ("big", "rest")
+        {"job_name": name, "nodes": 3, "min_nodes": 1, "seconds": 12} for name in ("big", "rest")
     ]
     samples, _ = _run_two_at_once(tmp_path, "fleet_take_what_fits", confs)
 
