@@ -18,7 +18,7 @@ import pytest
 
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from tests.airflow_support import read_run, read_xcom, run_dag, start_dags_test
-from tests.job_processes import job_ranks
+from tests.job_processes import _session_ranks, job_ranks
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
@@ -42,6 +42,20 @@ def _task_states(dag_id: str, job: str) -> dict[str, str]:
     return read_run(dag_id, _run_id(dag_id, job)).task_states
 
 
+def _ranks_now(jobs: list[str]) -> dict[tuple[str, str, bytes], str]:
+    """The live ranks of ``jobs``, each once: (launch id, part, runner command line) -> job.
+
+    A runner starting its rank's program forks first: until the child execs, it is a
+    second process with the runner's command line and environment, so a rank is counted
+    by what it is, not by its processes.
+    """
+    return {
+        (v.get("ELASTICGRID_LAUNCH_ID", ""), v.get("ELASTICGRID_PART", ""), command): job
+        for _, command, v in _session_ranks()
+        if (job := v.get("ELASTICGRID_JOB", "")) in jobs
+    }
+
+
 def _write_dags_to_db() -> None:
     """Write the DAG folder's DAGs to the metadata DB as ``dag.test()`` does first: two
     ``airflow dags test`` processes that both write a DAG new to the DB would collide."""
@@ -61,9 +75,9 @@ def _write_dags_to_db() -> None:
 
 def _run_two_at_once(
     tmp_path: Path, dag_id: str, confs: list[dict[str, Any]], timeout: float = 240.0
-) -> tuple[list[dict[int, str]], list[str]]:
+) -> tuple[list[dict[tuple[str, str, bytes], str]], list[str]]:
     """Start one ``airflow dags test`` per conf at the same instant (a barrier); sample every
-    job's rank processes until all ended. Returns the samples ({pid: job}) and the outputs."""
+    job's ranks until all ended. Returns the samples (:func:`_ranks_now`) and the outputs."""
     _write_dags_to_db()
     barrier = threading.Barrier(len(confs))
     processes: list[subprocess.Popen[str] | None] = [None] * len(confs)
@@ -85,12 +99,12 @@ def _run_two_at_once(
     for starter in starters:
         starter.join()
     jobs = [conf["job_name"] for conf in confs]
-    samples: list[dict[int, str]] = []
+    samples: list[dict[tuple[str, str, bytes], str]] = []
     deadline = time.monotonic() + timeout
     try:
         while any(p is not None and p.poll() is None for p in processes):
             assert time.monotonic() < deadline, "the two runs did not end in time"
-            samples.append({pid: job for job in jobs for pid in job_ranks(job)})
+            samples.append(_ranks_now(jobs))
             time.sleep(0.1)
     finally:
         for process in processes:
