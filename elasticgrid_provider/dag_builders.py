@@ -65,19 +65,24 @@ def plan_and_launch(
         operators' default connection.
     :param plan_task_id: the plan task's id.
     :param launch_task_id: the launch task's id.
-    :param plan_arguments: more arguments of the plan task (``prefer``, ``queue``, ...).
+    :param plan_arguments: more arguments of the plan task (``prefer``, ``priority``,
+        ``on_shortfall``, ...); its ``job_name`` defaults to the launch's, so the plan
+        counts the nodes other jobs on the grid hold and reserves what it places.
     :param launch_arguments: the LaunchOperator's arguments (``job_name``, ``run``, ...),
         all but ``placement``, which is the plan's output.
     """
     connection: dict[str, Any] = {}
     if elasticgrid_conn_id is not None:
         connection["elasticgrid_conn_id"] = elasticgrid_conn_id
+    plan_arguments = dict(plan_arguments or {})
+    if "job_name" in launch_arguments:  # the plan shares the grid as the job it launches
+        plan_arguments.setdefault("job_name", launch_arguments["job_name"])
     plan = PlanPlacementOperator(
         task_id=plan_task_id,
         nodes=nodes,
         providers=providers,
         **connection,
-        **(plan_arguments or {}),
+        **plan_arguments,
     )
     launch = LaunchOperator(
         task_id=launch_task_id, placement=plan.output, **connection, **launch_arguments

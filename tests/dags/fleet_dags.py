@@ -68,6 +68,7 @@ with DAG(dag_id="fleet_unaware_plan", schedule=None, catchup=False):
     plan_and_launch(
         NODES,
         providers=FOUR_LOCAL_NODES,
+        plan_arguments={"job_name": None},  # a plan that ignores the grid's other jobs
         job_name=JOB,
         run=SHORT_RUN,
         recovery={"mode": "none"},
