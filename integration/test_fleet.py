@@ -74,8 +74,9 @@ def plugin_get(deployment: Deployment, path: str) -> httpx.Response:
 
 
 def page_text(page: str) -> str:
-    """An HTML page's text, tags dropped and blanks folded."""
-    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+    """An HTML page's text: its style sheet and tags dropped, blanks folded."""
+    body = re.sub(r"<style.*?</style>", " ", page, flags=re.DOTALL)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
 
 
 @dataclass
