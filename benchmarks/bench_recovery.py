@@ -138,9 +138,9 @@ def measure(
 def stop(jobs_root: Path, job: str) -> None:
     from iroh_tinker.cloud import JobManager
 
-    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from tests.job_processes import stop_job
 
-    ElasticGridHook(jobs_root=str(jobs_root)).stop_job(job)
+    stop_job(jobs_root, job)
     manager = JobManager(root=jobs_root)
     for state in manager.jobs():
         if state.name.startswith(f"{job}--") and manager.status(state.name).status == "running":

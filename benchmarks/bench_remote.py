@@ -15,7 +15,7 @@ measures two things side by side in one run:
   multiplexed connections closed first). Target: 16 ranks ready in at most 2x
   the time of 1 rank.
 * **Resize gap** 2 -> 4 ranks across hosts: ``train_elastic.py`` runs at 2
-  ranks on host A; the provider's ``ElasticGridHook.launch`` resizes it to 4
+  ranks on host A; the provider's ``LaunchManager.launch`` resizes it to 4
   ranks on hosts A and B, against a bare iroh-tinker ``stop`` + ``launch`` of
   specs rendered for the purpose (same run, envs, checkpoint). The gap runs
   from the last step at 2 ranks (they train on while the provider reaches the
@@ -190,13 +190,14 @@ def resize_round(hosts, jobs_root: Path, side: str) -> float:
             {"assignments": [{**provider.to_dict(), "provider": "onprem", "nodes": nodes}]}
         )
 
-    hook.launch(job, placement(1), options)
+    manager = hook.launch_manager(job)
+    manager.launch(placement(1), options)
     wait_for_steps(
         hosts, job, lambda step: step["step"] >= 5 and step["nodes"] == 1, f"{side} at 2 ranks"
     )
     began = time.time()
     if side == "provider":
-        hook.launch(job, placement(2), options)
+        manager.launch(placement(2), options)
     else:  # bare iroh-tinker: stop the part, launch specs rendered for the purpose
         from iroh_tinker.cloud import JobManager
 
@@ -215,7 +216,9 @@ def resize_round(hosts, jobs_root: Path, side: str) -> float:
     steps = wait_for_steps(
         hosts, job, lambda step: step["nodes"] == 2 and step["time"] > began, f"{side} at 4 ranks"
     )
-    hook.stop_job(job)
+    from tests.job_processes import stop_job
+
+    stop_job(jobs_root, job)
     # the old ranks train on until they are stopped: the gap is the time without progress
     last = [step for step in steps if step["nodes"] == 1][-1]
     first = next(step for step in steps if step["nodes"] == 2)
@@ -279,7 +282,7 @@ def main() -> None:
             ],
             [
                 [
-                    "provider: ElasticGridHook.launch (resize)",
+                    "provider: LaunchManager.launch (resize)",
                     seconds_range(gaps["provider"]),
                     ratio(provider, bare),
                 ],

@@ -181,9 +181,9 @@ def main() -> None:
                 f"bare stop + launch gap {bare[-1]:.2f}s",
                 flush=True,
             )
-            from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+            from tests.job_processes import stop_job
 
-            ElasticGridHook(jobs_root=str(deployment.jobs_root)).stop_job(job)
+            stop_job(deployment.jobs_root, job)
     finally:
         deployment.stop()
     report = Report(

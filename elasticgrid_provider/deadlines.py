@@ -76,9 +76,9 @@ def _interval(alert: Any) -> timedelta:
     key = getattr(interval, "key", None)
     if key is None:
         raise ElasticGridError(f"deadline alert interval {interval!r} is not a timedelta")
-    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from elasticgrid_provider.hooks.state_store import read_variable
 
-    value = ElasticGridHook.read_variable(key)
+    value = read_variable(key)
     try:
         return timedelta(seconds=int(value if value is not None else ""))
     except (TypeError, ValueError):

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from elasticgrid_provider.core.check import unshared_root_sentence
 from elasticgrid_provider.core.state import state_variable_key
-from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.hooks.state_store import scale_state_exists
 
 
 def unshared_jobs_root_message(job_name: str, jobs_root: Path) -> str | None:
     """The one-sentence error when the job's state Variable exists but its files do not (None:
     a new job); call it only after finding no manifest under ``jobs_root``."""
-    if not ElasticGridHook.scale_state_exists(job_name):
+    if not scale_state_exists(job_name):
         return None
     return unshared_root_sentence(job_name, str(jobs_root), state_variable_key(job_name))

@@ -79,7 +79,7 @@ with DAG(
         if (params or {}).get("launch"):
             return "start_plan"
         hook = ElasticGridHook()
-        snapshot = hook.job_snapshot(job_name)
+        snapshot = hook.job_store.job_snapshot(job_name)
         if snapshot is None:
             unshared = unshared_jobs_root_message(job_name, hook.jobs_root)
             if unshared:

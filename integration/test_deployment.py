@@ -316,9 +316,9 @@ def _celery_task_done_at(deployment: Deployment, dag_id: str, run_id: str, task_
 
 def stop_job(deployment: Deployment, job: str) -> None:
     """Stop a job the test no longer needs (two cores are shared by everything)."""
-    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from tests.job_processes import stop_job as stop_job_parts
 
-    ElasticGridHook(jobs_root=str(deployment.jobs_root)).stop_job(job)
+    stop_job_parts(deployment.jobs_root, job)
 
 
 @pytest.fixture(autouse=True)

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             f"queue fraction {queue_fraction:.0%}"
         )
 
-    snapshot = ElasticGridHook(jobs_root=str(jobs_root)).job_snapshot(job)
+    snapshot = ElasticGridHook(jobs_root=str(jobs_root)).job_store.job_snapshot(job)
     outcome = snapshot.status if snapshot else "missing"
     print(f"\nJob {job}: {outcome} at {snapshot.nodes if snapshot else 0} nodes")
     if snapshot:

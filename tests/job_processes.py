@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 SESSION_VARIABLE = "ELASTICGRID_TEST_SESSION"
 """Set by tests/conftest.py to the session's temp folder; ranks inherit it."""
@@ -96,3 +97,26 @@ def stop_ranks_under(jobs_root: Path) -> None:
     """
     marker = f"{jobs_root}/".encode()
     _kill_groups(pid for pid, command, _ in _session_ranks() if marker in command)
+
+
+def stop_job(jobs_root: Path | str, job_name: str, reason: str = "stopped on request") -> Any:
+    """Stop every part of a job through the provider's own steps (test and benchmark clean-up):
+    recorded ``stopping`` before, ``stopped`` (``reason``) after; a launch already over stays
+    so. Returns the job afterwards (None if unknown)."""
+    from elasticgrid_provider.core.launch_record import LaunchPhase
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from elasticgrid_provider.hooks.launch_stop import stop_launch, stop_parts
+
+    store = ElasticGridHook(jobs_root=str(jobs_root)).job_store
+    with store.job_lock(job_name):
+        manifest = store.read_manifest(job_name)
+        if manifest is None:
+            return None
+        ended = manifest.state.is_terminal
+        if not ended:
+            manifest = store.record(manifest, LaunchPhase.STOPPING, reason)
+        stop_launch(store, manifest)
+        stop_parts(store, job_name, manifest.parts)
+        if not ended:
+            store.record(manifest, LaunchPhase.STOPPED, reason)
+        return store.job_snapshot(job_name)

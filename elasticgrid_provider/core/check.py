@@ -62,16 +62,20 @@ from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.recovery import (
-    WAIT,
     LostPart,
     QuarantineEntry,
+    RecoveryAction,
     RecoveryPolicy,
     decide_recovery,
     quarantine_reasons,
-    remember_recovery,
 )
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
-from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT, JOB_ENDED_RULE, ScaleState
+from elasticgrid_provider.core.state import (
+    DEFAULT_HISTORY_LIMIT,
+    JOB_ENDED_RULE,
+    ScaleState,
+    remember_recovery,
+)
 from elasticgrid_provider.core.step_log import StepLogChunk
 from elasticgrid_provider.core.validation import check_number, number_from_text
 
@@ -262,7 +266,7 @@ class ScaleCheck:
                 context["proposed_placement"] = decision.placement
                 context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
             event = decision.to_dict(context)
-            if decision.action == WAIT:
+            if decision.action is RecoveryAction.WAIT:
                 return CheckOutcome(CheckVerdict.HOLD, state, event, tuple(log))
             taken = remember_recovery(taken, decision, event, self.history_limit)
             return CheckOutcome(CheckVerdict(decision.action), taken, event, tuple(log))

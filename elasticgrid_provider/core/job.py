@@ -1,7 +1,7 @@
 """What a launched job is, and how its state is summarised.
 
-A job is launched as one iroh-tinker job *part* per provider share (SPEC
-6.3). The :class:`JobManifest` is written next to the parts before any part
+A job is launched as one iroh-tinker job *part* per provider share
+(:mod:`elasticgrid_provider.core.launch_spec`). The :class:`JobManifest` is written next to the parts before any part
 starts, so a retry that finds running parts knows they are ours and never
 starts a second copy. A :class:`JobSnapshot` joins the manifest with each
 part's live status into one status word:
@@ -11,6 +11,10 @@ part's live status into one status word:
 * ``done``     when every part finished successfully;
 * ``stopped``  when the parts were stopped (by a resize, ``on_kill`` or a user);
 * ``launching`` while the manifest exists but no part has reported yet.
+
+The job has ended when its status is terminal (``done``, ``failed`` or
+``stopped``: :attr:`JobStatus.is_terminal`, the one definition every wait and
+page uses).
 
 The manifest also records the launch's phase (``state``: ``starting``,
 ``running`` once confirmed, ``stopping`` before its parts are stopped,
@@ -71,6 +75,13 @@ class JobStatus(Choice):
         """Whether the job has ended: nothing more will change without a new launch."""
         return self in (JobStatus.DONE, JobStatus.FAILED, JobStatus.STOPPED)
 
+    @classmethod
+    def of_part(cls, word: str) -> JobStatus:
+        """A part's status from iroh-tinker's word for it: ``running``, ``done``, ``failed`` or
+        ``stopped``; any other word (``dry-run``, one it added later) reads as ``failed``."""
+        status = next((member for member in cls if member.value == word), cls.FAILED)
+        return cls.FAILED if status is cls.LAUNCHING else status
+
 
 @model
 class PartRecord(JsonModel):
@@ -84,7 +95,7 @@ class PartRecord(JsonModel):
     nodes: Positive
     rank_offset: Count
     spec_path: AnyText
-    status: Annotated[str, choice(JobStatus)] = JobStatus.LAUNCHING
+    status: Annotated[JobStatus, choice(JobStatus)] = JobStatus.LAUNCHING
     job_dir: AnyText = ""
     last_error: AnyText | None = None
 

@@ -68,10 +68,6 @@ class LaunchPhase(Choice):
         return self in (LaunchPhase.STARTING, LaunchPhase.STOPPING)
 
 
-LAUNCH_STARTING = LaunchPhase.STARTING
-LAUNCH_RUNNING = LaunchPhase.RUNNING
-LAUNCH_DOWN = LaunchPhase.DOWN
-LAUNCH_STATES = tuple(phase.value for phase in LaunchPhase)  # the phases a manifest records
 FINGERPRINT_FIELDS = ("run", "envs", "setup")  # unchanged, or a task does not attach to the job
 
 

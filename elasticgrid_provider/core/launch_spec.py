@@ -298,18 +298,6 @@ def validate_spec_dict(spec: dict[str, Any]) -> LaunchSpec:
         raise ElasticGridError(f"launch spec {spec.get('name')!r} is invalid: {exc}") from exc
 
 
-def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
-    """Render the whole placement as ONE iroh-tinker ``LaunchSpec``, as one part.
-
-    ``resources.infra`` lists the engine targets in failover order. A description only:
-    iroh-tinker would ask the first target for every node, so launches use
-    :func:`build_launch_parts`.
-    """
-    placement, options, world_size = _checked(placement, name, options)
-    spec = _spec_dict(options, name, name, placement.assignments, 0, world_size)
-    return validate_spec_dict(spec)
-
-
 @dataclass(frozen=True)
 class LaunchPart:
     """One provider's share of a job, as one iroh-tinker job: ``spec_json`` is its launch spec

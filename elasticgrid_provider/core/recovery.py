@@ -32,14 +32,16 @@ left of the grid, from its checkpoint. Rules:
   was decided (the relaunch has not run yet) decides ``wait``, recording nothing.
 
 A stored document that does not validate is refused with one sentence.
-Pure: no Airflow, no iroh-tinker, no file access.
+Pure: no Airflow, no iroh-tinker, no file access. The scale state keeps the
+memory (:func:`elasticgrid_provider.core.state.remember_recovery`); this module
+never imports the state, so the two never import each other.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, replace
+from dataclasses import KW_ONLY
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -49,11 +51,13 @@ from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import (
     AnyText,
+    Choice,
     Count,
     Finite,
     JsonModel,
     NonNegative,
     Positive,
+    choice,
     finite,
     model,
     one_of,
@@ -62,13 +66,8 @@ from elasticgrid_provider.core.validation import (
 if TYPE_CHECKING:
     from elasticgrid_provider.core.placement import Placement
     from elasticgrid_provider.core.planner import GridPlanner
-    from elasticgrid_provider.core.state import ScaleState
 
 RECOVER_RULE: Final = "recover"  # the rule of every recovery event, in records and history
-RECOVER: Final = "recover"
-GIVE_UP: Final = "give_up"
-WAIT: Final = "wait"
-RECOVERY_ACTIONS = (RECOVER, GIVE_UP)  # the ones that enter the history
 DEFAULT_MAX_RECOVERIES = 3
 DEFAULT_RECOVERY_WINDOW_S = 3600.0
 DEFAULT_QUARANTINE_S = 1800.0
@@ -82,6 +81,19 @@ CAPACITY_PATTERN = re.compile("preempt|reclaim|evict|interrupt|terminat|capacity
 """Words that make a cause a loss of capacity, not a program's failure (:func:`is_capacity_loss`)."""
 
 _POSITIVE_SECONDS = Annotated[float, finite(0.0, exclusive_minimum=True)]
+
+
+class RecoveryAction(Choice):
+    """What a recovery decision does (module docstring)."""
+
+    RECOVER = "recover"  # relaunch on what is left of the grid
+    GIVE_UP = "give_up"  # budget spent or too little left: stop the rest, fail
+    WAIT = "wait"  # the recovery of this launch was decided already
+
+    @property
+    def is_recorded(self) -> bool:
+        """Whether the decision enters the history (``wait`` records nothing)."""
+        return self is not RecoveryAction.WAIT
 
 
 @model
@@ -181,7 +193,7 @@ class RecoveryDecision(JsonModel):
     WHERE = "recovery decision"
 
     _: KW_ONLY
-    action: Annotated[str, one_of((RECOVER, GIVE_UP, WAIT))]
+    action: Annotated[RecoveryAction, choice(RecoveryAction)]
     rule: Annotated[str, one_of((RECOVER_RULE,))] = RECOVER_RULE
     current_nodes: Positive
     target_nodes: Count
@@ -268,7 +280,9 @@ def decide_recovery(
             "waiting for the relaunch"
         )
         active = memory.active_quarantine(now)
-        return decided(action=WAIT, target_nodes=current_nodes, reason=reason, quarantine=active)
+        return decided(
+            action=RecoveryAction.WAIT, target_nodes=current_nodes, reason=reason, quarantine=active
+        )
     until = now + policy.quarantine_s
     fresh = tuple(
         QuarantineEntry(part.provider, now, until, f"lost part {part.part}: {part.cause}")
@@ -288,7 +302,9 @@ def decide_recovery(
             f"{what} and {spent}, so it is not recovered again; relaunch it with "
             "LaunchOperator once the capacity is back"
         )
-        return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
+        return decided(
+            action=RecoveryAction.GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine
+        )
     leave_out = quarantine_reasons(quarantine)
     left = sum(p.max_nodes for p in planner.providers if p.name not in leave_out)
     target = min(max(current_nodes, min_nodes), max_nodes, left)
@@ -305,7 +321,9 @@ def decide_recovery(
             problem = str(error)
     if placement is None:
         reason = f"{what} and no capacity is left to recover it: {problem}"
-        return decided(action=GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine)
+        return decided(
+            action=RecoveryAction.GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine
+        )
     where = ", ".join(f"{name} {count}" for name, count in placement.nodes_by_provider().items())
     names = ", ".join(repr(entry.provider) for entry in fresh)
     quarantined = f"quarantined {names} for {policy.quarantine_s:g}s; " if fresh else ""
@@ -315,26 +333,12 @@ def decide_recovery(
         f"within {policy.recovery_window_s:g}s)"
     )
     return decided(
-        action=RECOVER,
+        action=RecoveryAction.RECOVER,
         target_nodes=target,
         reason=reason,
         quarantine=quarantine,
         placement=placement.to_dict(),
     )
-
-
-def remember_recovery(
-    state: ScaleState, decision: RecoveryDecision, record: dict[str, Any], limit: int
-) -> ScaleState:
-    """The state after a ``recover``/``give_up``: its quarantine, the recovery, the history entry."""
-    if decision.action not in RECOVERY_ACTIONS:
-        raise ElasticGridError(f"decision action {decision.action!r} is not recorded")
-    recoveries = state.recovery.recoveries
-    if decision.action == RECOVER:
-        recoveries += (PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),)
-    kept = recoveries[-PAST_RECOVERIES_KEPT:]
-    memory = RecoveryMemory(quarantine=decision.quarantine, recoveries=kept)
-    return replace(state.remember_event(record, decision.decided_at, limit), recovery=memory)
 
 
 def quarantine_from_record(record: Any) -> dict[str, str]:

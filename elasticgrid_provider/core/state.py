@@ -70,7 +70,14 @@ from elasticgrid_provider.core.policy.load import estimate_load
 from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import ScaleAction
-from elasticgrid_provider.core.recovery import NO_RECOVERIES, RecoveryMemory
+from elasticgrid_provider.core.recovery import (
+    NO_RECOVERIES,
+    PAST_RECOVERIES_KEPT,
+    PastRecovery,
+    RecoveryAction,
+    RecoveryDecision,
+    RecoveryMemory,
+)
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, MetricsWindow, StepSample
 from elasticgrid_provider.core.step_log import LogCursor, cut_report
 from elasticgrid_provider.core.validation import (
@@ -353,6 +360,20 @@ class ScaleState(JsonModel):
         return state
 
 
+def remember_recovery(
+    state: ScaleState, decision: RecoveryDecision, record: dict[str, Any], limit: int
+) -> ScaleState:
+    """The state after a ``recover``/``give_up``: its quarantine, the recovery, the history entry."""
+    if not decision.action.is_recorded:
+        raise ElasticGridError(f"decision action {decision.action.value!r} is not recorded")
+    recoveries = state.recovery.recoveries
+    if decision.action is RecoveryAction.RECOVER:
+        recoveries += (PastRecovery(at=decision.decided_at, launch_id=decision.launch_id),)
+    kept = recoveries[-PAST_RECOVERIES_KEPT:]
+    memory = RecoveryMemory(quarantine=decision.quarantine, recoveries=kept)
+    return replace(state.remember_event(record, decision.decided_at, limit), recovery=memory)
+
+
 def readable_fields(decision: dict[str, Any]) -> dict[str, Any]:
     """The summary line, ISO times and rounded numbers of a decision's plain JSON."""
     cooldown = decision.get("cooldown") or {}
@@ -408,7 +429,7 @@ def _with_entry(
         holds = [
             position
             for position, kept in enumerate(entries[:-1])
-            if kept.get("action") == "hold" and kept.get("rule") != JOB_ENDED_RULE
+            if kept.get("action") == ScaleAction.HOLD and kept.get("rule") != JOB_ENDED_RULE
         ]
         del entries[holds[0] if holds else 0]
     return tuple(entries)

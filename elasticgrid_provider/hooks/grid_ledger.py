@@ -44,7 +44,8 @@ from elasticgrid_provider.core.fleet.ledger import (
 )
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.launch_spec import check_job_name
-from elasticgrid_provider.hooks.lifecycle import MANIFEST_NAME
+from elasticgrid_provider.hooks.job_store import MANIFEST_NAME
+from elasticgrid_provider.hooks.launch_files import acquire_lock
 
 GRID_FOLDER = ".grid"
 LEDGER_NAME = "ledger.json"
@@ -158,8 +159,6 @@ class GridLedgerStore:
         a :class:`TimeoutError` when ``timeout`` seconds pass before the lock is free."""
         import fcntl
 
-        from elasticgrid_provider.hooks.elasticgrid import _acquire  # the job lock's wait
-
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             handle = open(self.folder / GRID_LOCK_NAME, "a+")  # noqa: SIM115 - closed below
@@ -170,7 +169,7 @@ class GridLedgerStore:
                 f"access to it"
             ) from None
         with handle:
-            if not _acquire(handle.fileno(), timeout):
+            if not acquire_lock(handle.fileno(), timeout):
                 raise TimeoutError(f"the grid ledger lock was busy for {timeout} seconds")
             try:
                 now = self.clock()

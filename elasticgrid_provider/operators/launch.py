@@ -1,7 +1,8 @@
 """LaunchOperator: run a placement as an iroh-tinker job, faithfully and once.
 
 A placement of ``a: 64, b: 36`` runs as one iroh-tinker job part per provider
-share (SPEC 6.3) through :meth:`ElasticGridHook.launch`, so a retry is safe: it
+share through the task's :class:`~elasticgrid_provider.hooks.launch_manager.LaunchManager`
+(:attr:`LaunchOperator.launch_manager`), so a retry is safe: it
 attaches to a job that runs this placement with the same ``run``, ``envs`` and
 ``setup``, else resizes; a part that fails to provision, or ranks not up after
 ``startup_grace_s``, fail the task naming what failed (the hook stops what it
@@ -12,11 +13,12 @@ With ``wait_for_completion`` the task then waits for the job to end, polling
 in the worker or, with ``deferrable``, in the triggerer; a failed job fails
 the task with the tail of the failing rank's log.
 
-``on_kill`` stops only what this task started: the launch in progress, or
-the launch it confirmed (or adopted: a start that an earlier try, killed in
-its start-up grace, left unconfirmed with every rank up, which a retry
-confirms instead of restarting). A job it attached to, or was still waiting
-(on the job's lock) to launch or attach to, keeps running. A killed task fails.
+``on_kill`` calls the launch manager's ``stop()``, which stops only what this
+task started: the launch in progress, or the launch it confirmed (or adopted:
+a start that an earlier try, killed in its start-up grace, left unconfirmed
+with every rank up, which a retry confirms instead of restarting). A job it
+attached to, or was still waiting (on the job's lock) to launch or attach to,
+keeps running. A killed task fails.
 
 Every ``envs`` value is registered with Airflow's secrets masker as soon as
 the fields are rendered, so neither logs nor rendered fields show it.
@@ -34,24 +36,25 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.errors import ElasticGridError, JobLaunchError
 from elasticgrid_provider.core.formatting import placement_table
-from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
-from elasticgrid_provider.hooks.elasticgrid import (
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.hooks.launch_manager import (
     DEFAULT_STARTUP_GRACE_S,
-    ElasticGridHook,
-    JobLaunchError,
     LaunchAction,
+    LaunchManager,
     LaunchOutcome,
+    StopAction,
 )
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import (
-    ENDED_STATUSES,
     MIN_DEFERRAL_S,
+    JobEventStatus,
     JobStatusTrigger,
+    event_ended,
     job_event,
 )
 
@@ -125,13 +128,17 @@ class LaunchOperator(BaseOperator):
         self.startup_grace_s = startup_grace_s
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
-        self._started_launch_id: str | None = None
         self._killed = False
 
     @cached_property
     def hook(self) -> ElasticGridHook:
         """The hook, built on first use (never at DAG parse time)."""
         return ElasticGridHook(self.elasticgrid_conn_id)
+
+    @cached_property
+    def launch_manager(self) -> LaunchManager:
+        """The manager of this task's launch of the job; ``on_kill`` stops it."""
+        return self.hook.launch_manager(self.job_name)
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         """Render, then mask every ``envs`` value before the rendered fields are stored."""
@@ -159,13 +166,14 @@ class LaunchOperator(BaseOperator):
             checkpoint=self.checkpoint,
         )
         # a state Variable but no files here: never start a second copy
-        if self.hook.read_manifest(self.job_name) is None and (
+        if self.hook.job_store.read_manifest(self.job_name) is None and (
             message := unshared_jobs_root_message(self.job_name, self.hook.jobs_root)
         ):
             raise ElasticGridError(message)
         self._mask_envs()
         grace = self.startup_grace_s
-        return placement, self.hook.launch(self.job_name, placement, options, startup_grace_s=grace)
+        outcome = self.launch_manager.launch(placement, options, startup_grace_s=grace)
+        return placement, outcome
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
@@ -176,9 +184,7 @@ class LaunchOperator(BaseOperator):
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
             raise AirflowFailException(str(exc)) from None
         snapshot = outcome.snapshot
-        attached = outcome.action == LaunchAction.ATTACHED
-        if not attached:
-            self._started_launch_id = snapshot.manifest.launch_id
+        attached = outcome.action is LaunchAction.ATTACHED
         if self._killed:
             # on_kill came while the launch held the job's lock and had nothing to cancel yet
             if attached:
@@ -186,7 +192,7 @@ class LaunchOperator(BaseOperator):
                     f"the task was killed; it had attached to job {self.job_name!r}, "
                     "which keeps running"
                 )
-            self.hook.stop_launch(self.job_name, snapshot.manifest.launch_id)
+            self.launch_manager.stop()  # the launch this task started or adopted
             raise AirflowException(
                 f"job {self.job_name!r} was stopped: the task was killed while it launched"
             )
@@ -202,7 +208,7 @@ class LaunchOperator(BaseOperator):
                 snapshot.nodes,
                 snapshot.manifest.launch_id,
             )
-        elif outcome.action == LaunchAction.ADOPTED:
+        elif outcome.action is LaunchAction.ADOPTED:
             self.log.info(
                 "Adopted job %s's launch %s (%d nodes), which an earlier try started and left "
                 "unconfirmed: every rank is up; started nothing.",
@@ -214,7 +220,7 @@ class LaunchOperator(BaseOperator):
             previous = outcome.previous_nodes
             resized = (
                 f" (resized from {previous} nodes)"
-                if outcome.action == LaunchAction.RESIZED
+                if outcome.action is LaunchAction.RESIZED
                 else ""
             )
             self.log.info(
@@ -247,7 +253,7 @@ class LaunchOperator(BaseOperator):
                     jobs_root=str(self.hook.jobs_root),
                     poll_interval=self.poll_interval,
                     stop_on_kill=not attached,
-                    launch_id=self._started_launch_id,
+                    launch_id=self.launch_manager.launch_id,
                     min_wait_s=MIN_DEFERRAL_S,  # a job ending within seconds races the scheduler
                 ),
                 method_name="execute_complete",
@@ -259,42 +265,44 @@ class LaunchOperator(BaseOperator):
                     "attached to and left running"
                 )
             event = job_event(self.hook, self.job_name)
-            if event["status"] in ENDED_STATUSES:
+            if event_ended(event):
                 return self.execute_complete(context, event)
             time.sleep(self.poll_interval)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Finish the wait: pass on ``done``, fail (with the log tail) on anything else."""
-        status = event["status"]
+        status = JobEventStatus(event["status"])
         job_name = event["job_name"]
-        if status == JobStatus.DONE:
+        if status is JobEventStatus.DONE:
             self.log.info("Job %s is done.", job_name)
             return event["job"]
-        if status == JobStatus.FAILED:
+        if status is JobEventStatus.FAILED:
             raise AirflowException(
                 f"job {job_name!r} failed.\n{event.get('failure_report') or ''}".rstrip()
             )
-        if status == "missing":
+        if status is JobEventStatus.MISSING:
             raise AirflowException(f"job {job_name!r} has no manifest; it was never launched here")
         raise AirflowException(f"job {job_name!r} was {status} before it finished")
 
     def on_kill(self) -> None:
-        """Stop only what this task started (see the module docstring)."""
+        """Stop only what this task started, through its launch manager (module docstring)."""
         self._killed = True
-        if self.hook.cancel_launch():
+        manager = self.launch_manager
+        action = manager.stop_action
+        if action is StopAction.CANCELLED:
             self.log.info(
                 "Task killed while launching job %s: cancelling the launch.", self.job_name
             )
-        elif self._started_launch_id is not None:
+        elif action is StopAction.STOPPED:
             self.log.info(
                 "Task killed: stopping job %s. It runs launch %s, which this task started.",
                 self.job_name,
-                self._started_launch_id,
+                manager.launch_id,
             )
-            self.hook.stop_launch(self.job_name, self._started_launch_id)
         else:
             self.log.info(
                 "Task killed: job %s was not started by this task (it attached to it, or was "
                 "still waiting for the job's lock); leaving the job running.",
                 self.job_name,
             )
+        manager.stop()

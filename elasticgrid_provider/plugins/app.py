@@ -21,17 +21,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import (
     DagAccessEntity,
-    DagDetails,
-    VariableDetails,
 )
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.plugins.access import (
+    SECURITY_HEADERS,
+    airflow_root,
+    html_response,
+    may_read,
+)
+from elasticgrid_provider.plugins.fleet import add_fleet_routes
 from elasticgrid_provider.plugins.jobs import (
     UNMAPPED,
     StoredState,
@@ -51,40 +55,6 @@ from elasticgrid_provider.plugins.pages import (
 )
 from elasticgrid_provider.plugins.times import ui_zone
 from elasticgrid_provider.plugins.view import job_view, run_links
-
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
-        "frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Cache-Control": "no-store",
-}
-
-
-def may_read(user: Any, stored: StoredState) -> bool:
-    """Whether ``user`` may read every DAG that recorded the job's decisions (module docstring)."""
-    from airflow.models.dag import DagModel
-
-    auth_manager = get_auth_manager()
-    if not stored.dag_ids:
-        return auth_manager.is_authorized_variable(
-            method="GET", details=VariableDetails(key=stored.variable_key), user=user
-        )
-    return all(
-        auth_manager.is_authorized_dag(
-            method="GET",
-            details=DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id)),
-            user=user,
-        )
-        for dag_id in stored.dag_ids
-    )
-
-
-def _airflow_root(request: Request) -> str:
-    """Where Airflow itself is served: the mount's root path without our prefix."""
-    root = str(request.scope.get("root_path", "")).rstrip("/")
-    return root[: -len(URL_PREFIX)] if root.endswith(URL_PREFIX) else root
 
 
 def _map_index(value: str | None) -> int:
@@ -124,12 +94,8 @@ def _task_link(root: str, task: dict[str, Any]) -> str | None:
     return run_links(root, task)["task"]
 
 
-def _html(text: str, status_code: int = 200) -> HTMLResponse:
-    return HTMLResponse(text, status_code=status_code, headers=SECURITY_HEADERS)
-
-
 def _job_html(request: Request, stored: StoredState, highlight: dict[str, Any] | None) -> str:
-    root = _airflow_root(request)
+    root = airflow_root(request)
     view, launches = _view(stored, root)
     return job_page(view, highlight, root=root, launches=launches, now=epoch_now(), zone=ui_zone())
 
@@ -152,7 +118,7 @@ def create_app() -> FastAPI:
     @app.get("/jobs", response_class=HTMLResponse)
     def list_jobs(request: Request, user: GetUserDep) -> HTMLResponse:
         """Every job the user may see, with its size, last decision, cost and status."""
-        return _html(jobs_page(_rows(user), _airflow_root(request), epoch_now(), ui_zone()))
+        return html_response(jobs_page(_rows(user), airflow_root(request), epoch_now(), ui_zone()))
 
     @app.get("/api/jobs")
     def list_jobs_json(user: GetUserDep) -> JSONResponse:
@@ -173,13 +139,13 @@ def create_app() -> FastAPI:
         top; a job with no page is a readable 404 page."""
         stored = _readable(user, job_name)
         if stored is None:
-            jobs = f"{_airflow_root(request)}{URL_PREFIX}/jobs"
-            return _html(missing_job_page(job_name, jobs), 404)
+            jobs = f"{airflow_root(request)}{URL_PREFIX}/jobs"
+            return html_response(missing_job_page(job_name, jobs), 404)
         wanted = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
         highlight: dict[str, Any] = {k: v for k, v in wanted.items() if v is not None}
         if highlight:
             highlight["map_index"] = _map_index(map_index)
-        return _html(_job_html(request, stored, highlight or None))
+        return html_response(_job_html(request, stored, highlight or None))
 
     @app.get("/api/jobs/{job_name}")
     def show_job_json(request: Request, user: GetUserDep, job_name: str) -> JSONResponse:
@@ -187,7 +153,7 @@ def create_app() -> FastAPI:
         stored = _readable(user, job_name)
         if stored is None:
             raise HTTPException(status_code=404, detail=f"no job {job_name!r} with scale decisions")
-        view, _ = _view(stored, _airflow_root(request))
+        view, _ = _view(stored, airflow_root(request))
         return JSONResponse({**view, "history": stored.history}, headers=SECURITY_HEADERS)
 
     @app.get("/jobs/{job_name}/logs/{part_name}/{rank}", response_class=HTMLResponse)
@@ -195,12 +161,12 @@ def create_app() -> FastAPI:
         request: Request, user: GetUserDep, job_name: str, part_name: str, rank: int
     ) -> HTMLResponse:
         """The tail of one rank's log of the job's current launch (iroh-tinker's)."""
-        root = _airflow_root(request)
+        root = airflow_root(request)
         if _readable(user, job_name) is None:
-            return _html(missing_job_page(job_name, f"{root}{URL_PREFIX}/jobs"), 404)
+            return html_response(missing_job_page(job_name, f"{root}{URL_PREFIX}/jobs"), 404)
         text, why = rank_log(job_name, part_name, rank)
         back = root + job_page_path(job_name)
-        return _html(log_page(job_name, part_name, rank, text, why, back))
+        return html_response(log_page(job_name, part_name, rank, text, why, back))
 
     @app.get(
         "/tasks/{dag_id}/{task_id}/{run_id:path}",
@@ -217,18 +183,16 @@ def create_app() -> FastAPI:
     ) -> HTMLResponse:
         """The task-instance tab: the decision of this task instance (map index included) about
         the job it checked, on top of that job's page; or "no scale decision here"."""
-        root = _airflow_root(request)
+        root = airflow_root(request)
         index = _map_index(map_index)
         job_name = checked_job(dag_id, task_id, run_id, index)
         states = read_scale_states(job_name) if job_name else read_scale_states()
         found = find_task_decision(states, dag_id, task_id, run_id, index, job_name)
         if found is None or not may_read(user, found[0]):
             jobs = f"{root}{URL_PREFIX}/jobs"
-            return _html(no_decision_page(dag_id, task_id, run_id, index, job_name, jobs))
+            return html_response(no_decision_page(dag_id, task_id, run_id, index, job_name, jobs))
         highlight = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": index}
-        return _html(_job_html(request, found[0], highlight))
-
-    from elasticgrid_provider.plugins.fleet import add_fleet_routes  # it imports this module
+        return html_response(_job_html(request, found[0], highlight))
 
     add_fleet_routes(app)
     return app

@@ -30,7 +30,12 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from elasticgrid_provider.core.fleet.view import fleet_view, nodes_text
 from elasticgrid_provider.core.formatting import clock_text, seconds_text
 from elasticgrid_provider.core.state import state_variable_key
-from elasticgrid_provider.plugins.app import SECURITY_HEADERS, _airflow_root, _html, may_read
+from elasticgrid_provider.plugins.access import (
+    SECURITY_HEADERS,
+    airflow_root,
+    html_response,
+    may_read,
+)
 from elasticgrid_provider.plugins.jobs import StoredState, one_line, read_scale_states
 from elasticgrid_provider.plugins.links import job_page_path
 from elasticgrid_provider.plugins.pages import Columns, Markup, _link, _page, _table, esc
@@ -154,7 +159,7 @@ def add_fleet_routes(app: FastAPI) -> None:
     def show_fleet(request: Request, user: GetUserDep) -> HTMLResponse:
         """The grid ledger: providers x jobs, free nodes, the queue."""
         view, linked = visible(user)
-        return _html(fleet_page(view, _airflow_root(request), linked))
+        return html_response(fleet_page(view, airflow_root(request), linked))
 
     @app.get("/api/fleet")
     def show_fleet_json(user: GetUserDep) -> JSONResponse:

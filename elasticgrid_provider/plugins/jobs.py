@@ -1,7 +1,7 @@
 """The jobs' state Variables as the "Scale decisions" pages read them.
 
 :func:`read_scale_states` is the one reader (through
-:meth:`ElasticGridHook.stored_scale_states`, on the API server); a state that
+:func:`~elasticgrid_provider.hooks.state_store.stored_scale_states`, on the API server); a state that
 does not load as a :class:`ScaleState` is listed with its error instead of
 breaking the page. Everything here reads the stored JSON as it is, whatever it
 holds: :func:`job_row` and :func:`find_task_decision` never raise, and the
@@ -110,9 +110,9 @@ def parse_state(variable_key: str, text: str | None) -> StoredState:
 
 def read_scale_states(job_name: str | None = None) -> list[StoredState]:
     """Every job's state Variable (or just ``job_name``'s), sorted by job name."""
-    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook  # on the API server only
+    from elasticgrid_provider.hooks.state_store import stored_scale_states  # API server only
 
-    rows = ElasticGridHook.stored_scale_states(job_name)
+    rows = stored_scale_states(job_name)
     return sorted((parse_state(key, value) for key, value in rows), key=lambda s: s.job_name)
 
 

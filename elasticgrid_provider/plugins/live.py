@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from elasticgrid_provider.core.job import JobStatus
+from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.plugins.jobs import as_dict, one_line
 
 LAUNCH_XCOM_KEY = "job"
@@ -38,7 +39,7 @@ def live_status(job_name: str) -> dict[str, Any]:
     ``down_reason`` and ``parts`` (name, provider, nodes, status, ranks, error); or ``error``."""
     try:
         hook = _hook()
-        snapshot = hook.job_snapshot(job_name)
+        snapshot = hook.job_store.job_snapshot(job_name)
     except Exception as exc:  # the page shows the last check's view instead
         return {"error": f"the live status cannot be read here: {one_line(exc)}"}
     if snapshot is None:
@@ -49,7 +50,7 @@ def live_status(job_name: str) -> dict[str, Any]:
         launched_at: float | None = datetime.fromisoformat(manifest.launched_at).timestamp()
     except ValueError:
         launched_at = None
-    if manifest.state == "down" and not status.is_terminal:
+    if manifest.state is LaunchPhase.DOWN and not status.is_terminal:
         status = JobStatus.FAILED
     per_node = manifest.procs_per_node
     return {
@@ -79,7 +80,7 @@ def rank_log(job_name: str, part_name: str, rank: int) -> tuple[str | None, str]
     or None and why not."""
     try:
         hook = _hook()
-        manifest = hook.read_manifest(job_name)
+        manifest = hook.job_store.read_manifest(job_name)
         if manifest is None:
             return None, "this job has no launch record on the API server"
         part = next((p for p in manifest.parts if p.name == part_name), None)

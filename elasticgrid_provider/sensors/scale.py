@@ -1,7 +1,7 @@
 """ElasticScaleSensor: one audited scale decision per check, state kept in Airflow.
 
 Each check (a poke, a reschedule, or a resume from the trigger) takes the
-job's lock (:meth:`ElasticGridHook.job_lock`), so two checks of one job never
+job's lock (:meth:`JobStore.job_lock`), so two checks of one job never
 interleave: the second waits, then reads what the first wrote (its cooldown
 included) and holds; the lock makes read-decide-write of the state one step
 (Airflow has no compare-and-set on Variables). Under it the sensor gets from the
@@ -64,6 +64,8 @@ from elasticgrid_provider.core.recovery import (
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
+from elasticgrid_provider.hooks.launch_stop import give_up
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
@@ -228,7 +230,8 @@ class ElasticScaleSensor(BaseSensorOperator):
             ti.try_number,
             map_index if isinstance(map_index, int) and map_index >= 0 else -1,
         )
-        with hook.job_lock(self.job_name, timeout=LOCK_WAIT_S) as held:
+        store = hook.job_store
+        with store.job_lock(self.job_name, timeout=LOCK_WAIT_S) as held:
             if not held:
                 self.log.info(
                     "Job %s is busy (another task holds its lock for over %.0fs); "
@@ -237,7 +240,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                     LOCK_WAIT_S,
                 )
                 return None
-            snapshot = hook.job_snapshot(self.job_name)
+            snapshot = store.job_snapshot(self.job_name)
             jobs_root = str(hook.jobs_root)
             if snapshot is None:
                 unshared = unshared_jobs_root_message(self.job_name, hook.jobs_root)
@@ -245,16 +248,16 @@ class ElasticScaleSensor(BaseSensorOperator):
                     rules.failure(None, jobs_root=jobs_root, unshared_message=unshared)
                 )
             # only a launch confirmed running can lose parts (a down one fails here)
-            lost, report = hook.lost_parts(snapshot), hook.failure_report(snapshot)
+            lost, report = lost_parts(store, snapshot), failure_report(store, snapshot)
             failure = rules.failure(snapshot, jobs_root=jobs_root, failure_report=report)
             if failure is not None and not lost:
                 raise JobFailedError(failure)
-            state = hook.read_scale_state(self.job_name)
+            state = store.read_scale_state(self.job_name)
             now = epoch_now()
             chunks = (
                 []
                 if self.samples is not None
-                else hook.read_step_logs(snapshot, state, tail=self.window_size)
+                else read_step_logs(store, snapshot, state, tail=self.window_size)
             )
             outcome = rules.run(
                 state,
@@ -278,9 +281,9 @@ class ElasticScaleSensor(BaseSensorOperator):
                 for warning in found.warnings:
                     self.log.warning("%s", warning)
                 self.log.info("%s", found.describe(now))
-            hook.write_scale_state(outcome.state)
+            store.write_scale_state(outcome.state)
             if outcome.verdict is CheckVerdict.GIVE_UP:
-                stopped, _ = hook.give_up(snapshot.manifest, outcome.reason)
+                stopped, _ = give_up(store, snapshot.manifest, outcome.reason)
                 if stopped:
                     self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
         record = outcome.record

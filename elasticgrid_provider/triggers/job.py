@@ -1,13 +1,15 @@
 """JobStatusTrigger: wait, in the triggerer, for a job to end (or for the next check).
 
 The trigger polls the job's status every ``poll_interval`` seconds (in a
-thread, off the event loop) and fires when the job ended: ``done``,
-``failed``, ``stopped``, or ``missing`` (no manifest); with ``wake_after_s``,
-also once that long has passed (a deferrable scale sensor's next check).
+thread, off the event loop) and fires when the job ended: its status is
+terminal (:attr:`~elasticgrid_provider.core.job.JobStatus.is_terminal`:
+``done``, ``failed``, ``stopped``), or it is ``missing`` (no manifest); with
+``wake_after_s``, also once that long has passed (a deferrable scale sensor's
+next check). An event's ``status`` is a :class:`JobEventStatus` word.
 
 Everything the resumed task needs is in the event, not in ``defer(kwargs=)``:
-Airflow 3.3.2's ``dag.test()`` drops those kwargs on resume (SPEC 6.1), and a
-real triggerer keeps them; the event works on both.
+Airflow 3.3.2's ``dag.test()`` drops those kwargs on resume, and a real
+triggerer keeps them; the event works on both.
 """
 
 from __future__ import annotations
@@ -21,30 +23,56 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from elasticgrid_provider.core.job import JobStatus
+from elasticgrid_provider.core.validation import Choice
 
 if TYPE_CHECKING:
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
-ENDED_STATUSES = ("done", "failed", "stopped", "missing")
+
+class JobEventStatus(Choice):
+    """The status word of a job event: the job's :class:`JobStatus`, or ``missing``."""
+
+    LAUNCHING = JobStatus.LAUNCHING.value
+    RUNNING = JobStatus.RUNNING.value
+    DONE = JobStatus.DONE.value
+    FAILED = JobStatus.FAILED.value
+    STOPPED = JobStatus.STOPPED.value
+    MISSING = "missing"  # the job has no manifest: it was never launched here
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the wait is over: the job is missing, or its status is terminal."""
+        return self is JobEventStatus.MISSING or JobStatus(self.value).is_terminal
+
 
 MIN_DEFERRAL_S = 15.0
 """The shortest time, in seconds, between a deferral and its event. On Airflow 3.3.2 a
 trigger firing within seconds gets the resumed task marked FAILED with no error in its
 log, as the deferring try's late "success" is read after the resumed try was queued
-(apache/airflow#72716, #71580; fix proposed in #72767). Seen at 2 s, not at 15 s (SPEC
-6.5): the scale sensor checks in the worker instead, and waits hold their event back."""
+(apache/airflow#72716, #71580; fix proposed in #72767). Seen at 2 s, not at 15 s: the
+scale sensor checks in the worker instead, and waits hold their event back."""
 
 
 def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
     """The event payload: the job's status and identity, and a failure report if it failed."""
-    snapshot = hook.job_snapshot(job_name)
+    from elasticgrid_provider.hooks.job_reports import failure_report
+
+    store = hook.job_store
+    snapshot = store.job_snapshot(job_name)
     if snapshot is None:
-        return {"job_name": job_name, "status": "missing", "job": None, "woke": False}
-    event: dict[str, Any] = {"job_name": job_name, "status": snapshot.status, "woke": False}
+        missing = JobEventStatus.MISSING.value
+        return {"job_name": job_name, "status": missing, "job": None, "woke": False}
+    status = snapshot.status
+    event: dict[str, Any] = {"job_name": job_name, "status": status.value, "woke": False}
     event["job"] = snapshot.to_dict()
-    if snapshot.status == JobStatus.FAILED:
-        event["failure_report"] = hook.failure_report(snapshot)
+    if status is JobStatus.FAILED:
+        event["failure_report"] = failure_report(store, snapshot)
     return event
+
+
+def event_ended(event: dict[str, Any]) -> bool:
+    """Whether the event says the wait is over (:attr:`JobEventStatus.is_terminal`)."""
+    return JobEventStatus(event["status"]).is_terminal
 
 
 class JobStatusTrigger(BaseTrigger):
@@ -97,7 +125,8 @@ class JobStatusTrigger(BaseTrigger):
         self.log.info(
             "Deferred task killed: stopping job %s (launch %s).", self.job_name, self.launch_id
         )
-        await asyncio.to_thread(self._hook().stop_launch, self.job_name, self.launch_id)
+        manager = self._hook().launch_manager(self.job_name, self.launch_id)
+        await asyncio.to_thread(manager.stop)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until the job ends or the wake-up time passes, then fire once."""
@@ -106,7 +135,7 @@ class JobStatusTrigger(BaseTrigger):
         while True:
             event = await asyncio.to_thread(job_event, hook, self.job_name)
             woke = self.wake_after_s is not None and time.monotonic() - started >= self.wake_after_s
-            if event["status"] in ENDED_STATUSES or woke:
+            if event_ended(event) or woke:
                 held_back = self.min_wait_s - (time.monotonic() - started)
                 if held_back > 0:  # MIN_DEFERRAL_S: firing this soon races the scheduler
                     await asyncio.sleep(held_back)

@@ -40,7 +40,8 @@ ONE_EACH = Placement.from_dict(
 
 def launched_job(jobs_root: Path) -> dict:
     """Launch the job through the provider at 1 + 1 nodes and wait for steps; its manifest."""
-    ElasticGridHook(jobs_root=str(jobs_root)).launch(JOB, ONE_EACH, OPTIONS, startup_grace_s=1)
+    manager = ElasticGridHook(jobs_root=str(jobs_root)).launch_manager(JOB)
+    manager.launch(ONE_EACH, OPTIONS, startup_grace_s=1)
     deadline = time.monotonic() + 60
     while len(read_steps(jobs_root, JOB)) < 3:
         assert time.monotonic() < deadline, "the provider's launch logged no steps"

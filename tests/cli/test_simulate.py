@@ -14,14 +14,14 @@ from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.decision import NO_COOLDOWN, ScaleDecision
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.providers import Provider
-from elasticgrid_provider.core.recovery import (
-    LostPart,
-    RecoveryPolicy,
-    decide_recovery,
+from elasticgrid_provider.core.recovery import LostPart, RecoveryPolicy, decide_recovery
+from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.state import (
+    DecisionInputs,
+    DecisionRecord,
+    ScaleState,
     remember_recovery,
 )
-from elasticgrid_provider.core.samples import MetricsWindow, StepSample
-from elasticgrid_provider.core.state import DecisionInputs, DecisionRecord, ScaleState
 from tests.cli.cli_support import (
     QUEUE_BOUND_EXAMPLE,
     T0,

@@ -18,9 +18,11 @@ from iroh_tinker.cloud.spec import LaunchSpec, RendezvousSpec, load_spec
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.launch_spec import (
     LaunchOptions,
+    _checked,
+    _spec_dict,
     build_launch_parts,
-    build_launch_spec,
     rendezvous_spec_fields,
+    validate_spec_dict,
 )
 from elasticgrid_provider.core.placement import Assignment, Placement
 from elasticgrid_provider.core.providers import Provider
@@ -148,6 +150,14 @@ def test_options_reject_bad_values(kwargs, message):
 
 
 # -- the single spec ------------------------------------------------------------
+
+
+def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -> LaunchSpec:
+    """The whole placement as ONE iroh-tinker ``LaunchSpec`` (test support only): its
+    ``resources.infra`` lists the engine targets in failover order, and iroh-tinker would ask
+    the first target for every node, which is why launches use :func:`build_launch_parts`."""
+    placement, options, world_size = _checked(placement, name, options)
+    return validate_spec_dict(_spec_dict(options, name, name, placement.assignments, 0, world_size))
 
 
 def test_single_spec_lists_every_target_in_failover_order():

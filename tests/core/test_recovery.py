@@ -12,13 +12,11 @@ from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.core.recovery import (
-    GIVE_UP,
     NO_RECOVERIES,
-    RECOVER,
-    WAIT,
     LostPart,
     PastRecovery,
     QuarantineEntry,
+    RecoveryAction,
     RecoveryMemory,
     RecoveryPolicy,
     decide_recovery,
@@ -26,9 +24,10 @@ from elasticgrid_provider.core.recovery import (
     part_is_lost,
     quarantine_from_record,
     quarantine_reasons,
-    remember_recovery,
 )
-from elasticgrid_provider.core.state import ScaleState
+from elasticgrid_provider.core.state import ScaleState, remember_recovery
+
+RECOVER, GIVE_UP, WAIT = RecoveryAction.RECOVER, RecoveryAction.GIVE_UP, RecoveryAction.WAIT
 
 ONPREM = Provider("onprem", max_nodes=1, cost_per_node_hour=0.0, spot=False)
 SPOT = Provider("spot", max_nodes=1, cost_per_node_hour=1.0, spot=True)

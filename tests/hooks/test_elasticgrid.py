@@ -1,4 +1,4 @@
-"""ElasticGridHook: the ``elasticgrid`` connection as real tasks read it, and the job lock.
+"""ElasticGridHook: the ``elasticgrid`` connection as real tasks read it.
 
 The connection is a real Airflow connection, given the way a deployment can
 give it: ``AIRFLOW_CONN_ELASTICGRID_DEFAULT`` in JSON form, read by Airflow's
@@ -11,18 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
-from elasticgrid_provider.core.planner import GridPlanner
-from elasticgrid_provider.core.providers import providers_from_dicts
-from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.runtime import STEP_LOG_NAME
 from tests.airflow_support import run_dag
 from tests.dag_settings import TWO_LOCAL_PROVIDERS
 
@@ -297,142 +290,3 @@ def test_arguments_override_the_connection(monkeypatch, tmp_path):
     assert [p.name for p in overridden.settings.providers] == ["onprem", "cloud"]
     assert overridden.settings.source == "the task's providers argument"
     assert overridden.jobs_root == tmp_path.resolve()
-
-
-# The probe answers only after it has let the lock go again ("held, released"), so when
-# the test reads the answer the lock is free: no race between its release and the test.
-LOCK_PROBE = """
-import sys
-from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-
-hook = ElasticGridHook(jobs_root=sys.argv[1])
-for _ in sys.stdin:
-    with hook.job_lock("locked", timeout=0) as held:
-        answer = "held, released" if held else "busy"
-    print(answer, flush=True)
-"""
-
-
-def test_the_job_lock_is_exclusive_across_processes(tmp_path):
-    hook = ElasticGridHook(jobs_root=str(tmp_path))
-    probe = subprocess.Popen(
-        [sys.executable, "-c", LOCK_PROBE, str(tmp_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-    def ask() -> str:
-        assert probe.stdin is not None and probe.stdout is not None
-        probe.stdin.write("try\n")
-        probe.stdin.flush()
-        return probe.stdout.readline().strip()
-
-    try:
-        with hook.job_lock("locked") as held:
-            assert held is True
-            assert (tmp_path / "locked" / ".lock").exists()
-            assert ask() == "busy"
-            assert ask() == "busy"
-        assert ask() == "held, released"
-        # and the other way round: the probe has released it, so this process gets it at once
-        with hook.job_lock("locked", timeout=0) as held:
-            assert held is True
-            assert ask() == "busy"
-        assert ask() == "held, released"
-    finally:
-        _, errors = probe.communicate(timeout=30)
-    assert probe.returncode == 0, errors
-
-
-def _snapshot_with_part(job_dir: Path, nodes: int = 2) -> JobSnapshot:
-    """A running one-part job whose part folder (and so its step log) is ``job_dir``."""
-    placement = GridPlanner(providers=providers_from_dicts(TWO_LOCAL_PROVIDERS)).plan(nodes)
-    manifest = JobManifest.from_dict(
-        {
-            "job_name": "logged",
-            "launch_id": "20261202T000000Z-abcdef",
-            "launched_at": "2026-12-02T00:00:00+00:00",
-            "placement": placement.to_dict(),
-            "world_size": nodes,
-            "procs_per_node": 1,
-            "rendezvous": "",
-            "run": "python train.py",
-            "parts": [],
-        }
-    )
-    part = PartRecord.from_dict(
-        {
-            "name": "logged--onprem",
-            "provider": "onprem",
-            "engine_target": "local",
-            "nodes": nodes,
-            "rank_offset": 0,
-            "spec_path": str(job_dir / "spec.json"),
-            "status": "running",
-            "job_dir": str(job_dir),
-            "last_error": None,
-        }
-    )
-    return JobSnapshot(manifest=manifest, parts=(part,))
-
-
-def _append_steps(log: Path, steps: range, nodes: int = 2) -> None:
-    with log.open("a") as handle:
-        for step in steps:
-            handle.write(json.dumps({"step": step, "duration_s": 1.0, "nodes": nodes}) + "\n")
-
-
-def test_the_hook_reads_each_step_log_from_the_states_cursor(tmp_path):
-    job_dir = tmp_path / "logged--onprem"
-    job_dir.mkdir()
-    log = job_dir / STEP_LOG_NAME
-    _append_steps(log, range(8))
-    hook = ElasticGridHook(jobs_root=str(tmp_path))
-    snapshot = _snapshot_with_part(job_dir)
-    state = ScaleState(job_name="logged")
-
-    [first] = hook.read_step_logs(snapshot, state, tail=3)
-    assert first.source == str(log)
-    assert [sample.step for sample in first.samples] == [5, 6, 7]  # a first read: the tail
-    state = state.with_cursor(first.source, first.cursor)
-    _append_steps(log, range(8, 10))
-    [second] = hook.read_step_logs(snapshot, state, tail=3)
-    assert [sample.step for sample in second.samples] == [8, 9]  # only what is new
-
-
-def test_variables_are_read_through_the_hook(monkeypatch, tmp_path):
-    # outside a task the SDK reads Variables from the secrets backends: here the environment
-    state = ScaleState(job_name="found").to_dict()
-    monkeypatch.setenv("AIRFLOW_VAR_ELASTICGRID_SCALE_STATE__FOUND", json.dumps(state))
-    monkeypatch.setenv("AIRFLOW_VAR_INTERVAL_S", "3600")
-    assert ElasticGridHook.scale_state_exists("found") is True
-    assert ElasticGridHook.scale_state_exists("never-checked") is False
-    assert ElasticGridHook.read_variable("interval_s") == "3600"
-    assert ElasticGridHook.read_variable("absent") is None
-    hook = ElasticGridHook(jobs_root=str(tmp_path))
-    assert hook.read_scale_state("found").to_dict() == state
-    assert (
-        hook.read_scale_state("never-checked").to_dict()
-        == ScaleState(job_name="never-checked").to_dict()
-    )
-
-
-def test_the_ui_lists_the_state_variables_from_the_metadata_db_through_the_hook(airflow_db):
-    from airflow.models.variable import Variable as VariableModel
-
-    state = ScaleState(job_name="listed").to_dict()
-    VariableModel.set(state_variable_key("listed"), json.dumps(state))
-    VariableModel.set("unrelated", "1")
-    try:
-        every = dict(ElasticGridHook.stored_scale_states())
-        assert "unrelated" not in every  # only state Variables (other tests' may be there too)
-        assert all(key.startswith(state_variable_key("")) for key in every)
-        assert json.loads(every[state_variable_key("listed")]) == state
-        listed = ElasticGridHook.stored_scale_states("listed")
-        assert listed == [(state_variable_key("listed"), every[state_variable_key("listed")])]
-        assert ElasticGridHook.stored_scale_states("never-checked") == []
-    finally:
-        VariableModel.delete(state_variable_key("listed"))
-        VariableModel.delete("unrelated")

@@ -45,7 +45,8 @@ placement = GridPlanner(providers=providers_from_dicts(json.loads(providers))).p
 options = LaunchOptions(
     run=run, setup=setup, recovery={"mode": "none"}, envs={"FD_REPORT": report}
 )
-outcome = ElasticGridHook(jobs_root=jobs_root).launch("fds", placement, options, startup_grace_s=1)
+manager = ElasticGridHook(jobs_root=jobs_root).launch_manager("fds")
+outcome = manager.launch(placement, options, startup_grace_s=1)
 print(json.dumps({"held": held, "launch_id": outcome.snapshot.manifest.launch_id}), flush=True)
 """
 

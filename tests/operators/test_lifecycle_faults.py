@@ -1,7 +1,7 @@
-"""Nothing is lost between a stop and a start: kills, full disks and retries, for real.
+"""Nothing is lost between a stop and a start: kills and retries of real task runs.
 
 Real ``airflow dags test`` processes SIGKILLed at the instants named, real
-local iroh-tinker jobs, a real tmpfs filled up. The DAGs are in
+local iroh-tinker jobs (a full jobs folder: ``tests/hooks/test_launch_manager.py``). The DAGs are in
 ``tests/dags/kill_dags.py``; :class:`tests.fake_engines.HeldStopEngine`
 holds a part's ``stop`` after its ranks are gone, so a resize can be killed
 exactly between the stop of the old launch and the start of the new one.
@@ -10,29 +10,18 @@ exactly between the stop of the old launch and the start of the new one.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from elasticgrid_provider.core.errors import JobLaunchError
-from elasticgrid_provider.core.launch_spec import LaunchOptions
-from elasticgrid_provider.core.planner import GridPlanner
-from elasticgrid_provider.core.providers import providers_from_dicts
-from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from tests.airflow_support import run_dag, start_dags_test
-from tests.dag_settings import SLEEPING_RUN, TWO_LOCAL_PROVIDERS
 from tests.fake_engines import HOLD_STOP
-from tests.job_processes import is_alive, job_ranks, rank_pids, stop_ranks_under
+from tests.job_processes import job_ranks, rank_pids
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
-
-PLANNER = GridPlanner(providers=providers_from_dicts(TWO_LOCAL_PROVIDERS))
-SLEEPING = LaunchOptions(run=SLEEPING_RUN, recovery={"mode": "none"})
 
 
 def _manifest(jobs_root: Path, job: str) -> dict:
@@ -136,31 +125,6 @@ def test_a_job_stopped_outside_elasticgrid_fails_the_check_instead_of_ending_it(
     assert check.xcom("scale_check") is None  # no job_ended record
 
 
-def test_stop_job_records_the_job_stopped_and_kills_the_runner_before_it_restarts_a_rank(
-    jobs_root,
-):
-    """With iroh-tinker's default ``recovery`` (restart), a TERMed rank would be restarted by
-    its runner until the local engine's 10 s deadline; the runner goes first instead."""
-    hook = ElasticGridHook(jobs_root=str(jobs_root))
-    options = LaunchOptions(run=SLEEPING_RUN)  # iroh-tinker's default recovery: restart
-    hook.launch("halt", PLANNER.plan(3), options, startup_grace_s=1)
-    ranks = job_ranks("halt")
-    assert len(ranks) == 3
-
-    started = time.monotonic()
-    snapshot = hook.stop_job("halt")
-    elapsed = time.monotonic() - started
-
-    assert snapshot is not None and snapshot.status == "stopped"
-    assert elapsed < 4.0, f"stopping took {elapsed:.1f} s"
-    assert not [pid for pid in ranks if is_alive(pid)]
-    assert job_ranks("halt") == {}
-    folders = [jobs_root / "halt--onprem", jobs_root / "halt--cloud"]
-    assert [marker.name for f in folders for marker in f.glob("attempt_*")] == []  # no restart
-    manifest = _manifest(jobs_root, "halt")
-    assert (manifest["state"], manifest["down_reason"]) == ("stopped", "stopped on request")
-
-
 def test_a_retry_adopts_a_start_killed_in_its_grace_with_every_rank_up(
     airflow_db, jobs_root, tmp_path, capfd, caplog
 ):
@@ -211,95 +175,3 @@ def test_a_retry_adopts_a_start_killed_in_its_grace_with_every_rank_up(
     text = _text(capfd, caplog)
     assert f"Adopted job adopt's launch {intent['launch_id']} (3 nodes)" in text
     assert "resized from" not in text and "Stopped part" not in text
-
-
-def test_a_lost_part_with_no_notice_is_named_by_down_ranks_and_global_ranks(jobs_root):
-    """A part whose ranks vanish without a word: the cause is iroh-tinker's ``down ranks``,
-    and the ranks are named globally (part rank + the part's rank offset)."""
-    hook = ElasticGridHook(jobs_root=str(jobs_root))
-    hook.launch("quiet", PLANNER.plan(4), SLEEPING, startup_grace_s=1)
-    cloud = rank_pids(jobs_root, "quiet--cloud")
-    for pid in cloud:  # both at once: iroh-tinker records the part failed, with no error
-        os.killpg(pid, signal.SIGKILL)
-    _wait_for(lambda: not any(is_alive(pid) for pid in cloud), "the cloud ranks to go")
-
-    def both_lost() -> bool:
-        # a killed rank reads as running until it is reaped (a zombie answers kill -0): poll
-        # the job as a check would, until iroh-tinker sees both ranks gone
-        snapshot = hook.job_snapshot("quiet")
-        return snapshot is not None and [len(p.ranks) for p in hook.lost_parts(snapshot)] == [2]
-
-    _wait_for(both_lost, "both cloud ranks reported lost")
-    snapshot = hook.job_snapshot("quiet")
-    assert snapshot is not None
-    [lost] = hook.lost_parts(snapshot)
-
-    assert (lost.part, lost.provider, lost.ranks) == ("quiet--cloud", "cloud", (2, 3))
-    assert lost.cause == "its ranks stopped (down ranks: [0, 1])"
-    report = hook.failure_report(snapshot)
-    assert "part quiet--cloud rank 0 (global rank 2) failed" in report
-    assert "part quiet--cloud rank 1 (global rank 3) failed" in report
-
-
-# -- a full jobs folder: a real tmpfs, filled up ---------------------------------------------
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs (mounted as root, unmounted after), its jobs' ranks stopped."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs the suite as root)")
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        stop_ranks_under(mount)
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(mount: Path, leave: int) -> Path:
-    """Fill the tmpfs until only about ``leave`` bytes are free."""
-    filler = mount / "filler"
-    with open(filler, "ab") as handle, pytest.raises(OSError, match="No space left"):
-        while True:
-            handle.write(b"\0" * 65536)
-            handle.flush()
-    if leave:
-        os.truncate(filler, max(0, filler.stat().st_size - leave))
-    return filler
-
-
-def test_a_resize_on_a_full_jobs_folder_leaves_the_running_job_untouched(small_disk):
-    root = small_disk / "jobs"
-    hook = ElasticGridHook(jobs_root=str(root))
-    hook.launch("full", PLANNER.plan(2), SLEEPING, startup_grace_s=1)
-    ranks = job_ranks("full")
-    manifest = (root / "full" / "manifest.json").read_text()
-    assert len(ranks) == 2
-    filler = _fill(small_disk, 0)
-
-    with pytest.raises(JobLaunchError) as full:
-        hook.launch("full", PLANNER.plan(3), SLEEPING, startup_grace_s=1)
-
-    message = str(full.value)
-    assert message.startswith("job 'full' was not launched: writing ")
-    assert f"{root}/full/" in message and "(No space left on device)" in message
-    assert message.endswith("; the running job was left as it was")
-    assert job_ranks("full") == ranks  # the same processes, all alive
-    assert (root / "full" / "manifest.json").read_text() == manifest
-
-    # room for the files, not for what the started launch would write: refused by the check
-    os.truncate(filler, filler.stat().st_size - 300 * 1024)
-    with pytest.raises(JobLaunchError, match=r"free, less than the 1\.0 MiB a started launch"):
-        hook.launch("full", PLANNER.plan(3), SLEEPING, startup_grace_s=1)
-    assert job_ranks("full") == ranks
-    assert (root / "full" / "manifest.json").read_text() == manifest
-    assert len(list((root / "full" / "specs").iterdir())) == 1  # the refused ones removed
-
-    filler.unlink()
-    outcome = hook.launch("full", PLANNER.plan(3), SLEEPING, startup_grace_s=1)
-    assert (outcome.action, outcome.previous_nodes) == ("resized", 2)
-    assert len(job_ranks("full")) == 3
-    hook.stop_job("full")

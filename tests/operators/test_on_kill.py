@@ -169,7 +169,7 @@ def test_a_kill_while_waiting_for_the_lock_leaves_the_running_job_alone(
     assert len(ranks) == 2
     log_path = tmp_path / "dags-test.log"
     with log_path.open("w+") as log:
-        with ElasticGridHook(jobs_root=str(jobs_root)).job_lock("waited"):
+        with ElasticGridHook(jobs_root=str(jobs_root)).job_store.job_lock("waited"):
             process = start_dags_test(
                 "kill_dags.py", DAG_ID, {"job_name": "waited", "nodes": 3}, output=log
             )
@@ -281,3 +281,60 @@ def test_killing_a_task_that_attached_leaves_the_job_running(airflow_db, jobs_ro
     assert "which it attached to and left running" in output
     assert job_ranks("shared") == ranks
     assert read_run(DAG_ID).task_states == {"plan": "success", "launch": "failed"}
+
+
+def test_on_kill_stops_the_launch_through_the_launch_manager_the_operator_holds(
+    airflow_db, jobs_root
+):
+    """``on_kill`` calls ``stop()`` on the LaunchManager the operator launched with: the launch
+    it started is stopped by its id and recorded down. Another operator that attached to the
+    job holds a manager that owns no launch, and its ``on_kill`` leaves the job running."""
+    from elasticgrid_provider.core.planner import GridPlanner
+    from elasticgrid_provider.core.providers import providers_from_dicts
+    from elasticgrid_provider.hooks.launch_manager import LaunchAction, StopAction
+    from elasticgrid_provider.hooks.launch_stop import KILLED_REASON
+    from elasticgrid_provider.operators.launch import LaunchOperator
+    from tests.dag_settings import SLEEPING_RUN, TWO_LOCAL_PROVIDERS
+
+    placement = GridPlanner(providers=providers_from_dicts(TWO_LOCAL_PROVIDERS)).plan(2)
+
+    def operator(task_id: str) -> LaunchOperator:
+        return LaunchOperator(
+            task_id=task_id,
+            job_name="held",
+            run=SLEEPING_RUN,
+            placement=placement.to_dict(),
+            recovery={"mode": "none"},
+            startup_grace_s=1,
+        )
+
+    launching, attaching = operator("launch"), operator("attach")
+    try:
+        _, launched = launching._launch()
+        _, attached = attaching._launch()
+        assert (launched.action, attached.action) == (LaunchAction.LAUNCHED, LaunchAction.ATTACHED)
+        ranks = job_ranks("held")
+        assert len(ranks) == 2
+        manager = launching.launch_manager
+        assert manager is launching.launch_manager  # the one the operator holds
+        assert manager.launch_id == launched.snapshot.manifest.launch_id
+        assert attaching.launch_manager.launch_id is None
+
+        assert attaching.launch_manager.stop_action is StopAction.NOTHING
+        attaching.on_kill()
+        assert job_ranks("held") == ranks  # an attached job keeps running
+
+        assert manager.stop_action is StopAction.STOPPED
+        launching.on_kill()
+        deadline = time.monotonic() + 10
+        while any(is_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in ranks if is_alive(pid)], "rank processes outlived on_kill"
+        manifest = json.loads((jobs_root / "held" / "manifest.json").read_text())
+        assert (manifest["launch_id"], manifest["state"], manifest["down_reason"]) == (
+            manager.launch_id,
+            "down",
+            KILLED_REASON,
+        )
+    finally:
+        stop_job_processes("held")

@@ -8,12 +8,8 @@ import re
 
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import Provider
-from elasticgrid_provider.core.recovery import (
-    LostPart,
-    RecoveryPolicy,
-    decide_recovery,
-    remember_recovery,
-)
+from elasticgrid_provider.core.recovery import LostPart, RecoveryPolicy, decide_recovery
+from elasticgrid_provider.core.state import remember_recovery
 from elasticgrid_provider.plugins.jobs import job_row, parse_state
 from elasticgrid_provider.plugins.pages import job_page
 from elasticgrid_provider.plugins.view import job_view

@@ -1,0 +1,163 @@
+"""JobStore: a job's folder, its manifest, its lock and its scale state, under the jobs root.
+
+Files, under the JobManager root (``jobs_root``)::
+
+    <job>/manifest.json             which parts make up the job (JobManifest)
+    <job>/.lock                     held while a task launches, stops or checks the job
+    <job>/scale-state.json          the record that the job's state Variable was written
+    <job>/specs/<launch_id>/        the parts' launch specs (0600 in 0700 folders; envs values
+                                    ``***`` once started), the launcher's request, log and
+                                    result, and the launch's manifest until it is moved in
+    <job>/rendezvous/<launch_id>/   a fresh rendezvous per launch (stale rank addresses
+                                    from a previous size break the socket mesh)
+    <job>--<provider>/              iroh-tinker's folder for each part (0700, spec redacted)
+
+Rules:
+
+* **The lock.** An exclusive ``flock`` on ``<job>/.lock``, next to the job's
+  iroh-tinker state, which every worker that can stop or resize the job shares,
+  so a launch, a resize and a scale check of one job happen one at a time. A
+  jobs folder that cannot be written fails with one sentence naming it, before
+  anything is done.
+* **The manifest** is written atomically (:func:`~elasticgrid_provider.hooks.launch_files.write_json`);
+  :meth:`JobStore.record` rewrites it in a new launch phase (record intent ->
+  act -> confirm, :mod:`elasticgrid_provider.core.launch_record`).
+* **The scale state** is one Airflow Variable, read and written only here, under
+  the job's lock (:mod:`elasticgrid_provider.hooks.state_store`): a failed read
+  is an error, never "no state", and a state Variable that is empty, not JSON,
+  ``null``, another job's or otherwise malformed is refused with one sentence and
+  never overwritten.
+
+iroh-tinker's ``JobManager`` (which imports numpy) is built on first use only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus
+from elasticgrid_provider.core.launch_record import LaunchPhase
+from elasticgrid_provider.core.launch_spec import check_job_name
+from elasticgrid_provider.core.state import ScaleState
+from elasticgrid_provider.hooks.launch_files import acquire_lock, write_json
+from elasticgrid_provider.hooks.remote_parts import remote_down_ranks, spec_params
+from elasticgrid_provider.hooks.state_store import read_scale_state, write_scale_state
+
+if TYPE_CHECKING:
+    from iroh_tinker.cloud import JobManager
+
+MANIFEST_NAME = "manifest.json"
+LOCK_NAME = ".lock"
+
+
+class JobStore:
+    """The jobs under one JobManager root: folders, manifests, locks, scale states.
+
+    :param jobs_root: the JobManager root (resolved by the hook).
+    :param log: where warnings go (the hook's logger).
+    """
+
+    def __init__(self, jobs_root: Path, log: Any) -> None:
+        self.jobs_root = jobs_root
+        self.log = log
+
+    @cached_property
+    def job_manager(self) -> JobManager:
+        """iroh-tinker's JobManager on :attr:`jobs_root` (imported on first use)."""
+        from iroh_tinker.cloud import JobManager
+
+        return JobManager(root=self.jobs_root)
+
+    def job_folder(self, job_name: str) -> Path:
+        """Where the job's manifest, specs, rendezvous and lock live (the name is checked)."""
+        return self.jobs_root / check_job_name(job_name)
+
+    def spec_folder(self, job_name: str, launch_id: str) -> Path:
+        """Where one launch's specs, launcher request, log and result live."""
+        return self.job_folder(job_name) / "specs" / launch_id
+
+    def spec_files(self, job_name: str, launch_id: str) -> list[str]:
+        """The part specs a launch wrote (kept in its spec folder, envs redacted)."""
+        folder = self.spec_folder(job_name, launch_id)
+        return sorted(str(path) for path in folder.glob("*.json") if not path.name.startswith("."))
+
+    def launch_specs(self, manifest: JobManifest) -> list[str]:
+        """The spec files of a recorded launch: its parts', or its spec folder's."""
+        recorded = [part.spec_path for part in manifest.parts if part.spec_path]
+        return recorded or self.spec_files(manifest.job_name, manifest.launch_id)
+
+    @contextmanager
+    def job_lock(self, job_name: str, *, timeout: float | None = None) -> Iterator[bool]:
+        """Hold the job's lock; yields False if ``timeout`` seconds (None: no limit) pass first."""
+        folder = self.job_folder(job_name)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = open(folder / LOCK_NAME, "a+")  # noqa: SIM115 - closed below
+        except OSError as exc:  # a read-only or unwritable jobs folder: nothing was done
+            raise ElasticGridError(
+                f"jobs folder {folder} cannot be written ({exc.strerror or exc}), so job "
+                f"{job_name!r} cannot be locked and nothing was changed: give the jobs root "
+                f"{self.jobs_root} write access on this worker"
+            ) from None
+        with handle:
+            try:
+                yield acquire_lock(handle.fileno(), timeout)
+            finally:  # a no-op when the wait timed out
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def read_manifest(self, job_name: str) -> JobManifest | None:
+        """The job's manifest, or None when it was never launched here."""
+        path = self.job_folder(job_name) / MANIFEST_NAME
+        if not path.exists():
+            return None
+        return JobManifest.from_dict(json.loads(path.read_text()))
+
+    def record(
+        self, manifest: JobManifest, phase: LaunchPhase, reason: str | None = None
+    ) -> JobManifest:
+        """Write ``manifest`` in ``phase`` (with ``reason`` as its ``down_reason``)."""
+        recorded = replace(manifest, state=phase, down_reason=reason or manifest.down_reason)
+        write_json(self.job_folder(manifest.job_name) / MANIFEST_NAME, recorded.to_dict())
+        return recorded
+
+    def job_snapshot(self, job_name: str) -> JobSnapshot | None:
+        """The job's manifest with each part's live status, or None when there is no job."""
+        manifest = self.read_manifest(job_name)
+        if manifest is None:
+            return None
+        parts = []
+        for part in manifest.parts:
+            try:
+                state = self.job_manager.status(part.name)
+            except KeyError:  # never started: its launch failed or was cut short
+                parts.append(replace(part, status=JobStatus.STOPPED, last_error="not started"))
+                continue
+            status = JobStatus.of_part(str(state.status))
+            job_dir, error = str(state.job_dir), state.last_error
+            ranks_may_be_down = status in (JobStatus.RUNNING, JobStatus.FAILED)
+            if ranks_may_be_down and spec_params(part.spec_path) is not None:
+                # on SSH hosts iroh-tinker's own words say nothing; the engine's last probe does
+                error = remote_down_ranks(job_dir) or (
+                    error if status is JobStatus.FAILED else None
+                )
+            parts.append(replace(part, status=status, job_dir=job_dir, last_error=error))
+        return JobSnapshot(manifest=manifest, parts=tuple(parts))
+
+    def read_scale_state(self, job_name: str) -> ScaleState:
+        """The job's scale state (hooks/state_store.py): fresh only when its Variable surely
+        does not exist and was never written here; StateReadError when that cannot be told
+        (a failed read is an error, never "no state"); CorruptStateError if unusable (kept)."""
+        return read_scale_state(self.job_folder(job_name), job_name)
+
+    def write_scale_state(self, state: ScaleState) -> None:
+        """Write the job's state Variable and record that it exists (the caller holds the
+        job's lock)."""
+        write_scale_state(self.job_folder(state.job_name), state, self.log)
