@@ -184,15 +184,14 @@ class Watch:
 @pytest.fixture
 def fleet_jobs(deployment: Deployment) -> Iterator[list[str]]:
     """The test's job names; any still running at the end is stopped (a failed test's)."""
-    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from tests.job_processes import stop_job
 
     jobs: list[str] = []
     yield jobs
     alive = rank_counts(deployment.jobs_root)
-    hook = ElasticGridHook(jobs_root=str(deployment.jobs_root))
     for job in jobs:
         if alive.get(job):
-            hook.stop_job(job)
+            stop_job(deployment.jobs_root, job)
 
 
 def trigger_at_once(deployment: Deployment, confs: dict[str, dict[str, Any]]) -> dict[str, str]:
