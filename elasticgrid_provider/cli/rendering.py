@@ -230,6 +230,10 @@ def decision_lines(decision: ScaleDecision) -> list[str]:
     if decision.deadline_at is not None:
         left = decision.time_left_s
         pairs.append(("deadline", f"{time_text(decision.deadline_at)}, {seconds_text(left)} left"))
+    if decision.preempted_by is not None:
+        pairs.append(("preempted by", f"job {decision.preempted_by!r}"))
+    if decision.grid is not None:
+        pairs.append(("shared grid", decision.grid.text()))
     pairs += projection_rows(decision.projection)
     starts = f"starts now ({decision.action.value})"
     pairs.append(("cooldown", starts if decision.changed else cooldown_text(decision.cooldown)))
@@ -314,10 +318,12 @@ def replay_text(replay: dict[str, Any], record: DecisionRecord, replayed: ScaleD
                 ("current nodes", str(record.inputs.current_nodes)),
                 ("cooldown", cooldown_text(record.inputs.cooldown)),
                 ("deadline", time_text(record.inputs.deadline_at)),
+                *([("shared grid", record.inputs.grid.text())] if record.inputs.grid else []),
             ]
         ),
         "recorded",
         "  " + decision_summary(recorded.to_dict()),
+        *([f"  preempted by job {recorded.preempted_by!r}"] if recorded.preempted_by else []),
         "replayed",
         "  " + decision_summary(replayed.to_dict()),
     ]

@@ -32,6 +32,16 @@ and fail, skip, hold or end with the record. The rules, in order:
    ``resize``. While a quarantine lasts, the record carries it and the
    proposed placement leaves those providers out.
 
+5. On a shared grid (the shell passes the grid ledger, read under the job's lock, then the
+   grid's): the policy decides with what the grid leaves the job
+   (:mod:`~elasticgrid_provider.core.policy.claim`): a shrink request decides ``preempted``;
+   a scale-up beyond the job's room is clamped or held for ``capacity``, and its claim
+   waits in the ledger's queue (taken out once the job no longer wants more than fits);
+   under deadline pressure it asks strictly-lower-priority jobs to shrink
+   (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`). A job that ended
+   releases its nodes. With no other job on the grid the policy decides as for a job alone.
+   The new ledger is the outcome's ``ledger``, for the shell to write.
+
 A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`),
 running or while starting (its launch recorded ``lost``), is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
 takes the samples and decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
@@ -55,10 +65,13 @@ from enum import Enum
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.fleet.ledger import GridLedger, release, used_nodes
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobSnapshot, JobStatus
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.claim import SharedGrid, claim_the_grid
+from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.recovery import (
@@ -73,11 +86,12 @@ from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, s
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
     JOB_ENDED_RULE,
+    DecisionRecord,
     ScaleState,
     remember_recovery,
 )
 from elasticgrid_provider.core.step_log import StepLogChunk
-from elasticgrid_provider.core.validation import check_number, number_from_text
+from elasticgrid_provider.core.validation import check_integer, check_number, number_from_text
 
 ARGUMENT_SOURCE = "samples argument"  # the cursor of handed-in samples: the next step to take
 SKIPPED_LINES_SHOWN = 5  # bad step-log lines reported one by one per log; the rest counted
@@ -114,12 +128,14 @@ class DeadlineChoice:
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    """What one check decided: the state to write, the record, and ``(level, message)`` lines."""
+    """What one check decided: the state to write, the record, ``(level, message)`` lines,
+    and the grid ledger to write (None: no ledger was given)."""
 
     verdict: CheckVerdict
     state: ScaleState
     record: dict[str, Any]
     log: tuple[tuple[int, str], ...] = ()
+    ledger: GridLedger | None = None
 
     @property
     def reason(self) -> str:
@@ -155,6 +171,11 @@ def handed_in_samples(samples: Any) -> list[StepSample]:
     if not isinstance(samples, list):
         raise ElasticGridError(f"samples must be a list of sample objects, got {samples!r}")
     return [StepSample.from_dict(s, where=f"samples entry {i}") for i, s in enumerate(samples)]
+
+
+def job_priority(value: Any) -> int:
+    """A templated ``priority`` (numeric strings allowed) as a whole number, or one sentence."""
+    return check_integer("priority", number_from_text(value), minimum=None)
 
 
 def recovery_policy(max_recoveries: Any, recovery_window: Any, quarantine: Any) -> RecoveryPolicy:
@@ -237,10 +258,11 @@ class ScaleCheck:
         planner: GridPlanner | None = None,
         lost: Sequence[LostPart] = (),
         recovery: RecoveryPolicy | None = None,
+        grid: SharedGrid | None = None,
     ) -> CheckOutcome:
         """One check (module docstring): ``samples`` is the raw argument (None: use the step-log
         ``chunks``); ``deadline`` is called only when a decision is made; ``planner`` proposes
-        placements and re-plans recoveries."""
+        placements and re-plans recoveries; ``grid``: the grid ledger (rule 5)."""
         log: list[tuple[int, str]] = []
         taken = self._take_samples(state, snapshot, now, samples, chunks, log)
         if lost:  # recover, give up, or wait (keeping ``state``, not ``taken``)
@@ -291,24 +313,50 @@ class ScaleCheck:
                 "readable": {"summary": decision_summary(ended)},
             }
             state = state.remember_event(ended, now, self.history_limit)
-            return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log))
+            released = None
+            if grid is not None:
+                launch_id = snapshot.manifest.launch_id
+                released = release(grid.ledger, self.job_name, now=now, launch_id=launch_id)
+                log.append((logging.INFO, f"Released job {self.job_name}'s nodes on the grid."))
+            return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log), released)
         choice = deadline()  # bad input raises its ElasticGridError here, before any write
-        record = state.decide(
-            self.scheduler,
-            now,
-            deadline_at=choice.at,
-            remaining_steps=optional_number("remaining_steps", remaining_steps),
-            remaining_tokens=optional_number("remaining_tokens", remaining_tokens),
-        )
+        steps = optional_number("remaining_steps", remaining_steps)
+        tokens = optional_number("remaining_tokens", remaining_tokens)
+
+        def decide(share: GridShare | None) -> DecisionRecord:
+            return state.decide(
+                self.scheduler,
+                now,
+                deadline_at=choice.at,
+                remaining_steps=steps,
+                remaining_tokens=tokens,
+                grid=share,
+            )
+
+        ledger = None
+        if grid is None:
+            record = decide(None)
+        else:
+            record, ledger = claim_the_grid(
+                self.job_name, grid, state.capacity, self.scheduler, decide, now, log
+            )
         quarantine = state.recovery.active_quarantine(now)
+        others = used_nodes(ledger, except_job=self.job_name) if ledger is not None else None
         context = self._record_context(
-            snapshot, record.decision.target_nodes, choice.source, now, task, planner, quarantine
+            snapshot,
+            record.decision.target_nodes,
+            choice.source,
+            now,
+            task,
+            planner,
+            quarantine,
+            others,
         )
         record = replace(record, context=context)
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
         verdict = CheckVerdict.HOLD if hold else CheckVerdict.RESIZE
-        return CheckOutcome(verdict, state, record.to_dict(), tuple(log))
+        return CheckOutcome(verdict, state, record.to_dict(), tuple(log), ledger)
 
     def _take_samples(
         self,
@@ -366,8 +414,10 @@ class ScaleCheck:
         task: TaskIdentity,
         planner: GridPlanner | None,
         quarantine: Sequence[QuarantineEntry] = (),
+        held_by_others: dict[str, int] | None = None,
     ) -> dict[str, Any]:
-        """The task, the job, the placements and costs; the proposal leaves out ``quarantine``."""
+        """The task, the job, the placements and costs; the proposal leaves out ``quarantine``
+        and the nodes other jobs hold on a shared grid (``held_by_others``)."""
         placement = snapshot.manifest.placement
         context: dict[str, Any] = {
             "decided_at_iso": iso_time(now),
@@ -383,7 +433,11 @@ class ScaleCheck:
             context["quarantine"] = [entry.model_dump(mode="json") for entry in quarantine]
         if target != snapshot.nodes and planner is not None:
             try:
-                proposed = planner.plan(target, leave_out=quarantine_reasons(quarantine))
+                proposed = planner.plan(
+                    target,
+                    leave_out=quarantine_reasons(quarantine),
+                    held_by_others=held_by_others,
+                )
                 context["proposed_placement"] = proposed.to_dict()
                 context["proposed_cost_per_hour"] = proposed.cost_per_hour
             except ElasticGridError as exc:

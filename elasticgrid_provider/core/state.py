@@ -66,6 +66,7 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time, rounded
 from elasticgrid_provider.core.policy.controller import decide
 from elasticgrid_provider.core.policy.decision import CooldownClock, Recommendation, ScaleDecision
+from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.load import estimate_load
 from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
@@ -123,6 +124,7 @@ class DecisionInputs(JsonModel):
     remaining_tokens: NonNegative | None = None
     capacity: CapacityMemory = NO_MEASUREMENTS
     recent: tuple[Recommendation, ...] = ()
+    grid: GridShare | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -293,8 +295,10 @@ class ScaleState(JsonModel):
         remaining_steps: float | None = None,
         remaining_tokens: float | None = None,
         context: dict[str, Any] | None = None,
+        grid: GridShare | None = None,
     ) -> DecisionRecord:
-        """Decide on the observed window; the record's inputs reproduce the decision."""
+        """Decide on the observed window (``grid``: what a shared grid leaves the job); the
+        record's inputs reproduce the decision."""
         if self.current_nodes is None:
             raise ElasticGridError("the scale state has no current size; observe samples first")
         inputs = DecisionInputs(
@@ -308,6 +312,7 @@ class ScaleState(JsonModel):
             remaining_tokens=remaining_tokens,
             capacity=self.capacity,
             recent=self.recent,
+            grid=grid,
         )
         return DecisionRecord(inputs.decide(), inputs, dict(context or {}))
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobStatus
+from elasticgrid_provider.core.policy.grid import holder_phrases
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, state_variable_key
 
 STATE_PREFIX = state_variable_key("")
@@ -51,6 +52,24 @@ def as_count(value: Any) -> int | None:
 def as_text(value: Any) -> str | None:
     """A non-empty string, else None."""
     return value if isinstance(value, str) and value else None
+
+
+def shared_grid_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """What the shared grid left a decision, as stored: ``room`` (None: no limit),
+    ``holders`` (``'b' holds 3 on local`` lines) and ``preempted_by`` (the job whose shrink
+    request it obeyed); ``{}`` for a decision of a job alone on its grid."""
+    grid, preempted_by = as_dict(entry.get("grid")), as_text(entry.get("preempted_by"))
+    if not grid and preempted_by is None:
+        return {}
+    holders = {
+        str(job): {str(p): n for p, n in as_dict(by_provider).items() if as_count(n)}
+        for job, by_provider in as_dict(grid.get("holders")).items()
+    }
+    return {
+        "room": as_count(grid.get("max_nodes")),
+        "holders": holder_phrases(holders),
+        "preempted_by": preempted_by,
+    }
 
 
 def context_of(entry: dict[str, Any]) -> dict[str, Any]:

@@ -158,12 +158,27 @@ RECOVERIES: Columns = {
 }
 
 
+def _shared_grid(root: str, row: dict[str, Any]) -> Markup:
+    """The room the shared grid left a decision and who held what, or the job that
+    preempted it (linked to its page); ``-`` for a job alone on its grid."""
+    grid = row.get("shared_grid") or {}
+    by = grid.get("preempted_by")
+    lines: list[Any] = []
+    if by:
+        lines.append(Markup(f"preempted by {_link(root + job_page_path(by), by, top=True)}"))
+    if grid.get("room") is not None:
+        lines.append(f"room for {grid['room']} nodes")
+    lines += grid.get("holders") or ()
+    return Markup("<br>".join(esc(line) for line in lines)) if lines else Markup("-")
+
+
 def _timeline_columns(root: str) -> Columns:
     return {
         "time": _timeline_time,
         **ACTION,
         "rule": "rule",
         "held back by": "held_by",
+        "shared grid": lambda row: _shared_grid(root, row),
         "reason": "reason",
         "cost/h": lambda row: _arrow(
             _money(row.get("cost_per_hour_before")), _money(row.get("cost_per_hour_after"))
@@ -341,6 +356,7 @@ def _decision_card(row: dict[str, Any], root: str, view: dict[str, Any]) -> str:
         "Decision": head,
         "Rule": row.get("rule"),
         "Held back by": row.get("held_by"),
+        "Shared grid": _shared_grid(root, row),
         "Reason": row.get("reason"),
         "Cost per hour": _arrow(
             _money(row.get("cost_per_hour_before")), _money(row.get("cost_per_hour_after"))

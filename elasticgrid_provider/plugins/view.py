@@ -10,7 +10,9 @@
   ``ScalingLimited``, :mod:`~elasticgrid_provider.core.policy.conditions`), rendered as
   recorded, never recomputed here;
 * **the history**: the timeline, each scale change linked to the launch that followed
-  it, recoveries and the chart.
+  it, recoveries and the chart; on a shared grid, each decision's ``shared_grid``: the
+  room the grid left it, who held what, and ``preempted_by`` (the job that asked it to
+  shrink, linked to that job's page).
 
 Every section is built on its own: one that cannot be read from the stored JSON becomes
 a one-line entry of ``errors`` and the rest of the page still renders.
@@ -48,6 +50,7 @@ from elasticgrid_provider.plugins.jobs import (
     last_decision,
     map_index_of,
     one_line,
+    shared_grid_of,
 )
 from elasticgrid_provider.plugins.times import epoch_or_none, moment
 
@@ -128,6 +131,7 @@ def timeline_row(
         "links": run_links(airflow_root, context),
         "kind": "recovery" if entry.get("rule") == RECOVER_RULE else "decision",
         "lost": as_objects(entry.get("lost")),
+        "shared_grid": shared_grid_of(entry),
     }
 
 

@@ -14,7 +14,13 @@ failed) fails the sensor; one that lost capacity is recovered (re-plan and
 relaunch downstream) or, past ``max_recoveries`` or out of capacity, stopped and
 failed; one that ended ends it (skipping the resize downstream); otherwise the
 deadline (:mod:`elasticgrid_provider.deadlines`) is resolved and the scheduler
-decides. A state Variable that cannot be used fails the check with one sentence
+decides. On a shared grid (a grid ledger under the jobs root) the check reads the
+ledger under the job's lock, then the grid's (never the reverse), and writes what it
+changed: the room the grid leaves the job (a scale-up beyond it is clamped, or held for
+``capacity`` naming who holds what), the job's claim in the grid queue, shrink requests of
+a deadline-pressed job to strictly-lower-priority ones (``priority``), a ``preempted``
+scale-down when another job asked this one to shrink, and the release of an ended job's
+nodes. With no ledger file the check reads and writes no ledger. A state Variable that cannot be used fails the check with one sentence
 and is never overwritten: a fresh state would lose the cooldown and the history.
 
 ``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with the
@@ -41,15 +47,18 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
 from elasticgrid_provider.core.check import (
+    CheckOutcome,
     CheckVerdict,
     DeadlineChoice,
     ScaleCheck,
     TaskIdentity,
+    job_priority,
     recovery_policy,
 )
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
 from elasticgrid_provider.core.formatting import decision_summary
+from elasticgrid_provider.core.policy.claim import SharedGrid
 from elasticgrid_provider.core.policy.parameters import (
     POLICY_PARAMETERS,
     ScalePolicy,
@@ -64,6 +73,7 @@ from elasticgrid_provider.core.recovery import (
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
 from elasticgrid_provider.hooks.launch_stop import give_up
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
@@ -91,6 +101,10 @@ class ElasticScaleSensor(BaseSensorOperator):
         ``recovery_window`` before the check gives up (templated; 0: never recover).
     :param recovery_window, quarantine: seconds (or a timedelta, templated) over which
         ``max_recoveries`` counts, and for which a provider that lost capacity is left out.
+    :param priority: the job's priority on a shared grid (templated; a whole number, higher
+        goes first): its claim for more nodes is served before lower ones, and under deadline
+        pressure it may ask strictly-lower-priority jobs to shrink (never below their
+        ``min_nodes``). Jobs of equal priority never shrink for each other.
     :param providers: an inline grid for costing the proposed placement; default: the connection's.
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root, grid).
@@ -108,6 +122,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         "recovery_window",
         "quarantine",
         "providers",
+        "priority",
     )
     ui_color = "#eef8e8"
     operator_extra_links = (ScaleDecisionsLink(),)
@@ -127,6 +142,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         recovery_window: Any = DEFAULT_RECOVERY_WINDOW_S,
         quarantine: Any = DEFAULT_QUARANTINE_S,
         providers: list[dict[str, Any]] | None = None,
+        priority: Any = 0,
         mode: str = "reschedule",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         elasticgrid_conn_id: str = ElasticGridHook.default_conn_name,
@@ -146,6 +162,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         self.recovery_window = recovery_window
         self.quarantine = quarantine
         self.providers = providers
+        self.priority = priority
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
 
@@ -213,6 +230,7 @@ class ElasticScaleSensor(BaseSensorOperator):
     def check(self, context: Context) -> dict[str, Any] | None:
         """Run one check (module docstring); the record on a scale decision, None on hold."""
         rules = ScaleCheck(self.job_name, self.scheduler, self.window_size, self.history_limit)
+        priority = job_priority(self.priority)  # one sentence before anything is read
         hook = self.hook
         resolved: list[ResolvedDeadline] = []
 
@@ -259,22 +277,48 @@ class ElasticScaleSensor(BaseSensorOperator):
                 if self.samples is not None
                 else read_step_logs(store, snapshot, state, tail=self.window_size)
             )
-            outcome = rules.run(
-                state,
-                snapshot,
-                now,
-                task=task,
-                samples=self.samples,
-                chunks=chunks,
-                deadline=deadline,
-                remaining_steps=self.remaining_steps,
-                remaining_tokens=self.remaining_tokens,
-                planner=hook.get_planner(),
-                lost=lost,
-                recovery=recovery_policy(self.max_recoveries, self.recovery_window, self.quarantine)
-                if lost
-                else None,
-            )
+            planner = hook.get_planner()
+
+            def run(grid: SharedGrid | None) -> CheckOutcome:
+                return rules.run(
+                    state,
+                    snapshot,
+                    now,
+                    task=task,
+                    samples=self.samples,
+                    chunks=chunks,
+                    deadline=deadline,
+                    remaining_steps=self.remaining_steps,
+                    remaining_tokens=self.remaining_tokens,
+                    planner=planner,
+                    lost=lost,
+                    recovery=recovery_policy(
+                        self.max_recoveries, self.recovery_window, self.quarantine
+                    )
+                    if lost
+                    else None,
+                    grid=grid,
+                )
+
+            ledger = GridLedgerStore(hook.jobs_root)
+            if not ledger.path.exists():  # no shared grid: no ledger read or written
+                outcome = run(None)
+            else:
+                capacities = {p.name: p.max_nodes for p in planner.providers}
+                try:
+                    with ledger.transaction(timeout=LOCK_WAIT_S) as held_grid:
+                        grid = SharedGrid(held_grid.ledger, capacities, priority)
+                        outcome = run(grid)
+                        if outcome.ledger is not None:
+                            held_grid.ledger = outcome.ledger
+                except TimeoutError:
+                    self.log.info(
+                        "The grid ledger is busy (its lock was held for over %.0fs); "
+                        "holding job %s until the next check.",
+                        LOCK_WAIT_S,
+                        self.job_name,
+                    )
+                    return None
             for level, line in outcome.log:
                 self.log.log(level, "%s", line)
             for found in resolved:

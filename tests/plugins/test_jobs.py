@@ -6,10 +6,18 @@ import html
 import json
 import re
 
+from elasticgrid_provider.core.fleet.ledger import ShrinkRequest
+from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.state import ScaleState
-from elasticgrid_provider.plugins.jobs import find_task_decision, job_row, parse_state
+from elasticgrid_provider.plugins.jobs import (
+    find_task_decision,
+    job_row,
+    parse_state,
+    shared_grid_of,
+)
+from elasticgrid_provider.plugins.links import job_page_path
 from elasticgrid_provider.plugins.pages import job_page, jobs_page
 from elasticgrid_provider.plugins.view import job_view
 from tests.plugins.recorded import T0, audited_job, check, deadline_job
@@ -300,3 +308,44 @@ def test_a_cost_that_is_no_number_and_a_projection_that_is_a_list_still_render()
     assert row["cost_per_hour"] is None and row["job_name"] == "audit-job"
     page = job_page(job_view(stored, now=T0))
     assert "Scale decisions: audit-job" in page
+
+
+def test_a_capacity_hold_shows_who_held_what_on_the_shared_grid():
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=8, cooldown_s=0, min_samples=3)
+    holders = {"big": {"local": 3}, "small": {"cloud": 1, "local": 1}}
+    grid = GridShare(job="checked", max_nodes=2, holders=holders)
+    state = _checked(scheduler, 2, 8.0, grid=grid)
+    view = job_view(_stored(state), now=T0 + 10)
+    row = view["timeline"][0]
+    assert (row["action"], row["held_by"]) == ("hold", "capacity (max_nodes=8)")
+    assert row["shared_grid"] == {
+        "room": 2,
+        "holders": ["'big' holds 3 on local", "'small' holds 1 on cloud and 1 on local"],
+        "preempted_by": None,
+    }
+    assert _conditions(view)["AbleToScale"][:2] == (False, "NoFreeNodes")
+    text = _text(job_page(view))
+    assert "room for 2 nodes 'big' holds 3 on local 'small' holds 1 on cloud and 1 on local" in (
+        text
+    )
+
+
+def test_a_preempted_decision_links_the_job_that_asked_for_the_nodes():
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=8, cooldown_s=3600, min_samples=3)
+    shrink = ShrinkRequest("checked", 2, "urgent", 5, T0 - 5)
+    state = _checked(scheduler, 4, 1.0, grid=GridShare(job="checked", shrink=shrink))
+    view = job_view(_stored(state), now=T0 + 10)
+    row = view["timeline"][0]
+    assert (row["action"], row["from_nodes"], row["to_nodes"]) == ("scale_down", 4, 2)
+    assert row["shared_grid"]["preempted_by"] == "urgent"
+    page = job_page(view)
+    assert f'preempted by <a href="{job_page_path("urgent")}" target="_top">urgent</a>' in page
+    # a job alone on its grid shows no shared-grid entry at all
+    alone = job_view(_stored(_checked(scheduler, 4, 1.0)), now=T0 + 10)
+    assert alone["timeline"][0]["shared_grid"] == {}
+
+
+def test_a_stored_shared_grid_of_the_wrong_types_still_renders():
+    entry = {"grid": {"max_nodes": "two", "holders": {"big": {"local": -3}, "b": "x"}}}
+    assert shared_grid_of(entry) == {"room": None, "holders": [], "preempted_by": None}
+    assert shared_grid_of({"grid": [], "preempted_by": 7}) == {}

@@ -32,7 +32,9 @@ its claim (nodes held, gain per node, restart time, deadline size) for the shari
 and **rebuild** makes one from the records alone (a lost or corrupt ledger):
 
 * a job whose launch is stopped, down or lost (:attr:`LaunchPhase.is_terminal`),
-  or that has no record, holds nothing;
+  or that has no record, holds nothing; so does a job whose launch was released as
+  ended (:func:`release` with its ``launch_id``: it finished on its own, and its record
+  still reads running) until a later launch;
 * a job whose launch is starting, running or stopping holds that launch's
   placement, ``held``; a reservation of that launch is so confirmed;
 * a reservation of another launch is dropped when the record shows a later launch
@@ -167,6 +169,8 @@ class GridLedger(JsonModel):
     capacities: dict[str, Count] | None = None
     updated_at: Finite = 0.0
     shrinks: tuple[ShrinkRequest, ...] = ()
+    ended: dict[str, str] | None = None
+    """``{job: launch_id}`` of launches released as ended while their record reads running."""
     schema_version: Annotated[int, whole(1, LEDGER_SCHEMA_VERSION)] = LEDGER_SCHEMA_VERSION
 
     def holdings_of(self, job: str) -> tuple[Holding, ...]:
@@ -294,10 +298,17 @@ def confirm(ledger: GridLedger, job: str, launch_id: str, *, now: float) -> Grid
     return replace(ledger, holdings=others + held, updated_at=now)
 
 
-def release(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
-    """``job`` holds, reserves and waits for nothing any more (it ended or was stopped)."""
+def release(
+    ledger: GridLedger, job: str, *, now: float, launch_id: str | None = None
+) -> GridLedger:
+    """``job`` holds, reserves and waits for nothing any more (it ended or was stopped);
+    with ``launch_id``, that launch ended: reconcile gives it no holdings back."""
+    ended = dict(ledger.ended or {})
+    if launch_id is not None:
+        ended[job] = launch_id
     return replace(
         ledger,
+        ended=ended or None,
         holdings=tuple(h for h in ledger.holdings if h.job != job),
         queue=tuple(request for request in ledger.queue if request.job != job),
         shrinks=tuple(s for s in ledger.shrinks if job not in (s.job, s.by_job)),
@@ -406,7 +417,8 @@ def reconcile(
             holdings.extend(known)
             continue
         manifest = records.get(job)
-        live = manifest is not None and not manifest.state.is_terminal
+        released = manifest is not None and (ledger.ended or {}).get(job) == manifest.launch_id
+        live = manifest is not None and not manifest.state.is_terminal and not released
         recorded = manifest.launch_id if manifest is not None else ""
         if manifest is not None and live:
             holdings.extend(_record_holdings(manifest, known, now))
@@ -419,7 +431,12 @@ def reconcile(
             if in_flight:
                 holdings.append(holding)
     queue = tuple(request for request in ledger.queue if not request.expired(now))
-    settled = replace(ledger, holdings=tuple(holdings), queue=queue)
+    ended = {
+        job: launch_id
+        for job, launch_id in (ledger.ended or {}).items()
+        if job in unreadable or getattr(records.get(job), "launch_id", None) == launch_id
+    }
+    settled = replace(ledger, holdings=tuple(holdings), queue=queue, ended=ended or None)
     shrinks = tuple(shrink for shrink in ledger.shrinks if _shrink_pending(settled, shrink))
     return replace(settled, shrinks=shrinks, updated_at=now)
 

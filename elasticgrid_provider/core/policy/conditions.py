@@ -6,14 +6,17 @@ status (True/False), a CamelCase reason and a one-sentence message:
 
 * ``AbleToScale``: whether the policy may act on its recommendation now. False while a
   hold other than a bound applies (cooldown: ``BackoffUp``/``BackoffDown``,
-  ``Stabilising``, ``RestartNotWorthIt``, ``NoTimeToStart``, ``FinalStretch``); True
+  ``Stabilising``, ``RestartNotWorthIt``, ``NoTimeToStart``, ``FinalStretch``,
+  ``NoFreeNodes`` on a shared grid with no free node for it); True
   after a resize (``SucceededRescale``) or when nothing holds (``ReadyForNewScale``).
 * ``ScalingActive``: whether the window measured enough to compute a size. False with
-  too few samples (``NotEnoughSamples``) or no work in them (``NoWorkMeasured``); else
-  ``ValidMetricFound``.
+  too few samples (``NotEnoughSamples``) or no work in them (``NoWorkMeasured``); True with
+  ``ShrinkRequested`` when another job's shrink request set the size; else ``ValidMetricFound``.
 * ``ScalingLimited``: True only when the recommended size was clamped to ``min_nodes``
   (``TooFewNodes``) or ``max_nodes`` (``TooManyNodes``): the policy without the bounds
-  would recommend another size, or the job runs outside them. Else ``DesiredWithinRange``.
+  would recommend another size, or the job runs outside them; or when the shared grid
+  left fewer nodes than the policy wants (``GridCapacity``, who holds what in the message).
+  Else ``DesiredWithinRange``.
 
 For ``AbleToScale`` and ``ScalingActive`` True is the healthy status; for
 ``ScalingLimited`` False is (:attr:`ConditionType.healthy_status`).
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from elasticgrid_provider.core.formatting import clock_text, number_text
+from elasticgrid_provider.core.policy.grid import CAPACITY_REASON
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule
 from elasticgrid_provider.core.validation import Choice, Flag, JsonModel, Text, choice, model
 
@@ -50,6 +54,7 @@ HOLD_REASONS = {
     HoldRule.RESTART_COST: "RestartNotWorthIt",
     HoldRule.DEADLINE: "NoTimeToStart",
     HoldRule.FINAL_STRETCH: "FinalStretch",
+    HoldRule.CAPACITY: "NoFreeNodes",
 }
 BOUND_RULES = (HoldRule.CEILING, HoldRule.FLOOR)
 
@@ -105,6 +110,9 @@ def scaling_active(*, rule: DecisionRule, why: str, samples: int, measured: bool
     """Whether the window measured enough to compute a size (module docstring)."""
     if rule is DecisionRule.MIN_SAMPLES:
         return ScaleCondition(ConditionType.SCALING_ACTIVE, False, "NotEnoughSamples", why)
+    if rule is DecisionRule.PREEMPTED:
+        message = "the size is set by a higher-priority job's shrink request, not by the samples"
+        return ScaleCondition(ConditionType.SCALING_ACTIVE, True, "ShrinkRequested", message)
     if not measured:
         message = f"the {samples} samples show no work to size from"
         return ScaleCondition(ConditionType.SCALING_ACTIVE, False, "NoWorkMeasured", message)
@@ -120,11 +128,14 @@ def scaling_limited(
     unclamped: int | None,
     min_nodes: int,
     max_nodes: int,
+    grid_limit: str | None = None,
 ) -> ScaleCondition:
-    """True only when the recommendation was clamped to a bound (module docstring).
+    """True only when the recommendation was clamped to a bound or by the shared grid
+    (module docstring).
 
     ``unclamped``: what the policy would recommend without ``min_nodes``/``max_nodes``
-    (None when not asked: the recommendation is at no bound, or there is none).
+    (None when not asked: the recommendation is at no bound, or there is none);
+    ``grid_limit``: the sentence saying what the shared grid left, when it limited a scale-up.
     """
     bounds = f"min_nodes={min_nodes}, max_nodes={max_nodes}"
     if current < min_nodes:
@@ -133,6 +144,8 @@ def scaling_limited(
     if current > max_nodes:
         message = f"the job runs {current} nodes, above the ceiling: cut to max_nodes={max_nodes}"
         return ScaleCondition(ConditionType.SCALING_LIMITED, True, "TooManyNodes", message)
+    if grid_limit is not None:
+        return ScaleCondition(ConditionType.SCALING_LIMITED, True, CAPACITY_REASON, grid_limit)
     if recommended is not None and unclamped is not None:
         if unclamped > recommended == max_nodes:
             message = (

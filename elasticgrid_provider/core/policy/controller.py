@@ -1,11 +1,13 @@
 """The controller: one decision from a window, as HPA's horizontal controller makes it.
 
 :func:`decide` checks its inputs, measures the load (:mod:`.load`), keeps what the window
-says about this size (:mod:`.memory`), then applies, in order: ``min_samples`` (too few
+says about this size (:mod:`.memory`), then applies, in order: ``preempted`` (on a shared
+grid, a higher-priority job's shrink request: :mod:`.grid`), ``min_samples`` (too few
 samples: hold), ``bounds`` (outside ``min_nodes``/``max_nodes``: back inside, no cooldown
 holds it), the sizing rules (:mod:`.calculator`), then stabilisation (no change within
 ``tolerance``; a scale-down acts on the largest size recommended in the last
-``scale_down_window_s``) and the cooldowns. It assembles the :class:`ScaleDecision` with its
+``scale_down_window_s``), the cooldowns and, on a shared grid, the room it leaves the job
+(``capacity``: :mod:`.grid`). It assembles the :class:`ScaleDecision` with its
 projection and computes its conditions (:mod:`.conditions`) once, here, where the decision
 is made; the UI and the CLI only print them. The rules are in ``docs/policy.md``.
 
@@ -41,7 +43,8 @@ from elasticgrid_provider.core.policy.decision import (
     ScaleDecision,
     verb,
 )
-from elasticgrid_provider.core.policy.holds import cooldown_hold
+from elasticgrid_provider.core.policy.grid import GridShare
+from elasticgrid_provider.core.policy.holds import capacity_hold, cooldown_hold, floor_hold
 from elasticgrid_provider.core.policy.load import (
     TREND_SAMPLES,
     arrival_spread,
@@ -52,7 +55,12 @@ from elasticgrid_provider.core.policy.load import (
 from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction
-from elasticgrid_provider.core.policy.situation import RemainingWork, Situation, Verdict
+from elasticgrid_provider.core.policy.situation import (
+    RemainingWork,
+    Situation,
+    Verdict,
+    change,
+)
 from elasticgrid_provider.core.samples import MetricsWindow
 from elasticgrid_provider.core.validation import check_integer, check_number
 
@@ -83,15 +91,19 @@ def decide(
     remaining_tokens: float | None = None,
     capacity: CapacityMemory = NO_MEASUREMENTS,
     recent: Sequence[Recommendation] = (),
+    grid: GridShare | None = None,
 ) -> ScaleDecision:
     """Decide the job's size from ``window`` at ``now`` (epoch seconds); see ``docs/policy.md``.
 
     ``current_nodes`` defaults to the newest sample's; ``deadline_at`` is epoch seconds and
     ``remaining_steps`` or ``remaining_tokens`` let the deadline rule project the finish.
     ``capacity``: what the job measured at each size (the window's measurement wins at its
-    size); ``recent``: the sizes recent checks recommended (the scale-down stabilisation).
+    size); ``recent``: the sizes recent checks recommended (the scale-down stabilisation);
+    ``grid``: what the shared grid leaves the job (:mod:`.grid`; None: alone on its grid).
     """
     _require(MetricsWindow, "window", window)
+    if grid is not None:
+        _require(GridShare, "grid", grid)
     _require(CooldownClock, "cooldown", cooldown)
     _require(CapacityMemory, "capacity", capacity)
     recommended = tuple(recent)
@@ -138,13 +150,70 @@ def decide(
         recent=recommended,
         arrival_spread=spread,
         queue_slopes=queue_slopes(window.samples[-TREND_SAMPLES:]),
+        grid=grid,
     )
     verdict = (
-        _min_samples_rule(policy, situation)
+        _preempted_rule(policy, situation)
+        or _min_samples_rule(policy, situation)
         or _bounds_rule(policy, situation)
         or _recommend(policy, situation)
     )
-    return _decision(policy, situation, verdict)
+    return _decision(policy, situation, _fitted(situation, verdict))
+
+
+def _preempted_rule(policy: ScalePolicy, situation: Situation) -> Verdict | None:
+    """A shrink request below the current size: shrink to it, never below ``min_nodes``,
+    ahead of the cooldowns and the stabilisation window (the reason names what it overrode)."""
+    shrink = None if situation.grid is None else situation.grid.shrink
+    current = situation.current
+    if shrink is None or shrink.to_nodes >= current:
+        return None
+    target = max(shrink.to_nodes, policy.min_nodes)
+    why = (
+        f"job {shrink.by_job!r} (priority {shrink.by_priority}) needs nodes this job holds "
+        f"and asked it to shrink to {shrink.to_nodes}"
+    )
+    if target > shrink.to_nodes:
+        why += f", no lower than the node floor of {policy.min_nodes}"
+    numbers: dict[str, Any] = {"shrink_to_nodes": shrink.to_nodes}
+    if target >= current:
+        held = [floor_hold(policy, current)]
+        return change(DecisionRule.PREEMPTED, why, ScaleAction.SCALE_DOWN, current, held, numbers)
+    overridden = []
+    cooldown = cooldown_hold(policy, situation, ScaleAction.SCALE_DOWN)
+    if cooldown is not None:
+        overridden.append(cooldown.reason)
+    window_start = situation.now - policy.scale_down_window_s
+    wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
+    if wanted and max(wanted) > target:
+        within = seconds_text(policy.scale_down_window_s)
+        overridden.append(f"{max(wanted)} nodes were recommended within the last {within}")
+    if overridden:
+        why += (
+            "; a preemption goes ahead of the cooldowns and the stabilisation window ("
+            + "; ".join(overridden)
+            + ")"
+        )
+    return change(DecisionRule.PREEMPTED, why, ScaleAction.SCALE_DOWN, target, [], numbers)
+
+
+def _fitted(situation: Situation, verdict: Verdict) -> Verdict:
+    """A scale-up beyond the room the shared grid leaves: clamped to it, or held by
+    ``capacity`` when it leaves no node above the current size (:mod:`.grid`)."""
+    grid, current, target = situation.grid, situation.current, verdict.target
+    room = None if grid is None else grid.max_nodes
+    if grid is None or room is None or verdict.action is not ScaleAction.SCALE_UP:
+        return verdict
+    if target is None or target <= room or target <= current:
+        return verdict
+    if room > current:
+        why = (
+            f"{verdict.why}; the shared grid leaves this job {room} nodes "
+            f"({grid.shortfall(current, target)}), so {room} is the target"
+        )
+        return replace(verdict, why=why, target=room, capacity_limit=room)
+    held = (*verdict.held_by, capacity_hold(grid, current, target))
+    return replace(verdict, held_by=held, capacity_limit=room)
 
 
 def _min_samples_rule(policy: ScalePolicy, situation: Situation) -> Verdict | None:
@@ -238,7 +307,16 @@ def _decision(policy: ScalePolicy, situation: Situation, verdict: Verdict) -> Sc
         cooldown=clock,
         recommended_nodes=verdict.recommended,
         conditions=_conditions(policy, situation, verdict, action is not ScaleAction.HOLD),
+        grid=situation.grid,
+        preempted_by=shrink.by_job if (shrink := _obeyed(situation, verdict)) else None,
     )
+
+
+def _obeyed(situation: Situation, verdict: Verdict) -> Any:
+    """The shrink request a ``preempted`` verdict obeys, else None."""
+    if verdict.rule is not DecisionRule.PREEMPTED or situation.grid is None:
+        return None
+    return situation.grid.shrink
 
 
 def _conditions(
@@ -247,6 +325,13 @@ def _conditions(
     """The decision's HPA-style conditions (:mod:`~elasticgrid_provider.core.policy.conditions`)."""
     current, wanted = situation.current, verdict.target
     up = verdict.action is ScaleAction.SCALE_UP
+    grid_limit = None
+    if situation.grid is not None and verdict.capacity_limit is not None:
+        unfitted = verdict.recommended if verdict.recommended is not None else current
+        grid_limit = (
+            f"{situation.grid.shortfall(current, max(unfitted, current + 1))}, so at most "
+            f"{max(verdict.capacity_limit, current)} nodes"
+        )
     cooldown_until = None
     changed_at = situation.cooldown.last_change_at
     if changed_at is not None:
@@ -273,6 +358,7 @@ def _conditions(
             unclamped=_unclamped(policy, situation, verdict),
             min_nodes=policy.min_nodes,
             max_nodes=policy.max_nodes,
+            grid_limit=grid_limit,
         ),
     )
 
@@ -281,6 +367,8 @@ def _unclamped(policy: ScalePolicy, situation: Situation, verdict: Verdict) -> i
     """The size the policy would recommend without ``min_nodes`` and ``max_nodes``, asked
     only when the recommendation sits on a bound (None otherwise, or with no policy run)."""
     recommended = verdict.recommended
+    if verdict.rule is DecisionRule.PREEMPTED and situation.grid and situation.grid.shrink:
+        return situation.grid.shrink.to_nodes
     if verdict.rule in (DecisionRule.MIN_SAMPLES, DecisionRule.BOUNDS) or recommended is None:
         return None
     if recommended not in (policy.min_nodes, policy.max_nodes):

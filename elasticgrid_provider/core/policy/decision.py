@@ -3,7 +3,8 @@
 A :class:`ScaleDecision` says ``scale_up``, ``scale_down`` or ``hold`` (:class:`ScaleAction`),
 the size wanted, the rule that fired (:class:`DecisionRule`), the rules that held it back
 (:class:`HeldBy`, :class:`HoldRule`), the projection behind it and its HPA-style
-conditions. ``target_nodes`` is larger than ``current_nodes`` for a scale-up, smaller for a
+conditions; on a shared grid, what the grid left it (``grid``: room, who holds what) and
+``preempted_by``, the job whose shrink request it obeys. ``target_nodes`` is larger than ``current_nodes`` for a scale-up, smaller for a
 scale-down and equal for a hold; only a hold can be held back. ``cooldown`` is the clock
 *after* the decision (:class:`CooldownClock`), stored by the caller for the next one.
 
@@ -19,6 +20,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.policy.conditions import ScaleCondition
+from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction
 from elasticgrid_provider.core.samples import WindowSignals
@@ -106,6 +108,8 @@ class ScaleDecision(JsonModel):
     projection: dict[str, Any] | None = None
     recommended_nodes: Positive | None = None
     conditions: tuple[ScaleCondition, ...] = ()
+    grid: GridShare | None = None
+    preempted_by: Text | None = None
 
     @field_validator("thresholds")
     @classmethod

@@ -3,13 +3,15 @@
 Each returns a :class:`HeldBy` (the rule and one sentence) or ``None``: ``ceiling`` and
 ``floor`` (the bounds), ``deadline`` (new nodes cannot start before it), ``final_stretch``
 (no shrink near the deadline), ``restart_cost`` (the gain does not beat the restart price
-by ``resize_margin``), ``cooldown`` (a recent change). Pure: no Airflow, no I/O.
+by ``resize_margin``), ``cooldown`` (a recent change), ``capacity`` (the shared grid has no
+free node for it, :mod:`.grid`). Pure: no Airflow, no I/O.
 """
 
 from __future__ import annotations
 
 from elasticgrid_provider.core.formatting import number_text, seconds_text
 from elasticgrid_provider.core.policy.decision import HeldBy
+from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import HoldRule, ScaleAction
 from elasticgrid_provider.core.policy.situation import Situation
@@ -80,4 +82,12 @@ def cooldown_hold(policy: ScalePolicy, situation: Situation, action: ScaleAction
         since = f"last change is recorded {seconds_text(-elapsed)} in the future"
     return HeldBy(
         HoldRule.COOLDOWN, f"in cooldown: {since}, {kind} cooldown is {seconds_text(cooldown_s)}"
+    )
+
+
+def capacity_hold(grid: GridShare, current: int, wanted: int) -> HeldBy:
+    """The shared grid leaves no node above ``current`` for a scale-up to ``wanted``."""
+    return HeldBy(
+        HoldRule.CAPACITY,
+        f"the shared grid has no free node for it: {grid.shortfall(current, wanted)}",
     )

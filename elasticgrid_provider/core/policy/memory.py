@@ -86,6 +86,12 @@ class CapacityMemory(JsonModel):
         """``(nodes, per-node rate)`` of each size measured in ``basis``, smallest first."""
         return [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
 
+    def throughput(self) -> dict[int, float]:
+        """The whole job's throughput measured at each size (tokens per second when the job
+        reports tokens, else steps): what the sharing rules' gain per node is computed from."""
+        basis = "tokens" if self.measured("tokens") else "steps"
+        return {nodes: nodes * rate for nodes, rate in self.measured(basis)}
+
     def scaling(self, basis: str, prior: float) -> tuple[float, str]:
         """The per-doubling loss of per-node throughput, and where it comes from."""
         points = self.measured(basis)

@@ -54,9 +54,13 @@ class ScalePolicy(JsonModel):
 
     OWNER = "scheduler"
 
-    min_nodes: Annotated[Positive, _about("smallest size", DecisionRule.BOUNDS, HoldRule.FLOOR)] = 1
+    min_nodes: Annotated[
+        Positive,
+        _about("smallest size", DecisionRule.BOUNDS, HoldRule.FLOOR, DecisionRule.PREEMPTED),
+    ] = 1
     max_nodes: Annotated[
-        Positive, _about("largest size", DecisionRule.BOUNDS, HoldRule.CEILING)
+        Positive,
+        _about("largest size", DecisionRule.BOUNDS, HoldRule.CEILING, HoldRule.CAPACITY),
     ] = 1024
     cooldown_s: Annotated[
         NonNegative,

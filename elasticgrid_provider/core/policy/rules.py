@@ -13,6 +13,7 @@ from elasticgrid_provider.core.validation import Choice
 class DecisionRule(Choice):
     """The rule a decision names as the one that fired, in evaluation order (``docs/policy.md``)."""
 
+    PREEMPTED = "preempted"  # a higher-priority job asked this one to shrink (the grid ledger)
     MIN_SAMPLES = "min_samples"
     BOUNDS = "bounds"
     DEADLINE_PRESSURE = "deadline_pressure"
@@ -33,6 +34,7 @@ class HoldRule(Choice):
     RESTART_COST = "restart_cost"
     STABILISATION = "stabilisation"
     COOLDOWN = "cooldown"
+    CAPACITY = "capacity"  # the shared grid has no free node for a scale-up
 
 
 class ScaleAction(Choice):

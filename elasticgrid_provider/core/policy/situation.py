@@ -14,6 +14,7 @@ from typing import Any
 
 from elasticgrid_provider.core.formatting import number_text
 from elasticgrid_provider.core.policy.decision import CooldownClock, HeldBy, Recommendation
+from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.load import LoadEstimate
 from elasticgrid_provider.core.policy.memory import CapacityMemory
 from elasticgrid_provider.core.policy.rules import DecisionRule, ScaleAction
@@ -48,6 +49,8 @@ class Situation:
     arrival_spread: float = 0.0
     queue_slopes: tuple[float, ...] = ()
     """The slope of ``queue_s`` over time between each pair of the newest steps, oldest first."""
+    grid: GridShare | None = None
+    """What the shared grid leaves the job (None: alone on its grid)."""
 
     @property
     def time_left_s(self) -> float | None:
@@ -65,6 +68,8 @@ class Verdict:
     held_by: tuple[HeldBy, ...] = ()
     recommended: int | None = None
     numbers: dict[str, Any] = field(default_factory=dict)
+    capacity_limit: int | None = None
+    """The room on the shared grid that clamped or held a scale-up (:mod:`.grid`), or None."""
 
 
 def stay(

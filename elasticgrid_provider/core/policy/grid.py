@@ -1,0 +1,80 @@
+"""The shared grid as one decision sees it: the most nodes the job may have now, who holds
+the rest, and a higher-priority job's request that it shrink.
+
+The scale check computes a :class:`GridShare` from the grid ledger
+(:mod:`elasticgrid_provider.core.policy.claim`) and hands it to
+:func:`~elasticgrid_provider.core.policy.controller.decide` as a plain value. Without one
+(``None``: no ledger, or no other job on the grid) the policy decides exactly as for a job
+alone on its grid. With one:
+
+* **preempted** (:attr:`DecisionRule.PREEMPTED`, evaluated first): a shrink request for the
+  job decides ``scale_down`` to the request's ``to_nodes``, never below ``min_nodes``, whatever
+  the cooldowns and the stabilisation window say (the reason names what it overrode); the
+  decision records ``preempted_by``. A job already at its floor holds (``floor``).
+* **capacity** (after every other rule): a scale-up beyond ``max_nodes`` (the most nodes the
+  grid leaves the job now) is clamped to it, and the ``ScalingLimited`` condition says so
+  (reason ``GridCapacity``); when that leaves no node above the current size, the decision
+  is a hold by :attr:`HoldRule.CAPACITY` whose sentence names who holds what.
+
+Pure: no Airflow, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import Field
+
+from elasticgrid_provider.core.fleet.ledger import ShrinkRequest
+from elasticgrid_provider.core.fleet.sharing import JobClaim, shortfall_sentence
+from elasticgrid_provider.core.validation import Count, JsonModel, Text, model
+
+CAPACITY_REASON = "GridCapacity"
+"""The reason of the ``ScalingLimited`` condition when the shared grid clamped a scale-up."""
+
+
+@model
+class GridShare(JsonModel):
+    """What the shared grid leaves one job at one check (module docstring)."""
+
+    WHERE = "grid share"
+
+    job: Text
+    max_nodes: Count | None = None
+    """The most nodes the job may have now (its own and its share of the free); None: no limit."""
+    holders: dict[str, dict[str, Count]] = Field(default_factory=dict)
+    """The nodes every other job uses, ``{job: {provider: nodes}}``: who holds what."""
+    shrink: ShrinkRequest | None = None
+    """A higher-priority job's request that this one shrink, or None."""
+
+    def text(self) -> str:
+        """The share in one line for the CLI: the room, who holds what, a shrink request."""
+        room = "no limit" if self.max_nodes is None else f"room for {self.max_nodes} nodes"
+        parts = [room, *holder_phrases(self.holders)]
+        if self.shrink is not None:
+            shrink = self.shrink
+            parts.append(
+                f"job {shrink.by_job!r} (priority {shrink.by_priority}) asked it to shrink "
+                f"to {shrink.to_nodes}"
+            )
+        return "; ".join(parts)
+
+    def shortfall(self, current: int, wanted: int) -> str:
+        """``job 'a' wants 2 more nodes but 0 are free: 'b' holds 4 on local``."""
+        claim = JobClaim(job=self.job, nodes=current, wanted=wanted, min_nodes=min(current, wanted))
+        room = max(0, (self.max_nodes if self.max_nodes is not None else wanted) - current)
+        return shortfall_sentence(claim, room, self.holders)
+
+
+def holder_phrases(holders: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """``'b' holds 4 on local`` per job that holds nodes, most nodes first, then by name."""
+    held = [
+        (job, {provider: nodes for provider, nodes in by_provider.items() if nodes > 0})
+        for job, by_provider in holders.items()
+    ]
+    held.sort(key=lambda item: (-sum(item[1].values()), item[0]))
+    return [
+        f"{job!r} holds " + " and ".join(f"{n} on {p}" for p, n in sorted(by_provider.items()))
+        for job, by_provider in held
+        if by_provider
+    ]
