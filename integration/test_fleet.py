@@ -235,7 +235,7 @@ def test_two_jobs_triggered_at_once_the_second_waits_for_the_grid_then_runs(
 ):
     jobs = {W1: "fleet-wait-1", W2: "fleet-wait-2"}
     fleet_jobs.extend(jobs.values())
-    size = {"nodes": 3, "min_nodes": 1, "steps": 40}  # 3 + 3 > 4: one must wait
+    size = {"nodes": 3, "min_nodes": 1, "steps": 100}  # 3 + 3 > 4: one must wait
     watch = Watch(deployment)
     with watch.running():
         runs = trigger_at_once(
