@@ -8,8 +8,9 @@ day, a priority class and a ``min_nodes`` (a quarter of its launch size). A
 batch job's deadline and a stream's load count from its arrival: time spent
 queued is time lost.
 
-Time advances in checks of ``CHECK_S`` (five minutes: a fleet's sensors poke less often
-than the policy benchmark's single job, and the policy costs a few ms a call). At each check, every running
+Time advances in checks of ``CHECK_S`` (five minutes: a fleet's sensors poke less
+often than the policy benchmark's single job, and the policy costs a few ms a
+call). At each check, every running
 job has run at its size since the last one (steps or batches with their
 samples, exactly as in the policy benchmark); each one asks its own scale
 policy for a size, through the same one-transition code as ``bench_policy``
@@ -23,12 +24,18 @@ grid's scheduler decides who gets what:
   strictly-lower-priority jobs to their ``min_nodes``, lowest priority and
   latest started first; a scale-up is granted whole when it fits, by priority
   then arrival, or held; no gain-based sharing.
-* **sharing**: :mod:`elasticgrid_provider.core.fleet.sharing`: a launch asks
-  for its size (a batch job: at least the size its deadline needs, which the
-  provider knows at launch), and takes it, or preempts lower priorities toward ``min_nodes``, or takes what
-  fits at or above ``min_nodes`` (a batch job: only when that still meets its
-  deadline, else it waits); a scale-up behind its deadline may preempt;
-  the rest of the free nodes go by gain net of the restart.
+* **sharing**: :mod:`elasticgrid_provider.core.fleet.sharing`. The queue by
+  priority, and within a priority the jobs that can still meet their deadline
+  before those that no longer can, then arrival. A launch needs its
+  ``min_nodes``, or, for a batch job, the size its deadline needs if larger
+  (which the provider knows at launch); it wants its launch size or that. It
+  gets what it wants when that fits (the launches waiting ahead keep their
+  needs), or preempts lower priorities for its need, or waits. A running job
+  behind its deadline may preempt for its deadline size (a stream: the size
+  its policy asks for, its latency goal being its deadline, unless more of its
+  batches are late already than the goal allows). The rest of the free nodes
+  go by the sharing rules: deadline needs first, the waiting launches' needs
+  held for them, then throughput net of the restart.
 
 Shrinks are always granted. A resize stops the job for its ``startup_s``
 (the step or batch in flight is lost), paid at the larger size; a launch
@@ -39,6 +46,7 @@ counts the nodes held against the grid's capacity: over-subscription.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -56,11 +64,11 @@ from benchmarks.policy_simulator import (
 )
 from elasticgrid_provider.core.fleet.sharing import (
     JobClaim,
-    ShortfallMode,
     Verdict,
     decide_shortfall,
     gain_per_node,
     plan_preemption,
+    queue_ahead,
     share_free_nodes,
 )
 from elasticgrid_provider.core.samples import StepSample
@@ -208,19 +216,29 @@ class Run:
 
     # -- what the sharing rules are told ---------------------------------------------------
 
+    def _latency_lost(self, now: float) -> bool:
+        """A stream whose batches late already (served, or still waiting, past the latency
+        goal) exceed the share its goal allows of all its batches."""
+        latency_s = latency_goal_s()
+        late = sum(1 for wait in self.waits if wait > latency_s)
+        overdue = bisect.bisect_right(self.arrivals, now - self.job.arrival_s - latency_s)
+        late += max(0, overdue - self.index)
+        return late > (1.0 - LATENCY_SHARE) * len(self.arrivals)
+
     def claim(self, wanted: int, now: float, capacity: int) -> JobClaim:
         """This job's claim on the grid at ``now``, wanting ``wanted`` nodes."""
         work = self.job.work
         if isinstance(work, BatchJob):
             left = work.steps - self.done
             remaining = left * work.step_s(self.nodes)
-            deadline_nodes = _deadline_nodes(work, left, self.job.arrival_s + work.deadline_s - now,
-                                             capacity)  # fmt: skip
+            time_left = self.job.arrival_s + work.deadline_s - now
+            deadline_nodes = _deadline_nodes(work, left, time_left, capacity, self.nodes)
         else:  # the load still to come, or the backlog to serve if that takes longer
             arrived = bisect.bisect_right(self.arrivals, now - self.job.arrival_s)
             backlog_s = (arrived - self.index) * work.batch_tokens / work.capacity(self.nodes)
             remaining = max(self.job.arrival_s + work.duration_s - now, backlog_s, 0.0)
-            deadline_nodes = 0
+            # its latency goal needs what its policy asks for, unless that goal is lost already
+            deadline_nodes = 0 if self._latency_lost(now) else wanted
         return JobClaim(
             job=self.job.name,
             nodes=self.nodes,
@@ -252,13 +270,17 @@ def _launch_deadline_nodes(job: FleetJob, now: float, capacity: int) -> int:
     work = job.work
     if not isinstance(work, BatchJob):
         return 0
-    return _deadline_nodes(work, work.steps, job.arrival_s + work.deadline_s - now, capacity)
+    return _deadline_nodes(work, work.steps, job.arrival_s + work.deadline_s - now, capacity, 0)
 
 
-def _deadline_nodes(job: BatchJob, steps_left: int, time_left: float, capacity: int) -> int:
-    """The smallest size that still meets the deadline after a restart; 0 when none does."""
+def _deadline_nodes(
+    job: BatchJob, steps_left: int, time_left: float, capacity: int, nodes_now: int
+) -> int:
+    """The smallest size that still meets the deadline: another size pays a restart (a
+    launch, from 0 nodes, does not); 0 when none does."""
     for nodes in range(1, capacity + 1):
-        if job.startup_s + steps_left * job.step_s(nodes) <= time_left:
+        restart = job.startup_s if nodes_now and nodes != nodes_now else 0.0
+        if restart + steps_left * job.step_s(nodes) <= time_left:
             return nodes
     return 0
 
@@ -327,53 +349,70 @@ def quota(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
 
 def sharing(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
             queue: list[FleetJob]) -> Starts:  # fmt: skip
-    """The provider's rules: preempt for higher priorities, then share by gain."""
+    """The provider's rules: launches (preempting lower priorities), deadline-pressure scale-ups
+    (the same), then the free nodes by gain, the waiting launches' needs held for them."""
     _grant_shrinks(now, runs, wanted)
     by_name = {run.job.name: run for run in runs}
     claims = {run.job.name: run.claim(wanted.get(run.job.name, run.nodes), now, capacity)
               for run in runs}  # fmt: skip
-    ordered = sorted(queue, key=lambda job: (-job.priority, job.arrival_s, job.name))
-    requests = [
-        JobClaim(job=j.name, nodes=0, min_nodes=j.min_nodes, priority=j.priority,
-                 wanted=max(j.launch_nodes, _launch_deadline_nodes(j, now, capacity)))
-        for j in ordered
-    ]  # fmt: skip
+    requests = {job.name: _launch_claim(job, now, capacity) for job in queue}
+    lost = {
+        job.name: isinstance(job.work, BatchJob) and not requests[job.name].deadline_nodes
+        for job in queue
+    }  # a batch job no size brings in by its deadline: served last
+    ordered = sorted(queue, key=lambda job: (-job.priority, lost[job.name], job.arrival_s,
+                                             job.name))  # fmt: skip
     starts: Starts = []
-    held_for_starts = 0
+    waiting: list[JobClaim] = []
+
+    def room(claim: JobClaim) -> dict[str, int]:
+        held = sum(nodes for _, nodes in starts)
+        kept = sum(ahead.extra_needed for ahead in queue_ahead(claim, waiting))
+        return {PROVIDER: max(0, free_nodes(capacity, runs) - held - kept)}
 
     def preempt(request: JobClaim) -> int:
-        free = {PROVIDER: free_nodes(capacity, runs) - held_for_starts}
-        plan = plan_preemption(request, free, claims.values())
+        plan = plan_preemption(request, room(request), claims.values())
         for shrink in plan.shrinks:
             by_name[shrink.job].resize(shrink.to_nodes, now)
             claims[shrink.job] = by_name[shrink.job].claim(shrink.to_nodes, now, capacity)
         return plan.granted
 
-    for job, request in zip(ordered, requests, strict=True):
-        free = {PROVIDER: free_nodes(capacity, runs) - held_for_starts}
-        decision = decide_shortfall(request, free)
+    for job in ordered:
+        request = requests[job.name]
+        decision = decide_shortfall(request, room(request))
         granted = decision.nodes if decision.verdict == Verdict.GRANTED else preempt(request)
-        if not granted:  # take what fits, unless that is too small for its deadline: wait
-            taken = decide_shortfall(request, free, mode=ShortfallMode.TAKE_WHAT_FITS)
-            granted = taken.nodes if taken.verdict == Verdict.GRANTED else 0
-            if granted < _launch_deadline_nodes(job, now, capacity):
-                granted = 0
         if granted:
             starts.append((job, granted))
-            held_for_starts += granted
+        else:
+            waiting.append(request)
     behind = sorted(
         (claim for claim in claims.values() if claim.deadline_nodes > claim.nodes),
         key=lambda claim: (-claim.priority, claim.job),
     )
     for claim in behind:
-        granted = preempt(replace(claim, wanted=claim.deadline_nodes))
+        granted = preempt(
+            replace(claim, wanted=claim.deadline_nodes, min_nodes=claim.deadline_nodes)
+        )
         if granted > claim.nodes:
             by_name[claim.job].resize(granted, now)
             claims[claim.job] = replace(claim, nodes=granted, wanted=granted)
-    free = {PROVIDER: free_nodes(capacity, runs) - held_for_starts}
-    for resize in share_free_nodes(free, claims.values()):
-        by_name[resize.job].resize(resize.to_nodes, now)
+    free = {PROVIDER: free_nodes(capacity, runs) - sum(nodes for _, nodes in starts)}
+    jobs = {job.name: job for job in ordered}
+    for resize in share_free_nodes(free, [*claims.values(), *waiting]):
+        if resize.from_nodes == 0:  # a waiting launch that fits after all
+            starts.append((jobs[resize.job], resize.to_nodes))
+        else:
+            by_name[resize.job].resize(resize.to_nodes, now)
     return starts
+
+
+def _launch_claim(job: FleetJob, now: float, capacity: int) -> JobClaim:
+    """A queued job's request: at least the size its deadline needs (when one still does), and
+    never less than that: a batch job started too small for its deadline would miss it."""
+    need = _launch_deadline_nodes(job, now, capacity)
+    wanted = max(job.launch_nodes, need)
+    return JobClaim(job=job.name, nodes=0, wanted=wanted, min_nodes=max(job.min_nodes, need),
+                    priority=job.priority, deadline_nodes=need)  # fmt: skip
 
 
 SCHEDULERS: dict[str, Scheduler] = {"fcfs": fcfs, "quota": quota, "sharing": sharing}
@@ -463,6 +502,7 @@ def _decider(job: FleetJob) -> Decider:
     return decide
 
 
+@functools.cache
 def latency_goal_s() -> float:
     """A stream's latency goal: the scale policy's ``drain_s``, as in ``bench_policy``."""
     return float(scheduler_for(60.0).drain_s)

@@ -11,9 +11,11 @@ from benchmarks.policy_simulator import BatchJob
 from benchmarks.report import Report
 
 
-def batch_job(name: str, arrival_s: float, launch_nodes: int, priority: int = 0):
-    """A job of 10 steps of 60 s at one node (no all-reduce), due in a day."""
-    work = BatchJob(steps=10, work_s=60.0 * launch_nodes, comm_s=0.0, deadline_s=86400.0,
+def batch_job(
+    name: str, arrival_s: float, launch_nodes: int, priority: int = 0, deadline_s: float = 86400.0
+):
+    """A job of 10 steps of 60 s at its launch size (no all-reduce), due in a day by default."""
+    work = BatchJob(steps=10, work_s=60.0 * launch_nodes, comm_s=0.0, deadline_s=deadline_s,
                     launch_nodes=launch_nodes, startup_s=30.0)  # fmt: skip
     return fleet_simulator.FleetJob(name, arrival_s, priority, 1, work)
 
@@ -29,12 +31,27 @@ def test_fcfs_runs_the_second_job_when_the_first_gives_its_nodes_back():
     assert outcome.oversubscribed_checks == 0
 
 
-def test_a_higher_priority_launch_shrinks_a_lower_job_toward_min_nodes_under_sharing():
+def test_a_higher_priority_launch_shrinks_a_lower_job_for_the_size_it_needs_under_sharing():
+    # 'high' needs 3 of its 4 nodes for its deadline (10 steps of 80 s in 1000 s)
+    jobs = [
+        batch_job("low", 0.0, 4, priority=0),
+        batch_job("high", 300.0, 4, priority=2, deadline_s=1000.0),
+    ]
+    outcome = fleet_simulator.simulate(jobs, 4, "sharing")
+    high, low = sorted(outcome.runs, key=lambda run: run.job.name)
+    assert (high.started_s, high.sizes[0]) == (300.0, 3)  # at once, at its deadline size
+    assert low.sizes[:2] == [4, 1]  # shrunk to its min_nodes for it
+    assert high.met_goal(fleet_simulator.latency_goal_s())
+    assert outcome.oversubscribed_checks == 0
+
+
+def test_a_lower_job_is_shrunk_only_for_what_the_higher_launch_needs():
+    # due in a day, 'high' needs 1 node: 'low' gives up one node, not all it can
     jobs = [batch_job("low", 0.0, 4, priority=0), batch_job("high", 300.0, 4, priority=2)]
     outcome = fleet_simulator.simulate(jobs, 4, "sharing")
     high, low = sorted(outcome.runs, key=lambda run: run.job.name)
-    assert high.started_s == 300.0  # at once, not after the low job
-    assert low.resizes >= 1 and min(low.sizes) == 1  # shrunk to its min_nodes for it
+    assert (high.started_s, high.sizes[0]) == (300.0, 1)
+    assert low.sizes[:2] == [4, 3]
     assert outcome.oversubscribed_checks == 0
 
 

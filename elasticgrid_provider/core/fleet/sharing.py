@@ -25,17 +25,32 @@ leaves on time before those it would put behind their own deadline (their
 ``deadline_nodes`` above their ``min_nodes``), then least gain lost per node
 freed (the work the nodes would have done, plus the restart the shrink costs),
 then by name. Nothing is shrunk unless the request then gets at least
-its ``min_nodes``; no more is freed than it wants.
+its ``min_nodes``, and others are shrunk only for what it needs (up to its
+``min_nodes``), not for all it wants: it gets the rest from free nodes, now or
+as they free up.
 
 **Sharing by gain** (:func:`share_free_nodes`). When capacity frees up, or
 several jobs want more than is free, nodes are handed out one step at a time.
-A job's first step is the smallest useful one: at least up to its
-``min_nodes``, the whole gap to its ``deadline_nodes`` when it is behind its
-deadline, and never a step that gains less than its restart price; a job that
-already got a step takes further nodes one by one (the resize is paid once).
-Each step goes to the claim first by priority, then by deadline risk removed
-(the share of the gap to ``deadline_nodes`` the step closes), then by
-throughput gained net of the restart price per node, then by name.
+A claim holding 0 nodes is a queued launch. Its first step is its need: its
+``min_nodes``, or its ``deadline_nodes`` when larger (a job started below the
+size its deadline needs would miss it). A running job's first step is the
+smallest useful one: at least up to its ``min_nodes``, the gap to its
+``deadline_nodes`` (or what of it fits) when it is behind its deadline, and
+never a step that gains less than its restart price; a job that already got a
+step takes further nodes one by one (the resize is paid once). Steps are
+served needs before wishes:
+
+1. steps that remove deadline risk (close part of a gap to ``deadline_nodes``),
+   of launches and running jobs alike;
+2. launches without a deadline, to their ``min_nodes``;
+3. steps that only add throughput.
+
+Within each, by priority, then queued launches before running jobs, then by
+deadline risk removed (the share of the gap the step closes), then by
+throughput gained net of the restart price per node, then by name. When the
+next step in this order is a launch whose need does not fit, the hand-out stops:
+the free nodes are held for it, and no job after it in the order grows into
+them (a launch otherwise waits behind running jobs that keep growing).
 
 What a node is worth: a job at ``n`` nodes that grows by ``k`` gains
 ``k * gain_per_node * remaining_s`` useful node-seconds (``gain_per_node`` is the
@@ -50,6 +65,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
+from enum import IntEnum
 from typing import Annotated
 
 from pydantic import model_validator
@@ -108,7 +124,8 @@ class JobClaim(JsonModel):
     remaining_s: NonNegative = 0.0
     restart_s: NonNegative = 0.0
     deadline_nodes: Count = 0
-    """The size it needs to meet its deadline (0: no deadline, or met at any size)."""
+    """The size it needs to meet its deadline (0: no deadline, met at any size, or no size
+    meets it any more). A stream may count its latency goal as its deadline."""
 
     @model_validator(mode="after")
     def _wanted_reaches_min(self) -> JobClaim:
@@ -240,7 +257,8 @@ def plan_preemption(
     """Shrink strictly-lower-priority elastic jobs toward their ``min_nodes`` to fit ``request``.
 
     No plan (no shrinks, nothing granted) when even every allowed shrink leaves the
-    request below its ``min_nodes``; the plan frees no more than the request wants.
+    request below its ``min_nodes``; others are shrunk for what it needs (up to its
+    ``min_nodes``), and it is granted up to what it wants from the free nodes.
     """
     available = free_total(free)
     wanted, needed = request.extra_wanted, max(request.extra_needed, 1)
@@ -257,7 +275,7 @@ def plan_preemption(
     )
     if available + sum(c.nodes - c.min_nodes for c in victims) < needed:
         return PreemptionPlan(request.job)
-    shortage, shrinks = wanted - available, []
+    shortage, shrinks = needed - available, []  # shrink others for its need, not its wish
     for victim in victims:
         if shortage <= 0:
             break
@@ -285,22 +303,21 @@ def _loss_per_node(claim: JobClaim, nodes: int) -> float:
 
 
 def share_free_nodes(free: Mapping[str, int], claims: Iterable[JobClaim]) -> tuple[Resize, ...]:
-    """Hand the free nodes to the claims that want more, step by step by gain (module rules)."""
+    """Hand the free nodes to the claims that want more, step by step (module rules); a claim
+    at 0 nodes is a queued launch, and the nodes it needs are held for it while it waits."""
     left = free_total(free)
     ordered = sorted(claims, key=lambda claim: claim.job)
     given = {claim.job: 0 for claim in ordered}
     while left > 0:
-        best: tuple[tuple[int, float, float, str], JobClaim, int] | None = None
+        best: tuple[StepKey, JobClaim, int] | None = None
         for claim in ordered:
             offer = _next_step(claim, given[claim.job], left)
-            if offer is None:
-                continue
-            step, risk_removed, net_per_node = offer
-            key = (-claim.priority, -risk_removed, -net_per_node, claim.job)
-            if best is None or key < best[0]:
-                best = (key, claim, step)
-        if best is None:
-            break
+            if offer is not None:
+                key = _step_key(claim, *offer[1:])
+                if best is None or key < best[0]:
+                    best = (key, claim, offer[0])
+        if best is None or best[2] > left:
+            break  # nothing is wanted, or the next in line is a launch that does not fit yet
         _, claim, step = best
         given[claim.job] += step
         left -= step
@@ -311,17 +328,44 @@ def share_free_nodes(free: Mapping[str, int], claims: Iterable[JobClaim]) -> tup
     )
 
 
+StepKey = tuple[int, int, bool, float, float, str]
+
+
+class StepKind(IntEnum):
+    """What a step is for, in the order steps are served: needs before wishes."""
+
+    DEADLINE = 0  # it removes deadline risk
+    LAUNCH = 1  # it starts a queued job at its min_nodes
+    THROUGHPUT = 2  # it only makes a running job faster
+
+
+def _step_key(claim: JobClaim, risk_removed: float, net_per_node: float) -> StepKey:
+    """The order of steps: their kind, then priority, queued launches before running jobs,
+    deadline risk removed, net gain per node, name."""
+    if risk_removed > 0:
+        kind = StepKind.DEADLINE
+    elif claim.nodes == 0:
+        kind = StepKind.LAUNCH
+    else:
+        kind = StepKind.THROUGHPUT
+    return (kind.value, -claim.priority, claim.nodes > 0, -risk_removed, -net_per_node, claim.job)
+
+
 def _next_step(claim: JobClaim, given: int, left: int) -> tuple[int, float, float] | None:
-    """The claim's next step (nodes, deadline risk removed, net gain per node), or None."""
+    """The claim's next step (nodes, deadline risk removed, net gain per node), or None. A queued
+    launch's first step is its whole need, even when it does not fit ``left``: it waits for it."""
     room = min(claim.extra_wanted - given, left)
-    if room <= 0:
+    if claim.extra_wanted - given <= 0:
         return None
     size = claim.nodes + given
     gap = max(0, claim.deadline_nodes - size)
-    if given:
+    if not claim.nodes and not given:
+        step = max(claim.extra_needed, min(gap, claim.wanted), 1)
+        net = claim.net_gain(step) / step
+    elif given:
         step = 1
         net = claim.net_gain(given + 1) - claim.net_gain(given)  # one more node, same resize
-        if net <= 0:
+        if net <= 0 or room <= 0:
             return None
     else:
         first = _first_step(claim, room, gap)
@@ -333,13 +377,13 @@ def _next_step(claim: JobClaim, given: int, left: int) -> tuple[int, float, floa
 
 
 def _first_step(claim: JobClaim, room: int, gap: int) -> int | None:
-    """The smallest useful first step: up to ``min_nodes``, the deadline gap, and worth its
-    restart; None when no step within ``room`` is."""
+    """A running job's smallest useful first step: up to ``min_nodes``, the deadline gap (or what
+    of it fits), and worth its restart; None when no step within ``room`` is."""
     least = max(claim.extra_needed, min(gap, room), 1)
     if least > room:
         return None
-    if not claim.nodes or claim.net_gain(least) > 0:
-        return least  # a launch pays no restart: it starts at its min_nodes at least
+    if claim.net_gain(least) > 0:
+        return least
     per_node = claim.gain_per_node * claim.remaining_s - claim.restart_s
     if per_node <= 0:
         return None  # no step repays its restart

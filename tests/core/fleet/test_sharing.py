@@ -140,12 +140,22 @@ def test_a_higher_priority_request_shrinks_lower_ones_toward_min_nodes_lowest_fi
         running("peer", 6, 5),
         running("rigid", 6, 0, elastic=False),
     ]
-    plan = plan_preemption(claim("urgent", 0, 4, priority=5, min_nodes=2), {"local": 1}, claims)
+    plan = plan_preemption(claim("urgent", 0, 6, priority=5, min_nodes=4), {"local": 1}, claims)
     assert plan.shrinks == (
         Resize("low", 3, 2, preempted_by="urgent"),
         Resize("mid", 4, 2, preempted_by="urgent"),
     )
     assert (plan.nodes_freed, plan.granted) == (3, 4)
+
+
+def test_others_are_shrunk_for_what_a_request_needs_not_all_it_wants():
+    # it needs 2 (its min_nodes) and wants 6: one node is free, one more is taken from 'low';
+    # it grows toward 6 later, from nodes that free up
+    plan = plan_preemption(
+        claim("urgent", 0, 6, priority=5, min_nodes=2), {"local": 1}, [running("low", 4, 0)]
+    )
+    assert plan.shrinks == (Resize("low", 4, 3, preempted_by="urgent"),)
+    assert (plan.nodes_freed, plan.granted) == (1, 2)
 
 
 def test_equal_priority_jobs_are_never_shrunk_for_each_other():
@@ -167,14 +177,16 @@ def test_a_request_that_fits_shrinks_nobody():
 def test_within_a_priority_the_job_losing_least_net_of_its_restart_is_shrunk_first():
     efficient = running("efficient", 4, 0, gain_per_node=1.0)
     wasteful = running("wasteful", 4, 0, gain_per_node=0.2)
-    plan = plan_preemption(claim("a", 0, 2, priority=1), {}, [efficient, wasteful])
+    plan = plan_preemption(claim("a", 0, 2, priority=1, min_nodes=2), {}, [efficient, wasteful])
     assert plan.shrinks == (Resize("wasteful", 4, 2, preempted_by="a"),)
 
 
 def test_a_job_a_shrink_would_put_behind_its_deadline_is_shrunk_last_within_its_priority():
     on_deadline = running("on-deadline", 4, 0, gain_per_node=0.1, deadline_nodes=4)
     no_deadline = running("no-deadline", 4, 0, gain_per_node=1.0)
-    plan = plan_preemption(claim("a", 0, 2, priority=1), {}, [on_deadline, no_deadline])
+    plan = plan_preemption(
+        claim("a", 0, 2, priority=1, min_nodes=2), {}, [on_deadline, no_deadline]
+    )
     assert plan.shrinks == (Resize("no-deadline", 4, 2, preempted_by="a"),)
 
 
@@ -250,6 +262,36 @@ def test_a_queued_launch_starts_at_its_min_nodes_at_least():
     assert share_free_nodes({"p": 5}, [launch]) == (Resize("new", 0, 4),)
     measured = claim("new", 0, 6, min_nodes=4, remaining_s=600.0, restart_s=60.0)
     assert share_free_nodes({"p": 5}, [measured]) == (Resize("new", 0, 5),)
+
+
+def test_a_queued_launch_starts_at_the_size_its_deadline_needs_or_waits():
+    launch = claim("new", 0, 8, min_nodes=2, deadline_nodes=6)
+    assert share_free_nodes({"p": 5}, [launch]) == ()  # 5 would start it too late
+    assert share_free_nodes({"p": 6}, [launch]) == (Resize("new", 0, 6),)
+
+
+def test_a_waiting_launch_holds_the_free_nodes_it_needs_against_growth():
+    # 'new' needs 4 and 3 are free: they stay free for it, not given to 'runner' to grow
+    launch, runner = claim("new", 0, 6, min_nodes=4), grower("runner", 2, 8)
+    assert share_free_nodes({"p": 3}, [launch, runner]) == ()
+    # a job of a higher priority behind its deadline is served first all the same
+    urgent = grower("urgent", 2, 5, priority=1, deadline_nodes=5)
+    assert share_free_nodes({"p": 3}, [launch, runner, urgent]) == (Resize("urgent", 2, 5),)
+
+
+def test_a_queued_launch_goes_before_a_running_job_at_the_same_priority():
+    launch = claim("new", 0, 3, min_nodes=3, deadline_nodes=3)
+    late = grower("late", 2, 5, deadline_nodes=5)
+    assert share_free_nodes({"p": 3}, [late, launch]) == (Resize("new", 0, 3),)
+
+
+def test_deadline_risk_goes_before_throughput_whatever_the_priority():
+    late = grower("late-low", 2, 4, deadline_nodes=4)
+    fast = grower("fast-high", 2, 8, priority=2)
+    assert share_free_nodes({"p": 3}, [fast, late]) == (
+        Resize("fast-high", 2, 3),
+        Resize("late-low", 2, 4),
+    )
 
 
 def test_ties_are_broken_by_name_whatever_the_order():
