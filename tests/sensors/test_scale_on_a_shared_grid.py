@@ -153,15 +153,16 @@ def test_two_jobs_claims_share_the_nodes_a_finished_job_frees_by_gain(airflow_db
     assert _held_rules(_check("dear", **dear).xcom("scale_check")) == ["capacity"]
 
 
-def _deadline_pressed(priority: int) -> dict[str, Any]:
-    """Far behind: 1,000 steps left at 2 s a step on 1 node, 10 minutes to go."""
+def _deadline_pressed(priority: int, max_nodes: int = 2) -> dict[str, Any]:
+    """Far behind: 1,000 steps left at 2 s a step on 1 node, 10 minutes to go; it asks for
+    ``max_nodes`` (its deadline size within its bounds)."""
     deadline = datetime.now(timezone.utc) + timedelta(minutes=10)
     return {
         "samples": _samples(1, queue_s=0.0, duration_s=2.0),
         "deadline": deadline.isoformat(),
         "remaining_steps": 1000,
         "priority": priority,
-        "policy": {"max_nodes": 4},
+        "policy": {"max_nodes": max_nodes},
     }
 
 
@@ -178,7 +179,7 @@ def test_a_higher_priority_deadline_pressed_job_preempts_a_lower_one_to_its_min_
     assert _held_rules(asked) == ["capacity"]
     shrinks = _ledger(jobs_root).shrinks
     assert [(s.job, s.to_nodes, s.by_job, s.by_priority) for s in shrinks] == [
-        ("batch", 2, "urgent", 5)  # it wants 3 more, but batch never goes below its min_nodes
+        ("batch", 2, "urgent", 5)  # it needs 1 more: batch gives it, down to its min_nodes
     ]
 
     # batch's own check obeys, though its policy would hold and its cooldown is long
@@ -192,6 +193,19 @@ def test_a_higher_priority_deadline_pressed_job_preempts_a_lower_one_to_its_min_
     )
     assert (record["rule"], record["preempted_by"]) == ("preempted", "urgent")
     assert "job 'urgent' (priority 5) needs nodes this job holds" in record["reason"]
+
+
+def test_a_deadline_pressed_job_shrinks_nobody_when_its_deadline_stays_out_of_reach(
+    airflow_db, jobs_root
+):
+    _launch("batch", 3)
+    _launch("urgent", 1)
+    _record(jobs_root, "batch", priority=0, min_nodes=2)
+    _record(jobs_root, "urgent", priority=5, min_nodes=1)
+    # it needs 3 more to meet its deadline; batch can give 1: a restart for nothing
+    asked = _check("urgent", **_deadline_pressed(priority=5, max_nodes=4)).xcom("scale_check")
+    assert _held_rules(asked) == ["capacity"]
+    assert _ledger(jobs_root).shrinks == ()
 
 
 def test_a_job_of_equal_priority_is_never_shrunk(airflow_db, jobs_root):

@@ -210,8 +210,11 @@ def _ask_shrinks(
     ``min_nodes``) for the nodes the grid does not leave the job."""
     # the nodes the sharing left the job, as one count (the rule sums free nodes, whatever
     # the provider): the shrinks make up the rest of what it wants
+    # the need is the deadline size: others are shrunk only when that makes it reachable
     available = {"grid": max(0, room - request.current_nodes)}
-    plan = plan_preemption(request.as_claim(), available, holder_claims(ledger, request.job))
+    claim = request.as_claim()
+    claim = replace(claim, min_nodes=max(claim.min_nodes, claim.deadline_nodes))
+    plan = plan_preemption(claim, available, holder_claims(ledger, request.job))
     if not plan.shrinks:
         return ledger
     asked = ", ".join(f"{s.job} {s.from_nodes} -> {s.to_nodes}" for s in plan.shrinks)

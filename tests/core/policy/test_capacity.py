@@ -234,7 +234,7 @@ def test_a_deadline_pressed_job_asks_only_lower_priority_jobs_to_shrink() -> Non
     ledger = _holding(GridLedger(), "low", 16, priority=0, min_nodes=12)
     ledger = _holding(ledger, "peer", 4, priority=3, min_nodes=1)
     ledger = _holding(ledger, "a", 4, priority=3, min_nodes=1)  # the grid is full
-    policy = ScalePolicy(max_nodes=24)
+    policy = ScalePolicy(max_nodes=8)  # its deadline size (8) is reachable by shrinking 'low'
     window = steady(4, step_s=2.0)
     state = ScaleState(job_name="a").observe(window.samples, 4, T0)
     lines: list[tuple[int, str]] = []
@@ -266,3 +266,23 @@ def test_the_cli_prints_the_shared_grid_and_preempted_by_as_recorded() -> None:
     assert "job 'urgent' (priority 5) asked it to shrink to 5" in lines
     alone = "\n".join(decision_lines(decide(ScalePolicy(), QUEUED_8, now=T0)))
     assert "shared grid" not in alone and "preempted by" not in alone
+
+
+def test_a_deadline_pressed_job_shrinks_nobody_when_its_deadline_size_stays_out_of_reach() -> None:
+    # 'low' can give up 4 nodes (16 -> 12) but 'a' wants to grow to 24: shrinking 'low' would
+    # cost it a restart and still leave 'a' behind its deadline, so nobody is asked
+    ledger = _holding(GridLedger(), "low", 16, priority=0, min_nodes=12)
+    ledger = _holding(ledger, "peer", 4, priority=3, min_nodes=1)
+    ledger = _holding(ledger, "a", 4, priority=3, min_nodes=1)
+    policy = ScalePolicy(max_nodes=24)
+    state = ScaleState(job_name="a").observe(steady(4, step_s=2.0).samples, 4, T0)
+
+    def decide_with(share):
+        return state.decide(policy, T0, deadline_at=T0 + 600, remaining_steps=1000, grid=share)
+
+    grid = SharedGrid(ledger, {"local": 24}, priority=3)
+    record, after = claim_the_grid("a", grid, state.capacity, policy, decide_with, T0, [])
+    assert record.decision.rule is DecisionRule.DEADLINE_PRESSURE
+    assert [hold.rule for hold in record.decision.held_by] == [HoldRule.CAPACITY]
+    assert after.shrinks == ()
+    assert [request.job for request in after.queue] == ["a"]
