@@ -12,7 +12,11 @@ ledger (recorded by the last reservation), else from the built-in grid.
 ``--json``: ``{"ledger", "note", "capacity_source", "providers": [{"name",
 "capacity", "free", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
 "priority", "min_nodes", "launch_id", "held", "reserved"}], "queue": [{"job",
-"nodes", "min_nodes", "since", "priority", "timeout_s", "position"}], "updated_at"}``.
+"nodes", "min_nodes", "since", "priority", "timeout_s", "position"}], "shrinks": [{"job",
+"to_nodes", "by_job", "by_priority", "since"}], "updated_at"}``.
+
+The shrink requests follow the queue: which job a waiting higher-priority job asked to
+shrink, and to how many nodes (the shrunk job's next scale check acts on it).
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.fleet.view import fleet_view, nodes_text
 from elasticgrid_provider.core.formatting import aligned_table, clock_text, seconds_text
 
-FLEET_HELP = "show the grid ledger: nodes each job holds per provider, free nodes, the queue"
+FLEET_HELP = (
+    "show the grid ledger: nodes each job holds per provider, free nodes, the queue, "
+    "the shrink requests"
+)
 
 
 def default_jobs_root() -> Path:
@@ -77,22 +84,45 @@ def fleet_text(view: dict[str, Any]) -> str:
         lines += ["", aligned_table(job_rows, right=(1, 2))]
     if not view["queue"]:
         lines += ["", "queue: empty"]
-        return "\n".join(lines)
-    queue_rows = [("#", "job", "wants", "at least", "priority", "since", "timeout")]
-    queue_rows += [
-        (
-            str(request["position"]),
-            request["job"],
-            str(request["nodes"]),
-            str(request["min_nodes"]),
-            str(request["priority"]),
-            clock_text(request["since"]),
-            seconds_text(request["timeout_s"]),
-        )
-        for request in view["queue"]
-    ]
-    lines += ["", "queue (served in this order):", aligned_table(queue_rows, right=(0, 2, 3, 4))]
+    else:
+        queue_rows = [("#", "job", "wants", "at least", "priority", "since", "timeout")]
+        queue_rows += [
+            (
+                str(request["position"]),
+                request["job"],
+                str(request["nodes"]),
+                str(request["min_nodes"]),
+                str(request["priority"]),
+                clock_text(request["since"]),
+                seconds_text(request["timeout_s"]),
+            )
+            for request in view["queue"]
+        ]
+        lines += [
+            "",
+            "queue (served in this order):",
+            aligned_table(queue_rows, right=(0, 2, 3, 4)),
+        ]
+    lines += ["", *shrinks_text(view["shrinks"])]
     return "\n".join(lines)
+
+
+def shrinks_text(shrinks: list[dict[str, Any]]) -> list[str]:
+    """The shrink requests as lines: who asked whom to shrink to how many nodes, since when."""
+    if not shrinks:
+        return ["shrink requests: none"]
+    rows = [("job", "shrink to", "asked by", "its priority", "since")]
+    rows += [
+        (
+            shrink["job"],
+            str(shrink["to_nodes"]),
+            shrink["by_job"],
+            str(shrink["by_priority"]),
+            clock_text(shrink["since"]),
+        )
+        for shrink in shrinks
+    ]
+    return ["shrink requests (the job's next check shrinks it):", aligned_table(rows, right=(1, 3))]
 
 
 def run_fleet(args: argparse.Namespace) -> Result:

@@ -11,6 +11,7 @@ The hierarchy::
       JobLaunchError          a part could not be launched; the parts started were stopped
       JobFailedError          the checked job failed, is down, or was never launched
       RemoteHostError         an ssh training host was unreachable or refused a request
+      GridCapacityError       a reservation other jobs' nodes leave no room for (nothing changed)
       StateReadError          a job's scale state could not be read (nothing was decided)
       CheckpointFencedError   a rank of a replaced launch tried to commit (in the rank only)
 
@@ -27,7 +28,12 @@ What they do:
     fails the same way. ``LaunchOperator`` turns a :class:`JobLaunchError`
     into ``AirflowException``: retried, because a provider that failed to
     start may start next time, and a retry never starts a second copy (the
-    launch is reconciled from its record).
+    launch is reconciled from its record). A :class:`GridCapacityError` (the
+    grid ledger refused the launch's reservation; nothing was stopped) is
+    retried the same way: the other jobs may have ended by the next try.
+  * A fleet-aware ``PlanPlacementOperator`` does not raise these for a busy
+    grid: its ``on_shortfall`` decides (wait, take what fits, or fail with
+    ``AirflowFailException`` naming the holders).
   * ``ElasticScaleSensor`` raises :class:`JobFailedError`, :class:`StateReadError`,
     :class:`ElasticGridError` and :class:`CorruptStateError` as they are,
     retried like any other failure. None is an ``AirflowException``,

@@ -22,6 +22,13 @@ Rules:
 * :meth:`GridLedgerStore.snapshot` reads without the lock and writes nothing (the file
   is only ever replaced whole): for the CLI and the UI.
 * A jobs root that cannot be written fails with one sentence naming it.
+* A job that ended on its own holds nothing, even when nobody observed the end:
+  :func:`read_launch_records` reads a confirmed (``running``) launch whose parts
+  all ended as over. A part ended when iroh-tinker's ``job.json`` says so (``done``,
+  ``failed``, ``stopped``), or, for a part on this machine
+  (not on SSH hosts, whose ranks only their engine's probe sees), when every rank
+  process it recorded is gone. A launch still ``starting`` or ``stopping`` keeps
+  its nodes: it is in flight; so does a part whose record cannot be read.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from elasticgrid_provider.core.clock import epoch_now
@@ -42,14 +49,18 @@ from elasticgrid_provider.core.fleet.ledger import (
     rebuild,
     reconcile,
 )
-from elasticgrid_provider.core.job import JobManifest
+from elasticgrid_provider.core.job import JobManifest, JobStatus, PartRecord
+from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.launch_spec import check_job_name
 from elasticgrid_provider.hooks.job_store import MANIFEST_NAME
 from elasticgrid_provider.hooks.launch_files import acquire_lock
+from elasticgrid_provider.hooks.remote_parts import is_ssh_target
 
 GRID_FOLDER = ".grid"
 LEDGER_NAME = "ledger.json"
 GRID_LOCK_NAME = ".lock"
+PART_STATE_NAME = "job.json"  # iroh-tinker's record of a part
+ENDED_REASON = "every part of the launch ended"
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +82,53 @@ class LedgerView:
     note: str | None = None
 
 
+def _process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie has: it only waits to be reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def part_ended(jobs_root: Path, part: PartRecord) -> bool:
+    """Whether a part of a confirmed launch runs no more (module docstring)."""
+    try:
+        state = json.loads((jobs_root / part.name / PART_STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return False  # no record, or one that cannot be read: cannot tell, it keeps its nodes
+    if not isinstance(state, dict):
+        return False
+    if JobStatus.of_part(str(state.get("status"))).is_terminal:
+        return True
+    if is_ssh_target(part.engine_target):
+        return False
+    pids = state.get("pids")
+    if not isinstance(pids, dict) or not pids:
+        return False
+    try:
+        return all(_process_gone(int(pid)) for pid in pids.values())
+    except (TypeError, ValueError):
+        return False
+
+
+def launch_ended(jobs_root: Path, manifest: JobManifest) -> bool:
+    """Whether a confirmed launch's parts all ended, observed or not (module docstring)."""
+    return (
+        manifest.state is LaunchPhase.RUNNING
+        and bool(manifest.parts)
+        and all(part_ended(jobs_root, part) for part in manifest.parts)
+    )
+
+
 def read_launch_records(jobs_root: Path) -> tuple[dict[str, JobManifest | None], set[str]]:
-    """Every job's manifest under ``jobs_root``, and the jobs whose manifest cannot be read."""
+    """Every job's manifest under ``jobs_root`` (a launch whose parts all ended read as
+    stopped, :func:`launch_ended`), and the jobs whose manifest cannot be read."""
     records: dict[str, JobManifest | None] = {}
     unreadable: set[str] = set()
     if not jobs_root.is_dir():
@@ -86,12 +142,16 @@ def read_launch_records(jobs_root: Path) -> tuple[dict[str, JobManifest | None],
         if not path.is_file():
             continue
         try:
-            records[folder.name] = JobManifest.from_dict(json.loads(path.read_text()))
+            manifest = JobManifest.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError) as exc:  # JSON or a bad manifest: keep its entries
             log.warning(
                 "The manifest of job %s cannot be read (%s); its holdings stay.", folder.name, exc
             )
             unreadable.add(folder.name)
+            continue
+        if launch_ended(jobs_root, manifest):
+            manifest = replace(manifest, state=LaunchPhase.STOPPED, down_reason=ENDED_REASON)
+        records[folder.name] = manifest
     return records, unreadable
 
 
@@ -140,13 +200,18 @@ class GridLedgerStore:
         return ledger, None
 
     def _write(self, ledger: GridLedger) -> None:
-        """Replace the ledger file whole: temporary file, fsync, rename, fsync the folder."""
+        """Replace the ledger file whole: temporary file, fsync, rename, fsync the folder; a
+        failed write (a full disk) leaves the old ledger and no temporary file."""
         temporary = self.path.with_name(f".{LEDGER_NAME}.{os.getpid()}.tmp")
-        with open(temporary, "w") as handle:
-            json.dump(ledger.model_dump(), handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        try:
+            with open(temporary, "w") as handle:
+                json.dump(ledger.model_dump(), handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
         folder = os.open(self.folder, os.O_RDONLY)
         try:
             os.fsync(folder)

@@ -20,6 +20,14 @@ confirm* (:mod:`elasticgrid_provider.core.launch_record`) under the job's lock
   stop them, record the job ``down`` (``lost`` when capacity was taken away) and
   raise :class:`~elasticgrid_provider.core.errors.JobLaunchError`.
 
+The grid ledger (:mod:`elasticgrid_provider.hooks.grid_capacity`): a launch or resize
+reserves its placement under its new launch id, inside the job's lock, before it
+writes, stops or starts anything (the job's own nodes are free to itself); a refusal
+raises :class:`~elasticgrid_provider.core.errors.GridCapacityError` naming the jobs
+that hold the nodes, and nothing was stopped. A confirmed launch confirms its
+reservation; a failed start, and a stop this manager makes, release the job's nodes.
+Attaching and adopting change nothing there (the launch record already holds them).
+
 Cancellation: :meth:`LaunchManager.stop` sets a flag every step checks. A launch
 still waiting for the lock starts nothing; one starting has its launcher killed
 and whatever it started stopped; one this manager launched or adopted is stopped
@@ -35,6 +43,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +55,8 @@ from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.core.recovery import describe_loss, is_capacity_loss
 from elasticgrid_provider.core.validation import Choice, check_number
+from elasticgrid_provider.hooks.grid_capacity import GridCapacity
+from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, ranks_down
 from elasticgrid_provider.hooks.job_store import MANIFEST_NAME, JobStore
 from elasticgrid_provider.hooks.launch_files import writing
@@ -114,6 +125,11 @@ class LaunchManager:
         """The hook's logger."""
         return self.store.log
 
+    @cached_property
+    def grid(self) -> GridCapacity:
+        """The grid ledger of the jobs root (module docstring)."""
+        return GridCapacity(GridLedgerStore(self.store.jobs_root))
+
     def launch(
         self,
         placement: Placement,
@@ -145,11 +161,17 @@ class LaunchManager:
                 running = any(part.status is JobStatus.RUNNING for part in current.parts)
                 if current.manifest.state is LaunchPhase.RUNNING and running:
                     previous_nodes = current.nodes
-            manifest, intent = write_launch(store, launch, current)
-            if current is not None:
-                self._stop_recorded(
-                    current.manifest, f"being replaced by launch {launch.launch_id}"
-                )
+            self.grid.reserve_launch(job_name, placement, launch.launch_id)
+            try:
+                manifest, intent = write_launch(store, launch, current)
+                if current is not None:
+                    self._stop_recorded(
+                        current.manifest, f"being replaced by launch {launch.launch_id}"
+                    )
+            except JobLaunchError:  # nothing was stopped or started: the reservation goes
+                with suppress(OSError):  # else it expires (core/fleet/ledger.py)
+                    self.grid.drop_reservation(job_name, launch.launch_id)
+                raise
             self._start_launch(manifest, intent)
             snapshot = self._confirm_launch(manifest, startup_grace_s)
             resized = previous_nodes is not None and previous_nodes != snapshot.nodes
@@ -311,6 +333,7 @@ class LaunchManager:
             store.record(manifest, LaunchPhase.RUNNING)
             self._in_progress = None
             self.launch_id = manifest.launch_id
+            self.grid.confirm(manifest.job_name, manifest.launch_id)
             confirmed = store.job_snapshot(manifest.job_name)
             assert confirmed is not None
             return confirmed
@@ -332,6 +355,7 @@ class LaunchManager:
         """:func:`~elasticgrid_provider.hooks.launch_stop.give_up` on the launch in progress."""
         stopped = give_up(self.store, manifest, reason, phase)
         self._in_progress = None
+        self.release_nodes()
         return stopped
 
     @property
@@ -354,4 +378,17 @@ class LaunchManager:
             stop_launch(self.store, manifest)
         elif self.launch_id is not None:
             stop_started_launch(self.store, self.job_name, self.launch_id)
+        if action is not StopAction.NOTHING:
+            self.release_nodes()
         return action
+
+    def release_nodes(self) -> None:
+        """Give the job's nodes back to the grid (it ended or was stopped); a ledger that
+        cannot be written is logged, never in the way of a stop (the next transaction's
+        reconcile drops a job whose launch ended)."""
+        try:
+            self.grid.release(self.job_name, self.launch_id)
+        except (OSError, TimeoutError, ValueError) as exc:
+            self.log.warning(
+                "Job %s's nodes stay in the grid ledger for now: %s", self.job_name, exc
+            )

@@ -8,6 +8,12 @@ attaches to a job that runs this placement with the same ``run``, ``envs`` and
 ``startup_grace_s``, fail the task naming what failed (the hook stops what it
 started and records the job down): a dead job is never reported as launched.
 
+Before it stops or starts anything, the launch reserves its placement in the grid
+ledger (docs/fleet-ledger.md): a placement other jobs' nodes leave no room for fails
+the try naming them, retryable, and stops nothing. The job's nodes go back to the
+grid when its launch fails to start, when the task stops it, and when the wait sees
+the job end.
+
 The job's identity and state go to XCom (key ``job``) right after the launch.
 With ``wait_for_completion`` the task then waits for the job to end, polling
 in the worker or, with ``deferrable``, in the triggerer; a failed job fails
@@ -36,7 +42,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from elasticgrid_provider.core.errors import ElasticGridError, JobLaunchError
+from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
@@ -179,7 +185,7 @@ class LaunchOperator(BaseOperator):
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
         try:
             placement, outcome = self._launch()
-        except JobLaunchError as exc:  # a launch that failed: a retry may succeed
+        except (JobLaunchError, GridCapacityError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
             raise AirflowFailException(str(exc)) from None
@@ -273,6 +279,8 @@ class LaunchOperator(BaseOperator):
         """Finish the wait: pass on ``done``, fail (with the log tail) on anything else."""
         status = JobEventStatus(event["status"])
         job_name = event["job_name"]
+        if status.is_terminal:  # the job ended: its nodes go back to the grid
+            self.launch_manager.release_nodes()
         if status is JobEventStatus.DONE:
             self.log.info("Job %s is done.", job_name)
             return event["job"]

@@ -6,22 +6,54 @@ the ``providers`` argument, else the connection's grid, else the built-in one.
 its ``target_nodes`` is placed, without the providers it quarantines (they lost
 capacity, :mod:`elasticgrid_provider.core.recovery`; ``left_out`` says why).
 The placement, plain JSON, is the task's return value for the launch task.
+
+With ``job_name`` the plan shares the grid with the other jobs under the same jobs
+root (:mod:`elasticgrid_provider.hooks.grid_capacity`, docs/fleet-ledger.md): it plans
+over the nodes the others leave free and reserves what it placed (XCom key
+``reservation``). A request that does not fit takes what fits, fails naming the jobs
+that hold the nodes, or waits in the grid's queue (``on_shortfall``), asking
+strictly-lower-priority jobs to shrink: deferred (:class:`GridCapacityTrigger`) or
+polling in the worker, then plans again under the lock. A timeout, or the task's
+kill, takes the request out of the queue. Without ``job_name``, the grid is the
+job's alone.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.fleet.sharing import DEFAULT_SHORTFALL_MODE, ShortfallMode, Verdict
 from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.launch_spec import check_job_name
+from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import quarantine_from_record
-from elasticgrid_provider.core.validation import number_from_text
+from elasticgrid_provider.core.validation import (
+    check_choice,
+    check_integer,
+    check_number,
+    number_from_text,
+)
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.triggers.capacity import CapacityEventStatus, GridCapacityTrigger
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
+
+if TYPE_CHECKING:
+    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity
+
+RESERVATION_XCOM_KEY = "reservation"
+KILL_CHECK_S = 0.5  # how often a wait for nodes looks whether the task was killed
+KILL_LOCK_WAIT_S = 2.0  # how long on_kill waits for the grid lock (SIGKILL follows SIGTERM)
+SHORTFALL_MODES = tuple(mode.value for mode in ShortfallMode)
 
 
 def nodes_from_argument(value: Any) -> Any:
@@ -48,11 +80,29 @@ class PlanPlacementOperator(BaseOperator):
     :param providers: an inline grid (list of provider dicts); default: the connection's.
     :param max_spot_fraction: cap on the share of spot nodes; default: the connection's, else 1.
     :param prefer: ``cost`` (cheapest) or ``balance`` (spread); default: the connection's.
+    :param job_name: the job the plan is for (templated); set, the plan shares the grid with
+        the other jobs (module docstring); None: the whole grid is free.
+    :param priority: the job's priority, a whole number >= 0, higher first (templated).
+    :param min_nodes: the fewest nodes the job may run on (templated; default ``nodes``).
+    :param on_shortfall: ``wait`` (default), ``take_what_fits`` or ``fail`` (templated).
+    :param capacity_timeout: seconds to wait for nodes before failing (templated; None: no limit).
+    :param poll_interval: seconds between looks at the grid while waiting.
+    :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection.
     :return: the placement as plain JSON (``Placement.to_dict()``).
     """
 
-    template_fields: Sequence[str] = ("nodes", "providers", "max_spot_fraction", "prefer")
+    template_fields: Sequence[str] = (
+        "nodes",
+        "providers",
+        "max_spot_fraction",
+        "prefer",
+        "job_name",
+        "priority",
+        "min_nodes",
+        "on_shortfall",
+        "capacity_timeout",
+    )
     ui_color = "#e8f4fd"
 
     def __init__(
@@ -62,6 +112,13 @@ class PlanPlacementOperator(BaseOperator):
         providers: list[dict[str, Any]] | None = None,
         max_spot_fraction: float | None = None,
         prefer: str | None = None,
+        job_name: str | None = None,
+        priority: Any = 0,
+        min_nodes: Any = None,
+        on_shortfall: Any = DEFAULT_SHORTFALL_MODE,
+        capacity_timeout: Any = None,
+        poll_interval: float = 30.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         elasticgrid_conn_id: str = ElasticGridHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -70,21 +127,71 @@ class PlanPlacementOperator(BaseOperator):
         self.providers = providers
         self.max_spot_fraction = max_spot_fraction
         self.prefer = prefer
+        self.job_name = job_name
+        self.priority = priority
+        self.min_nodes = min_nodes
+        self.on_shortfall = on_shortfall
+        self.capacity_timeout = capacity_timeout
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
+        self._queued = False  # this process put the job's request in the queue
+        self._planning = False  # inside the grid lock: on_kill must not take it again
+        self._killed = False
 
     @cached_property
     def hook(self) -> ElasticGridHook:
         """The hook, built on first use (never at DAG parse time)."""
         return ElasticGridHook(self.elasticgrid_conn_id, providers=self.providers)
 
+    @cached_property
+    def grid_capacity(self) -> GridCapacity:
+        """The grid ledger's steps for this plan, built on first use."""
+        from elasticgrid_provider.hooks.grid_capacity import GridCapacity
+        from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+
+        return GridCapacity(GridLedgerStore(self.hook.jobs_root))
+
+    def _planner(self) -> GridPlanner:
+        return self.hook.get_planner(number_from_text(self.max_spot_fraction), self.prefer)
+
+    def capacity_request(self, nodes: Any) -> CapacityRequest:
+        """The checked fleet arguments as a request; bad input is one sentence naming the
+        field and value (an :class:`ElasticGridError`)."""
+        from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
+
+        job = check_job_name(self.job_name)
+        nodes = check_integer("nodes", nodes, minimum=1)
+        priority = check_integer("priority", number_from_text(self.priority))
+        least = nodes if self.min_nodes is None else number_from_text(self.min_nodes)
+        least = check_integer("min_nodes", least, minimum=1)
+        if least > nodes:
+            raise ElasticGridError(f"min_nodes {least} must not be above nodes {nodes}")
+        mode = ShortfallMode(check_choice("on_shortfall", self.on_shortfall, SHORTFALL_MODES))
+        timeout = self.capacity_timeout
+        if timeout is not None:
+            timeout = check_number(
+                "capacity_timeout", number_from_text(timeout), exclusive_minimum=True
+            )
+        check_number("poll_interval", self.poll_interval, exclusive_minimum=True)
+        return CapacityRequest(job, nodes, least, priority, mode, timeout)
+
     def execute(self, context: Context) -> dict[str, Any]:
         """Plan the placement, log it as a table and return it for XCom."""
         try:
             nodes = nodes_from_argument(self.nodes)
-            planner = self.hook.get_planner(number_from_text(self.max_spot_fraction), self.prefer)
+            if self.job_name is not None:
+                request = self.capacity_request(nodes)
+                timeout_at = None if request.timeout_s is None else epoch_now() + request.timeout_s
+                return self._plan_on_shared_grid(context, request, timeout_at)
+            planner = self._planner()
             placement = planner.plan(nodes, leave_out=quarantine_from_record(self.nodes))
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None
+        return self._placed(planner, placement)
+
+    def _placed(self, planner: GridPlanner, placement: Placement) -> dict[str, Any]:
+        """Log the placement as a table and return it as plain JSON."""
         for provider, why in placement.left_out:
             self.log.info("Left out provider %s: %s", provider, why)
         self.log.info(
@@ -97,3 +204,122 @@ class PlanPlacementOperator(BaseOperator):
             placement_table(placement),
         )
         return placement.to_dict()
+
+    def _plan_on_shared_grid(
+        self, context: Context, request: CapacityRequest, timeout_at: float | None
+    ) -> dict[str, Any]:
+        """Plan under the grid lock until granted: reserve, fail, or wait (module docstring)."""
+        planner = self._planner()
+        leave_out = quarantine_from_record(self.nodes)
+        while True:
+            self._planning = True
+            try:
+                shared = self.grid_capacity.plan(planner, request, leave_out=leave_out)
+            finally:
+                self._planning = False
+            verdict = shared.decision.verdict
+            if self._killed:
+                self._leave_killed(request.job, shared.launch_id)
+            if verdict is Verdict.FAILED:
+                raise AirflowFailException(shared.decision.reason)
+            if verdict is Verdict.GRANTED:
+                self._queued = False
+                assert shared.placement is not None
+                self.log.info(
+                    "Reserved %d of the %d nodes job %s asked for (launch %s); others: %s.",
+                    shared.placement.total_nodes,
+                    request.nodes,
+                    request.job,
+                    shared.launch_id,
+                    shared.holders,
+                )
+                context["ti"].xcom_push(key=RESERVATION_XCOM_KEY, value=shared.reservation)
+                return self._placed(planner, shared.placement)
+            self._queued = True
+            self.log.info(
+                "Job %s waits for %d nodes (at least %d, priority %d): place %d in the grid "
+                "queue; the grid is held by %s.",
+                request.job,
+                request.nodes,
+                request.min_nodes,
+                request.priority,
+                shared.decision.queue_position,
+                shared.holders,
+            )
+            for shrink in shared.shrinks:
+                self.log.info(
+                    "Asked job %s (lower priority) to shrink to %d nodes for job %s.",
+                    shrink.job,
+                    shrink.to_nodes,
+                    shrink.by_job,
+                )
+            if timeout_at is not None and epoch_now() >= timeout_at:
+                self._timed_out(request.job, shared.holders)
+            if self.deferrable and not self._killed:
+                self.defer(
+                    trigger=GridCapacityTrigger(
+                        jobs_root=str(self.hook.jobs_root),
+                        request=request.to_dict(),
+                        capacities={
+                            p.name: p.max_nodes
+                            for p in planner.providers
+                            if p.name not in leave_out
+                        },
+                        poll_interval=self.poll_interval,
+                        timeout_at=timeout_at,
+                        min_wait_s=MIN_DEFERRAL_S,
+                    ),
+                    method_name="execute_complete",
+                )
+            self._sleep()
+
+    def _sleep(self) -> None:
+        """Wait ``poll_interval`` seconds, in short steps so that a kill ends the wait soon."""
+        deadline = time.monotonic() + self.poll_interval
+        while not self._killed and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, KILL_CHECK_S))
+
+    def _leave_killed(self, job: str, launch_id: str) -> None:
+        """The task was killed while it planned or waited: no request, no reservation left."""
+        if launch_id:
+            self.grid_capacity.drop_reservation(job, launch_id)
+        self.grid_capacity.dequeue(job)
+        self._queued = False
+        raise AirflowException(
+            f"the task was killed while job {job!r} waited for nodes; it left the grid queue"
+        )
+
+    def _timed_out(self, job: str, holders: str) -> None:
+        """Leave the queue and fail: the wait for nodes lasted ``capacity_timeout``."""
+        self.grid_capacity.dequeue(job)
+        self._queued = False
+        raise AirflowFailException(
+            f"job {job!r} waited capacity_timeout {self.capacity_timeout} seconds for nodes "
+            f"in vain and left the grid queue; the grid is held by {holders}"
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Woken by the trigger: plan again under the lock, or fail on its timeout."""
+        try:
+            request = self.capacity_request(nodes_from_argument(self.nodes))
+            if CapacityEventStatus(event["status"]) is CapacityEventStatus.TIMEOUT:
+                self._timed_out(request.job, event.get("holders") or "nobody")
+            return self._plan_on_shared_grid(context, request, event.get("timeout_at"))
+        except ElasticGridError as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    def on_kill(self) -> None:
+        """A task killed while it waits for nodes takes its request out of the queue: at once
+        when the wait sleeps, else right after the transaction in progress (which holds the
+        grid lock this process must not take twice); the wait then fails the task."""
+        self._killed = True
+        if self.job_name is None:
+            return
+        self.log.info("Task killed: job %s no longer waits for nodes.", self.job_name)
+        if self._planning or not self._queued:
+            return  # the wait leaves the queue itself, right after the plan in progress
+        try:
+            self.grid_capacity.dequeue(self.job_name, timeout=KILL_LOCK_WAIT_S)
+            self._queued = False
+        except TimeoutError:
+            self.log.warning("The grid ledger was busy; the wait leaves the queue when it ends.")

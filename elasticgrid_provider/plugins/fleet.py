@@ -7,7 +7,8 @@ Rules:
 
 * The same data as the CLI (:func:`~elasticgrid_provider.core.fleet.view.fleet_view`):
   providers x jobs (nodes held, reserved), free nodes per provider, the queue in
-  serving order. Read without the grid lock and without writing, from the
+  serving order, and next to it the shrink requests (who asked which job to shrink
+  to how many nodes). Read without the grid lock and without writing, from the
   ``elasticgrid_default`` connection's jobs root, reconciled with the jobs' launch
   records; capacities from that connection's grid (else those the ledger recorded).
 * A missing or corrupt ledger is shown rebuilt from the launch records, and the page
@@ -81,7 +82,15 @@ def only_readable(view: dict[str, Any], readable: set[str]) -> dict[str, Any]:
         for request in view["queue"]
     ]
     jobs_rows = [row for row in view["jobs"] if row["job"] in readable]
-    return {**view, "providers": providers, "jobs": jobs_rows, "queue": queue}
+    shrinks = [
+        {
+            **shrink,
+            "job": shrink["job"] if shrink["job"] in readable else OTHER_JOBS,
+            "by_job": shrink["by_job"] if shrink["by_job"] in readable else OTHER_JOBS,
+        }
+        for shrink in view.get("shrinks", [])
+    ]
+    return {**view, "providers": providers, "jobs": jobs_rows, "queue": queue, "shrinks": shrinks}
 
 
 def _job_cell(job: str) -> Callable[[dict[str, Any]], str]:
@@ -134,6 +143,18 @@ def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
         body += _table(view["queue"], queue_columns)
     else:
         body += '<p class="muted">No request waits.</p>'
+    body += "<h2>Shrink requests</h2>"
+    if view.get("shrinks"):
+        shrink_columns: Columns = {
+            "job": lambda row: job_link(row["job"]),
+            "shrink to": "to_nodes",
+            "asked by": lambda row: job_link(row["by_job"]),
+            "its priority": "by_priority",
+            "since": lambda row: clock_text(row["since"]),
+        }
+        body += _table(view["shrinks"], shrink_columns)
+    else:
+        body += '<p class="muted">No job is asked to shrink.</p>'
     return _page("Fleet", body)
 
 
@@ -148,6 +169,7 @@ def add_fleet_routes(app: FastAPI) -> None:
         stored = {state.job_name: state for state in read_scale_states()}
         names = {job for p in view["providers"] for job in p["jobs"]}
         names |= {request["job"] for request in view["queue"]}
+        names |= {s[key] for s in view.get("shrinks", []) for key in ("job", "by_job")}
         readable = {
             job
             for job in names

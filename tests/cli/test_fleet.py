@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue
+from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue, request_shrinks
+from elasticgrid_provider.core.fleet.sharing import PreemptionPlan, Resize
 from elasticgrid_provider.hooks.grid_ledger import GRID_FOLDER, LEDGER_NAME, GridLedgerStore
 from tests.cli.cli_support import assert_one_line_error, run, run_json
 from tests.core.fleet.test_ledger import NEW_LAUNCH, OLD_LAUNCH
@@ -46,9 +47,31 @@ def test_fleet_shows_providers_by_jobs_free_nodes_and_the_queue(capsys, grid):
         ["aws", "8", "5", "-", "3 reserved"],
         ["local", "4", "1", "2 held", "1 reserved"],
     ]
-    queue = out[out.index("queue (served in this order):") :].splitlines()
+    queue = out[out.index("queue (served in this order):") : out.index("shrink requests")]
+    queue = queue.strip().splitlines()
     assert [line.split()[:2] for line in queue[2:]] == [["1", "urgent"], ["2", "eval"]]
     assert "600s" in queue[2]
+
+
+def test_fleet_shows_the_shrink_requests_next_to_the_queue(capsys, grid):
+    code, out, _ = run(capsys, "fleet", "--jobs-root", str(grid))
+    assert code == 0 and "shrink requests: none" in out
+    with GridLedgerStore(grid).transaction() as txn:
+        plan = PreemptionPlan("urgent", (Resize("tune", 4, 2, "urgent"),), 2, 2)
+        txn.ledger = request_shrinks(txn.ledger, plan, by_priority=5, now=txn.now)
+
+    code, out, err = run(capsys, "fleet", "--jobs-root", str(grid))
+
+    assert (code, err) == (0, "")
+    after_queue = out[out.index("queue (served in this order):") :]
+    shrinks = after_queue[after_queue.index("shrink requests") :].splitlines()
+    assert shrinks[0] == "shrink requests (the job's next check shrinks it):"
+    assert shrinks[1].split() == ["job", "shrink", "to", "asked", "by", "its", "priority", "since"]
+    assert shrinks[2].split()[:4] == ["tune", "2", "urgent", "5"]
+    code, data = run_json(capsys, "fleet", "--jobs-root", str(grid))
+    assert [(s["job"], s["to_nodes"], s["by_job"], s["by_priority"]) for s in data["shrinks"]] == [
+        ("tune", 2, "urgent", 5)
+    ]
 
 
 def test_fleet_json_and_capacities_from_a_providers_file(capsys, grid, tmp_path):

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue
+from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue, request_shrinks
+from elasticgrid_provider.core.fleet.sharing import PreemptionPlan, Resize
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.hooks.grid_ledger import GRID_FOLDER, LEDGER_NAME, GridLedgerStore
 from tests.core.fleet.test_ledger import NEW_LAUNCH, OLD_LAUNCH
@@ -89,6 +90,34 @@ def test_the_fleet_page_shows_providers_by_jobs_free_nodes_and_the_queue(client,
     data = client.get("/elasticgrid/api/fleet", headers=_token("op")).json()
     assert {p["name"]: p["free"] for p in data["providers"]} == {"aws": 5, "local": 2}
     assert [(r["position"], r["job"]) for r in data["queue"]] == [(1, "eval")]
+
+
+def _ask_tune_to_shrink(jobs_root: Path) -> None:
+    """'eval' (priority 2, waiting) asks 'tune' (3 aws nodes) to shrink to 1."""
+    with GridLedgerStore(jobs_root).transaction() as txn:
+        plan = PreemptionPlan("eval", (Resize("tune", 3, 1, "eval"),), 2, 2)
+        txn.ledger = request_shrinks(txn.ledger, plan, by_priority=2, now=txn.now)
+
+
+def test_the_fleet_page_shows_who_asked_whom_to_shrink_next_to_the_queue(client, grid_root):
+    text = _text(client.get("/elasticgrid/fleet", headers=_token("op")).text)
+    assert "No job is asked to shrink." in text
+    _ask_tune_to_shrink(grid_root)
+
+    text = _text(client.get("/elasticgrid/fleet", headers=_token("op")).text)
+
+    assert "Shrink requests job shrink to asked by its priority since tune 1 eval 2" in text
+    assert text.index("Queue #") < text.index("Shrink requests")
+    data = client.get("/elasticgrid/api/fleet", headers=_token("op")).json()
+    assert [(s["job"], s["to_nodes"], s["by_job"]) for s in data["shrinks"]] == [
+        ("tune", 1, "eval")
+    ]
+    hidden = _text(client.get("/elasticgrid/fleet", headers=_token(None)).text)
+    assert (
+        "Shrink requests job shrink to asked by its priority since other jobs 1 other jobs 2"
+        in (hidden)
+    )
+    assert "tune" not in hidden and "eval" not in hidden
 
 
 @pytest.mark.parametrize("role", [None, "viewer"])  # a viewer may not read Variables

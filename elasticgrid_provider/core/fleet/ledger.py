@@ -298,6 +298,16 @@ def confirm(ledger: GridLedger, job: str, launch_id: str, *, now: float) -> Grid
     return replace(ledger, holdings=others + held, updated_at=now)
 
 
+def drop_reservation(ledger: GridLedger, job: str, launch_id: str, *, now: float) -> GridLedger:
+    """Forget ``job``'s reservation of ``launch_id`` (its launch stopped and started nothing)."""
+    kept = tuple(
+        h
+        for h in ledger.holdings
+        if not (h.job == job and h.launch_id == launch_id and h.phase == HoldingPhase.RESERVED)
+    )
+    return replace(ledger, holdings=kept, updated_at=now)
+
+
 def release(
     ledger: GridLedger, job: str, *, now: float, launch_id: str | None = None
 ) -> GridLedger:

@@ -31,7 +31,7 @@ from elasticgrid_provider.core.policy.holds import (
 )
 from elasticgrid_provider.core.policy.load import MAX_QUEUE_TREND, LoadEstimate
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
-from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction
+from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.policy.situation import (
     RemainingWork,
     Situation,
@@ -60,7 +60,9 @@ def recommend(policy: ScalePolicy, situation: Situation) -> Verdict:
 # -- the throughput model -------------------------------------------------
 
 
-def projected_capacity(policy: ScalePolicy, situation: Situation, basis: str, nodes: int) -> float:
+def projected_capacity(
+    policy: ScalePolicy, situation: Situation, basis: WorkBasis, nodes: int
+) -> float:
     """Projected throughput of the whole job at ``nodes`` (work per second)."""
     loss, _ = situation.memory.scaling(basis, policy.scaling_loss)
     measured = [size for size, _ in situation.memory.measured(basis)]
@@ -267,7 +269,7 @@ def _queue_speeding_up(policy: ScalePolicy, situation: Situation) -> float | Non
     return extra if extra > policy.tolerance else None
 
 
-def _serving(policy: ScalePolicy, situation: Situation, basis: str, need: float) -> int:
+def _serving(policy: ScalePolicy, situation: Situation, basis: WorkBasis, need: float) -> int:
     """The smallest size whose projected capacity covers ``need`` (else ``max_nodes``)."""
     target = smallest_satisfying(
         lambda nodes: projected_capacity(policy, situation, basis, nodes) >= need,
@@ -355,7 +357,7 @@ def _sized(
     target: int,
     ratio: float,
     numbers: dict[str, Any],
-    basis: str,
+    basis: WorkBasis,
 ) -> Verdict:
     """A demand-sized target, with the tolerance band and the restart price applied."""
     current = situation.current

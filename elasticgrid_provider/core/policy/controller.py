@@ -54,7 +54,7 @@ from elasticgrid_provider.core.policy.load import (
 )
 from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
-from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction
+from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.policy.situation import (
     RemainingWork,
     Situation,
@@ -125,10 +125,10 @@ def decide(
     work = None
     if deadline is None:
         pass
-    elif steps is not None and memory.per_node_rate("steps", current, 0.0) > 0:
-        work = RemainingWork("steps", steps)
-    elif tokens is not None and memory.per_node_rate("tokens", current, 0.0) > 0:
-        work = RemainingWork("tokens", tokens)
+    elif steps is not None and memory.per_node_rate(WorkBasis.STEPS, current, 0.0) > 0:
+        work = RemainingWork(WorkBasis.STEPS, steps)
+    elif tokens is not None and memory.per_node_rate(WorkBasis.TOKENS, current, 0.0) > 0:
+        work = RemainingWork(WorkBasis.TOKENS, tokens)
     if work is not None:
         rate = current * memory.per_node_rate(work.basis, current, 0.0)
         if not math.isfinite(work.amount / rate):

@@ -22,6 +22,7 @@ from typing import Any
 
 from elasticgrid_provider.core.formatting import bounded_or_none
 from elasticgrid_provider.core.policy.memory import SizeMeasurement, slope
+from elasticgrid_provider.core.policy.rules import WorkBasis
 from elasticgrid_provider.core.samples import StepSample
 
 TREND_SAMPLES = 3
@@ -41,7 +42,7 @@ class LoadEstimate:
     nodes: int
     samples: int
     open_loop: bool
-    basis: str
+    basis: WorkBasis
     capacity_per_s: float
     demand_per_s: float
     backlog_s: float
@@ -119,24 +120,24 @@ def is_open_loop(samples: tuple[StepSample, ...]) -> bool:
     return idle > 0 and idle >= IDLE_GAP_SHARE * (idle + busy)
 
 
-def arrival_rate(samples: Sequence[StepSample], basis: str) -> float:
+def arrival_rate(samples: Sequence[StepSample], basis: WorkBasis) -> float:
     """Work per second between the first and the last arrival (0 without a time span)."""
     starts = [sample.started_at or 0.0 for sample in samples]
     span = starts[-1] - starts[0]
     if span <= 0:
         return 0.0
     later = samples[1:]
-    work = math.fsum(s.tokens for s in later) if basis == "tokens" else float(len(later))
+    work = math.fsum(s.tokens for s in later) if basis == WorkBasis.TOKENS else float(len(later))
     return work / span
 
 
-def work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
+def work_gaps(samples: Sequence[StepSample], basis: WorkBasis) -> list[float] | None:
     """Seconds between successive arrivals per unit of work, scaled so the largest is 1 (the
     rules reading them are scale-free, and no square or sum can overflow); ``None`` without
     arrival times, or when a step's work is too small to divide by."""
     gaps = []
     for previous, sample in itertools.pairwise(samples):
-        work = sample.tokens if basis == "tokens" else 1.0
+        work = sample.tokens if basis == WorkBasis.TOKENS else 1.0
         if previous.started_at is None or sample.started_at is None or work <= 0:
             return None
         gap = (sample.started_at - previous.started_at) / work
@@ -147,7 +148,7 @@ def work_gaps(samples: Sequence[StepSample], basis: str) -> list[float] | None:
     return [gap / scale for gap in gaps] if scale > 0 else gaps
 
 
-def arrival_spread(samples: Sequence[StepSample], basis: str) -> float:
+def arrival_spread(samples: Sequence[StepSample], basis: WorkBasis) -> float:
     """Relative standard deviation of the arrival rate: the coefficient of variation of the
     gaps per unit of work over ``sqrt(n)`` (steady: near 0; Poisson: about ``1 / sqrt(n)``)."""
     gaps = work_gaps(samples, basis)
@@ -167,7 +168,7 @@ RATE_CHANGE_MIN_GAPS = 2
 """A rate change needs at least two gaps measured on each side of it."""
 
 
-def since_rate_change(samples: Sequence[StepSample], basis: str) -> Sequence[StepSample]:
+def since_rate_change(samples: Sequence[StepSample], basis: WorkBasis) -> Sequence[StepSample]:
     """The samples that arrived since the arrival rate last changed (all of them when it did not).
 
     The gaps per unit of work are read as exponential; their likeliest split into two rates
@@ -203,7 +204,7 @@ def estimate_load(
         return None
     count = len(ordered)
     total_tokens = math.fsum(sample.tokens for sample in ordered)
-    basis = "tokens" if all(sample.tokens > 0 for sample in ordered) else "steps"
+    basis = WorkBasis.TOKENS if all(sample.tokens > 0 for sample in ordered) else WorkBasis.STEPS
     timed = all(sample.time is not None for sample in ordered)
     open_loop = count >= 2 and ((arrivals and timed) or is_open_loop(ordered))
     # an open loop needs arrivals spread over time
@@ -213,7 +214,7 @@ def estimate_load(
         return None
     steps_per_s = count / busy_s
     tokens_per_s = total_tokens / busy_s
-    capacity = tokens_per_s if basis == "tokens" else steps_per_s
+    capacity = tokens_per_s if basis == WorkBasis.TOKENS else steps_per_s
     backlog_s = trend = 0.0
     recent_demand = window_demand = 0.0
     if open_loop:

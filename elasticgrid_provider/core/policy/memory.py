@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import field_validator
 
+from elasticgrid_provider.core.policy.rules import WorkBasis
 from elasticgrid_provider.core.validation import (
     Count,
     Finite,
@@ -54,9 +55,9 @@ class SizeMeasurement(JsonModel):
     samples: Count = 0
     measured_at: Finite | None = None
 
-    def rate(self, basis: str) -> float:
+    def rate(self, basis: WorkBasis) -> float:
         """Per-node throughput in ``basis`` (``steps`` or ``tokens``) per second."""
-        return self.tokens_per_node_s if basis == "tokens" else self.steps_per_node_s
+        return self.tokens_per_node_s if basis == WorkBasis.TOKENS else self.steps_per_node_s
 
 
 @model
@@ -82,17 +83,17 @@ class CapacityMemory(JsonModel):
         sizes = tuple(sorted((*kept, measurement), key=lambda entry: entry.nodes))
         return CapacityMemory(sizes=sizes, arrivals=self.arrivals)
 
-    def measured(self, basis: str) -> list[tuple[int, float]]:
+    def measured(self, basis: WorkBasis) -> list[tuple[int, float]]:
         """``(nodes, per-node rate)`` of each size measured in ``basis``, smallest first."""
         return [(e.nodes, e.rate(basis)) for e in self.sizes if e.rate(basis) > 0]
 
     def throughput(self) -> dict[int, float]:
         """The whole job's throughput measured at each size (tokens per second when the job
         reports tokens, else steps): what the sharing rules' gain per node is computed from."""
-        basis = "tokens" if self.measured("tokens") else "steps"
+        basis = WorkBasis.TOKENS if self.measured(WorkBasis.TOKENS) else WorkBasis.STEPS
         return {nodes: nodes * rate for nodes, rate in self.measured(basis)}
 
-    def scaling(self, basis: str, prior: float) -> tuple[float, str]:
+    def scaling(self, basis: WorkBasis, prior: float) -> tuple[float, str]:
         """The per-doubling loss of per-node throughput, and where it comes from."""
         points = self.measured(basis)
         sizes_known = [nodes for nodes, _ in points]
@@ -105,7 +106,7 @@ class CapacityMemory(JsonModel):
         sizes = ", ".join(str(nodes) for nodes, _ in points)
         return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
 
-    def per_node_rate(self, basis: str, nodes: int, loss: float) -> float:
+    def per_node_rate(self, basis: WorkBasis, nodes: int, loss: float) -> float:
         """Per-node throughput at ``nodes``: the nearest measured size's, ``loss`` per doubling."""
         points = self.measured(basis)
         if not points:

@@ -1,5 +1,5 @@
 """The policy's vocabularies: the rules a decision names, the rules that hold a change back,
-and the actions, each a :class:`~elasticgrid_provider.core.validation.Choice` used as members.
+the actions and the unit of work, each a :class:`~elasticgrid_provider.core.validation.Choice` used as members.
 
 The rules are evaluated in the order :class:`DecisionRule` lists them; what each compares
 against is on the parameters' fields (:mod:`.parameters`); ``docs/policy.md`` explains them.
@@ -43,3 +43,11 @@ class ScaleAction(Choice):
     SCALE_UP = "scale_up"
     SCALE_DOWN = "scale_down"
     HOLD = "hold"
+
+
+class WorkBasis(Choice):
+    """The unit the load and the remaining work are counted in: tokens when every sample
+    reports them, else steps."""
+
+    STEPS = "steps"
+    TOKENS = "tokens"

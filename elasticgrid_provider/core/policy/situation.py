@@ -17,7 +17,7 @@ from elasticgrid_provider.core.policy.decision import CooldownClock, HeldBy, Rec
 from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.load import LoadEstimate
 from elasticgrid_provider.core.policy.memory import CapacityMemory
-from elasticgrid_provider.core.policy.rules import DecisionRule, ScaleAction
+from elasticgrid_provider.core.policy.rules import DecisionRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.samples import WindowSignals
 
 
@@ -25,7 +25,7 @@ from elasticgrid_provider.core.samples import WindowSignals
 class RemainingWork:
     """The work left before the deadline."""
 
-    basis: str  # "steps" or "tokens"
+    basis: WorkBasis
     amount: float
 
     @property

@@ -1,0 +1,337 @@
+"""Plans and launches on a shared grid: every step that reads or changes the grid ledger.
+
+The operators stay thin: what happens under the grid lock
+(:meth:`~elasticgrid_provider.hooks.grid_ledger.GridLedgerStore.transaction`) is here,
+once, and every decision is the pure core's
+(:mod:`elasticgrid_provider.core.fleet.sharing`, :mod:`elasticgrid_provider.core.fleet.ledger`):
+
+* :meth:`GridCapacity.plan` (``PlanPlacementOperator`` with ``job_name``): under the
+  lock, decide the request against what other jobs use (:func:`decide_request`); a
+  granted one is planned over the nodes others leave free and reserved; a waiting one is
+  queued (its place kept across tries) and, when strictly-lower-priority jobs hold nodes,
+  asks them to shrink (``plan_preemption`` then ``request_shrinks``); a failed one
+  changes nothing.
+* :func:`decide_request` is also what :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`
+  asks of a read-only snapshot: it fires when the request would be granted.
+* The launch side: :meth:`GridCapacity.reserve_launch` before a launch stops or starts
+  anything (a refusal is a :class:`~elasticgrid_provider.core.errors.GridCapacityError`
+  naming the holders), :meth:`GridCapacity.confirm` once it is confirmed,
+  :meth:`GridCapacity.release` when a stop or a failed start ends it.
+
+Lock order: a caller holding the job's lock takes the grid lock inside it, never the reverse.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
+from elasticgrid_provider.core.fleet.ledger import (
+    REBUILT_PRIORITY,
+    GridLedger,
+    QueuedRequest,
+    ShrinkRequest,
+    confirm,
+    dequeue,
+    drop_reservation,
+    enqueue,
+    free_nodes,
+    holders,
+    job_usage,
+    queue_position,
+    release,
+    request_shrinks,
+    reserve,
+    used_nodes,
+)
+from elasticgrid_provider.core.fleet.sharing import (
+    JobClaim,
+    ShortfallDecision,
+    ShortfallMode,
+    Verdict,
+    decide_shortfall,
+    plan_preemption,
+)
+from elasticgrid_provider.core.launch_record import new_launch_id
+from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CapacityRequest:
+    """What a fleet-aware plan asks of the grid (the operator checked every field)."""
+
+    job: str
+    nodes: int
+    min_nodes: int
+    priority: int = REBUILT_PRIORITY
+    mode: ShortfallMode = ShortfallMode.WAIT
+    timeout_s: float | None = None
+
+    def as_queued(self, since: float, current_nodes: int = 0) -> QueuedRequest:
+        """The request as it waits in the ledger's queue (``current_nodes``: what it uses)."""
+        return QueuedRequest(
+            job=self.job,
+            nodes=self.nodes,
+            min_nodes=self.min_nodes,
+            since=since,
+            priority=self.priority,
+            timeout_s=self.timeout_s,
+            current_nodes=current_nodes,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (a trigger's arguments)."""
+        return {
+            "job": self.job,
+            "nodes": self.nodes,
+            "min_nodes": self.min_nodes,
+            "priority": self.priority,
+            "mode": ShortfallMode(self.mode).value,
+            "timeout_s": self.timeout_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CapacityRequest:
+        """The request from :meth:`to_dict`'s JSON."""
+        return cls(
+            job=str(data["job"]),
+            nodes=int(data["nodes"]),
+            min_nodes=int(data["min_nodes"]),
+            priority=int(data["priority"]),
+            mode=ShortfallMode(data["mode"]),
+            timeout_s=None if data.get("timeout_s") is None else float(data["timeout_s"]),
+        )
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """What :meth:`GridCapacity.plan` decided: a placement reserved, a place in the queue
+    (with the shrinks it asked for), or why it failed; ``holders`` says who uses what."""
+
+    job: str
+    decision: ShortfallDecision
+    holders: str
+    placement: Placement | None = None
+    launch_id: str = ""
+    shrinks: tuple[ShrinkRequest, ...] = ()
+
+    @property
+    def reservation(self) -> dict[str, Any]:
+        """The reservation as the plan pushes it to XCom: job, launch id, nodes by provider."""
+        assert self.placement is not None
+        nodes = self.placement.nodes_by_provider()
+        return {"job": self.job, "launch_id": self.launch_id, "nodes": nodes}
+
+
+def holdings_by_job(
+    ledger: GridLedger, *, except_job: str | None = None
+) -> dict[str, dict[str, int]]:
+    """``{job: {provider: nodes}}`` of every job that uses nodes (but ``except_job``)."""
+    usage = {job: job_usage(ledger, job) for job in ledger.jobs if job != except_job}
+    return {job: nodes for job, nodes in usage.items() if any(nodes.values())}
+
+
+def holders_by_job(
+    ledger: GridLedger, *, except_job: str | None = None
+) -> dict[str, dict[str, int]]:
+    """``{job: {provider: nodes}}`` of every job that uses nodes (but ``except_job``)."""
+    usage = {job: job_usage(ledger, job) for job in ledger.jobs if job != except_job}
+    return {job: nodes for job, nodes in usage.items() if any(nodes.values())}
+
+
+def holders_text(ledger: GridLedger, *, except_job: str | None = None) -> str:
+    """Who uses the grid, per provider (the ledger's :func:`holders` phrases):
+    ``'a' (3 nodes) on local; 'b' (2 nodes) on aws``; ``nobody`` when no job does."""
+    phrases = [
+        f"{holders(ledger, provider, except_job=except_job)} on {provider}"
+        for provider in ledger.providers
+        if used_nodes(ledger, except_job=except_job).get(provider)
+    ]
+    return "; ".join(phrases) or "nobody"
+
+
+def _claims_of_holders(ledger: GridLedger, job: str) -> list[JobClaim]:
+    """Every other job's claim as it holds now (its priority and min_nodes as it reserved)."""
+    claims = []
+    for other, nodes in holdings_by_job(ledger, except_job=job).items():
+        newest = max(ledger.holdings_of(other), key=lambda holding: holding.launch_id)
+        size = sum(nodes.values())
+        claims.append(
+            JobClaim(
+                job=other,
+                nodes=size,
+                wanted=size,
+                min_nodes=min(newest.min_nodes, size),
+                priority=newest.priority,
+            )
+        )
+    return claims
+
+
+def decide_request(
+    ledger: GridLedger, request: CapacityRequest, capacities: Mapping[str, int]
+) -> ShortfallDecision:
+    """The request against the nodes free on ``capacities`` and the queue ahead of it
+    (:func:`~elasticgrid_provider.core.fleet.sharing.decide_shortfall`): a job keeps the
+    nodes it uses (a replan of a running job competes only for the nodes it adds; one that
+    shrinks is always granted)."""
+    claim = JobClaim(
+        job=request.job,
+        nodes=sum(job_usage(ledger, request.job).values()),
+        wanted=request.nodes,
+        min_nodes=request.min_nodes,
+        priority=request.priority,
+    )
+    queued = [r.as_claim() for r in sorted(ledger.queue, key=lambda r: (r.since, r.job))]
+    return decide_shortfall(
+        claim,
+        free_nodes(ledger, capacities),
+        mode=request.mode,
+        queued=queued,
+        holdings=holdings_by_job(ledger, except_job=request.job),
+    )
+
+
+class GridCapacity:
+    """The grid ledger's steps for plans and launches (module docstring).
+
+    :param store: the ledger of the jobs root the job runs under.
+    """
+
+    def __init__(self, store: GridLedgerStore) -> None:
+        self.store = store
+
+    def plan(
+        self,
+        planner: GridPlanner,
+        request: CapacityRequest,
+        *,
+        leave_out: Mapping[str, str] | None = None,
+    ) -> SharedPlan:
+        """Under the grid lock: grant and reserve, queue (and ask for shrinks), or fail."""
+        skipped = set(leave_out or {})
+        capacities = {p.name: p.max_nodes for p in planner.providers if p.name not in skipped}
+        with self.store.transaction() as current:
+            ledger, now = current.ledger, current.now
+            decision = decide_request(ledger, request, capacities)
+            holders = holders_text(ledger, except_job=request.job)
+            if decision.verdict is Verdict.FAILED:
+                return SharedPlan(request.job, decision, holders)
+            if decision.verdict is Verdict.GRANTED:
+                placement = planner.plan(
+                    min(decision.nodes, request.nodes),  # a shrink keeps no more than asked
+                    leave_out=leave_out,
+                    held_by_others=used_nodes(ledger, except_job=request.job),
+                )
+                launch_id = new_launch_id()
+                current.ledger = reserve(
+                    ledger,
+                    request.job,
+                    placement.nodes_by_provider(),
+                    launch_id=launch_id,
+                    now=now,
+                    capacities={**(ledger.capacities or {}), **capacities},
+                    priority=request.priority,
+                    min_nodes=request.min_nodes,
+                )
+                return SharedPlan(request.job, decision, holders, placement, launch_id)
+            using = sum(job_usage(ledger, request.job).values())
+            ledger = enqueue(ledger, request.as_queued(now, using), now=now)
+            shrinks: tuple[ShrinkRequest, ...] = ()
+            claim = next(r for r in ledger.queue if r.job == request.job).as_claim()
+            free = free_nodes(ledger, capacities)
+            preemption = plan_preemption(claim, free, _claims_of_holders(ledger, request.job))
+            if preemption.shrinks:
+                ledger = request_shrinks(ledger, preemption, by_priority=request.priority, now=now)
+                asked = {resize.job for resize in preemption.shrinks}
+                shrinks = tuple(s for s in ledger.shrinks if s.job in asked)
+            position = queue_position(ledger, request.job) or decision.queue_position
+            current.ledger = ledger
+            waiting = ShortfallDecision(Verdict.WAITING, 0, queue_position=position)
+            return SharedPlan(request.job, waiting, holders, shrinks=shrinks)
+
+    def would_grant(self, request: CapacityRequest, capacities: Mapping[str, int]) -> bool:
+        """Whether the request would be granted now, read without the lock (a trigger's poll)."""
+        ledger = self.store.snapshot().ledger
+        return decide_request(ledger, request, capacities).verdict is Verdict.GRANTED
+
+    def holders(self, job: str) -> str:
+        """Who uses the grid now but ``job`` (read without the lock), for a failure's sentence."""
+        return holders_text(self.store.snapshot().ledger, except_job=job)
+
+    def dequeue(self, job: str, *, timeout: float | None = None) -> None:
+        """Take ``job``'s request out of the queue (a timeout, a kill): it no longer waits; a
+        :class:`TimeoutError` when the grid lock stays busy ``timeout`` seconds."""
+        with self.store.transaction(timeout=timeout) as current:
+            current.ledger = dequeue(current.ledger, job, now=current.now)
+
+    def reserve_launch(self, job: str, placement: Placement, launch_id: str) -> None:
+        """Reserve ``placement`` for launch ``launch_id``: the job's priority and ``min_nodes``
+        from its plan's reservation (default 0 and the placement's size); raise
+        :class:`GridCapacityError` naming the holders when it does not fit (nothing changed)."""
+        shares = placement.nodes_by_provider()
+        capacities = {a.provider.name: a.provider.max_nodes for a in placement.assignments}
+        try:
+            self._reserve_launch(job, placement, launch_id, shares, capacities)
+        except OSError as exc:  # a full disk: the ledger is as it was
+            raise JobLaunchError(
+                f"job {job!r} was not launched: writing the grid ledger {self.store.path} failed "
+                f"({exc.strerror or exc}); nothing was stopped or started"
+            ) from None
+
+    def _reserve_launch(
+        self,
+        job: str,
+        placement: Placement,
+        launch_id: str,
+        shares: Mapping[str, int],
+        capacities: Mapping[str, int],
+    ) -> None:
+        with self.store.transaction() as current:
+            ledger = current.ledger
+            mine = ledger.holdings_of(job)
+            newest = max(mine, key=lambda holding: holding.launch_id) if mine else None
+            priority = newest.priority if newest else REBUILT_PRIORITY
+            min_nodes = newest.min_nodes if newest else placement.total_nodes
+            try:
+                current.ledger = reserve(
+                    ledger,
+                    job,
+                    shares,
+                    launch_id=launch_id,
+                    now=current.now,
+                    capacities={**(ledger.capacities or {}), **capacities},
+                    priority=priority,
+                    min_nodes=min(min_nodes, placement.total_nodes),
+                )
+            except GridCapacityError as exc:
+                raise GridCapacityError(
+                    f"job {job!r} was not launched and nothing was stopped: {exc}"
+                ) from None
+
+    def drop_reservation(self, job: str, launch_id: str) -> None:
+        """Forget the reservation of a launch that stopped and started nothing."""
+        with self.store.transaction() as current:
+            current.ledger = drop_reservation(current.ledger, job, launch_id, now=current.now)
+
+    def confirm(self, job: str, launch_id: str) -> None:
+        """The launch is confirmed: its reservation becomes held (a reconciled-away one is
+        logged: the launch record holds the nodes all the same)."""
+        with self.store.transaction() as current:
+            try:
+                current.ledger = confirm(current.ledger, job, launch_id, now=current.now)
+            except ElasticGridError as exc:
+                log.warning("%s; the launch record holds its nodes.", exc)
+
+    def release(self, job: str, launch_id: str | None = None) -> None:
+        """``job`` holds, reserves and waits for nothing (it ended, or was stopped); with
+        ``launch_id``, reconcile never gives that launch its nodes back."""
+        with self.store.transaction() as current:
+            current.ledger = release(current.ledger, job, now=current.now, launch_id=launch_id)

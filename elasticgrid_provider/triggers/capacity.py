@@ -1,0 +1,122 @@
+"""GridCapacityTrigger: wait, in the triggerer, until a queued plan would fit the grid.
+
+A fleet-aware ``PlanPlacementOperator`` whose request does not fit waits in the
+grid ledger's queue. Deferred, it hands this trigger its request and the providers'
+capacities; the trigger reads the ledger every ``poll_interval`` seconds without its
+lock (:meth:`~elasticgrid_provider.hooks.grid_ledger.GridLedgerStore.snapshot`, in a
+thread, off the event loop) and fires:
+
+* ``granted`` when the request would be granted now
+  (:func:`~elasticgrid_provider.hooks.grid_capacity.decide_request`); the resumed task
+  plans again under the lock, and waits again if another job took the nodes first;
+* ``timeout`` once ``timeout_at`` (epoch seconds) has passed, with ``holders`` (who
+  uses the grid); never an exception: the task turns it into a failure naming them.
+
+An event fires no sooner than ``min_wait_s`` after the deferral
+(:data:`~elasticgrid_provider.triggers.job.MIN_DEFERRAL_S`). A deferred task that is
+killed takes its request out of the queue (:meth:`GridCapacityTrigger.on_kill`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.core.validation import Choice
+
+
+class CapacityEventStatus(Choice):
+    """The status word of a capacity event."""
+
+    GRANTED = "granted"  # the request would be granted now: plan again under the lock
+    TIMEOUT = "timeout"  # ``timeout_at`` passed first
+
+
+class GridCapacityTrigger(BaseTrigger):
+    """Fire when the queued request would be granted, or once its timeout passed.
+
+    :param jobs_root: the JobManager root whose grid ledger the request waits in.
+    :param request: the request, :meth:`~elasticgrid_provider.hooks.grid_capacity.CapacityRequest.to_dict`.
+    :param capacities: the nodes of each provider the plan may use (``{name: max_nodes}``).
+    :param poll_interval: seconds between reads of the ledger.
+    :param timeout_at: epoch seconds after which the wait ends (None: no timeout).
+    :param min_wait_s: fire no sooner than this after the deferral.
+    """
+
+    def __init__(
+        self,
+        jobs_root: str,
+        request: dict[str, Any],
+        capacities: dict[str, int],
+        poll_interval: float = 30.0,
+        timeout_at: float | None = None,
+        min_wait_s: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.jobs_root = jobs_root
+        self.request = request
+        self.capacities = capacities
+        self.poll_interval = poll_interval
+        self.timeout_at = timeout_at
+        self.min_wait_s = min_wait_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Classpath and arguments, so the triggerer can rebuild this trigger."""
+        classpath = f"{type(self).__module__}.{type(self).__qualname__}"
+        return classpath, {
+            "jobs_root": self.jobs_root,
+            "request": dict(self.request),
+            "capacities": dict(self.capacities),
+            "poll_interval": self.poll_interval,
+            "timeout_at": self.timeout_at,
+            "min_wait_s": self.min_wait_s,
+        }
+
+    def _capacity(self) -> Any:
+        from elasticgrid_provider.hooks.grid_capacity import GridCapacity
+        from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+
+        return GridCapacity(GridLedgerStore(self.jobs_root))
+
+    def _check(self) -> dict[str, Any] | None:
+        """The event to fire now, or None (runs in a thread: it reads files)."""
+        from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
+
+        request = CapacityRequest.from_dict(self.request)
+        capacity = self._capacity()
+        if capacity.would_grant(request, self.capacities):
+            granted = CapacityEventStatus.GRANTED.value
+            return {"status": granted, "job": request.job, "timeout_at": self.timeout_at}
+        if self.timeout_at is not None and epoch_now() >= self.timeout_at:
+            return {
+                "status": CapacityEventStatus.TIMEOUT.value,
+                "job": request.job,
+                "holders": capacity.holders(request.job),
+                "timeout_at": self.timeout_at,
+            }
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Poll the ledger until the request would be granted or the timeout passed."""
+        started = time.monotonic()
+        while True:
+            event = await asyncio.to_thread(self._check)
+            if event is not None:
+                held_back = self.min_wait_s - (time.monotonic() - started)
+                if held_back > 0:  # MIN_DEFERRAL_S: firing this soon races the scheduler
+                    await asyncio.sleep(held_back)
+                    continue
+                yield TriggerEvent(event)
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        """The deferred task was killed: its request leaves the queue."""
+        job = str(self.request["job"])
+        self.log.info("Deferred task killed: job %s no longer waits for nodes.", job)
+        await asyncio.to_thread(self._capacity().dequeue, job)

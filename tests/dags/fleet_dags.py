@@ -1,0 +1,75 @@
+"""DAGs for two jobs sharing one grid of 4 ``local`` nodes: fleet-aware plan -> launch.
+
+Each DAG plans ``nodes`` (conf, default 3) with ``job_name`` set, so the plan counts
+what the other job uses and reserves its placement, then launches a job that sleeps
+``seconds`` (conf, default 8) and waits for it to end, which gives its nodes back.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG
+
+from elasticgrid_provider.dag_builders import plan_and_launch
+from tests.dag_settings import JOB, PYTHON
+
+FOUR_LOCAL_NODES = [
+    {"name": "local", "engine": "local", "max_nodes": 4, "cost_per_node_hour": 0.0, "spot": False}
+]
+SHORT_RUN = (
+    f"{PYTHON} -c \"import time; time.sleep(float({{{{ dag_run.conf.get('seconds', 8) }}}}))\""
+)
+NODES = "{{ dag_run.conf.get('nodes', 3) }}"
+MIN_NODES = "{{ dag_run.conf.get('min_nodes', dag_run.conf.get('nodes', 3)) }}"
+PRIORITY = "{{ dag_run.conf.get('priority', 0) }}"
+
+
+def fleet_dag(
+    dag_id: str, on_shortfall: str, wait_for_completion: bool = True, **plan_arguments: object
+) -> DAG:
+    """plan (fleet-aware, ``on_shortfall``) -> launch a short sleeping job and wait for it
+    (or, without ``wait_for_completion``, leave it running)."""
+    with DAG(dag_id=dag_id, schedule=None, catchup=False) as dag:
+        plan_and_launch(
+            NODES,
+            providers=FOUR_LOCAL_NODES,
+            job_name=JOB,
+            run=SHORT_RUN,
+            recovery={"mode": "none"},
+            wait_for_completion=wait_for_completion,
+            poll_interval=0.5,
+            startup_grace_s=1,
+            plan_arguments={
+                "job_name": JOB,
+                "priority": PRIORITY,
+                "min_nodes": MIN_NODES,
+                "on_shortfall": on_shortfall,
+                "poll_interval": 0.5,
+                **plan_arguments,
+            },
+        )
+    return dag
+
+
+fleet_dag("fleet_hold", "fail", wait_for_completion=False)  # a job that holds its nodes
+fleet_dag("fleet_wait", "wait")
+fleet_dag("fleet_take_what_fits", "take_what_fits")
+fleet_dag("fleet_fail", "fail")
+fleet_dag("fleet_wait_briefly", "wait", capacity_timeout=3)
+fleet_dag("fleet_wait_deferrable", "wait", deferrable=True)
+# bad fleet arguments, from the conf (each rendered field checked before the ledger is touched)
+fleet_dag(
+    "fleet_bad_arguments",
+    "{{ dag_run.conf.get('on_shortfall', 'wait') }}",
+    capacity_timeout="{{ dag_run.conf.get('capacity_timeout', 60) }}",
+)
+
+# a plan that does not share the grid (no job_name): its launch's reservation may be refused
+with DAG(dag_id="fleet_unaware_plan", schedule=None, catchup=False):
+    plan_and_launch(
+        NODES,
+        providers=FOUR_LOCAL_NODES,
+        job_name=JOB,
+        run=SHORT_RUN,
+        recovery={"mode": "none"},
+        startup_grace_s=1,
+    )

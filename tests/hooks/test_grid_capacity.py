@@ -1,0 +1,69 @@
+"""GridCapacity's plan step on a real ledger on disk: replans of running jobs, shrink requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elasticgrid_provider.core.fleet.ledger import job_usage, queue_position, shrink_request_for
+from elasticgrid_provider.core.fleet.sharing import ShortfallMode, Verdict
+from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.providers import providers_from_dicts
+from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity
+from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+from tests.dags.fleet_dags import FOUR_LOCAL_NODES
+
+PLANNER = GridPlanner(providers=providers_from_dicts(FOUR_LOCAL_NODES))
+
+
+def _capacity(root: Path) -> GridCapacity:
+    return GridCapacity(GridLedgerStore(root))
+
+
+def test_a_running_job_replans_within_its_own_nodes_while_another_waits(tmp_path):
+    capacity = _capacity(tmp_path)
+    held = capacity.plan(PLANNER, CapacityRequest("holder", 4, 4))
+    assert held.decision.verdict is Verdict.GRANTED
+    waiting = capacity.plan(PLANNER, CapacityRequest("waiter", 2, 2))
+    assert (waiting.decision.verdict, waiting.decision.queue_position) == (Verdict.WAITING, 1)
+
+    again = capacity.plan(PLANNER, CapacityRequest("holder", 4, 4))  # a retry, same size
+    smaller = capacity.plan(PLANNER, CapacityRequest("holder", 2, 2))  # a shrink
+
+    assert again.decision.verdict is Verdict.GRANTED
+    assert smaller.decision.verdict is Verdict.GRANTED
+    assert smaller.reservation["nodes"] == {"local": 2}
+    ledger = capacity.store.snapshot().ledger
+    # no launch record holds the 4 yet: the smaller reservation replaces the larger one
+    assert job_usage(ledger, "holder") == {"local": 2}
+    assert queue_position(ledger, "waiter") == 1
+
+
+def test_a_waiting_higher_priority_plan_asks_lower_ones_to_shrink_to_their_min_nodes(tmp_path):
+    capacity = _capacity(tmp_path)
+    capacity.plan(PLANNER, CapacityRequest("low", 4, 1, priority=0))
+    capacity.plan(PLANNER, CapacityRequest("peer", 1, 1, priority=3, mode=ShortfallMode.FAIL))
+
+    high = capacity.plan(PLANNER, CapacityRequest("high", 3, 3, priority=3))
+    assert high.decision.verdict is Verdict.WAITING
+    assert [(s.job, s.to_nodes, s.by_job, s.by_priority) for s in high.shrinks] == [
+        ("low", 1, "high", 3)
+    ]
+    ledger = capacity.store.snapshot().ledger
+    assert shrink_request_for(ledger, "low") is not None
+    assert shrink_request_for(ledger, "peer") is None  # equal priorities never shrink each other
+
+
+def test_fail_mode_changes_nothing(tmp_path):
+    capacity = _capacity(tmp_path)
+    capacity.plan(PLANNER, CapacityRequest("holder", 3, 3))
+    before = (tmp_path / ".grid" / "ledger.json").read_text()
+
+    failed = capacity.plan(PLANNER, CapacityRequest("late", 2, 2, mode=ShortfallMode.FAIL))
+
+    assert failed.decision.verdict is Verdict.FAILED
+    assert failed.decision.reason == (
+        "job 'late' wants 2 more nodes but 1 is free: 'holder' holds 3 on local"
+    )
+    ledger = capacity.store.snapshot().ledger
+    assert ledger.jobs == ("holder",)
+    assert (tmp_path / ".grid" / "ledger.json").read_text().count('"job"') == before.count('"job"')

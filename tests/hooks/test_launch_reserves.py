@@ -1,0 +1,136 @@
+"""A launch reserves its placement in the grid ledger before it stops or starts anything.
+
+Real local iroh-tinker jobs with real processes on a grid of 4 ``local`` nodes, through
+the LaunchManager the LaunchOperator uses.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from elasticgrid_provider.core.errors import GridCapacityError, JobLaunchError
+from elasticgrid_provider.core.fleet.ledger import HoldingPhase, job_usage
+from elasticgrid_provider.core.launch_spec import LaunchOptions
+from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.providers import providers_from_dicts
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+from tests.dag_settings import PYTHON, SLEEPING_RUN
+from tests.dags.fleet_dags import FOUR_LOCAL_NODES
+from tests.job_processes import is_alive, job_ranks, rank_pids
+
+pytestmark = [pytest.mark.airflow, pytest.mark.long]
+
+PLANNER = GridPlanner(providers=providers_from_dicts(FOUR_LOCAL_NODES))
+SLEEPING = LaunchOptions(run=SLEEPING_RUN, recovery={"mode": "none"})
+SHORT = LaunchOptions(run=f'{PYTHON} -c "import time; time.sleep(3)"', recovery={"mode": "none"})
+
+
+def _ledger(jobs_root: Path):
+    return GridLedgerStore(jobs_root).snapshot().ledger
+
+
+def test_a_refused_resize_leaves_the_running_job_alone(jobs_root):
+    hook = ElasticGridHook(jobs_root=str(jobs_root))
+    big, small = hook.launch_manager("big"), hook.launch_manager("small")
+    big.launch(PLANNER.plan(3), SLEEPING, startup_grace_s=1)
+    small.launch(PLANNER.plan(1), SLEEPING, startup_grace_s=1)
+    pids = rank_pids(jobs_root, "small--local")
+    manifest = (jobs_root / "small" / "manifest.json").read_text()
+
+    with pytest.raises(GridCapacityError) as refused:
+        hook.launch_manager("small").launch(PLANNER.plan(2), SLEEPING, startup_grace_s=1)
+
+    assert str(refused.value) == (
+        "job 'small' was not launched and nothing was stopped: provider 'local' has 1 free "
+        "nodes but job 'small' asked for 2; held by 'big' (3 nodes)"
+    )
+    assert rank_pids(jobs_root, "small--local") == pids
+    assert all(is_alive(pid) for pid in pids)
+    assert (jobs_root / "small" / "manifest.json").read_text() == manifest
+    assert len(list((jobs_root / "small" / "specs").iterdir())) == 1  # nothing written
+    ledger = _ledger(jobs_root)
+    assert job_usage(ledger, "small") == {"local": 1}
+    assert {h.phase for h in ledger.holdings_of("small")} == {HoldingPhase.HELD}
+    assert len(job_ranks("big")) == 3
+
+
+def test_a_launch_confirms_its_reservation_and_a_stop_releases_it(jobs_root):
+    manager = ElasticGridHook(jobs_root=str(jobs_root)).launch_manager("owner")
+    manager.launch(PLANNER.plan(2), SLEEPING, startup_grace_s=1)
+
+    ledger = _ledger(jobs_root)
+    (holding,) = ledger.holdings_of("owner")
+    assert (holding.phase, holding.launch_id, holding.nodes) == (
+        HoldingPhase.HELD,
+        manager.launch_id,
+        2,
+    )
+    stored = json.loads((jobs_root / ".grid" / "ledger.json").read_text())
+    assert [h["phase"] for h in stored["holdings"]] == ["held"]  # confirmed on disk, not only
+    # in the reconciled view
+
+    manager.stop()
+
+    assert job_ranks("owner") == {}
+    assert _ledger(jobs_root).holdings_of("owner") == ()
+    assert json.loads((jobs_root / ".grid" / "ledger.json").read_text())["holdings"] == []
+
+
+def test_a_failed_start_gives_the_nodes_back(jobs_root):
+    failing = LaunchOptions(run=f'{PYTHON} -c "import sys; sys.exit(3)"', recovery={"mode": "none"})
+    manager = ElasticGridHook(jobs_root=str(jobs_root)).launch_manager("broken")
+    with pytest.raises(JobLaunchError, match="job 'broken' is down"):
+        manager.launch(PLANNER.plan(3), failing, startup_grace_s=2)
+
+    assert _ledger(jobs_root).holdings_of("broken") == ()
+    stored = json.loads((jobs_root / ".grid" / "ledger.json").read_text())
+    assert stored["holdings"] == []
+
+
+def test_a_job_that_ends_on_its_own_holds_nothing_though_nobody_saw_it_end(jobs_root):
+    manager = ElasticGridHook(jobs_root=str(jobs_root)).launch_manager("brief")
+    manager.launch(PLANNER.plan(3), SHORT, startup_grace_s=1)
+    assert job_usage(_ledger(jobs_root), "brief") == {"local": 3}
+    pids = rank_pids(jobs_root, "brief--local")
+
+    deadline = time.monotonic() + 60
+    while any(is_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "the short job did not end within 60 s"
+        time.sleep(0.2)
+
+    part = json.loads((jobs_root / "brief--local" / "job.json").read_text())
+    assert part["status"] == "running"  # nobody asked iroh-tinker since: unobserved
+    manifest = json.loads((jobs_root / "brief" / "manifest.json").read_text())
+    assert manifest["state"] == "running"
+    assert _ledger(jobs_root).holdings_of("brief") == ()
+    # and the next job gets the whole grid
+    other = ElasticGridHook(jobs_root=str(jobs_root)).launch_manager("next")
+    other.launch(PLANNER.plan(4), SLEEPING, startup_grace_s=1)
+    assert len(job_ranks("next")) == 4
+
+
+def test_a_launch_task_refused_by_the_ledger_fails_retryably_naming_the_holder(
+    airflow_db, jobs_root, capfd
+):
+    from tests.airflow_support import run_dag
+
+    run_dag("fleet_hold", {"job_name": "holder", "nodes": 3, "seconds": 600})
+    ranks = job_ranks("holder")
+    capfd.readouterr()
+
+    result = run_dag("fleet_unaware_plan", {"job_name": "blind", "nodes": 2})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    output = capfd.readouterr()
+    text = output.out + output.err
+    assert (
+        "AirflowException: job 'blind' was not launched and nothing was stopped: provider "
+        "'local' has 1 free nodes but job 'blind' asked for 2; held by 'holder' (3 nodes)"
+    ) in text  # an AirflowException, not AirflowFailException: a retry may find room
+    assert job_ranks("blind") == {} and job_ranks("holder") == ranks
+    assert not (jobs_root / "blind" / "manifest.json").exists()

@@ -1,0 +1,120 @@
+"""GridCapacityTrigger: real code reading a real ledger, next to a real local job.
+
+The trigger's ``run()`` runs in an event loop here, as the triggerer runs it; the
+holder is a real iroh-tinker job whose end nobody observes but the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from pathlib import Path
+
+import pytest
+
+from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.core.fleet.sharing import ShortfallMode, Verdict
+from elasticgrid_provider.core.launch_spec import LaunchOptions
+from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.providers import providers_from_dicts
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity
+from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+from elasticgrid_provider.triggers.capacity import GridCapacityTrigger
+from tests.dag_settings import PYTHON, SLEEPING_RUN
+from tests.dags.fleet_dags import FOUR_LOCAL_NODES
+from tests.job_processes import job_ranks
+
+PLANNER = GridPlanner(providers=providers_from_dicts(FOUR_LOCAL_NODES))
+CAPACITIES = {"local": 4}
+WAITER = CapacityRequest(job="waiter", nodes=3, min_nodes=3, priority=0, mode=ShortfallMode.WAIT)
+
+
+def _hold(jobs_root: Path, job: str, nodes: int, run: str) -> None:
+    """A real job of ``nodes`` ranks, launched (and reserved) as the LaunchOperator does."""
+    manager = ElasticGridHook(jobs_root=str(jobs_root)).launch_manager(job)
+    options = LaunchOptions(run=run, recovery={"mode": "none"})
+    manager.launch(PLANNER.plan(nodes), options, startup_grace_s=1)
+
+
+def _queue(jobs_root: Path) -> GridCapacity:
+    """The waiter's plan, under the lock: it does not fit and waits in the queue."""
+    capacity = GridCapacity(GridLedgerStore(jobs_root))
+    shared = capacity.plan(PLANNER, WAITER)
+    assert (shared.decision.verdict, shared.decision.queue_position) == (Verdict.WAITING, 1)
+    return capacity
+
+
+async def _first_event(trigger: GridCapacityTrigger, timeout: float = 90.0) -> dict:
+    async def first() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return await asyncio.wait_for(first(), timeout)
+
+
+def test_serialize_round_trips_through_the_classpath(tmp_path):
+    trigger = GridCapacityTrigger(
+        jobs_root=str(tmp_path),
+        request=WAITER.to_dict(),
+        capacities=CAPACITIES,
+        poll_interval=0.2,
+        timeout_at=1_900_000_000.0,
+        min_wait_s=15.0,
+    )
+    classpath, kwargs = trigger.serialize()
+    module, _, name = classpath.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+
+    assert rebuilt.serialize() == (classpath, kwargs)
+    assert CapacityRequest.from_dict(kwargs["request"]) == WAITER
+    assert kwargs["request"]["mode"] == "wait"
+
+
+@pytest.mark.long
+def test_the_trigger_fires_when_the_holders_job_ends(jobs_root):
+    _hold(jobs_root, "holder", 2, f'{PYTHON} -c "import time; time.sleep(4)"')
+    capacity = _queue(jobs_root)
+    trigger = GridCapacityTrigger(str(jobs_root), WAITER.to_dict(), CAPACITIES, poll_interval=0.2)
+
+    event = asyncio.run(_first_event(trigger))
+
+    assert event == {"status": "granted", "job": "waiter", "timeout_at": None}
+    assert job_ranks("holder") == {}  # it fired once the holder's ranks were gone
+    granted = capacity.plan(PLANNER, WAITER)  # the resumed task plans again under the lock
+    assert granted.decision.verdict is Verdict.GRANTED
+    assert granted.reservation["nodes"] == {"local": 3}
+
+
+@pytest.mark.long
+def test_a_timeout_is_an_event_naming_the_holders_never_an_exception(jobs_root):
+    _hold(jobs_root, "holder", 2, SLEEPING_RUN)
+    _queue(jobs_root)
+    timeout_at = epoch_now() + 1.0
+    trigger = GridCapacityTrigger(
+        str(jobs_root), WAITER.to_dict(), CAPACITIES, poll_interval=0.2, timeout_at=timeout_at
+    )
+
+    event = asyncio.run(_first_event(trigger))
+
+    assert event == {
+        "status": "timeout",
+        "job": "waiter",
+        "holders": "'holder' (2 nodes) on local",
+        "timeout_at": timeout_at,
+    }
+    assert len(job_ranks("holder")) == 2
+
+
+@pytest.mark.long
+def test_killing_the_deferred_task_takes_its_request_out_of_the_queue(jobs_root):
+    _hold(jobs_root, "holder", 2, SLEEPING_RUN)
+    _queue(jobs_root)
+    store = GridLedgerStore(jobs_root)
+    assert [r.job for r in store.snapshot().ledger.queue] == ["waiter"]
+    trigger = GridCapacityTrigger(str(jobs_root), WAITER.to_dict(), CAPACITIES)
+
+    asyncio.run(trigger.on_kill())
+
+    assert store.snapshot().ledger.queue == ()
