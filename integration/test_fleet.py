@@ -194,9 +194,20 @@ def fleet_jobs(deployment: Deployment) -> Iterator[list[str]]:
             stop_job(deployment.jobs_root, job)
 
 
-def trigger_at_once(deployment: Deployment, confs: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Trigger each DAG with its conf, back to back; the run id of each DAG."""
-    return {dag_id: deployment.trigger(dag_id, conf) for dag_id, conf in confs.items()}
+def run_at_once(
+    deployment: Deployment, jobs: dict[str, str], settings: dict[str, Any]
+) -> tuple[Watch, dict[str, str]]:
+    """Trigger each DAG for its job with the same ``settings``, back to back, and watch until
+    every run succeeded and the grid was never over-subscribed; the watch and the run ids."""
+    watch = Watch(deployment)
+    with watch.running():
+        runs = {
+            dag_id: deployment.trigger(dag_id, fleet_conf(job, **settings))
+            for dag_id, job in jobs.items()
+        }
+        wait_all(deployment, runs)
+    watch.check_grid_never_oversubscribed()
+    return watch, runs
 
 
 def wait_all(deployment: Deployment, runs: dict[str, str]) -> None:
@@ -236,13 +247,7 @@ def test_two_jobs_triggered_at_once_the_second_waits_for_the_grid_then_runs(
     jobs = {W1: "fleet-wait-1", W2: "fleet-wait-2"}
     fleet_jobs.extend(jobs.values())
     size = {"nodes": 3, "min_nodes": 1, "steps": 100}  # 3 + 3 > 4: one must wait
-    watch = Watch(deployment)
-    with watch.running():
-        runs = trigger_at_once(
-            deployment, {dag: fleet_conf(job, **size) for dag, job in jobs.items()}
-        )
-        wait_all(deployment, runs)
-    watch.check_grid_never_oversubscribed()
+    watch, runs = run_at_once(deployment, jobs, size)
     seen = {job: watch.seen(job) for job in jobs.values()}
     assert all(seen.values()), watch.report()
     first, second = sorted(jobs.values(), key=lambda job: seen[job][0])
@@ -276,13 +281,7 @@ def test_with_take_what_fits_the_second_starts_smaller_and_grows_when_the_first_
         "global_batch": 12,
         "microbatch_seconds": 0.02,
     }
-    watch = Watch(deployment)
-    with watch.running():
-        runs = trigger_at_once(
-            deployment, {dag: fleet_conf(job, **settings) for dag, job in jobs.items()}
-        )
-        wait_all(deployment, runs)
-    watch.check_grid_never_oversubscribed()
+    watch, runs = run_at_once(deployment, jobs, settings)
     planned = {
         job: deployment.xcom(dag_id, runs[dag_id], "plan")["total_nodes"]
         for dag_id, job in jobs.items()
