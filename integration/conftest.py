@@ -35,6 +35,19 @@ DAG_IDS = [
     "it_check_on_w2",
     "it_descriptor_probe",
     "it_ssh_training",
+    "it_fleet_w1",
+    "it_fleet_w2",
+    "elastic_fleet",
+]
+FLEET_PROVIDER = "fleet"
+FLEET_GRID = [
+    {
+        "name": FLEET_PROVIDER,
+        "engine": "local",
+        "max_nodes": 4,
+        "cost_per_node_hour": 0.0,
+        "spot": False,
+    }
 ]
 
 
@@ -46,9 +59,11 @@ def deployment() -> Iterator[Deployment]:
     pool = Path(tempfile.mkdtemp(prefix="elasticgrid-pool-"))
     try:
         with SshTestHosts(2, hide=[home], pool=pool) as hosts:
-            running = Deployment.start(
-                home, {"AIRFLOW_CONN_ELASTICGRID_SSH": _ssh_grid(hosts, home)}
-            )
+            connections = {
+                "AIRFLOW_CONN_ELASTICGRID_SSH": _ssh_grid(hosts, home),
+                "AIRFLOW_CONN_ELASTICGRID_DEFAULT": _fleet_grid(home),
+            }
+            running = Deployment.start(home, connections)
             running.ssh_hosts = hosts
             try:
                 running.wait_for_dags(DAG_IDS)
@@ -71,6 +86,12 @@ def _ssh_grid(hosts: SshTestHosts, home: Path) -> str:
         "params": hosts.params(shared_dir=f"{POOL_MOUNT}/eg"),
     }
     extra = {"jobs_root": str(Deployment(home=home).jobs_root), "providers": [provider]}
+    return json.dumps({"conn_type": "elasticgrid", "extra": extra})
+
+
+def _fleet_grid(home: Path) -> str:
+    """The ``elasticgrid_default`` connection: the jobs root, and :data:`FLEET_GRID`."""
+    extra = {"jobs_root": str(Deployment(home=home).jobs_root), "providers": FLEET_GRID}
     return json.dumps({"conn_type": "elasticgrid", "extra": extra})
 
 

@@ -1,9 +1,13 @@
-"""The scheduled example DAG, run for real: it starts its job, resizes it, skips when idle."""
+"""The example DAGs: the scheduled one, run for real (it starts its job, resizes it, skips when
+idle), and elastic_fleet's two jobs on one grid, as Airflow loads it (its two branches must run
+at once, which ``dag.test()`` does not do; the integration suite runs that case for real)."""
 
 from __future__ import annotations
 
 import pytest
 
+from example_dags.elastic_fleet import EVALUATE, PRETRAIN
+from example_dags.elastic_fleet import dag as elastic_fleet
 from example_dags.elastic_rescale_check import DEFAULT_JOB_NAME
 from example_dags.elastic_training import dag as elastic_training
 from tests.airflow_support import run_dag
@@ -59,3 +63,33 @@ def test_with_nothing_launched_a_run_skips_saying_how_to_start_the_job(
     text = output.out + output.err + caplog.text
     assert f"job '{DEFAULT_JOB_NAME}' was never launched under {jobs_root}" in text
     assert 'trigger elastic_rescale_check with {"launch": true} to start it' in text
+
+
+def test_elastic_fleet_shares_one_grid_between_two_jobs_whose_every_plan_names_its_job():
+    plans = {
+        task_id: elastic_fleet.get_task(task_id)
+        for task_id in ("pretrain_plan", "pretrain_replan", "evaluate_plan")
+    }
+    assert {task_id: plan.job_name for task_id, plan in plans.items()} == {
+        "pretrain_plan": PRETRAIN,
+        "pretrain_replan": PRETRAIN,
+        "evaluate_plan": EVALUATE,
+    }
+    grids = [plan.providers for plan in plans.values()]
+    assert grids[0] and all(grid == grids[0] for grid in grids)
+    pretrain, evaluate = plans["pretrain_plan"], plans["evaluate_plan"]
+    # the low-priority job is elastic down to 2 nodes and starts on what fits
+    assert (pretrain.priority, pretrain.min_nodes, pretrain.on_shortfall) == (
+        0,
+        2,
+        "take_what_fits",
+    )
+    assert plans["pretrain_replan"].min_nodes == 2  # a resize never plans below it either
+    # the urgent one waits for its nodes (the default) in the triggerer
+    assert (evaluate.priority, evaluate.on_shortfall, evaluate.deferrable) == (10, "wait", True)
+    check = elastic_fleet.get_task("pretrain_check")
+    assert (check.job_name, check.priority) == (PRETRAIN, 0)
+    # two independent branches: both jobs start at once
+    roots = {task.task_id for task in elastic_fleet.roots}
+    assert roots == {"pretrain_plan", "evaluate_plan"}
+    assert elastic_fleet.get_task("evaluate").downstream_task_ids == set()

@@ -64,6 +64,7 @@ def test_importing_the_provider_and_parsing_the_example_dags_imports_no_heavy_mo
             PARSE_EVERYTHING,
             str(EXAMPLE_DAGS / "elastic_training.py"),
             str(EXAMPLE_DAGS / "elastic_rescale_check.py"),
+            str(EXAMPLE_DAGS / "elastic_fleet.py"),
         ],
         capture_output=True,
         text=True,
@@ -80,6 +81,15 @@ def test_importing_the_provider_and_parsing_the_example_dags_imports_no_heavy_mo
             "scale_check",
             "start",
             "start_plan",
+        ],
+        "elastic_fleet": [
+            "evaluate",
+            "evaluate_plan",
+            "pretrain_check",
+            "pretrain_launch",
+            "pretrain_plan",
+            "pretrain_relaunch",
+            "pretrain_replan",
         ],
     }
     assert report["heavy"] == []
@@ -121,12 +131,16 @@ def test_list_import_errors_does_report_a_broken_dag_file(airflow_db, tmp_path):
     assert "NoSuchOperator" in errors[0]["error"]
 
 
-def test_airflow_lists_both_example_dags(airflow_db):
+def test_airflow_lists_every_example_dag(airflow_db):
     result = _airflow(EXAMPLE_DAGS, "dags", "list", "--local", "--output", "json")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Failed to load all files" not in result.stderr
     dags = json.loads(result.stdout.strip().splitlines()[-1])
-    assert sorted(dag["dag_id"] for dag in dags) == ["elastic_rescale_check", "elastic_training"]
+    assert sorted(dag["dag_id"] for dag in dags) == [
+        "elastic_fleet",
+        "elastic_rescale_check",
+        "elastic_training",
+    ]
     # elastic_rescale_check may also be registered from tests/dags (tests/test_example_dags.py
     # runs it) in this session's shared DB; elastic_training only ever comes from example_dags
     filelocs = {dag["dag_id"]: Path(dag["fileloc"]) for dag in dags}
