@@ -104,8 +104,6 @@ class PartRecord(JsonModel):
 class JobManifest(JsonModel):
     """Which parts make up a job, at which placement, from which launch."""
 
-    WHERE = "job manifest"
-
     job_name: Text
     launch_id: Text
     launched_at: Text

@@ -155,8 +155,6 @@ _LeftOutOrCount = Annotated[int | None, whole()]  # a Count that may be left out
 class _Recovery(JsonModel):
     """``options.recovery``: iroh-tinker's ``RecoverySpec`` fields (unset ones left out)."""
 
-    WHERE = "recovery"
-
     mode: Annotated[str, choice(RecoveryMode)] = RecoveryMode.RESTART
     max_restarts: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
     signal_grace_s: _LeftOutOrCount = Field(default=None, exclude_if=_unset)
@@ -165,8 +163,6 @@ class _Recovery(JsonModel):
 @model
 class _Checkpoint(JsonModel):
     """``options.checkpoint``: iroh-tinker's ``CheckpointSpec`` fields (unset ones left out)."""
-
-    WHERE = "checkpoint"
 
     uri: Text | None = Field(default=None, exclude_if=_unset)
     interval_steps: _LeftOutOrCount = Field(default=None, exclude_if=_unset)

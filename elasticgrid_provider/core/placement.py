@@ -53,8 +53,6 @@ class Assignment(JsonModel):
 class Placement(JsonModel):
     """Per-provider shares in failover order; totals and costs are derived."""
 
-    WHERE = "placement"
-
     assignments: tuple[Assignment, ...] = ()
     left_out: tuple[tuple[str, str], ...] = ()
     """``(provider, why)`` for the providers the planner had to leave out (a quarantine)."""

@@ -77,6 +77,8 @@ _RELATIVE_TOLERANCE = 1e-12
 class GridPlanner(JsonModel):
     """Plans where a job's nodes run on a grid of providers, under a spot policy (module rules)."""
 
+    WHERE = ""  # errors name the argument alone, as the operator and the CLI call it
+
     providers: Annotated[tuple[Provider, ...], PlainValidator(lambda p: _check_providers(p))]
     max_spot_fraction: Annotated[float, finite(0.0, 1.0)] = 1.0
     prefer: Annotated[str, one_of(PREFER_CHOICES)] = "cost"

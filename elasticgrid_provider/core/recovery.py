@@ -100,8 +100,6 @@ class RecoveryAction(Choice):
 class LostPart(JsonModel):
     """One part of a job whose ranks are gone: which, where (``ranks``: global ranks), and why."""
 
-    WHERE = "lost part"
-
     _: KW_ONLY
     part: AnyText
     provider: AnyText
@@ -114,8 +112,6 @@ class LostPart(JsonModel):
 class QuarantineEntry(JsonModel):
     """A provider left out of every placement until ``until`` (epoch seconds), and why."""
 
-    WHERE = "quarantine entry"
-
     provider: AnyText
     since: Finite
     until: Finite
@@ -125,8 +121,6 @@ class QuarantineEntry(JsonModel):
 @model
 class PastRecovery(JsonModel):
     """A recovery that was decided: when, and for which launch."""
-
-    WHERE = "past recovery"
 
     at: Finite
     launch_id: AnyText
@@ -189,8 +183,6 @@ class RecoveryPolicy(JsonModel):
 class RecoveryDecision(JsonModel):
     """A recovery event (``recover``: relaunch on what is left; ``give_up``; ``wait``): a decision
     record's fields, the lost parts, the quarantine after it, the budget, the new placement."""
-
-    WHERE = "recovery decision"
 
     _: KW_ONLY
     action: Annotated[RecoveryAction, choice(RecoveryAction)]

@@ -112,8 +112,6 @@ def state_variable_key(job_name: str) -> str:
 class DecisionInputs(JsonModel):
     """Everything a decision was computed from; :meth:`decide` reproduces it exactly."""
 
-    WHERE = "decision inputs"
-
     scheduler: ScalePolicy
     window: MetricsWindow
     now: Finite
@@ -191,8 +189,6 @@ def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
 @model
 class ScaleState(JsonModel):
     """One job's window, cursors, cooldown clock and decision history (see module docstring)."""
-
-    WHERE = "scale state"
 
     job_name: Text
     window: MetricsWindow = Field(default_factory=MetricsWindow)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from collections.abc import Callable, Hashable
 from enum import Enum
@@ -309,12 +310,27 @@ ModelT = TypeVar("ModelT")
 FROM_JSON: dict[str, Any] = {"from_json": True}  # model_validate's context: JSON stands for models
 
 
+def class_words(name: str) -> str:
+    """A class name as lowercase words: ``QueuedRequest`` -> ``queued request``."""
+    return " ".join(word.lower() for word in re.findall(r"[A-Z][a-z0-9]*", name))
+
+
 class JsonModel:
-    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases;
-    ``WHERE`` names the model in errors, :meth:`_where` one instance (``provider 'aws'``)."""
+    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases.
+
+    ``WHERE`` names the model in errors: by default the class name in words
+    (:func:`class_words`), unless the class declares ``WHERE`` or an ``OWNER`` (a model
+    whose errors name only the field's path); :meth:`_where` names one instance
+    (``provider 'aws'``).
+    """
 
     WHERE: ClassVar[str] = ""
     OWNER: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "WHERE" not in cls.__dict__ and "OWNER" not in cls.__dict__:
+            cls.WHERE = class_words(cls.__name__)
 
     @classmethod
     def _where(cls, data: Any) -> str:

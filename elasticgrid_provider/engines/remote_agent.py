@@ -88,7 +88,27 @@ def _stop(runners, groups, others, grace):
         time.sleep(0.05)
 
 
-def _environment(pid):
+def spawn_detached(argv, log, **options):
+    """Start ``argv`` detached: its own session, stdin ``/dev/null``, stdout and stderr
+    appended to ``log`` (created 0600), no other descriptor of this process; ``options`` go
+    to ``subprocess.Popen`` (``cwd``, ``env``)."""
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=descriptor,
+            stderr=descriptor,
+            close_fds=True,
+            start_new_session=True,
+            **options,
+        )
+    finally:
+        os.close(descriptor)
+
+
+def process_environment(pid):
+    """The environment of process ``pid`` as a dict, or {} (gone, or another user's)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
             raw = handle.read()
@@ -150,19 +170,7 @@ def start(request):
         for rank in request["ranks"]:
             argv = _command(rank["argv"], job_dir, request["job_dir"], script)
             log = os.path.join(job_dir, "logs", f"rank_{rank['rank']}.log")
-            descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                process = subprocess.Popen(
-                    argv,
-                    cwd=root,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=descriptor,
-                    stderr=descriptor,
-                    start_new_session=True,
-                )
-            finally:
-                os.close(descriptor)
+            process = spawn_detached(argv, log, cwd=root, env=env)
             stat = _stat(process.pid)
             started[str(rank["rank"])] = [process.pid, stat[2] if stat else None]
     except Exception:
@@ -198,7 +206,7 @@ def sweep(request):
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) not in (os.getpid(), os.getppid()):
-            environment = _environment(int(entry))
+            environment = process_environment(int(entry))
             if (
                 environment.get("ELASTICGRID_JOB") == request["job"]
                 and environment.get("ELASTICGRID_LAUNCH_ID") in wanted

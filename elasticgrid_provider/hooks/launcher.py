@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
+from elasticgrid_provider.engines.remote_agent import process_environment, spawn_detached
 
 RESULT_NAME = "launcher-result.json"
 LOG_NAME = "launcher.log"
@@ -104,19 +105,8 @@ def start_launcher(folder: Path, env: dict[str, str]) -> subprocess.Popen:
     none of this process's descriptors."""
     request_path = folder / REQUEST_NAME
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    descriptor = os.open(folder / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-m", "elasticgrid_provider.hooks.launcher", str(request_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=descriptor,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-            start_new_session=True,
-            env=env,
-        )
-    finally:
-        os.close(descriptor)
+    argv = [sys.executable, "-m", "elasticgrid_provider.hooks.launcher", str(request_path)]
+    return spawn_detached(argv, folder / LOG_NAME, env=env)
 
 
 def read_result(folder: Path) -> dict[str, Any]:
@@ -133,15 +123,6 @@ def log_tail(folder: Path, lines: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(text.strip().splitlines()[-lines:])
-
-
-def _environment(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:  # gone, or another user's
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
 
 
 def _pid_namespace(pid: int | str) -> str | None:
@@ -166,7 +147,7 @@ def launch_processes(job_name: str, launch_ids: Iterable[str]) -> list[int]:
             continue
         if _pid_namespace(entry.name) != ours:
             continue
-        environment = _environment(int(entry.name))
+        environment = process_environment(int(entry.name))
         if environment.get(ENV_JOB) == job_name and environment.get(ENV_LAUNCH_ID) in wanted:
             found.append(int(entry.name))
     return sorted(found)
@@ -192,7 +173,7 @@ def _alive(pid: int) -> bool:
 def own_processes(job_name: str, pids: Iterable[int]) -> list[int]:
     """Those of ``pids`` that are live processes of ``job_name`` on this machine: a pid that an
     engine recorded on another machine, or that was reused since, is left alone."""
-    return [int(pid) for pid in pids if _environment(int(pid)).get(ENV_JOB) == job_name]
+    return [int(pid) for pid in pids if process_environment(int(pid)).get(ENV_JOB) == job_name]
 
 
 def _process_groups(pgids: set[int]) -> list[int]:

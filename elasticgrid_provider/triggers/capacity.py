@@ -22,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.validation import Choice
+from elasticgrid_provider.triggers.base import ElasticGridTrigger
 
 
 class CapacityEventStatus(Choice):
@@ -37,7 +39,8 @@ class CapacityEventStatus(Choice):
     TIMEOUT = "timeout"  # ``timeout_at`` passed first
 
 
-class GridCapacityTrigger(BaseTrigger):
+@dataclass(eq=False, repr=False)
+class GridCapacityTrigger(ElasticGridTrigger):
     """Fire when the queued request would be granted, or once its timeout passed.
 
     :param jobs_root: the JobManager root whose grid ledger the request waits in.
@@ -48,34 +51,12 @@ class GridCapacityTrigger(BaseTrigger):
     :param min_wait_s: fire no sooner than this after the deferral.
     """
 
-    def __init__(
-        self,
-        jobs_root: str,
-        request: dict[str, Any],
-        capacities: dict[str, int],
-        poll_interval: float = 30.0,
-        timeout_at: float | None = None,
-        min_wait_s: float = 0.0,
-    ) -> None:
-        super().__init__()
-        self.jobs_root = jobs_root
-        self.request = request
-        self.capacities = capacities
-        self.poll_interval = poll_interval
-        self.timeout_at = timeout_at
-        self.min_wait_s = min_wait_s
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Classpath and arguments, so the triggerer can rebuild this trigger."""
-        classpath = f"{type(self).__module__}.{type(self).__qualname__}"
-        return classpath, {
-            "jobs_root": self.jobs_root,
-            "request": dict(self.request),
-            "capacities": dict(self.capacities),
-            "poll_interval": self.poll_interval,
-            "timeout_at": self.timeout_at,
-            "min_wait_s": self.min_wait_s,
-        }
+    jobs_root: str
+    request: dict[str, Any]
+    capacities: dict[str, int]
+    poll_interval: float = 30.0
+    timeout_at: float | None = None
+    min_wait_s: float = 0.0
 
     def _capacity(self) -> Any:
         from elasticgrid_provider.hooks.grid_capacity import GridCapacity

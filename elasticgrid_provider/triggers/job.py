@@ -15,15 +15,16 @@ triggerer keeps them; the event works on both.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.validation import Choice
+from elasticgrid_provider.triggers.base import ElasticGridTrigger
 
 if TYPE_CHECKING:
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
@@ -75,7 +76,8 @@ def event_ended(event: dict[str, Any]) -> bool:
     return JobEventStatus(event["status"]).is_terminal
 
 
-class JobStatusTrigger(BaseTrigger):
+@dataclass(eq=False, repr=False)
+class JobStatusTrigger(ElasticGridTrigger):
     """Fire when the job ends, or after ``wake_after_s`` seconds if it is set.
 
     :param job_name, jobs_root: the job, and the JobManager root it was launched under.
@@ -86,32 +88,14 @@ class JobStatusTrigger(BaseTrigger):
         launch it started (a later resize runs on); LaunchOperator's: a sensor's kill stops nothing.
     """
 
-    def __init__(
-        self,
-        job_name: str,
-        jobs_root: str,
-        poll_interval: float = 5.0,
-        wake_after_s: float | None = None,
-        payload: dict[str, Any] | None = None,
-        stop_on_kill: bool = False,
-        min_wait_s: float = 0.0,
-        launch_id: str | None = None,
-    ) -> None:
-        super().__init__()
-        self.job_name = job_name
-        self.jobs_root = jobs_root
-        self.poll_interval = poll_interval
-        self.wake_after_s = wake_after_s
-        self.payload = payload or {}
-        self.stop_on_kill = stop_on_kill
-        self.min_wait_s = min_wait_s
-        self.launch_id = launch_id
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        """Classpath and arguments, so the triggerer can rebuild this trigger."""
-        names = inspect.signature(type(self)).parameters
-        classpath = f"{type(self).__module__}.{type(self).__qualname__}"
-        return classpath, {name: getattr(self, name) for name in names}
+    job_name: str
+    jobs_root: str
+    poll_interval: float = 5.0
+    wake_after_s: float | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    stop_on_kill: bool = False
+    min_wait_s: float = 0.0
+    launch_id: str | None = None
 
     def _hook(self) -> ElasticGridHook:
         from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook

@@ -106,8 +106,6 @@ class Holding(JsonModel):
 class QueuedRequest(JsonModel):
     """A job waiting for nodes: how many it wants, at least how many, since when."""
 
-    WHERE = "queued request"
-
     job: Text
     nodes: Positive
     min_nodes: Count
@@ -149,8 +147,6 @@ class ShrinkRequest(JsonModel):
     """A higher-priority job asked ``job`` to shrink to ``to_nodes`` (its next check does it,
     through the job's own safe resize path, recording ``preempted_by``)."""
 
-    WHERE = "shrink request"
-
     job: Text
     to_nodes: Count
     by_job: Text
@@ -161,8 +157,6 @@ class ShrinkRequest(JsonModel):
 @model
 class GridLedger(JsonModel):
     """The grid's holdings, its queue, and the providers' capacities last recorded."""
-
-    WHERE = "grid ledger"
 
     holdings: tuple[Holding, ...] = ()
     queue: tuple[QueuedRequest, ...] = ()

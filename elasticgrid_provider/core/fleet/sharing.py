@@ -112,8 +112,6 @@ class Verdict(Choice):
 class JobClaim(JsonModel):
     """One job's claim on the grid: what it holds, what it wants, and what a node is worth to it."""
 
-    WHERE = "job claim"
-
     job: Text
     nodes: Count
     wanted: Count

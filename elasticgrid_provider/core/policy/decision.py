@@ -70,8 +70,6 @@ class HeldBy(JsonModel):
 class Recommendation(JsonModel):
     """The size one check recommended (before stabilisation), and when."""
 
-    WHERE = "recommendation"
-
     at: Finite
     nodes: Positive
 

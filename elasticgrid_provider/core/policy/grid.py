@@ -37,8 +37,6 @@ CAPACITY_REASON = "GridCapacity"
 class GridShare(JsonModel):
     """What the shared grid leaves one job at one check (module docstring)."""
 
-    WHERE = "grid share"
-
     job: Text
     max_nodes: Count | None = None
     """The most nodes the job may have now (its own and its share of the free); None: no limit."""

@@ -64,8 +64,6 @@ class SizeMeasurement(JsonModel):
 class CapacityMemory(JsonModel):
     """What the job measured at each size it ran at, kept across resizes (one entry per size)."""
 
-    WHERE = "capacity memory"
-
     sizes: tuple[SizeMeasurement, ...] = ()
     arrivals: Flag = False
     """The job's work was once seen arriving on its own clock (a stream): later windows are
