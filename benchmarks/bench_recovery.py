@@ -201,8 +201,8 @@ def bare_round(jobs_root: Path, job: str) -> dict[str, float]:
     conf = {"job_name": job, "nodes": 2, "steps": STEPS, "preempt": PREEMPT}
     options = relaunch_options(conf)  # rendered and written before the loss
     onprem, _, backup = providers_from_dicts(RECOVERY_GRID)
-    placement = Placement.from_dict(
-        {"assignments": [{**onprem.to_dict(), "nodes": 1}, {**backup.to_dict(), "nodes": 1}]}
+    placement = Placement.model_validate(
+        {"assignments": [{**onprem.model_dump(), "nodes": 1}, {**backup.model_dump(), "nodes": 1}]}
     )
     specs = write_bare_specs(jobs_root, job, placement, options, "bare")
     launched = run_dag("recovery_launch", conf)

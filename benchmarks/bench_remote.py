@@ -186,8 +186,8 @@ def resize_round(hosts, jobs_root: Path, side: str) -> float:
     hook = ElasticGridHook(jobs_root=str(jobs_root))
 
     def placement(nodes: int) -> Placement:
-        return Placement.from_dict(
-            {"assignments": [{**provider.to_dict(), "provider": "onprem", "nodes": nodes}]}
+        return Placement.model_validate(
+            {"assignments": [{**provider.model_dump(), "provider": "onprem", "nodes": nodes}]}
         )
 
     manager = hook.launch_manager(job)

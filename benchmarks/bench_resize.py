@@ -133,7 +133,7 @@ def bare_restart(
     manifest = json.loads((jobs_root / job / "manifest.json").read_text())
     options = replace(options, run=manifest["run"])
     check_same_launch(options, manifest, "the bare restart")
-    placement = Placement.from_dict(manifest["placement"])
+    placement = Placement.model_validate(manifest["placement"])
     specs = write_bare_specs(jobs_root, job, placement, options, f"bare-{new_launch_id()}")
     count = len(read_steps(jobs_root, job))
     wait_until("more steps", lambda: len(read_steps(jobs_root, job)) >= count + 3, 120)

@@ -249,7 +249,7 @@ class StepReporter:
         fields = {"step": step, "duration_s": duration_s, "queue_s": queue_s, "tokens": tokens}
         nodes = self.context.nodes if nodes is None else nodes
         sample = {**fields, "nodes": nodes, "time": epoch_now()}
-        return StepSample.model_validate(sample, where="").to_dict()
+        return StepSample.model_validate(sample, where="").model_dump()
 
     def record(
         self,

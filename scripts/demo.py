@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         decision = scaled[-1]
         context = decision["context"]
         print(f"\nPlacement before the decision: ${context['cost_per_hour']:.2f}/h")
-        print(placement_table(Placement.from_dict(context["placement"])))
+        print(placement_table(Placement.model_validate(context["placement"])))
         if "proposed_placement" in context:
             print(f"\nPlacement at the decided size: ${context['proposed_cost_per_hour']:.2f}/h")
-            print(placement_table(Placement.from_dict(context["proposed_placement"])))
+            print(placement_table(Placement.model_validate(context["proposed_placement"])))
 
     print("\nWhat the job measured at each size (from its step log):")
     for nodes, count, mean_step, queue_fraction in queue_fraction_by_size(jobs_root, job):

@@ -13,12 +13,12 @@ stderr (``{"error": "..."}`` on stdout with ``--json``), never a traceback.
 
 JSON output (``--json``), keeping 0.1.0's keys:
 
-* ``providers``: ``{"providers": [Provider.to_dict(), ...]}``; ``plan``: ``Placement.to_dict()``;
+* ``providers``: ``{"providers": [Provider.model_dump(), ...]}``; ``plan``: ``Placement.model_dump()``;
 * ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
   "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
 * ``simulate``: ``{"window", "decision"}``: the window's signals plus ``size``,
   ``kept``, ``total``, ``dropped`` and ``other_size`` (samples measured at another
-  size than the current), and ``ScaleDecision.to_dict()``;
+  size than the current), and ``ScaleDecision.model_dump()``;
 * ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step", "time",
   "window_samples", "decision"}], "window"}``;
 * ``simulate --state``: ``{"replay": {"state_file", "job_name", "index", "history_size",

@@ -44,13 +44,13 @@ from elasticgrid_provider.cli.parsing import (
     SAMPLE_INPUTS,
     SCHEDULER_FLAGS,
     SIMULATE_ONLY_FOR_SAMPLES,
-    from_dict,
     given,
     load_grid,
     load_samples,
     load_state,
     option_flag,
     sample_clock,
+    with_where,
 )
 from elasticgrid_provider.cli.rendering import (
     EXIT_OK,
@@ -94,7 +94,7 @@ def run_providers(args: argparse.Namespace) -> Result:
     grid = load_grid(args.providers)
     source = "built-in grid" if args.providers is None else args.providers
     return Result(
-        providers_text(grid, source), {"providers": [provider.to_dict() for provider in grid]}
+        providers_text(grid, source), {"providers": [provider.model_dump() for provider in grid]}
     )
 
 
@@ -108,7 +108,7 @@ def run_plan(args: argparse.Namespace) -> Result:
     """``plan``: place ``--nodes`` on the grid and cost it."""
     planner, placement = _plan(args)
     text = placement_table(placement) + "\n\n" + plan_summary(planner, placement)
-    return Result(text, placement.to_dict())
+    return Result(text, placement.model_dump())
 
 
 def run_spec(args: argparse.Namespace) -> Result:
@@ -121,7 +121,7 @@ def run_spec(args: argparse.Namespace) -> Result:
     text = spec_text(args.name, placement, parts, options.procs_per_node, rendezvous, default)
     data = {
         "job_name": args.name,
-        "placement": placement.to_dict(),
+        "placement": placement.model_dump(),
         "world_size": parts[0].world_size,
         "parts": [
             {
@@ -230,7 +230,7 @@ def _single(
         )
     lines = [note, *signals_lines(window.signals()), *decision_lines(decision)]
     window_json = {**window_data(window, len(samples)), "other_size": other_size}
-    return Result("\n".join(lines), {"window": window_json, "decision": decision.to_dict()})
+    return Result("\n".join(lines), {"window": window_json, "decision": decision.model_dump()})
 
 
 def _timeline(
@@ -267,7 +267,7 @@ def _timeline(
                 "step": sample.step,
                 "time": now,
                 "window_samples": len(window),
-                "decision": decision.to_dict(),
+                "decision": decision.model_dump(),
             }
         )
         if decision.changed:
@@ -321,9 +321,9 @@ def _replay(args: argparse.Namespace) -> Result:
     where = f"state file {path} history entry {index}"
     if skipped[index]:
         raise ElasticGridError(f"{where} {skipped[index]}")
-    record = from_dict(DecisionRecord.from_dict, history[index], where)
-    replayed = from_dict(DecisionRecord.replay, record, where)
-    before, after = record.decision.to_dict(), replayed.to_dict()
+    record = with_where(DecisionRecord.model_validate, history[index], where)
+    replayed = with_where(DecisionRecord.replay, record, where)
+    before, after = record.decision.model_dump(), replayed.model_dump()
     differences = [name for name in REPLAY_FIELDS if before[name] != after[name]]
     window = record.inputs.window
     replay = {

@@ -265,7 +265,7 @@ def _load_json(path: str, what: str) -> Any:
     return _parse_json(_read_text(path, what), f"{what} {path}")
 
 
-def from_dict(build: Callable[[Any], T], data: Any, where: str) -> T:
+def with_where(build: Callable[[Any], T], data: Any, where: str) -> T:
     """``build(data)``; its one-sentence error is prefixed with ``where`` (the file or entry)."""
     try:
         return build(data)
@@ -277,7 +277,7 @@ def load_grid(path: str | None) -> tuple[Provider, ...]:
     """The providers of a providers file; the built-in grid when there is none."""
     if path is None:
         return DEFAULT_PROVIDERS
-    return from_dict(providers_from_dicts, _load_json(path, "providers file"), path)
+    return with_where(providers_from_dicts, _load_json(path, "providers file"), path)
 
 
 def load_samples(path: str) -> tuple[StepSample, ...]:
@@ -299,7 +299,7 @@ def load_samples(path: str) -> tuple[StepSample, ...]:
                 ) from None
     if not entries:
         raise ElasticGridError(f"samples file {path} holds no samples")
-    return tuple(from_dict(StepSample.from_dict, entry, where) for where, entry in entries)
+    return tuple(with_where(StepSample.model_validate, entry, where) for where, entry in entries)
 
 
 def sample_clock(samples: Sequence[StepSample], start: float) -> list[float]:
@@ -325,4 +325,4 @@ def load_state(path: str) -> ScaleState:
             f"state file {path} must hold a scale state (a JSON object with 'schema_version'), "
             "or an object with exactly one key whose value is one"
         )
-    return from_dict(ScaleState.from_dict, data, f"state file {path}")
+    return with_where(ScaleState.model_validate, data, f"state file {path}")

@@ -186,7 +186,7 @@ def window_data(window: MetricsWindow, total: int) -> dict[str, Any]:
     """The window's signals plus how many of ``total`` samples it kept."""
     kept = len(window)
     return {
-        **window.signals().to_dict(),
+        **window.signals().model_dump(),
         "size": window.size,
         "kept": kept,
         "total": total,
@@ -223,7 +223,7 @@ def decision_lines(decision: ScaleDecision) -> list[str]:
     """A decision in full: rule, holds, reason, times, projection, cooldown and conditions."""
     pairs = [
         ("rule", rule_text(decision.rule, decision.thresholds)),
-        ("held by", held_text(decision.to_dict())),
+        ("held by", held_text(decision.model_dump())),
         ("reason", decision.reason),
         ("decided at", time_text(decision.decided_at)),
     ]
@@ -322,10 +322,10 @@ def replay_text(replay: dict[str, Any], record: DecisionRecord, replayed: ScaleD
             ]
         ),
         "recorded",
-        "  " + decision_summary(recorded.to_dict()),
+        "  " + decision_summary(recorded.model_dump()),
         *([f"  preempted by job {recorded.preempted_by!r}"] if recorded.preempted_by else []),
         "replayed",
-        "  " + decision_summary(replayed.to_dict()),
+        "  " + decision_summary(replayed.model_dump()),
     ]
     if replay["older_policy"]:
         lines.append(

@@ -170,7 +170,7 @@ def handed_in_samples(samples: Any) -> list[StepSample]:
             raise ElasticGridError(f"samples is not valid JSON: {exc.msg}") from None
     if not isinstance(samples, list):
         raise ElasticGridError(f"samples must be a list of sample objects, got {samples!r}")
-    return [StepSample.from_dict(s, where=f"samples entry {i}") for i, s in enumerate(samples)]
+    return [StepSample.model_validate(s, where=f"samples entry {i}") for i, s in enumerate(samples)]
 
 
 def job_priority(value: Any) -> int:
@@ -287,7 +287,7 @@ class ScaleCheck:
             if decision.placement is not None:
                 context["proposed_placement"] = decision.placement
                 context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
-            event = decision.to_dict(context)
+            event = decision.as_record(context)
             if decision.action is RecoveryAction.WAIT:
                 return CheckOutcome(CheckVerdict.HOLD, state, event, tuple(log))
             taken = remember_recovery(taken, decision, event, self.history_limit)
@@ -356,7 +356,7 @@ class ScaleCheck:
         state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
         verdict = CheckVerdict.HOLD if hold else CheckVerdict.RESIZE
-        return CheckOutcome(verdict, state, record.to_dict(), tuple(log), ledger)
+        return CheckOutcome(verdict, state, record.model_dump(), tuple(log), ledger)
 
     def _take_samples(
         self,
@@ -426,7 +426,7 @@ class ScaleCheck:
             "launch_id": snapshot.manifest.launch_id,
             "deadline_source": deadline_source,
             **asdict(task),
-            "placement": placement.to_dict(),
+            "placement": placement.model_dump(),
             "cost_per_hour": placement.cost_per_hour,
         }
         if quarantine:
@@ -438,7 +438,7 @@ class ScaleCheck:
                     leave_out=quarantine_reasons(quarantine),
                     held_by_others=held_by_others,
                 )
-                context["proposed_placement"] = proposed.to_dict()
+                context["proposed_placement"] = proposed.model_dump()
                 context["proposed_cost_per_hour"] = proposed.cost_per_hour
             except ElasticGridError as exc:
                 context["proposed_placement_error"] = str(exc)

@@ -195,6 +195,6 @@ class JobSnapshot(JsonModel):
             "world_size": self.manifest.world_size,
             "rendezvous": self.manifest.rendezvous,
             "engines": sorted({part.engine_target for part in self.parts}),
-            "parts": [part.to_dict() for part in self.parts],
-            "placement": self.manifest.placement.to_dict(),
+            "parts": [part.model_dump() for part in self.parts],
+            "placement": self.manifest.placement.model_dump(),
         }

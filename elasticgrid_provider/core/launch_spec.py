@@ -173,7 +173,7 @@ def _read_only(check: Callable[[Any], Any]) -> PlainValidator:
 
     def stored(value: Any) -> Mapping[str, Any]:
         checked = check(dict(value) if isinstance(value, Mapping) else value)
-        return MappingProxyType(checked.to_dict() if isinstance(checked, JsonModel) else checked)
+        return MappingProxyType(checked.model_dump() if isinstance(checked, JsonModel) else checked)
 
     return PlainValidator(stored)
 

@@ -4,7 +4,7 @@ A placement is the planner's answer and the launch layer's input. It lists
 per-provider shares in failover order (the order the planner filled them),
 and derives everything else: total nodes, cost per hour, spot fraction, the
 ordered infra references. It round-trips through plain JSON so it can travel
-as an Airflow XCom; ``to_dict()`` keeps elasticgrid 0.1.0's keys
+as an Airflow XCom; ``model_dump()`` keeps elasticgrid 0.1.0's keys
 (``assignments`` as ``[{"provider", "nodes"}]``, ``total_nodes``,
 ``cost_per_hour``, ``spot_fraction``, ``infra_refs``) and adds each share's
 provider details so the launch layer needs nothing else.
@@ -60,7 +60,7 @@ class Placement(JsonModel):
     @model_validator(mode="before")
     @classmethod
     def _from_json(cls, data: Any) -> Any:
-        """Rebuild the shares of :meth:`to_dict` output (for example an XCom)."""
+        """Rebuild the shares of :meth:`model_dump` output (for example an XCom)."""
         if not isinstance(data, dict):
             return data if isinstance(data, ArgsKwargs) else check_mapping("placement", data)
         entries = data.get("assignments")
@@ -123,10 +123,14 @@ class Placement(JsonModel):
 
     @model_serializer(mode="plain")
     def _as_json(self) -> dict[str, Any]:
-        """Plain JSON for XCom and ``--json``; the inverse of :meth:`from_dict`."""
+        """Plain JSON for XCom and ``--json``; the inverse of :meth:`model_validate`."""
         return {
             "assignments": [
-                {**share.provider.to_dict(), "provider": share.provider.name, "nodes": share.nodes}
+                {
+                    **share.provider.model_dump(),
+                    "provider": share.provider.name,
+                    "nodes": share.nodes,
+                }
                 for share in self.assignments
             ],
             "total_nodes": self.total_nodes,

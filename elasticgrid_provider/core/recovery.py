@@ -152,9 +152,9 @@ class RecoveryMemory(JsonModel):
         return next((past for past in self.recoveries if past.launch_id == launch_id), None)
 
     @classmethod
-    def from_dict(cls, data: Any) -> RecoveryMemory:
+    def model_validate(cls, data: Any, *, where: str | None = None) -> RecoveryMemory:
         """A stored memory (None or absent: no recoveries yet); raise in one sentence."""
-        return NO_RECOVERIES if data is None else cls.model_validate(data)
+        return NO_RECOVERIES if data is None else super().model_validate(data, where=where)
 
 
 NO_RECOVERIES = RecoveryMemory()
@@ -198,7 +198,7 @@ class RecoveryDecision(JsonModel):
     policy: RecoveryPolicy
     placement: dict[str, Any] | None = None
 
-    def to_dict(self, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def as_record(self, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Plain JSON: the record (with ``context``, its ``readable`` summary added)."""
         record = self.model_dump()
         quarantine = [
@@ -329,7 +329,7 @@ def decide_recovery(
         target_nodes=target,
         reason=reason,
         quarantine=quarantine,
-        placement=placement.to_dict(),
+        placement=placement.model_dump(),
     )
 
 

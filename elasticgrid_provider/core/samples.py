@@ -157,11 +157,6 @@ class StepSample(JsonModel):
         """When the step's work became available: ``time - duration_s`` (None without a time)."""
         return None if self.time is None else self.time - self.duration_s
 
-    @classmethod
-    def from_dict(cls, data: Any, *, where: str = "sample") -> StepSample:
-        """Build a sample from a JSON object; ``where`` names it in errors (e.g. "sample 3")."""
-        return cls.model_validate(data, where=where)
-
 
 def _ratio(numerator: float, denominator: float) -> float:
     """``numerator / denominator``, 0 for a 0 denominator, capped so the signals stay finite."""
@@ -246,7 +241,7 @@ class MetricsWindow(JsonModel):
     @field_validator("samples", mode="before")
     @classmethod
     def _only_samples_in_code(cls, value: Any, info: ValidationInfo) -> Any:
-        """Built in code, a window takes StepSamples only (JSON comes through from_dict)."""
+        """Built in code, a window takes StepSamples only (JSON comes through model_validate)."""
         if info.context is None and isinstance(value, (tuple, list)):
             for position, sample in enumerate(value):
                 if not isinstance(sample, StepSample):

@@ -166,9 +166,9 @@ class DecisionRecord(JsonModel):
 
     @model_serializer(mode="plain")
     def _flat(self) -> dict[str, Any]:
-        decision = self.decision.to_dict()
+        decision = self.decision.model_dump()
         context = {**self.context, "readable": readable_fields(decision)}
-        return {**decision, "context": context, "inputs": self.inputs.to_dict()}
+        return {**decision, "context": context, "inputs": self.inputs.model_dump()}
 
     def replay(self) -> ScaleDecision:
         """Recompute the decision from its recorded inputs."""
@@ -322,7 +322,7 @@ class ScaleState(JsonModel):
         if decision.recommended_nodes is not None:
             recent.append(Recommendation(now, decision.recommended_nodes))
         kept = tuple(recent[-RECENT_LIMIT:])
-        state = self.remember_event(record.to_dict(), now, limit)
+        state = self.remember_event(record.model_dump(), now, limit)
         return replace(state, recent=kept, cooldown=decision.cooldown)
 
     def advance(
@@ -350,9 +350,11 @@ class ScaleState(JsonModel):
         return replace(self, history=history, revision=self.revision + 1, updated_at=now)
 
     @classmethod
-    def from_dict(cls, data: Any, job_name: str | None = None) -> ScaleState:
+    def model_validate(
+        cls, data: Any, job_name: str | None = None, *, where: str | None = None
+    ) -> ScaleState:
         """Rebuild a state from a Variable's JSON; with ``job_name``, another job's is refused."""
-        state = cls.model_validate(data)
+        state = super().model_validate(data, where=where)
         if job_name is not None and state.job_name != job_name:
             raise ElasticGridError(
                 f"scale state job_name must be {job_name!r} (the job checked), "

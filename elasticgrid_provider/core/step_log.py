@@ -98,7 +98,7 @@ class StepLogChunk:
 def parse_sample_line(line: bytes | str) -> StepSample:
     """Parse one step-log line into a sample, or raise ElasticGridError saying why (cut short)."""
     try:
-        return StepSample.from_dict(json.loads(line))
+        return StepSample.model_validate(json.loads(line))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ElasticGridError(cut_report(f"line is not valid JSON ({exc})")) from None
     except ElasticGridError as exc:

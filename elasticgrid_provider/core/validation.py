@@ -16,8 +16,8 @@ path (``window samples.0.queue_s must be a finite number, got nan``).
 
 The models are pydantic *dataclasses* (positional construction,
 ``dataclasses.replace`` and ``fields`` keep working); :class:`JsonModel`
-adds ``model_dump`` / ``model_validate`` / ``model_json_schema``, with
-``to_dict`` / ``from_dict`` as aliases.
+adds pydantic's ``model_dump`` / ``model_validate`` / ``model_json_schema``
+(a plain dataclass that goes to JSON uses the same two names).
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ def class_words(name: str) -> str:
 
 
 class JsonModel:
-    """JSON in and out for a :func:`model` class: pydantic's names, and the old ones as aliases.
+    """JSON in and out for a :func:`model` class, under pydantic's names.
 
     ``WHERE`` names the model in errors: by default the class name in words
     (:func:`class_words`), unless the class declares ``WHERE`` or an ``OWNER`` (a model
@@ -345,20 +345,11 @@ class JsonModel:
         """Plain JSON of this model (enums as their strings, tuples as lists); pydantic's ``mode``."""
         return self.type_adapter().dump_python(self, mode=mode)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON; an alias of :meth:`model_dump`, the inverse of :meth:`from_dict`."""
-        return self.model_dump()
-
     @classmethod
     def model_validate(cls, data: Any, *, where: str | None = None) -> Self:
         """Build from plain JSON, or raise one sentence naming the field and the value."""
         where = cls._where(data) if where is None else where
         return _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Self:
-        """Alias of :meth:`model_validate`."""
-        return cls.model_validate(data)
 
     @classmethod
     def model_json_schema(cls) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class CapacityRequest:
             current_nodes=current_nodes,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def model_dump(self) -> dict[str, Any]:
         """Plain JSON (a trigger's arguments)."""
         return {
             "job": self.job,
@@ -98,8 +98,8 @@ class CapacityRequest:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CapacityRequest:
-        """The request from :meth:`to_dict`'s JSON."""
+    def model_validate(cls, data: Mapping[str, Any]) -> CapacityRequest:
+        """The request from :meth:`model_dump`'s JSON."""
         return cls(
             job=str(data["job"]),
             nodes=int(data["nodes"]),

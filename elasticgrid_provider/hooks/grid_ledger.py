@@ -142,7 +142,7 @@ def read_launch_records(jobs_root: Path) -> tuple[dict[str, JobManifest | None],
         if not path.is_file():
             continue
         try:
-            manifest = JobManifest.from_dict(json.loads(path.read_text()))
+            manifest = JobManifest.model_validate(json.loads(path.read_text()))
         except (OSError, ValueError) as exc:  # JSON or a bad manifest: keep its entries
             log.warning(
                 "The manifest of job %s cannot be read (%s); its holdings stay.", folder.name, exc

@@ -118,14 +118,14 @@ class JobStore:
         path = self.job_folder(job_name) / MANIFEST_NAME
         if not path.exists():
             return None
-        return JobManifest.from_dict(json.loads(path.read_text()))
+        return JobManifest.model_validate(json.loads(path.read_text()))
 
     def record(
         self, manifest: JobManifest, phase: LaunchPhase, reason: str | None = None
     ) -> JobManifest:
         """Write ``manifest`` in ``phase`` (with ``reason`` as its ``down_reason``)."""
         recorded = replace(manifest, state=phase, down_reason=reason or manifest.down_reason)
-        write_json(self.job_folder(manifest.job_name) / MANIFEST_NAME, recorded.to_dict())
+        write_json(self.job_folder(manifest.job_name) / MANIFEST_NAME, recorded.model_dump())
         return recorded
 
     def job_snapshot(self, job_name: str) -> JobSnapshot | None:

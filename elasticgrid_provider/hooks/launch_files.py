@@ -115,7 +115,7 @@ def write_launch_files(
         with writing(spec_folder / LOG_NAME):
             os.close(os.open(spec_folder / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         intent = spec_folder / INTENT_NAME
-        write_json(intent, manifest.to_dict())
+        write_json(intent, manifest.model_dump())
         for folder in part_folders:
             with writing(folder):
                 private_folder(folder)

@@ -176,7 +176,7 @@ def read_scale_state(job_folder: Path, job_name: str) -> ScaleState:
             raise ElasticGridError(f"it is not valid JSON ({exc})") from None
         if data is None:
             raise ElasticGridError("it holds null instead of a state object")
-        return ScaleState.from_dict(data, job_name=job_name)
+        return ScaleState.model_validate(data, job_name=job_name)
     except ElasticGridError as exc:
         raise CorruptStateError(
             f"scale state Variable {key!r} cannot be used: {cut_report(str(exc))}; fix or "
@@ -195,7 +195,7 @@ def write_scale_state(job_folder: Path, state: ScaleState, log: Any) -> None:
     key = state_variable_key(state.job_name)
     Variable.set(
         key,
-        state.to_dict(),
+        state.model_dump(),
         description=f"elasticgrid scale state of job {state.job_name}",
         serialize_json=True,
     )

@@ -80,7 +80,7 @@ class LaunchOperator(BaseOperator):
     :param startup_grace_s: seconds the new ranks must stay up for the launch to count as started.
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
-    :return: the job's identity and state (``JobSnapshot.to_dict()``).
+    :return: the job's identity and state (``JobSnapshot.model_dump()``).
     """
 
     template_fields: Sequence[str] = (
@@ -159,7 +159,7 @@ class LaunchOperator(BaseOperator):
                     mask_secret(value)
 
     def _launch(self) -> tuple[Placement, LaunchOutcome]:
-        placement = Placement.from_dict(self.placement)  # build_launch_parts refuses 0 nodes
+        placement = Placement.model_validate(self.placement)  # build_launch_parts refuses 0 nodes
         options = LaunchOptions(
             run=self.run,
             workdir=self.workdir,
@@ -202,7 +202,7 @@ class LaunchOperator(BaseOperator):
             raise AirflowException(
                 f"job {self.job_name!r} was stopped: the task was killed while it launched"
             )
-        job = snapshot.to_dict()
+        job = snapshot.model_dump()
         context["ti"].xcom_push(key="job", value=job)
         link = ScaleDecisionsLink()  # shown at once, not only when a long wait ends
         context["ti"].xcom_push(key=link.xcom_key, value=link.get_link(self, ti_key=context["ti"]))

@@ -89,7 +89,7 @@ class PlanPlacementOperator(BaseOperator):
     :param poll_interval: seconds between looks at the grid while waiting.
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection.
-    :return: the placement as plain JSON (``Placement.to_dict()``).
+    :return: the placement as plain JSON (``Placement.model_dump()``).
     """
 
     template_fields: Sequence[str] = (
@@ -203,7 +203,7 @@ class PlanPlacementOperator(BaseOperator):
             placement.cost_per_hour,
             placement_table(placement),
         )
-        return placement.to_dict()
+        return placement.model_dump()
 
     def _plan_on_shared_grid(
         self, context: Context, request: CapacityRequest, timeout_at: float | None
@@ -259,7 +259,7 @@ class PlanPlacementOperator(BaseOperator):
                 self.defer(
                     trigger=GridCapacityTrigger(
                         jobs_root=str(self.hook.jobs_root),
-                        request=request.to_dict(),
+                        request=request.model_dump(),
                         capacities={
                             p.name: p.max_nodes
                             for p in planner.providers

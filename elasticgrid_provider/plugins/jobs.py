@@ -119,7 +119,7 @@ def parse_state(variable_key: str, text: str | None) -> StoredState:
         return StoredState(job_name, variable_key, None, f"the state is not valid JSON ({exc})")
     error = None
     try:
-        ScaleState.from_dict(data)
+        ScaleState.model_validate(data)
     except ElasticGridError as exc:
         error = str(exc)
     except Exception as exc:  # whatever the document holds, list it with why

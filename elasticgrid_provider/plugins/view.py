@@ -164,7 +164,7 @@ def recovery_rows(history: list[dict[str, Any]], now: float, zone: tzinfo) -> li
 
 def active_quarantine(data: dict[str, Any], now: float, zone: tzinfo) -> list[dict[str, Any]]:
     """The providers quarantined at ``now`` in the state's recovery memory."""
-    memory = RecoveryMemory.from_dict(data.get("recovery"))
+    memory = RecoveryMemory.model_validate(data.get("recovery"))
     return [
         {**entry.model_dump(mode="json"), "until": moment(entry.until, now, zone)}
         for entry in memory.active_quarantine(now)

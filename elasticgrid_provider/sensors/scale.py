@@ -108,7 +108,7 @@ class ElasticScaleSensor(BaseSensorOperator):
     :param providers: an inline grid for costing the proposed placement; default: the connection's.
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root, grid).
-    :return: the decision record (see ``DecisionRecord.to_dict``).
+    :return: the decision record (see ``DecisionRecord.model_dump``).
     """
 
     template_fields: Sequence[str] = (

@@ -44,7 +44,7 @@ class GridCapacityTrigger(ElasticGridTrigger):
     """Fire when the queued request would be granted, or once its timeout passed.
 
     :param jobs_root: the JobManager root whose grid ledger the request waits in.
-    :param request: the request, :meth:`~elasticgrid_provider.hooks.grid_capacity.CapacityRequest.to_dict`.
+    :param request: the request, :meth:`~elasticgrid_provider.hooks.grid_capacity.CapacityRequest.model_dump`.
     :param capacities: the nodes of each provider the plan may use (``{name: max_nodes}``).
     :param poll_interval: seconds between reads of the ledger.
     :param timeout_at: epoch seconds after which the wait ends (None: no timeout).
@@ -68,7 +68,7 @@ class GridCapacityTrigger(ElasticGridTrigger):
         """The event to fire now, or None (runs in a thread: it reads files)."""
         from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
 
-        request = CapacityRequest.from_dict(self.request)
+        request = CapacityRequest.model_validate(self.request)
         capacity = self._capacity()
         if capacity.would_grant(request, self.capacities):
             granted = CapacityEventStatus.GRANTED.value

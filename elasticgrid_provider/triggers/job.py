@@ -65,7 +65,7 @@ def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
         return {"job_name": job_name, "status": missing, "job": None, "woke": False}
     status = snapshot.status
     event: dict[str, Any] = {"job_name": job_name, "status": status.value, "woke": False}
-    event["job"] = snapshot.to_dict()
+    event["job"] = snapshot.model_dump()
     if status is JobStatus.FAILED:
         event["failure_report"] = failure_report(store, snapshot)
     return event

@@ -33,7 +33,7 @@ RUN = shlex.join(
     [PYTHON, str(TRAIN), "--steps", "5000", "--global-batch", "2", "--microbatch-seconds", "0.05"]
 )
 OPTIONS = LaunchOptions(run=RUN, recovery={"mode": "none"}, envs={"BENCH_TOKEN": "s3cret"})
-ONE_EACH = Placement.from_dict(
+ONE_EACH = Placement.model_validate(
     {"assignments": [{**provider, "nodes": 1} for provider in TWO_LOCAL_PROVIDERS]}
 )
 

@@ -23,9 +23,9 @@ def test_the_recorded_conditions_are_printed_as_stored():
 
 
 def test_a_decision_recorded_before_the_conditions_says_so():
-    stored = decide(ScalePolicy(), QUEUED, now=T0).to_dict()
+    stored = decide(ScalePolicy(), QUEUED, now=T0).model_dump()
     del stored["conditions"]
-    old = ScaleDecision.from_dict(stored)
+    old = ScaleDecision.model_validate(stored)
     assert old.conditions == ()
     lines = decision_lines(old)
     assert any("not recorded" in line and "conditions" in line for line in lines)

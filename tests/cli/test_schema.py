@@ -27,13 +27,13 @@ def _advanced_state() -> tuple[ScaleState, dict]:
     state, record = ScaleState("llm").advance(
         ScalePolicy(max_nodes=64), samples, current_nodes=8, now=1300.0
     )
-    return state, record.to_dict()
+    return state, record.model_dump()
 
 
 def test_the_state_schema_validates_a_real_state(capsys: pytest.CaptureFixture[str]) -> None:
     schema = _printed_schema(capsys, "state")
     state, _ = _advanced_state()
-    document = json.loads(json.dumps(state.to_dict()))
+    document = json.loads(json.dumps(state.model_dump()))
     jsonschema.validate(document, schema)
     assert document["schema_version"] == 2
     with pytest.raises(jsonschema.ValidationError):

@@ -61,7 +61,7 @@ def test_simulate_queue_bound_example_scales_up(capsys: pytest.CaptureFixture[st
     assert decision["rule"] == "queue_bound"
     # the newest sample's `time` field is the decision time
     assert decision["decided_at"] == 1767226089.0
-    assert ScaleDecision.from_dict(decision).target_nodes == 33
+    assert ScaleDecision.model_validate(decision).target_nodes == 33
     assert decision["projection"]["loop"] == "closed"  # each step starts when the last ended
 
 
@@ -354,7 +354,7 @@ def recorded_state() -> ScaleState:
 def test_simulate_state_replays_the_newest_decision(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, form: str
 ) -> None:
-    state = recorded_state().to_dict()
+    state = recorded_state().model_dump()
     document: Any = {
         "bare": state,
         "exported": {"elasticgrid_scale_state__demo": state},
@@ -383,16 +383,16 @@ def test_simulate_state_replays_the_newest_decision(
         assert data["decision"][field] == recorded[field]
     assert (
         data["recorded"]
-        == ScaleDecision.from_dict(
+        == ScaleDecision.model_validate(
             {k: v for k, v in recorded.items() if k not in ("context", "inputs")}
-        ).to_dict()
+        ).model_dump()
     )
     assert data["decision"]["action"] == "hold"
 
 
 def test_simulate_state_decision_index(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "state.json"
-    path.write_text(json.dumps(recorded_state().to_dict()))
+    path.write_text(json.dumps(recorded_state().model_dump()))
     for index in ("0", "-2"):
         code, data = run_json(capsys, "simulate", "--state", str(path), "--decision", index)
         assert code == 0
@@ -406,7 +406,7 @@ def test_simulate_state_decision_index(capsys: pytest.CaptureFixture[str], tmp_p
 def test_simulate_state_tampered_record_does_not_match(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    state = recorded_state().to_dict()
+    state = recorded_state().model_dump()
     state["history"][0]["target_nodes"] = 64
     state["history"][0]["reason"] = "someone edited this"
     path = tmp_path / "state.json"
@@ -430,7 +430,7 @@ def test_simulate_state_tampered_record_does_not_match(
 def test_simulate_state_tampered_inputs_do_not_match(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    state = recorded_state().to_dict()
+    state = recorded_state().model_dump()
     for entry in state["history"][0]["inputs"]["window"]["samples"]:
         entry["queue_s"] = 0.0
     path = tmp_path / "state.json"
@@ -455,9 +455,9 @@ def test_simulate_state_skips_recoveries_and_refuses_to_replay_one(
             launch_id=launch, memory=state.recovery, policy=budget, **job, **grid
         )
         assert decision.action == action
-        state = remember_recovery(state, decision, decision.to_dict({"job": "demo"}), 20)
+        state = remember_recovery(state, decision, decision.as_record({"job": "demo"}), 20)
     path = tmp_path / "state.json"
-    path.write_text(json.dumps(state.to_dict()))
+    path.write_text(json.dumps(state.model_dump()))
     code, data = run_json(capsys, "simulate", "--state", str(path))
     assert code == 0  # the newest policy decision: the hold before the two recoveries
     assert (data["replay"]["index"], data["replay"]["history_size"]) == (1, 4)
@@ -512,7 +512,7 @@ def test_simulate_state_refuses_sample_options(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "state.json"
-    path.write_text(json.dumps(recorded_state().to_dict()))
+    path.write_text(json.dumps(recorded_state().model_dump()))
     code, out, err = run(capsys, "simulate", "--state", str(path), "--samples", str(path))
     assert_one_line_error(code, out, err, "cannot be combined with --samples")
     code, out, err = run(capsys, "simulate", "--state", str(path), "--cooldown", "5")

@@ -52,7 +52,7 @@ def snapshot(nodes: int, status: str = "running", **manifest: Any) -> JobSnapsho
         "job_name": "job",
         "launch_id": "20261202T000000Z-abcdef",
         "launched_at": "2026-12-02T00:00:00+00:00",
-        "placement": PLANNER.plan(nodes).to_dict(),
+        "placement": PLANNER.plan(nodes).model_dump(),
         "world_size": nodes,
         "procs_per_node": 1,
         "rendezvous": "dir:/nowhere",
@@ -60,7 +60,7 @@ def snapshot(nodes: int, status: str = "running", **manifest: Any) -> JobSnapsho
         "parts": [],
         **manifest,
     }
-    part = PartRecord.from_dict(
+    part = PartRecord.model_validate(
         {
             "name": "job--local",
             "provider": "local",
@@ -73,7 +73,7 @@ def snapshot(nodes: int, status: str = "running", **manifest: Any) -> JobSnapsho
             "last_error": None,
         }
     )
-    return JobSnapshot(manifest=JobManifest.from_dict(data), parts=(part,))
+    return JobSnapshot(manifest=JobManifest.model_validate(data), parts=(part,))
 
 
 def samples(nodes: int, steps: range) -> list:
@@ -241,7 +241,7 @@ def test_step_log_chunks_move_their_cursor_and_count_skipped_lines():
     bad = tuple(SkippedLine("/logs/steps.jsonl", offset, "not JSON") for offset in range(7))
     chunk = StepLogChunk(
         source="/logs/steps.jsonl",
-        samples=tuple(StepSample.from_dict(s) for s in samples(2, range(3))),
+        samples=tuple(StepSample.model_validate(s) for s in samples(2, range(3))),
         cursor=LogCursor(offset=900, last_step=2),
         skipped=bad,
         lines_read=10,

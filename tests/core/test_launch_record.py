@@ -44,7 +44,7 @@ def test_fingerprints_tell_which_field_changed_and_hide_the_values():
 
 
 def test_a_manifest_from_before_the_launch_record_reads_as_confirmed_without_fingerprints():
-    placement = Placement.from_dict(
+    placement = Placement.model_validate(
         {
             "assignments": [],
             "total_nodes": 0,
@@ -57,13 +57,13 @@ def test_a_manifest_from_before_the_launch_record_reads_as_confirmed_without_fin
         "job_name": "j",
         "launch_id": "20260101T000000-abcdef",
         "launched_at": "2026-01-01T00:00:00+00:00",
-        "placement": placement.to_dict(),
+        "placement": placement.model_dump(),
         "world_size": 1,
         "procs_per_node": 1,
         "rendezvous": "",
         "run": "x",
         "parts": [],
     }
-    manifest = JobManifest.from_dict(old)
+    manifest = JobManifest.model_validate(old)
     assert (manifest.state, manifest.fingerprints, manifest.down_reason) == ("running", {}, None)
-    assert JobManifest.from_dict(manifest.to_dict()) == manifest
+    assert JobManifest.model_validate(manifest.model_dump()) == manifest

@@ -273,7 +273,7 @@ def test_part_specs_are_plain_json_that_iroh_loads_back(tmp_path):
 
     path = part.write_spec(tmp_path / "part.json")
     loaded = load_spec(path)
-    assert loaded.to_dict() == part.to_launch_spec().to_dict()
+    assert loaded.to_dict() == part.to_launch_spec().to_dict()  # iroh-tinker's LaunchSpec
     with pytest.raises(ElasticGridError, match=r"\.json"):
         part.write_spec(tmp_path / "part.yaml")
 

@@ -51,7 +51,7 @@ def _manifest_dict(**changes: Any) -> dict[str, Any]:
         run="python train.py",
         parts=(part,),
     )
-    return {**manifest.to_dict(), **changes}
+    return {**manifest.model_dump(), **changes}
 
 
 def _message(build: Any) -> str:
@@ -83,10 +83,13 @@ def test_a_bool_is_not_a_number(build: Any, message: str) -> None:
     ("build", "message"),
     [
         (
-            lambda: StepSample.from_dict({"step": "2", "duration_s": 1.0}),
+            lambda: StepSample.model_validate({"step": "2", "duration_s": 1.0}),
             "sample step must be a number, got '2'",
         ),
-        (lambda: MetricsWindow.from_dict({"size": "2"}), "window size must be a number, got '2'"),
+        (
+            lambda: MetricsWindow.model_validate({"size": "2"}),
+            "window size must be a number, got '2'",
+        ),
         (
             lambda: ScaleState("llm", current_nodes="2"),  # type: ignore[arg-type]
             "scale state current_nodes must be a number, got '2'",
@@ -102,14 +105,14 @@ def test_a_numeric_string_is_not_an_int(build: Any, message: str) -> None:
 
 
 def test_whole_floats_still_count_as_ints() -> None:
-    assert StepSample.from_dict({"step": 2.0, "duration_s": 1}).step == 2
-    assert type(StepSample.from_dict({"step": 2.0, "duration_s": 1}).step) is int
+    assert StepSample.model_validate({"step": 2.0, "duration_s": 1}).step == 2
+    assert type(StepSample.model_validate({"step": 2.0, "duration_s": 1}).step) is int
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_nan_and_infinity_are_refused(bad: float) -> None:
-    signals = WindowSignals().to_dict()
-    assert _message(lambda: WindowSignals.from_dict({**signals, "queue_fraction": bad})) == (
+    signals = WindowSignals().model_dump()
+    assert _message(lambda: WindowSignals.model_validate({**signals, "queue_fraction": bad})) == (
         f"signals queue_fraction must be a finite number, got {bad!r}"
     )
     assert _message(lambda: CooldownClock(last_change_at=bad)).startswith(
@@ -123,16 +126,16 @@ def test_nan_and_infinity_are_refused(bad: float) -> None:
 @pytest.mark.parametrize(
     ("load", "data", "message"),
     [
-        (StepSample.from_dict, {"step": 1, "duration_s": 1.0, "gpu": 8}, "sample"),
-        (CooldownClock.from_dict, {"since": 1}, "cooldown"),
-        (ScalePolicy.from_dict, {"deadline_s": 1}, "scheduler"),
-        (LogCursor.from_dict, {"offset": 1, "size": 2}, "cursor"),
+        (StepSample.model_validate, {"step": 1, "duration_s": 1.0, "gpu": 8}, "sample"),
+        (CooldownClock.model_validate, {"since": 1}, "cooldown"),
+        (ScalePolicy.model_validate, {"deadline_s": 1}, "scheduler"),
+        (LogCursor.model_validate, {"offset": 1, "size": 2}, "cursor"),
         (
-            lambda data: ScaleState.from_dict({**data, "schema_version": 2}),
+            lambda data: ScaleState.model_validate({**data, "schema_version": 2}),
             {"job_name": "a", "x": 1},
             "scale state",
         ),
-        (JobManifest.from_dict, _manifest_dict(extra=1), "job manifest"),
+        (JobManifest.model_validate, _manifest_dict(extra=1), "job manifest"),
     ],
 )
 def test_an_unknown_field_is_refused(load: Any, data: dict[str, Any], message: str) -> None:
@@ -154,9 +157,9 @@ def test_models_are_frozen_and_replace_revalidates() -> None:
 
 
 def test_the_adapter_names_the_dotted_field_path_and_the_value() -> None:
-    state = ScaleState("llm", window=MetricsWindow(3, (StepSample(1, 1.0),))).to_dict()
+    state = ScaleState("llm", window=MetricsWindow(3, (StepSample(1, 1.0),))).model_dump()
     state["window"]["samples"][0]["queue_s"] = -2.5
-    message = _message(lambda: ScaleState.from_dict(state))
+    message = _message(lambda: ScaleState.model_validate(state))
     assert message == "scale state window.samples.0.queue_s must be at least 0, got -2.5"
 
 
@@ -175,10 +178,12 @@ def test_the_adapter_turns_pydantic_s_own_errors_into_one_sentence() -> None:
 def test_loading_never_leaks_key_type_or_attribute_errors() -> None:
     for bad in (None, 3, "x", [], {"job_name": None}, {"job_name": "a", "window": []}):
         with pytest.raises(ElasticGridError):
-            ScaleState.from_dict(bad if not isinstance(bad, dict) else {**bad, "schema_version": 2})
+            ScaleState.model_validate(
+                bad if not isinstance(bad, dict) else {**bad, "schema_version": 2}
+            )
     for bad in (None, [], {"placement": 3}, _manifest_dict(parts=[{"name": "x"}])):
         with pytest.raises(ElasticGridError):
-            JobManifest.from_dict(bad)
+            JobManifest.model_validate(bad)
 
 
 # -- versions ---------------------------------------------------------------------------
@@ -190,24 +195,24 @@ def test_a_manifest_without_a_version_loads_as_version_1() -> None:
     del data["schema_version"]
     for older in ("state", "down_reason", "fingerprint_salt", "fingerprints"):
         del data[older]
-    manifest = JobManifest.from_dict(json.loads(json.dumps(data)))
+    manifest = JobManifest.model_validate(json.loads(json.dumps(data)))
     assert manifest.state == "running" and manifest.fingerprints == {}
-    assert manifest.to_dict()["schema_version"] == 1
+    assert manifest.model_dump()["schema_version"] == 1
 
 
 def test_a_newer_manifest_is_refused_in_one_sentence() -> None:
     data = _manifest_dict(schema_version=2, new_field="x")
-    assert _message(lambda: JobManifest.from_dict(data)) == (
+    assert _message(lambda: JobManifest.model_validate(data)) == (
         "job manifest schema_version 2 is newer than this worker reads (1); "
         "upgrade elasticgrid-provider on this worker"
     )
 
 
 def test_a_version_1_state_still_migrates() -> None:
-    data = ScaleState("llm").to_dict()
+    data = ScaleState("llm").model_dump()
     data.update(schema_version=1)
     del data["capacity"], data["recent"]
-    assert ScaleState.from_dict(data, job_name="llm") == ScaleState("llm")
+    assert ScaleState.model_validate(data, job_name="llm") == ScaleState("llm")
 
 
 # -- enums ------------------------------------------------------------------------------
@@ -233,12 +238,12 @@ def test_enums_round_trip_through_json_as_their_words(member: Any) -> None:
 
 def test_enum_fields_dump_words_and_load_them_back() -> None:
     clock = CooldownClock(1.0, ScaleAction.SCALE_UP)
-    assert json.dumps(clock.to_dict()) == '{"last_change_at": 1.0, "last_action": "scale_up"}'
-    assert CooldownClock.from_dict(json.loads(json.dumps(clock.to_dict()))).last_action is (
+    assert json.dumps(clock.model_dump()) == '{"last_change_at": 1.0, "last_action": "scale_up"}'
+    assert CooldownClock.model_validate(json.loads(json.dumps(clock.model_dump()))).last_action is (
         ScaleAction.SCALE_UP
     )
     part = PartRecord("a--b", "b", "b", 1, 0, "/s.json", status=JobStatus.DONE)
-    assert PartRecord.from_dict(json.loads(json.dumps(part.to_dict()))) == part
+    assert PartRecord.model_validate(json.loads(json.dumps(part.model_dump()))) == part
     assert LaunchOptions("x", recovery={"mode": RecoveryMode.NONE}).recovery == {"mode": "none"}
 
 
@@ -263,7 +268,7 @@ def test_the_state_schema_validates_a_real_state_dump() -> None:
         .advance(ScalePolicy(), samples, current_nodes=4, now=400.0)
     )
     schema = json_schema("state")
-    jsonschema.validate(json.loads(json.dumps(state.to_dict())), schema)
+    jsonschema.validate(json.loads(json.dumps(state.model_dump())), schema)
     assert {"job_name", "schema_version"} <= set(schema["required"]) | set(schema["properties"])
     with pytest.raises(ElasticGridError, match="schema kind must be one of 'state', 'decision'"):
         json_schema("manifest")
@@ -271,7 +276,7 @@ def test_the_state_schema_validates_a_real_state_dump() -> None:
 
 def test_connection_settings_parse_without_airflow() -> None:
     extra = {
-        "providers": json.dumps([AWS.to_dict()]),
+        "providers": json.dumps([AWS.model_dump()]),
         "max_spot_fraction": "0.5",
         "prefer": "balance",
     }
@@ -282,7 +287,9 @@ def test_connection_settings_parse_without_airflow() -> None:
     # a providers argument that rendered empty leaves the grid to the connection
     for empty in ("", "  ", []):
         assert grid_settings(extra, "grid", empty).providers == (AWS,)
-    assert grid_settings(extra, "grid", [AWS.to_dict()]).source == "the task's providers argument"
+    assert (
+        grid_settings(extra, "grid", [AWS.model_dump()]).source == "the task's providers argument"
+    )
     assert _message(lambda: grid_settings({"max_spot_fraction": "1.5"}, "grid")) == (
         "connection 'grid' field max_spot_fraction must be at most 1, got 1.5"
     )

@@ -137,7 +137,7 @@ def test_the_default_grid_is_local_gcp_aws_and_azure_with_their_sizes_and_prices
 
 def test_provider_round_trips_through_json() -> None:
     for provider in DEFAULT_PROVIDERS:
-        assert provider_from_dict(json.loads(json.dumps(provider.to_dict()))) == provider
+        assert provider_from_dict(json.loads(json.dumps(provider.model_dump()))) == provider
 
 
 def test_an_entry_defaults_to_no_region_spot_no_accelerator_and_the_engine_of_its_name() -> None:
@@ -185,7 +185,7 @@ def test_duplicate_names_are_refused() -> None:
 
 
 def test_providers_file_may_be_a_list_or_an_object() -> None:
-    entries = [provider.to_dict() for provider in DEFAULT_PROVIDERS]
+    entries = [provider.model_dump() for provider in DEFAULT_PROVIDERS]
     assert providers_from_dicts(entries) == DEFAULT_PROVIDERS
     assert providers_from_dicts({"providers": entries}) == DEFAULT_PROVIDERS
 
@@ -218,7 +218,7 @@ def test_assignment_cannot_exceed_the_provider() -> None:
 
 def test_a_placement_dict_has_its_shares_totals_cost_spot_fraction_and_infra_refs() -> None:
     placement = GridPlanner(DEFAULT_PROVIDERS).plan(100)
-    data = placement.to_dict()
+    data = placement.model_dump()
     assert {"assignments", "total_nodes", "cost_per_hour", "spot_fraction", "infra_refs"} <= set(
         data
     )
@@ -235,14 +235,14 @@ def test_a_placement_dict_has_its_shares_totals_cost_spot_fraction_and_infra_ref
 
 def test_empty_placement() -> None:
     placement = Placement()
-    assert placement.to_dict() == {
+    assert placement.model_dump() == {
         "assignments": [],
         "total_nodes": 0,
         "cost_per_hour": 0.0,
         "spot_fraction": 0.0,
         "infra_refs": [],
     }
-    assert Placement.from_dict(placement.to_dict()) == placement
+    assert Placement.model_validate(placement.model_dump()) == placement
 
 
 @settings(max_examples=100, deadline=None)
@@ -255,20 +255,20 @@ def test_placement_round_trips_through_json(nodes: int, fraction: float, prefer:
     placement = GridPlanner(DEFAULT_PROVIDERS, max_spot_fraction=fraction, prefer=prefer).plan(
         nodes
     )
-    restored = Placement.from_dict(json.loads(json.dumps(placement.to_dict())))
+    restored = Placement.model_validate(json.loads(json.dumps(placement.model_dump())))
     assert restored == placement
-    assert restored.to_dict() == placement.to_dict()
+    assert restored.model_dump() == placement.model_dump()
 
 
-def test_placement_from_dict_rejects_bad_input() -> None:
+def test_placement_from_json_rejects_bad_input() -> None:
     with pytest.raises(ElasticGridError, match="placement must be a JSON object"):
-        Placement.from_dict([])
+        Placement.model_validate([])
     with pytest.raises(ElasticGridError, match="placement assignments must be a list"):
-        Placement.from_dict({"assignments": None})
-    entry = {**AWS.to_dict(), "provider": "aws"}
+        Placement.model_validate({"assignments": None})
+    entry = {**AWS.model_dump(), "provider": "aws"}
     with pytest.raises(
         ElasticGridError, match="placement assignment 0 is missing the field 'nodes'"
     ):
-        Placement.from_dict({"assignments": [entry]})
+        Placement.model_validate({"assignments": [entry]})
     with pytest.raises(ElasticGridError, match="assignment 'aws' nodes 99 exceeds"):
-        Placement.from_dict({"assignments": [{**entry, "nodes": 99}]})
+        Placement.model_validate({"assignments": [{**entry, "nodes": 99}]})

@@ -79,7 +79,7 @@ def test_a_loss_is_recovered_on_the_rest_of_the_grid_and_the_provider_quarantine
     decision = decide()
     assert decision.action == RECOVER and decision.rule == "recover"
     assert (decision.current_nodes, decision.target_nodes) == (2, 2)
-    placement = Placement.from_dict(decision.placement)
+    placement = Placement.model_validate(decision.placement)
     assert placement.nodes_by_provider() == {"onprem": 1, "backup": 1}
     assert [name for name, _ in placement.left_out] == ["spot"]
     assert [(q.provider, q.since, q.until) for q in decision.quarantine] == [
@@ -102,7 +102,7 @@ def test_the_job_shrinks_to_what_is_left_but_not_below_min_nodes():
 def test_the_budget_within_the_window_is_kept_and_then_the_check_gives_up():
     policy = RecoveryPolicy(max_recoveries=1, recovery_window_s=600, quarantine_s=60)
     first = decide(policy=policy)
-    state = remember_recovery(ScaleState("job"), first, first.to_dict(), 20)
+    state = remember_recovery(ScaleState("job"), first, first.model_dump(), 20)
     second = decide(state.recovery, policy=policy, launch_id="launch-2", now=NOW + 100)
     assert second.action == GIVE_UP
     assert second.reason.startswith("job 'job' lost part job--spot")
@@ -119,42 +119,45 @@ def test_max_recoveries_zero_turns_recovery_off():
 
 def test_a_launch_is_recovered_once_a_second_check_waits_for_the_relaunch():
     first = decide()
-    state = remember_recovery(ScaleState("job"), first, first.to_dict(), 20)
+    state = remember_recovery(ScaleState("job"), first, first.model_dump(), 20)
     again = decide(state.recovery, now=NOW + 5)
     assert again.action == WAIT
     assert "waiting for the relaunch" in again.reason
     with pytest.raises(ElasticGridError, match="is not recorded"):
-        remember_recovery(state, again, again.to_dict(), 20)
+        remember_recovery(state, again, again.model_dump(), 20)
 
 
 def test_a_quarantine_ends_and_the_provider_is_planned_again():
     first = decide()
-    memory = remember_recovery(ScaleState("job"), first, first.to_dict(), 20).recovery
+    memory = remember_recovery(ScaleState("job"), first, first.model_dump(), 20).recovery
     assert quarantine_reasons(memory.active_quarantine(NOW + 59)).keys() == {"spot"}
     assert quarantine_reasons(memory.active_quarantine(NOW + 60)) == {}
     lost_backup = LostPart(part="job--backup", provider="backup", nodes=1, cause="preempted")
     second = decide(memory, launch_id="launch-2", lost=[lost_backup], now=NOW + 61)
-    assert Placement.from_dict(second.placement).nodes_by_provider() == {"onprem": 1, "spot": 1}
+    assert Placement.model_validate(second.placement).nodes_by_provider() == {
+        "onprem": 1,
+        "spot": 1,
+    }
     assert [q.provider for q in second.quarantine] == ["backup"]
 
 
 def test_the_recovery_enters_the_state_history_and_round_trips():
     decision = decide()
-    record = decision.to_dict({"dag_id": "d"})
+    record = decision.as_record({"dag_id": "d"})
     state = remember_recovery(ScaleState("job"), decision, record, 20)
     assert state.history[-1]["action"] == "recover"
     assert state.history[-1]["lost"][0]["part"] == "job--spot"
     assert state.history[-1]["context"]["readable"]["summary"].startswith("recover 2 -> 2; rule")
-    stored = json.loads(json.dumps(state.to_dict()))
-    loaded = ScaleState.from_dict(stored)
+    stored = json.loads(json.dumps(state.model_dump()))
+    loaded = ScaleState.model_validate(stored)
     assert loaded.recovery == state.recovery
     assert loaded.recovery.recoveries == (PastRecovery(at=NOW, launch_id="launch-1"),)
 
 
 def test_a_state_without_recovery_loads_with_none():
-    stored = ScaleState("job").to_dict()
+    stored = ScaleState("job").model_dump()
     del stored["recovery"]
-    assert ScaleState.from_dict(stored).recovery == NO_RECOVERIES
+    assert ScaleState.model_validate(stored).recovery == NO_RECOVERIES
 
 
 @pytest.mark.parametrize(
@@ -173,9 +176,9 @@ def test_a_state_without_recovery_loads_with_none():
     ],
 )
 def test_a_bad_stored_memory_is_refused_in_one_sentence(memory, message):
-    stored = {**ScaleState("job").to_dict(), "recovery": memory}
+    stored = {**ScaleState("job").model_dump(), "recovery": memory}
     with pytest.raises(ElasticGridError) as caught:
-        ScaleState.from_dict(stored)
+        ScaleState.model_validate(stored)
     assert str(caught.value).startswith(message)
 
 
@@ -200,8 +203,8 @@ def test_the_planner_leaves_out_what_it_is_told_and_says_why():
     placement = PLANNER.plan(2, leave_out={"spot": "quarantined", "elsewhere": "not in the grid"})
     assert placement.nodes_by_provider() == {"onprem": 1, "backup": 1}
     assert placement.left_out == (("spot", "quarantined"),)
-    assert Placement.from_dict(placement.to_dict()) == placement
-    assert "left_out" not in PLANNER.plan(2).to_dict()
+    assert Placement.model_validate(placement.model_dump()) == placement
+    assert "left_out" not in PLANNER.plan(2).model_dump()
     with pytest.raises(ElasticGridError) as caught:
         PLANNER.plan(3, leave_out={"spot": "quarantined", "onprem": "down"})
     assert str(caught.value) == (
@@ -212,7 +215,7 @@ def test_the_planner_leaves_out_what_it_is_told_and_says_why():
 
 def test_a_record_tells_the_re_plan_what_to_leave_out():
     decision = decide()
-    assert quarantine_from_record(decision.to_dict()).keys() == {"spot"}
+    assert quarantine_from_record(decision.model_dump()).keys() == {"spot"}
     entry = QuarantineEntry(provider="spot", since=1.0, until=2.0, reason="lost")
     scale_record = {"action": "scale_up", "context": {"quarantine": [entry.model_dump()]}}
     assert quarantine_from_record(scale_record) == {

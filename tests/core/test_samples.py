@@ -79,15 +79,15 @@ def test_bad_sample_values_are_rejected_naming_the_field(
 
 def test_sample_dict_round_trip() -> None:
     sample = StepSample(7, 3.5, 0.5, 2, 4096.0)
-    assert sample.to_dict() == {
+    assert sample.model_dump() == {
         "step": 7,
         "duration_s": 3.5,
         "queue_s": 0.5,
         "nodes": 2,
         "tokens": 4096.0,
     }
-    assert StepSample.from_dict(json.loads(json.dumps(sample.to_dict()))) == sample
-    assert StepSample.from_dict({"step": 1, "duration_s": 2}) == StepSample(1, 2.0)
+    assert StepSample.model_validate(json.loads(json.dumps(sample.model_dump()))) == sample
+    assert StepSample.model_validate({"step": 1, "duration_s": 2}) == StepSample(1, 2.0)
 
 
 @pytest.mark.parametrize(
@@ -104,15 +104,15 @@ def test_sample_dict_round_trip() -> None:
         ([1, 2.0], "sample must be a JSON object, got [1, 2.0]"),
     ],
 )
-def test_sample_from_dict_names_the_field_at_fault(data: object, message: str) -> None:
+def test_sample_from_json_names_the_field_at_fault(data: object, message: str) -> None:
     with pytest.raises(ElasticGridError) as caught:
-        StepSample.from_dict(data)
+        StepSample.model_validate(data)
     assert str(caught.value).startswith(message)
 
 
-def test_sample_from_dict_names_its_position() -> None:
+def test_sample_from_json_names_its_position() -> None:
     with pytest.raises(ElasticGridError) as caught:
-        StepSample.from_dict({"step": 1, "duration_s": math.nan}, where="samples entry 4")
+        StepSample.model_validate({"step": 1, "duration_s": math.nan}, where="samples entry 4")
     assert str(caught.value) == "samples entry 4 duration_s must be a finite number, got nan"
 
 
@@ -142,7 +142,7 @@ def test_signals_are_the_window_means_with_active_time_clamped_per_sample() -> N
 def test_empty_window_signals_are_all_zero() -> None:
     signals = MetricsWindow().signals()
     assert signals == WindowSignals()
-    assert signals.to_dict() == {
+    assert signals.model_dump() == {
         "samples": 0,
         "mean_step_s": 0.0,
         "mean_queue_s": 0.0,
@@ -169,7 +169,7 @@ def test_the_most_extreme_samples_allowed_keep_the_signals_finite() -> None:
     extreme = StepSample(0, MIN_STEP_S, MAX_STEP_S, MAX_NODES, MAX_TOKENS, LATEST_TIME)
     signals = MetricsWindow(samples=(extreme,) * 2).signals()
     assert math.isfinite(signals.throughput_tokens_per_s) and math.isfinite(signals.queue_fraction)
-    assert WindowSignals.from_dict(json.loads(json.dumps(signals.to_dict()))) == signals
+    assert WindowSignals.model_validate(json.loads(json.dumps(signals.model_dump()))) == signals
     window = MetricsWindow(samples=tuple(replace(extreme, step=step) for step in range(10)))
     assert window.signals().mean_step_s == MIN_STEP_S
 
@@ -192,13 +192,13 @@ def test_saturated_and_stalled_thresholds(queue_s: float, saturated: bool, stall
 
 def test_signals_round_trip_recomputes_the_derived_flags() -> None:
     signals = MetricsWindow(samples=(StepSample(1, 10.0, 7.0, 3, 12.0),)).signals()
-    restored = WindowSignals.from_dict(json.loads(json.dumps(signals.to_dict())))
+    restored = WindowSignals.model_validate(json.loads(json.dumps(signals.model_dump())))
     assert restored == signals
     assert restored.stalled
     with pytest.raises(ElasticGridError, match="signals has an unknown field 'extra'"):
-        WindowSignals.from_dict({**signals.to_dict(), "extra": 1})
+        WindowSignals.model_validate({**signals.model_dump(), "extra": 1})
     with pytest.raises(ElasticGridError, match="signals queue_fraction must be a finite number"):
-        WindowSignals.from_dict({**signals.to_dict(), "queue_fraction": math.nan})
+        WindowSignals.model_validate({**signals.model_dump(), "queue_fraction": math.nan})
 
 
 # -- MetricsWindow ---------------------------------------------------------------
@@ -274,10 +274,10 @@ def test_window_json_round_trip_is_lossless() -> None:
         size=4,
         samples=(StepSample(1, 0.1, 0.03, 2, 17.25), StepSample(2, 1 / 3, 0.0, 3, 0.0)),
     )
-    data = window.to_dict()
-    assert data == {"size": 4, "samples": [sample.to_dict() for sample in window.samples]}
-    assert MetricsWindow.from_dict(json.loads(json.dumps(data))) == window
-    assert MetricsWindow.from_dict({"samples": []}) == MetricsWindow()
+    data = window.model_dump()
+    assert data == {"size": 4, "samples": [sample.model_dump() for sample in window.samples]}
+    assert MetricsWindow.model_validate(json.loads(json.dumps(data))) == window
+    assert MetricsWindow.model_validate({"samples": []}) == MetricsWindow()
 
 
 @pytest.mark.parametrize(
@@ -295,9 +295,9 @@ def test_window_json_round_trip_is_lossless() -> None:
         ({"samples": [7]}, "window samples.0 must be a JSON object, got 7"),
     ],
 )
-def test_window_from_dict_names_the_entry_and_field(data: object, message: str) -> None:
+def test_window_from_json_names_the_entry_and_field(data: object, message: str) -> None:
     with pytest.raises(ElasticGridError) as caught:
-        MetricsWindow.from_dict(data)
+        MetricsWindow.model_validate(data)
     assert str(caught.value).startswith(message)
 
 
@@ -320,12 +320,12 @@ def test_any_window_keeps_the_newest_sample_of_each_step_and_round_trips(
     newest = [s for i, s in enumerate(samples) if all(t.step != s.step for t in samples[i + 1 :])]
     assert window.samples == tuple(newest[-size:])
     assert len({sample.step for sample in window.samples}) == len(window)
-    assert MetricsWindow.from_dict(json.loads(json.dumps(window.to_dict()))) == window
+    assert MetricsWindow.model_validate(json.loads(json.dumps(window.model_dump()))) == window
     signals = window.signals()
     assert signals.samples == len(window)
     assert signals.queue_fraction >= 0 and signals.throughput_tokens_per_s >= 0
     assert 0 <= signals.mean_active_s <= signals.mean_step_s + 1e-9 * max(1.0, signals.mean_step_s)
-    assert WindowSignals.from_dict(json.loads(json.dumps(signals.to_dict()))) == signals
+    assert WindowSignals.model_validate(json.loads(json.dumps(signals.model_dump()))) == signals
 
 
 # -- every sample field is bounded; times are checked against the check's clock -----------
@@ -355,7 +355,7 @@ def test_any_window_keeps_the_newest_sample_of_each_step_and_round_trips(
 def test_every_sample_field_is_bounded(field: str, value: object, message: str) -> None:
     data = {"step": 1, "duration_s": 2.0, field: value}
     with pytest.raises(ElasticGridError) as caught:
-        StepSample.from_dict(data)
+        StepSample.model_validate(data)
     assert message in str(caught.value)
     assert str(caught.value).startswith(f"sample {field} must be")
 

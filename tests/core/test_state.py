@@ -33,7 +33,7 @@ def test_cursors_of_both_kinds_round_trip_through_json() -> None:
         .with_cursor("/jobs/llm--a/steps.jsonl", LogCursor(120, 7, "ab" * 16, 41))
         .with_cursor("samples argument", 6)
     )
-    again = ScaleState.from_dict(json.loads(json.dumps(state.to_dict())), job_name="llm")
+    again = ScaleState.model_validate(json.loads(json.dumps(state.model_dump())), job_name="llm")
     assert again == state
     assert again.log_cursor("/jobs/llm--a/steps.jsonl") == LogCursor(120, 7, "ab" * 16, 41)
     assert again.cursor("samples argument") == 6
@@ -42,7 +42,7 @@ def test_cursors_of_both_kinds_round_trip_through_json() -> None:
 
 
 def test_a_bare_byte_offset_from_an_older_state_is_a_cursor_without_identity() -> None:
-    state = ScaleState.from_dict(stored(cursors={"/jobs/llm--a/steps.jsonl": 512}))
+    state = ScaleState.model_validate(stored(cursors={"/jobs/llm--a/steps.jsonl": 512}))
     assert state.log_cursor("/jobs/llm--a/steps.jsonl") == LogCursor(offset=512)
 
 
@@ -66,21 +66,23 @@ def test_a_bare_byte_offset_from_an_older_state_is_a_cursor_without_identity() -
 )
 def test_a_malformed_state_is_refused_in_one_sentence(fields: dict, message: str) -> None:
     with pytest.raises(ElasticGridError) as caught:
-        ScaleState.from_dict(stored(**fields))
+        ScaleState.model_validate(stored(**fields))
     assert str(caught.value).startswith(message)
     assert "\n" not in str(caught.value)
 
 
 def test_a_state_of_another_job_is_refused_when_the_job_is_named() -> None:
     with pytest.raises(ElasticGridError) as caught:
-        ScaleState.from_dict(stored(job_name="other"), job_name="llm")
+        ScaleState.model_validate(stored(job_name="other"), job_name="llm")
     assert str(caught.value) == (
         "scale state job_name must be 'llm' (the job checked), got 'other'"
     )
-    assert ScaleState.from_dict(stored(job_name="other")).job_name == "other"  # replay: any job
+    assert (
+        ScaleState.model_validate(stored(job_name="other")).job_name == "other"
+    )  # replay: any job
 
 
 def test_a_huge_wrong_history_is_quoted_short() -> None:
     with pytest.raises(ElasticGridError) as caught:
-        ScaleState.from_dict(stored(history="x" * 100_000))
+        ScaleState.model_validate(stored(history="x" * 100_000))
     assert len(str(caught.value)) < 200

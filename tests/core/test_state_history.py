@@ -31,7 +31,7 @@ def test_repeated_holds_fold_into_one_entry_with_a_count_and_the_changes_stay():
         "2026-01-01T00:20:00+00:00",
     )
     # the folded entry is the newest record, so it still replays exactly
-    newest = DecisionRecord.from_dict(state.history[-1])
+    newest = DecisionRecord.model_validate(state.history[-1])
     assert newest.decision.decided_at == T0 + 1200
     assert newest.replay() == newest.decision
 
@@ -85,7 +85,7 @@ def test_records_carry_iso_times_rounded_signals_and_the_summary_with_thresholds
 
 def _version_1(state: ScaleState) -> dict:
     """``state`` as a version 1 Variable: no capacity, recent, hold_run or readable."""
-    old = json.loads(json.dumps(state.to_dict()))
+    old = json.loads(json.dumps(state.model_dump()))
     old["schema_version"] = 1
     del old["capacity"], old["recent"]
     for entry in old["history"]:
@@ -100,11 +100,11 @@ def test_a_version_1_state_is_migrated_on_load_and_folds_on():
     """A v1 Variable (before capacity, recent, ``hold_run`` and ``readable``) loads as v2."""
     old = _version_1(audited_job())
     assert old["schema_version"] == 1 and "capacity" not in old and "recent" not in old
-    loaded = ScaleState.from_dict(old)
+    loaded = ScaleState.model_validate(old)
     assert (loaded.capacity, loaded.recent) == (NO_MEASUREMENTS, ())
-    assert loaded.to_dict()["schema_version"] == 2
+    assert loaded.model_dump()["schema_version"] == 2
     assert len(loaded.history) == len(old["history"])  # kept as recorded
-    assert DecisionRecord.from_dict(loaded.history[-1]).decision.rule == "queue_bound"
+    assert DecisionRecord.model_validate(loaded.history[-1]).decision.rule == "queue_bound"
     folded = check(loaded, T0 + 1500, 4, 4, "later")
     assert _shape(folded)[-1] == ("hold", "queue_bound", 2)
 
@@ -125,7 +125,7 @@ def test_replaying_a_version_1_decision_says_it_was_recorded_by_an_older_policy(
     assert main(["--json", "simulate", "--state", str(path)]) == 1
     assert json.loads(capsys.readouterr().out)["replay"]["older_policy"] is True
     # a record of today's policy gets no such note
-    path.write_text(json.dumps(audited_job().to_dict()))
+    path.write_text(json.dumps(audited_job().model_dump()))
     assert main(["simulate", "--state", str(path)]) == 0
     assert "older policy" not in capsys.readouterr().out
 
@@ -143,7 +143,7 @@ def test_replaying_a_state_whose_job_ended_replays_the_newest_decision(tmp_path,
         "decided_at": T0 + 2000,
     }
     path = tmp_path / "state.json"
-    path.write_text(json.dumps(audited_job().remember_event(ended, T0 + 2000).to_dict()))
+    path.write_text(json.dumps(audited_job().remember_event(ended, T0 + 2000).model_dump()))
     assert main(["--json", "simulate", "--state", str(path)]) == 0
     replay = json.loads(capsys.readouterr().out)["replay"]
     assert (replay["index"], replay["matches"]) == (2, True)

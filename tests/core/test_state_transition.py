@@ -60,7 +60,7 @@ def test_advance_is_observe_decide_remember_and_the_record_replays():
     assert [(r.at, r.nodes) for r in state.recent] == [(T0 + 30, 4)]
     assert [entry["action"] for entry in state.history] == ["hold", "scale_up"]
     # the record holds everything the decision depended on
-    stored = DecisionRecord.from_dict(json.loads(json.dumps(state.history[-1])))
+    stored = DecisionRecord.model_validate(json.loads(json.dumps(state.history[-1])))
     assert stored.inputs.capacity == second.inputs.capacity
     assert stored.replay() == second.decision
 
@@ -86,9 +86,9 @@ def test_recent_recommendations_outside_the_window_are_dropped():
 
 def test_the_state_round_trips_as_schema_2():
     state, _ = ScaleState("job").advance(ScalePolicy(), steps(4, 4, step_s=1.0), 4, T0)
-    data = json.loads(json.dumps(state.to_dict()))
+    data = json.loads(json.dumps(state.model_dump()))
     assert data["schema_version"] == SCHEMA_VERSION == 2
-    assert ScaleState.from_dict(data) == state
+    assert ScaleState.model_validate(data) == state
 
 
 def test_a_version_1_state_is_migrated():
@@ -104,15 +104,15 @@ def test_a_version_1_state_is_migrated():
         "skipped_lines": 1,
         "history": [],
     }
-    state = ScaleState.from_dict(old)
+    state = ScaleState.model_validate(old)
     assert (state.revision, state.current_nodes, state.cursor("steps.jsonl")) == (7, 4, 120)
     assert state.capacity.sizes == () and state.recent == ()
-    assert state.to_dict()["schema_version"] == 2
+    assert state.model_dump()["schema_version"] == 2
 
 
 def test_an_unknown_version_fails_with_one_sentence_saying_what_to_do():
     with pytest.raises(ElasticGridError) as error:
-        ScaleState.from_dict({"schema_version": 3, "job_name": "job"})
+        ScaleState.model_validate({"schema_version": 3, "job_name": "job"})
     message = str(error.value)
     assert message == (
         "scale state schema_version must be 2 (or 1, which is migrated), got 3; delete the "

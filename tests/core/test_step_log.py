@@ -211,7 +211,7 @@ def test_parse_errors_are_one_short_sentence() -> None:
 def test_cursor_round_trip_and_bad_stored_cursors() -> None:
     """Cursors as a scale state stores them: an object, or a bare byte offset (older states)."""
     cursor = LogCursor(120, 77, "ab" * 16, 9)
-    stored = json.loads(json.dumps(cursor.to_dict()))
+    stored = json.loads(json.dumps(cursor.model_dump()))
     assert ScaleState("j", cursors={"c": stored}).log_cursor("c") == cursor
     assert ScaleState("j", cursors={"c": 42}).log_cursor("c") == LogCursor(42)
     where = "scale state cursor 'c'"

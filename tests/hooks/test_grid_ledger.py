@@ -43,7 +43,7 @@ def write_manifest(root: Path, job: str, launch_id: str, shares: dict[str, int],
     folder = root / job
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "manifest.json").write_text(
-        json.dumps(manifest(job, launch_id, shares, **kw).to_dict())
+        json.dumps(manifest(job, launch_id, shares, **kw).model_dump())
     )
 
 

@@ -38,12 +38,12 @@ def _wait_for(condition, what: str, timeout=90.0):
 def _snapshot_with_part(job_dir: Path, nodes: int = 2) -> JobSnapshot:
     """A running one-part job whose part folder (and so its step log) is ``job_dir``."""
     placement = GridPlanner(providers=providers_from_dicts(TWO_LOCAL_PROVIDERS)).plan(nodes)
-    manifest = JobManifest.from_dict(
+    manifest = JobManifest.model_validate(
         {
             "job_name": "logged",
             "launch_id": "20261202T000000Z-abcdef",
             "launched_at": "2026-12-02T00:00:00+00:00",
-            "placement": placement.to_dict(),
+            "placement": placement.model_dump(),
             "world_size": nodes,
             "procs_per_node": 1,
             "rendezvous": "",
@@ -51,7 +51,7 @@ def _snapshot_with_part(job_dir: Path, nodes: int = 2) -> JobSnapshot:
             "parts": [],
         }
     )
-    part = PartRecord.from_dict(
+    part = PartRecord.model_validate(
         {
             "name": "logged--onprem",
             "provider": "onprem",

@@ -68,7 +68,7 @@ def test_the_job_lock_is_exclusive_across_processes(tmp_path):
 
 def test_variables_are_read_through_the_state_store_and_the_job_store(monkeypatch, tmp_path):
     # outside a task the SDK reads Variables from the secrets backends: here the environment
-    state = ScaleState(job_name="found").to_dict()
+    state = ScaleState(job_name="found").model_dump()
     monkeypatch.setenv("AIRFLOW_VAR_ELASTICGRID_SCALE_STATE__FOUND", json.dumps(state))
     monkeypatch.setenv("AIRFLOW_VAR_INTERVAL_S", "3600")
     assert scale_state_exists("found") is True
@@ -76,17 +76,17 @@ def test_variables_are_read_through_the_state_store_and_the_job_store(monkeypatc
     assert read_variable("interval_s") == "3600"
     assert read_variable("absent") is None
     store = ElasticGridHook(jobs_root=str(tmp_path)).job_store
-    assert store.read_scale_state("found").to_dict() == state
+    assert store.read_scale_state("found").model_dump() == state
     assert (
-        store.read_scale_state("never-checked").to_dict()
-        == ScaleState(job_name="never-checked").to_dict()
+        store.read_scale_state("never-checked").model_dump()
+        == ScaleState(job_name="never-checked").model_dump()
     )
 
 
 def test_the_ui_lists_the_state_variables_from_the_metadata_db(airflow_db):
     from airflow.models.variable import Variable as VariableModel
 
-    state = ScaleState(job_name="listed").to_dict()
+    state = ScaleState(job_name="listed").model_dump()
     VariableModel.set(state_variable_key("listed"), json.dumps(state))
     VariableModel.set("unrelated", "1")
     try:

@@ -303,7 +303,7 @@ def test_on_kill_stops_the_launch_through_the_launch_manager_the_operator_holds(
             task_id=task_id,
             job_name="held",
             run=SLEEPING_RUN,
-            placement=placement.to_dict(),
+            placement=placement.model_dump(),
             recovery={"mode": "none"},
             startup_grace_s=1,
         )

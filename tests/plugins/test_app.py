@@ -32,7 +32,7 @@ ROUTES = [
 
 
 def _store(state: ScaleState) -> None:
-    _store_data(state.job_name, state.to_dict())
+    _store_data(state.job_name, state.model_dump())
 
 
 def _store_data(job_name: str, data: Any) -> None:
@@ -260,7 +260,7 @@ def test_one_bad_state_breaks_neither_the_list_nor_another_jobs_page(client):
         ("bad-time", ("history", -1, "decided_at"), 1e308),
         ("bad-history", ("history",), {"x": 1}),
     ):
-        data = deadline_job(name).to_dict()
+        data = deadline_job(name).model_dump()
         target = data
         for key in path[:-1]:
             target = target[key]

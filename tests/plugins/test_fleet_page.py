@@ -57,7 +57,7 @@ def grid_root(jobs_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         )
     write_manifest(jobs_root, "train", OLD_LAUNCH, {"local": 2})
     Variable.set(
-        state_variable_key("train"), json.dumps(ScaleState("train", current_nodes=2).to_dict())
+        state_variable_key("train"), json.dumps(ScaleState("train", current_nodes=2).model_dump())
     )
     return jobs_root
 

@@ -24,7 +24,7 @@ from tests.plugins.recorded import T0, audited_job, check, deadline_job
 
 
 def _stored(state: ScaleState):
-    return parse_state(f"elasticgrid_scale_state__{state.job_name}", json.dumps(state.to_dict()))
+    return parse_state(f"elasticgrid_scale_state__{state.job_name}", json.dumps(state.model_dump()))
 
 
 def _conditions(view) -> dict[str, tuple[bool, str, str]]:
@@ -300,7 +300,7 @@ def test_a_state_that_does_not_load_is_shown_with_its_error():
 
 def test_a_cost_that_is_no_number_and_a_projection_that_is_a_list_still_render():
     # neither "n/a" (the list, for everyone) nor ["x"] (the job's page) breaks a page
-    data = deadline_job().to_dict()
+    data = deadline_job().model_dump()
     data["history"][-1]["context"]["cost_per_hour"] = "n/a"
     data["history"][-1]["projection"] = ["x"]
     stored = parse_state("elasticgrid_scale_state__audit-job", json.dumps(data))

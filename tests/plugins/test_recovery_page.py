@@ -40,9 +40,9 @@ def _recovered(now: float):
         planner=GRID,
         now=now,
     )
-    record = decision.to_dict({"dag_id": "rescale", "run_id": "r1", "task_id": "scale_check"})
+    record = decision.as_record({"dag_id": "rescale", "run_id": "r1", "task_id": "scale_check"})
     state = remember_recovery(state, decision, record, 20)
-    return parse_state("elasticgrid_scale_state__recovered-job", json.dumps(state.to_dict()))
+    return parse_state("elasticgrid_scale_state__recovered-job", json.dumps(state.model_dump()))
 
 
 def test_a_recovery_is_its_own_event_with_the_lost_part_and_the_quarantine():
@@ -80,7 +80,7 @@ def test_the_quarantine_is_gone_from_the_page_once_it_ends():
 
 def test_a_job_that_never_lost_capacity_says_so():
     state = audited_job("steady-job")
-    stored = parse_state("elasticgrid_scale_state__steady-job", json.dumps(state.to_dict()))
+    stored = parse_state("elasticgrid_scale_state__steady-job", json.dumps(state.model_dump()))
     view = job_view(stored, now=T0)
     assert view["recoveries"] == [] and view["quarantine"] == []
     assert "No capacity lost so far." in job_page(view)

@@ -47,7 +47,7 @@ def replaced(data: dict[str, Any], path: Path, value: Any) -> dict[str, Any]:
     return changed
 
 
-STATE = deadline_job("fuzzed").to_dict()
+STATE = deadline_job("fuzzed").model_dump()
 PATHS = [path for path in field_paths(STATE) if "inputs" not in path]
 
 

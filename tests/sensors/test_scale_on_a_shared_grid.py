@@ -30,7 +30,9 @@ def _launch(job: str, nodes: int, dag_id: str = "fleet_launch_sleeping", **conf:
 def _record(jobs_root: Path, job: str, *, priority: int = 0, min_nodes: int = 0) -> None:
     """Record the job's running launch in the grid ledger with its priority and min_nodes,
     as a fleet-aware launch leaves them once confirmed (held under its launch id)."""
-    manifest = JobManifest.from_dict(json.loads((jobs_root / job / "manifest.json").read_text()))
+    manifest = JobManifest.model_validate(
+        json.loads((jobs_root / job / "manifest.json").read_text())
+    )
     with GridLedgerStore(jobs_root).transaction() as grid:
         held = tuple(
             Holding(

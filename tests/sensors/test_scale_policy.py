@@ -21,9 +21,9 @@ def test_a_policy_object_is_used_as_given():
 
 
 def test_a_policy_dict_and_flat_keywords_build_the_same_policy():
-    from_dict = sensor(policy={"min_nodes": 2, "max_nodes": 16, "startup_s": 90}).scheduler
+    from_a_dict = sensor(policy={"min_nodes": 2, "max_nodes": 16, "startup_s": 90}).scheduler
     from_keywords = sensor(min_nodes=2, max_nodes=16, startup_s=90).scheduler
-    assert from_dict == from_keywords == ScalePolicy(min_nodes=2, max_nodes=16, startup_s=90.0)
+    assert from_a_dict == from_keywords == ScalePolicy(min_nodes=2, max_nodes=16, startup_s=90.0)
     assert sensor().scheduler == ScalePolicy()
     assert sensor(scale_down_cooldown_s=None).scheduler == ScalePolicy()  # None: the default
 

@@ -57,7 +57,7 @@ async def _first_event(trigger: GridCapacityTrigger, timeout: float = 90.0) -> d
 def test_serialize_round_trips_through_the_classpath(tmp_path):
     trigger = GridCapacityTrigger(
         jobs_root=str(tmp_path),
-        request=WAITER.to_dict(),
+        request=WAITER.model_dump(),
         capacities=CAPACITIES,
         poll_interval=0.2,
         timeout_at=1_900_000_000.0,
@@ -68,7 +68,7 @@ def test_serialize_round_trips_through_the_classpath(tmp_path):
     rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
 
     assert rebuilt.serialize() == (classpath, kwargs)
-    assert CapacityRequest.from_dict(kwargs["request"]) == WAITER
+    assert CapacityRequest.model_validate(kwargs["request"]) == WAITER
     assert kwargs["request"]["mode"] == "wait"
 
 
@@ -76,7 +76,9 @@ def test_serialize_round_trips_through_the_classpath(tmp_path):
 def test_the_trigger_fires_when_the_holders_job_ends(jobs_root):
     _hold(jobs_root, "holder", 2, f'{PYTHON} -c "import time; time.sleep(4)"')
     capacity = _queue(jobs_root)
-    trigger = GridCapacityTrigger(str(jobs_root), WAITER.to_dict(), CAPACITIES, poll_interval=0.2)
+    trigger = GridCapacityTrigger(
+        str(jobs_root), WAITER.model_dump(), CAPACITIES, poll_interval=0.2
+    )
 
     event = asyncio.run(_first_event(trigger))
 
@@ -93,7 +95,7 @@ def test_a_timeout_is_an_event_naming_the_holders_never_an_exception(jobs_root):
     _queue(jobs_root)
     timeout_at = epoch_now() + 1.0
     trigger = GridCapacityTrigger(
-        str(jobs_root), WAITER.to_dict(), CAPACITIES, poll_interval=0.2, timeout_at=timeout_at
+        str(jobs_root), WAITER.model_dump(), CAPACITIES, poll_interval=0.2, timeout_at=timeout_at
     )
 
     event = asyncio.run(_first_event(trigger))
@@ -113,7 +115,7 @@ def test_killing_the_deferred_task_takes_its_request_out_of_the_queue(jobs_root)
     _queue(jobs_root)
     store = GridLedgerStore(jobs_root)
     assert [r.job for r in store.snapshot().ledger.queue] == ["waiter"]
-    trigger = GridCapacityTrigger(str(jobs_root), WAITER.to_dict(), CAPACITIES)
+    trigger = GridCapacityTrigger(str(jobs_root), WAITER.model_dump(), CAPACITIES)
 
     asyncio.run(trigger.on_kill())
 

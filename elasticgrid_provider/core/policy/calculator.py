@@ -195,7 +195,7 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
         need = max(need, demand * (1.0 + headroom))
         target = _serving(policy, situation, basis, need)
     numbers = {
-        **load.to_dict(),
+        **load.model_dump(),
         "target_capacity_per_s": projected_capacity(policy, situation, basis, target),
         "needed_per_s": need,
         "headroom": headroom,
@@ -292,7 +292,7 @@ def closed_loop_rule(policy: ScalePolicy, situation: Situation, load: LoadEstima
     signals = situation.signals
     current = situation.current
     basis = load.basis
-    numbers = load.to_dict()
+    numbers = load.model_dump()
     if signals.queue_fraction >= policy.target_queue_fraction:
         why = f"{signals.queue_fraction:.0%} of the step was spent waiting for a worker"
         if signals.mean_active_s <= 0 or signals.queue_fraction >= 1.0:

@@ -387,7 +387,7 @@ def _projection(
     current = situation.current
     numbers: dict[str, Any] = {}
     if situation.load is not None:
-        numbers.update(situation.load.to_dict())
+        numbers.update(situation.load.model_dump())
         loss, source = situation.memory.scaling(situation.load.basis, policy.scaling_loss)
         # the unit of demand and capacity: ``basis`` names the remaining work's once a
         # deadline projects a finish, which may be another

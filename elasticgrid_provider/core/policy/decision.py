@@ -116,7 +116,7 @@ class ScaleDecision(JsonModel):
         record may lack a newer one); a new decision's come resolved from the policy."""
         if not info.context:
             return thresholds
-        return ScalePolicy.from_dict(thresholds).thresholds()
+        return ScalePolicy.model_validate(thresholds).thresholds()
 
     @model_validator(mode="after")
     def _check_direction(self) -> ScaleDecision:
@@ -140,8 +140,8 @@ class ScaleDecision(JsonModel):
         return self.action is not ScaleAction.HOLD
 
     def to_json(self) -> str:
-        """:meth:`to_dict` as a JSON string (strict: no NaN or infinity)."""
-        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+        """:meth:`model_dump` as a JSON string (strict: no NaN or infinity)."""
+        return json.dumps(self.model_dump(), sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> ScaleDecision:
@@ -150,4 +150,4 @@ class ScaleDecision(JsonModel):
             data = json.loads(text)
         except (TypeError, ValueError) as error:
             raise ElasticGridError(f"decision is not valid JSON: {error}") from None
-        return cls.from_dict(data)
+        return cls.model_validate(data)

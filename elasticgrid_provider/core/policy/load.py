@@ -76,7 +76,7 @@ class LoadEstimate:
             self.nodes, self.steps_per_node_s, self.tokens_per_node_s, self.samples, measured_at
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def model_dump(self) -> dict[str, Any]:
         """Plain JSON for the audit record."""
         return {
             "loop": "open" if self.open_loop else "closed",

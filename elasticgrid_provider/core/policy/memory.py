@@ -113,9 +113,9 @@ class CapacityMemory(JsonModel):
         return rate * (1.0 - loss) ** math.log2(nodes / anchor)
 
     @classmethod
-    def from_dict(cls, data: Any) -> CapacityMemory:
-        """Rebuild from :meth:`to_dict` output; ``None`` or ``{}`` is an empty memory."""
-        return cls() if data is None else cls.model_validate(data)
+    def model_validate(cls, data: Any, *, where: str | None = None) -> CapacityMemory:
+        """Rebuild from :meth:`model_dump` output; ``None`` or ``{}`` is an empty memory."""
+        return cls() if data is None else super().model_validate(data, where=where)
 
 
 NO_MEASUREMENTS = CapacityMemory()

@@ -200,7 +200,7 @@ class ScalePolicy(JsonModel):
     def thresholds(self) -> dict[str, Any]:
         """Every parameter as used (defaults resolved), for the audit record."""
         return {
-            **self.to_dict(),
+            **self.model_dump(),
             "scale_down_cooldown_s": self.effective_scale_down_cooldown_s,
             "final_stretch_s": self.effective_final_stretch_s,
         }
@@ -255,7 +255,7 @@ def policy_from(policy: ScalePolicy | dict[str, Any] | str) -> ScalePolicy:
                 ) from None
     if not isinstance(data, dict):
         raise ElasticGridError(f"policy must be a ScalePolicy or a dict, got {data!r}")
-    return ScalePolicy.from_dict(
+    return ScalePolicy.model_validate(
         {name: number_from_text(value) for name, value in data.items() if value is not None}
     )
 

@@ -164,7 +164,7 @@ def test_a_decision_on_a_shared_grid_replays_from_its_recorded_inputs() -> None:
     grid = GridShare(job="a", max_nodes=10, holders=HOLDERS)
     record = state.decide(ScalePolicy(), T0, grid=grid)
     assert record.decision.target_nodes == 10
-    stored = type(record).from_dict(record.to_dict())
+    stored = type(record).model_validate(record.model_dump())
     assert stored.inputs.grid == grid
     assert stored.replay() == record.decision
 

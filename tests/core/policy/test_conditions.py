@@ -110,12 +110,12 @@ def test_the_conditions_round_trip_and_replay_identically():
     decision = decide({"max_nodes": 8}, window(4, queue=0.8))
     again = ScaleDecision.from_json(decision.to_json())
     assert again.conditions == decision.conditions
-    assert [c["type"] for c in decision.to_dict()["conditions"]] == [
+    assert [c["type"] for c in decision.model_dump()["conditions"]] == [
         "AbleToScale",
         "ScalingActive",
         "ScalingLimited",
     ]
     # a record from before the conditions still loads
-    data = decision.to_dict()
+    data = decision.model_dump()
     del data["conditions"]
-    assert ScaleDecision.from_dict(data).conditions == ()
+    assert ScaleDecision.model_validate(data).conditions == ()

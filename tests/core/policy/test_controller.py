@@ -68,10 +68,12 @@ def test_two_decisions_in_a_row_leave_the_cooldown_after_cooldown_s() -> None:
     assert (first.action, first.target_nodes) == (ScaleAction.SCALE_UP, 40)
 
     # A new process reads the stored clock back, as a scheduled check would.
-    stored = json.loads(json.dumps(first.cooldown.to_dict()))
-    fresh_scheduler = ScalePolicy.from_dict(json.loads(json.dumps(scheduler.to_dict())))
+    stored = json.loads(json.dumps(first.cooldown.model_dump()))
+    fresh_scheduler = ScalePolicy.model_validate(json.loads(json.dumps(scheduler.model_dump())))
     busy_16 = steady(16, queue=0.8)
-    second = decide(fresh_scheduler, busy_16, now=T0 + 60, cooldown=CooldownClock.from_dict(stored))
+    second = decide(
+        fresh_scheduler, busy_16, now=T0 + 60, cooldown=CooldownClock.model_validate(stored)
+    )
     assert second.action is ScaleAction.HOLD
     assert [hold.rule for hold in second.held_by] == ["cooldown"]
     assert "last change 60s ago, scale-up cooldown is 300s" in second.reason
@@ -99,7 +101,7 @@ def test_scale_down_cooldown_defaults_to_cooldown_s() -> None:
     assert scheduler.scale_down_cooldown_s is None
     assert scheduler.effective_scale_down_cooldown_s == 120.0
     assert scheduler.thresholds()["scale_down_cooldown_s"] == 120.0
-    assert scheduler.to_dict()["scale_down_cooldown_s"] is None
+    assert scheduler.model_dump()["scale_down_cooldown_s"] is None
 
 
 @pytest.mark.parametrize(
@@ -140,7 +142,9 @@ def test_nan_samples_never_reach_the_decision() -> None:
     with pytest.raises(
         ElasticGridError, match=r"window samples\.0\.queue_s must be a finite number"
     ):
-        MetricsWindow.from_dict({"samples": [{"step": 1, "duration_s": 1.0, "queue_s": math.inf}]})
+        MetricsWindow.model_validate(
+            {"samples": [{"step": 1, "duration_s": 1.0, "queue_s": math.inf}]}
+        )
 
 
 def test_remaining_work_too_large_to_project_is_rejected() -> None:
@@ -185,7 +189,7 @@ def test_decision_record_carries_the_projection() -> None:
         "scaling_loss": 0.0,
     }
     assert decision.changed and decision.recommended_nodes == 7
-    plain = decision.to_dict()
+    plain = decision.model_dump()
     assert plain["held_by"] == [] and plain["cooldown"]["last_change_at"] == T0
     no_deadline = decide(ScalePolicy(), FAST_4, now=T0, remaining_steps=600)
     assert no_deadline.time_left_s is None
@@ -212,7 +216,7 @@ _PROJECTED = (
 
 def test_held_decision_lists_its_holds_in_the_record() -> None:
     decision = decide(ScalePolicy(), QUEUED_8, now=T0, cooldown=RECENT_UP)
-    assert decision.to_dict()["held_by"] == [
+    assert decision.model_dump()["held_by"] == [
         {
             "rule": "cooldown",
             "reason": "in cooldown: last change 120s ago, scale-up cooldown is 300s",
@@ -343,7 +347,7 @@ def test_an_unbounded_demand_is_recorded_as_none_not_the_float_maximum():
     assert projection["demand_per_s"] is None
     assert projection["utilisation"] is None
     assert projection["current_finish_s"] == 1000.0
-    text = json.dumps(decision.to_dict(), allow_nan=False)
+    text = json.dumps(decision.model_dump(), allow_nan=False)
     assert "e+308" not in text
 
 

@@ -25,9 +25,9 @@ from tests.core.policy.windows import QUEUED_8, T0
 def test_cooldown_clock_round_trip_and_validation() -> None:
     clock = CooldownClock(T0, ScaleAction.SCALE_DOWN)
     assert clock.last_action == "scale_down"
-    assert clock.to_dict() == {"last_change_at": T0, "last_action": "scale_down"}
-    assert CooldownClock.from_dict(json.loads(json.dumps(clock.to_dict()))) == clock
-    assert CooldownClock.from_dict({}) == NO_COOLDOWN == CooldownClock()
+    assert clock.model_dump() == {"last_change_at": T0, "last_action": "scale_down"}
+    assert CooldownClock.model_validate(json.loads(json.dumps(clock.model_dump()))) == clock
+    assert CooldownClock.model_validate({}) == NO_COOLDOWN == CooldownClock()
     assert clock.seconds_since_change(T0 + 5) == 5
     assert NO_COOLDOWN.seconds_since_change(T0) is None
 
@@ -45,7 +45,7 @@ def test_cooldown_clock_round_trip_and_validation() -> None:
 )
 def test_bad_cooldown_clock_is_rejected(data: object, message: str) -> None:
     with pytest.raises(ElasticGridError) as caught:
-        CooldownClock.from_dict(data)
+        CooldownClock.model_validate(data)
     assert str(caught.value).startswith(message)
 
 
@@ -66,26 +66,26 @@ def test_bad_cooldown_clock_is_rejected(data: object, message: str) -> None:
     ],
 )
 def test_inconsistent_decision_records_are_rejected(changes: dict[str, Any], message: str) -> None:
-    data = decide(ScalePolicy(), QUEUED_8, now=T0).to_dict()
+    data = decide(ScalePolicy(), QUEUED_8, now=T0).model_dump()
     data.update(current_nodes=8, target_nodes=16, action="scale_up")
     data.update(changes)
     with pytest.raises(ElasticGridError) as caught:
-        ScaleDecision.from_dict(data)
+        ScaleDecision.model_validate(data)
     assert str(caught.value).startswith(message)
 
 
 def test_missing_decision_field_is_named() -> None:
-    data = decide(ScalePolicy(), QUEUED_8, now=T0).to_dict()
+    data = decide(ScalePolicy(), QUEUED_8, now=T0).model_dump()
     del data["rule"]
     with pytest.raises(ElasticGridError, match="decision is missing the field 'rule'"):
-        ScaleDecision.from_dict(data)
+        ScaleDecision.model_validate(data)
     with pytest.raises(ElasticGridError, match="decision is not valid JSON"):
         ScaleDecision.from_json("{")
 
 
 def test_a_scale_change_cannot_be_held_back() -> None:
     decision = decide(ScalePolicy(), QUEUED_8, now=T0)
-    data = decision.to_dict()
-    data["held_by"] = [HeldBy("cooldown", "in cooldown").to_dict()]
+    data = decision.model_dump()
+    data["held_by"] = [HeldBy("cooldown", "in cooldown").model_dump()]
     with pytest.raises(ElasticGridError, match="cannot be held back"):
-        ScaleDecision.from_dict(data)
+        ScaleDecision.model_validate(data)

@@ -562,9 +562,9 @@ def test_every_decision_round_trips_through_json(
 ) -> None:
     decision = _decide(scheduler_args, window, inputs)
     assert ScaleDecision.from_json(decision.to_json()) == decision
-    plain = json.loads(json.dumps(decision.to_dict()))
+    plain = json.loads(json.dumps(decision.model_dump()))
     assert plain["action"] == decision.action.value
-    assert ScaleDecision.from_dict(plain) == decision
+    assert ScaleDecision.model_validate(plain) == decision
 
 
 @pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
@@ -576,7 +576,7 @@ def test_decisions_are_deterministic(
     phrases: object,
 ) -> None:
     first = _decide(scheduler_args, window, inputs)
-    replayed_window = MetricsWindow.from_dict(json.loads(json.dumps(window.to_dict())))
-    replayed_args = json.loads(json.dumps(ScalePolicy(**{**LINEAR, **scheduler_args}).to_dict()))
+    replayed_window = MetricsWindow.model_validate(json.loads(json.dumps(window.model_dump())))
+    replayed_args = json.loads(json.dumps(ScalePolicy(**{**LINEAR, **scheduler_args}).model_dump()))
     assert _decide(scheduler_args, window, inputs) == first
     assert _decide(replayed_args, replayed_window, inputs).to_json() == first.to_json()

@@ -29,5 +29,5 @@ def test_capacity_memory_round_trips_and_keeps_one_entry_per_size() -> None:
     memory = memory.with_measurement(SizeMeasurement(2, 0.3, 7.0, 4, T0 + 2))
     assert [entry.nodes for entry in memory.sizes] == [2, 8]
     assert memory.sizes[1].steps_per_node_s == 0.2
-    assert CapacityMemory.from_dict(memory.to_dict()) == memory
-    assert CapacityMemory.from_dict(None) == CapacityMemory()
+    assert CapacityMemory.model_validate(memory.model_dump()) == memory
+    assert CapacityMemory.model_validate(None) == CapacityMemory()

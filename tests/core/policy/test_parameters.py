@@ -62,8 +62,8 @@ def test_max_nodes_below_min_nodes_is_rejected() -> None:
 def test_parameters_are_normalised_and_round_trip() -> None:
     scheduler = ScalePolicy(min_nodes=2.0, max_nodes=64, cooldown_s=60, startup_s=90)  # type: ignore[arg-type]
     assert type(scheduler.min_nodes) is int and type(scheduler.cooldown_s) is float
-    assert ScalePolicy.from_dict(json.loads(json.dumps(scheduler.to_dict()))) == scheduler
-    assert ScalePolicy.from_dict({}) == ScalePolicy()
-    assert set(scheduler.thresholds()) == set(scheduler.to_dict())
+    assert ScalePolicy.model_validate(json.loads(json.dumps(scheduler.model_dump()))) == scheduler
+    assert ScalePolicy.model_validate({}) == ScalePolicy()
+    assert set(scheduler.thresholds()) == set(scheduler.model_dump())
     with pytest.raises(ElasticGridError, match="scheduler has an unknown field 'deadline_s'"):
-        ScalePolicy.from_dict({"deadline_s": 10})
+        ScalePolicy.model_validate({"deadline_s": 10})
