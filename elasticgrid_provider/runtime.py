@@ -67,6 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider.atomic_files import write_atomically
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import CheckpointFencedError
 from elasticgrid_provider.core.rank_environment import (
@@ -319,15 +320,6 @@ STATE_PREFIX = "state-"
 CHECKPOINT_FOLDER = "checkpoint"  # the checkpoint's folder inside the job's shared folder
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
 class Checkpoint:
     """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
 
@@ -384,7 +376,7 @@ class Checkpoint:
         self._check_owner()
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"{STATE_PREFIX}{completed}.bin"
-        _write_atomically(self.folder / name, state)
+        write_atomically(self.folder / name, state)
         progress = {
             **extra,
             "completed_steps": completed,
@@ -395,7 +387,7 @@ class Checkpoint:
         if step_record is not None and step_log is not None:
             progress["step_record"] = dict(step_record)
             progress["step_log"] = str(Path(step_log).resolve())
-        _write_atomically(self.folder / PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
+        write_atomically(self.folder / PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
         for old in self.folder.glob(f"{STATE_PREFIX}*.bin"):
             if old.name != name:
                 old.unlink(missing_ok=True)
@@ -408,7 +400,7 @@ class Checkpoint:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         owner = {"launch_id": launch, "time": epoch_now()}
-        _write_atomically(self.folder / OWNER_FILE, (json.dumps(owner) + "\n").encode())
+        write_atomically(self.folder / OWNER_FILE, (json.dumps(owner) + "\n").encode())
 
     def _check_owner(self) -> None:
         """Raise :class:`CheckpointFencedError` when a newer launch owns the checkpoint."""

@@ -39,6 +39,7 @@ from typing import Any
 
 from iroh_tinker.cloud.engines.base import ClusterInfo, Engine, Node
 
+from elasticgrid_provider.atomic_files import write_json
 from elasticgrid_provider.core.errors import ElasticGridError, RemoteHostError
 from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
 from elasticgrid_provider.core.ssh_params import (
@@ -61,7 +62,6 @@ from elasticgrid_provider.engines.ssh_transport import (
     ssh_options,
     sweep_launch,
 )
-from elasticgrid_provider.hooks.launcher import write_private_json
 
 __all__ = [
     "ENGINE_REF",
@@ -266,7 +266,7 @@ class SshEngine(Engine):
             "unreachable_hosts": unreachable,
         }
         if job_dir is not None and job_dir.is_dir():
-            write_private_json(job_dir / STATUS_FILE, record)
+            write_json(job_dir / STATUS_FILE, record, private=True)
         return {rank: "running" if word == "running" else "stopped" for rank, word in words.items()}
 
     def stop(self, cluster: ClusterInfo) -> None:

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from elasticgrid_provider.atomic_files import write_atomically
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.fleet.ledger import (
@@ -202,21 +203,8 @@ class GridLedgerStore:
     def _write(self, ledger: GridLedger) -> None:
         """Replace the ledger file whole: temporary file, fsync, rename, fsync the folder; a
         failed write (a full disk) leaves the old ledger and no temporary file."""
-        temporary = self.path.with_name(f".{LEDGER_NAME}.{os.getpid()}.tmp")
-        try:
-            with open(temporary, "w") as handle:
-                json.dump(ledger.model_dump(), handle, indent=1, sort_keys=True)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-        except OSError:
-            temporary.unlink(missing_ok=True)
-            raise
-        folder = os.open(self.folder, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        text = json.dumps(ledger.model_dump(), indent=1, sort_keys=True)
+        write_atomically(self.path, text.encode())
 
     @contextmanager
     def transaction(self, *, timeout: float | None = None) -> Iterator[LedgerTransaction]:

@@ -23,7 +23,6 @@ the space freed.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import time
@@ -32,13 +31,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider import atomic_files
 from elasticgrid_provider.core.errors import JobLaunchError
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.hooks.launcher import (
     LOG_NAME,
     REQUEST_NAME,
     private_folder,
-    write_private_json,
 )
 
 INTENT_NAME = "manifest.json"  # the new launch's manifest, in its spec folder until the stop
@@ -65,14 +64,10 @@ def writing(path: Path) -> Iterator[None]:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (a temporary file, then a rename), naming ``path`` on failure."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with writing(path):
-            temporary.write_text(json.dumps(data, indent=2) + "\n")
-            temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    """Write JSON atomically (:func:`~elasticgrid_provider.atomic_files.write_json`), naming
+    ``path`` on failure."""
+    with writing(path):
+        atomic_files.write_json(path, data)
 
 
 def check_free_space(folder: Path) -> None:
@@ -111,7 +106,7 @@ def write_launch_files(
             private_folder(spec_folder)
         write_specs()
         with writing(spec_folder / REQUEST_NAME):
-            write_private_json(spec_folder / REQUEST_NAME, request)
+            atomic_files.write_json(spec_folder / REQUEST_NAME, request, private=True)
         with writing(spec_folder / LOG_NAME):
             os.close(os.open(spec_folder / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         intent = spec_folder / INTENT_NAME

@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider.atomic_files import write_json
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.engines.remote_agent import process_environment, spawn_detached
 
@@ -51,15 +52,6 @@ def _prctl(option: int, value: int) -> None:
     """Linux ``prctl``; a no-op where it is unavailable."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-
-
-def write_private_json(path: Path, data: Any) -> None:
-    """Write JSON atomically to a file only this user can read (mode 0600)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(json.dumps(data, indent=2) + "\n")
-    temporary.replace(path)
 
 
 def private_folder(path: Path) -> Path:
@@ -79,7 +71,7 @@ def redact_spec_envs(path: Path) -> None:
     if not isinstance(envs, dict) or all(value == REDACTED for value in envs.values()):
         return
     spec["envs"] = dict.fromkeys(envs, REDACTED)
-    write_private_json(path, spec)
+    write_json(path, spec, private=True)
 
 
 def redact_part_specs(jobs_root: Path, part_name: str, spec_path: str) -> None:
@@ -256,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 redact_part_specs(jobs_root, part["name"], part["spec_path"])
             result["started"].append(part["name"])
-            write_private_json(result_path, result)
+            write_json(result_path, result, private=True)
         return 0
     finally:
-        write_private_json(result_path, result)
+        write_json(result_path, result, private=True)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider.atomic_files import write_atomically
 from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
 from elasticgrid_provider.core.ssh_params import REMOTE_STATUS_FILE
 
@@ -155,9 +156,7 @@ def pull_step_log(params: Mapping[str, Any], part_name: str, mirror: Path) -> No
         newline = data.find(b"\n")
         start, data = (start + newline + 1, data[newline + 1 :]) if newline >= 0 else (start, b"")
     _write_sidecar(sidecar, {"inode": read.inode, "base": start})
-    temporary = mirror.with_name(f".{mirror.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    temporary.replace(mirror)
+    write_atomically(mirror, data, durable=False)
 
 
 def _read_sidecar(sidecar: Path) -> dict[str, int] | None:
@@ -169,9 +168,7 @@ def _read_sidecar(sidecar: Path) -> dict[str, int] | None:
 
 
 def _write_sidecar(sidecar: Path, record: dict[str, int]) -> None:
-    temporary = sidecar.with_name(f".{sidecar.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(record) + "\n")
-    temporary.replace(sidecar)
+    write_atomically(sidecar, (json.dumps(record) + "\n").encode(), durable=False)
 
 
 def _append(mirror: Path, data: bytes) -> None:

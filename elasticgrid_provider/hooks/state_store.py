@@ -190,7 +190,7 @@ def write_scale_state(job_folder: Path, state: ScaleState, log: Any) -> None:
     the state)."""
     from airflow.sdk import Variable
 
-    from elasticgrid_provider.hooks.launcher import write_private_json
+    from elasticgrid_provider.atomic_files import write_json
 
     key = state_variable_key(state.job_name)
     Variable.set(
@@ -201,9 +201,8 @@ def write_scale_state(job_folder: Path, state: ScaleState, log: Any) -> None:
     )
     record = job_folder / STATE_RECORD_NAME
     try:
-        write_private_json(
-            record, {"variable": key, "revision": state.revision, "written_at": utc_iso_now()}
-        )
+        written = {"variable": key, "revision": state.revision, "written_at": utc_iso_now()}
+        write_json(record, written, private=True)
     except OSError as exc:
         log.warning(
             "Could not record in %s that job %s's scale state was written: %s.",
