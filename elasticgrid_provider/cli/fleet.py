@@ -12,7 +12,8 @@ ledger (recorded by the last reservation), else from the built-in grid.
 ``--json``: ``{"ledger", "note", "capacity_source", "providers": [{"name",
 "capacity", "free", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
 "priority", "min_nodes", "launch_id", "held", "reserved"}], "queue": [{"job",
-"nodes", "min_nodes", "since", "priority", "timeout_s", "position"}], "shrinks": [{"job",
+"nodes", "min_nodes", "since", "priority", "timeout_s", "renewed_at", "lease_s", "position",
+...}], "shrinks": [{"job",
 "to_nodes", "by_job", "by_priority", "since"}], "updated_at"}``.
 
 The shrink requests follow the queue: which job a waiting higher-priority job asked to

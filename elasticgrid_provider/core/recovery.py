@@ -50,6 +50,7 @@ from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import (
+    AboveZero,
     AnyText,
     Choice,
     Count,
@@ -58,7 +59,6 @@ from elasticgrid_provider.core.validation import (
     NonNegative,
     Positive,
     choice,
-    finite,
     model,
     one_of,
 )
@@ -79,8 +79,6 @@ CAUSE_PATTERN = re.compile(
 """Words that make a rank-log line the cause of a loss (the last such line is taken)."""
 CAPACITY_PATTERN = re.compile("preempt|reclaim|evict|interrupt|terminat|capacity", re.IGNORECASE)
 """Words that make a cause a loss of capacity, not a program's failure (:func:`is_capacity_loss`)."""
-
-_POSITIVE_SECONDS = Annotated[float, finite(0.0, exclusive_minimum=True)]
 
 
 class RecoveryAction(Choice):
@@ -175,7 +173,7 @@ class RecoveryPolicy(JsonModel):
     OWNER = "recovery policy"
 
     max_recoveries: Count = DEFAULT_MAX_RECOVERIES
-    recovery_window_s: _POSITIVE_SECONDS = DEFAULT_RECOVERY_WINDOW_S
+    recovery_window_s: AboveZero = DEFAULT_RECOVERY_WINDOW_S
     quarantine_s: NonNegative = DEFAULT_QUARANTINE_S
 
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, ValidationError
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.validation import JsonModel, Text, finite, model, whole
+from elasticgrid_provider.core.validation import AboveZero, JsonModel, Text, model, whole
 
 REMOTE_STATUS_FILE = "remote-status.json"
 """What the engine's last probe found, in the part's LOCAL job folder (the hook reads it)."""
@@ -64,7 +64,6 @@ def _hosts(value: Any) -> tuple[str, ...]:
 HostList = Annotated[tuple[str, ...], BeforeValidator(_hosts)]
 StringList = Annotated[tuple[str, ...], BeforeValidator(_string_list)]
 Port = Annotated[int, whole(1, 65535)]
-Seconds = Annotated[float, finite(0.0, exclusive_minimum=True)]
 
 
 def host_address(entry: str) -> str:
@@ -82,7 +81,7 @@ class SshParams(JsonModel):
     ssh_opts: StringList = ()
     remote_dir: Text | None = None
     known_hosts: Text | None = None
-    connect_timeout_s: Seconds = 5.0
+    connect_timeout_s: AboveZero = 5.0
     python: Text | None = None
     shared_dir: Text | None = None
 

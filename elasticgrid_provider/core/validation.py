@@ -178,6 +178,7 @@ def one_of(words: tuple[str, ...]) -> OneOf:
 
 Finite = Annotated[float, finite(None)]  # any finite number (a time, a trend)
 NonNegative = Annotated[float, finite()]  # a finite number >= 0
+AboveZero = Annotated[float, finite(0.0, exclusive_minimum=True)]  # > 0 (a duration, a lease)
 Count = Annotated[int, whole()]  # a whole number >= 0
 Positive = Annotated[int, whole(1)]  # a whole number >= 1 (a node count, a window size)
 Text = Annotated[str, _text(allow_empty=False)]  # a non-empty string

@@ -12,7 +12,9 @@ once, and every decision is the pure core's
   asks them to shrink (``plan_preemption`` then ``request_shrinks``); a failed one
   changes nothing.
 * :func:`decide_request` is also what :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`
-  asks of a read-only snapshot: it fires when the request would be granted.
+  asks of a read-only snapshot: it fires when the request would be granted; until then
+  it renews the request's lease (:meth:`GridCapacity.renew`), as a plan that waits in
+  the worker does by planning again.
 * The launch side: :meth:`GridCapacity.reserve_launch` before a launch stops or starts
   anything (a refusal is a :class:`~elasticgrid_provider.core.errors.GridCapacityError`
   naming the holders), :meth:`GridCapacity.confirm` once it is confirmed,
@@ -30,6 +32,7 @@ from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
 from elasticgrid_provider.core.fleet.ledger import (
+    DEFAULT_LEASE_S,
     REBUILT_PRIORITY,
     GridLedger,
     QueuedRequest,
@@ -43,6 +46,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     job_usage,
     queue_position,
     release,
+    renew,
     request_shrinks,
     reserve,
     used_nodes,
@@ -73,6 +77,7 @@ class CapacityRequest:
     priority: int = REBUILT_PRIORITY
     mode: ShortfallMode = ShortfallMode.WAIT
     timeout_s: float | None = None
+    lease_s: float = DEFAULT_LEASE_S  # lease_for(the task's poll_interval)
 
     def as_queued(self, since: float, current_nodes: int = 0) -> QueuedRequest:
         """The request as it waits in the ledger's queue (``current_nodes``: what it uses)."""
@@ -84,6 +89,7 @@ class CapacityRequest:
             priority=self.priority,
             timeout_s=self.timeout_s,
             current_nodes=current_nodes,
+            lease_s=self.lease_s,
         )
 
     def model_dump(self) -> dict[str, Any]:
@@ -95,6 +101,7 @@ class CapacityRequest:
             "priority": self.priority,
             "mode": ShortfallMode(self.mode).value,
             "timeout_s": self.timeout_s,
+            "lease_s": self.lease_s,
         }
 
     @classmethod
@@ -107,6 +114,7 @@ class CapacityRequest:
             priority=int(data["priority"]),
             mode=ShortfallMode(data["mode"]),
             timeout_s=None if data.get("timeout_s") is None else float(data["timeout_s"]),
+            lease_s=float(data.get("lease_s", DEFAULT_LEASE_S)),
         )
 
 
@@ -256,6 +264,19 @@ class GridCapacity:
             current.ledger = ledger
             waiting = ShortfallDecision(Verdict.WAITING, 0, queue_position=position)
             return SharedPlan(request.job, waiting, holders, shrinks=shrinks)
+
+    def renew(self, request: CapacityRequest, *, timeout: float | None = None) -> bool:
+        """Under the lock: renew the waiting request's lease; one that lapsed meanwhile (its
+        trigger was down) is queued again, at the back of its priority; True when it was.
+        A :class:`TimeoutError` when the grid lock stays busy ``timeout`` seconds."""
+        with self.store.transaction(timeout=timeout) as current:
+            ledger, now = current.ledger, current.now
+            if any(queued.job == request.job for queued in ledger.queue):
+                current.ledger = renew(ledger, request.job, now=now)
+                return False
+            using = sum(job_usage(ledger, request.job).values())
+            current.ledger = enqueue(ledger, request.as_queued(now, using), now=now)
+            return True
 
     def would_grant(self, request: CapacityRequest, capacities: Mapping[str, int]) -> bool:
         """Whether the request would be granted now, read without the lock (a trigger's poll)."""

@@ -47,6 +47,7 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.fleet.ledger import (
     RESERVATION_GRACE_S,
     GridLedger,
+    lapsed_requests,
     rebuild,
     reconcile,
 )
@@ -197,6 +198,16 @@ class GridLedgerStore:
             else:
                 note += "; shown rebuilt from the jobs' launch records"
             return rebuild(records, now=now), note
+        if keep_corrupt:  # a transaction: say once why a request leaves the queue
+            for request in lapsed_requests(stored, now):
+                log.warning(
+                    "Job %s's request left the grid queue: its waiting task last looked at the "
+                    "grid %.0f s ago, past its %.0f s lease (a lost worker or triggerer); its "
+                    "shrink requests go with it, and it queues again if it comes back.",
+                    request.job,
+                    now - (request.since if request.renewed_at is None else request.renewed_at),
+                    request.lease_s,
+                )
         ledger = reconcile(stored, records, now=now, grace_s=self.grace_s, unreadable=unreadable)
         return ledger, None
 

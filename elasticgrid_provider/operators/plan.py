@@ -86,7 +86,8 @@ class PlanPlacementOperator(BaseOperator):
     :param min_nodes: the fewest nodes the job may run on (templated; default ``nodes``).
     :param on_shortfall: ``wait`` (default), ``take_what_fits`` or ``fail`` (templated).
     :param capacity_timeout: seconds to wait for nodes before failing (templated; None: no limit).
-    :param poll_interval: seconds between looks at the grid while waiting.
+    :param poll_interval: seconds between looks at the grid while waiting; each look renews
+        the request's lease in the queue (four missed looks, at least two minutes, and it lapses).
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection.
     :return: the placement as plain JSON (``Placement.model_dump()``).
@@ -158,6 +159,7 @@ class PlanPlacementOperator(BaseOperator):
     def capacity_request(self, nodes: Any) -> CapacityRequest:
         """The checked fleet arguments as a request; bad input is one sentence naming the
         field and value (an :class:`ElasticGridError`)."""
+        from elasticgrid_provider.core.fleet.ledger import lease_for
         from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
 
         job = check_job_name(self.job_name)
@@ -173,8 +175,8 @@ class PlanPlacementOperator(BaseOperator):
             timeout = check_number(
                 "capacity_timeout", number_from_text(timeout), exclusive_minimum=True
             )
-        check_number("poll_interval", self.poll_interval, exclusive_minimum=True)
-        return CapacityRequest(job, nodes, least, priority, mode, timeout)
+        poll = check_number("poll_interval", self.poll_interval, exclusive_minimum=True)
+        return CapacityRequest(job, nodes, least, priority, mode, timeout, lease_for(poll))
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Plan the placement, log it as a table and return it for XCom."""

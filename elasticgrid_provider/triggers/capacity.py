@@ -12,6 +12,11 @@ thread, off the event loop) and fires:
 * ``timeout`` once ``timeout_at`` (epoch seconds) has passed, with ``holders`` (who
   uses the grid); never an exception: the task turns it into a failure naming them.
 
+At every look that fires nothing it renews the request's lease, under the lock
+(:meth:`~elasticgrid_provider.hooks.grid_capacity.GridCapacity.renew`): a request
+whose trigger is gone (a triggerer lost) lapses from the queue instead of holding
+its place, and the shrinks it asked for, for ever.
+
 An event fires no sooner than ``min_wait_s`` after the deferral
 (:data:`~elasticgrid_provider.triggers.job.MIN_DEFERRAL_S`). A deferred task that is
 killed takes its request out of the queue (:meth:`GridCapacityTrigger.on_kill`).
@@ -30,6 +35,8 @@ from airflow.triggers.base import TriggerEvent
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.validation import Choice
 from elasticgrid_provider.triggers.base import ElasticGridTrigger
+
+RENEW_LOCK_WAIT_S = 5.0  # how long a look waits for the grid lock to renew the lease
 
 
 class CapacityEventStatus(Choice):
@@ -80,6 +87,17 @@ class GridCapacityTrigger(ElasticGridTrigger):
                 "holders": capacity.holders(request.job),
                 "timeout_at": self.timeout_at,
             }
+        try:
+            if capacity.renew(request, timeout=RENEW_LOCK_WAIT_S):
+                self.log.warning(
+                    "Job %s's request had lapsed from the grid queue while this trigger was "
+                    "away; it is queued again, at the back of its priority.",
+                    request.job,
+                )
+        except TimeoutError:  # the lease outlasts several looks: the next one renews it
+            self.log.info(
+                "The grid ledger was busy; job %s renews its lease next time.", request.job
+            )
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

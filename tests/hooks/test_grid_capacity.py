@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from elasticgrid_provider.core.fleet.ledger import job_usage, queue_position, shrink_request_for
+from elasticgrid_provider.core.fleet.ledger import (
+    job_usage,
+    lease_for,
+    queue_position,
+    shrink_request_for,
+)
 from elasticgrid_provider.core.fleet.sharing import ShortfallMode, Verdict
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import providers_from_dicts
@@ -67,3 +73,36 @@ def test_fail_mode_changes_nothing(tmp_path):
     ledger = capacity.store.snapshot().ledger
     assert ledger.jobs == ("holder",)
     assert (tmp_path / ".grid" / "ledger.json").read_text().count('"job"') == before.count('"job"')
+
+
+def test_a_request_whose_task_vanished_lapses_and_its_returning_trigger_queues_it_again(
+    tmp_path, caplog
+):
+    now = [1_800_000_000.0]
+    capacity = GridCapacity(GridLedgerStore(tmp_path, clock=lambda: now[0]))
+    capacity.plan(PLANNER, CapacityRequest("low", 4, 1, priority=0))
+    high = CapacityRequest("high", 3, 3, priority=3, lease_s=lease_for(30.0))
+    second = CapacityRequest("second", 1, 1, priority=1)  # waits too, on the default lease
+    capacity.plan(PLANNER, second)
+    assert capacity.plan(PLANNER, high).shrinks  # it waits, and asks "low" to shrink
+
+    now[0] += 100.0
+    assert capacity.renew(high) is False  # a look within the lease renews it
+    now[0] += 119.0
+    with caplog.at_level(logging.WARNING):
+        ledger = capacity.store.snapshot().ledger
+    assert queue_position(ledger, "high") == 1 and shrink_request_for(ledger, "low") is not None
+    assert "lease" not in caplog.text  # a snapshot reads; only a transaction tells
+
+    now[0] += 2.0  # 121 s after the last look: the task is gone
+    with caplog.at_level(logging.WARNING):
+        assert capacity.renew(second) is False  # any transaction settles the queue
+    assert "Job high's request left the grid queue" in caplog.text
+    assert "past its 120 s lease" in caplog.text
+    ledger = capacity.store.snapshot().ledger
+    assert queue_position(ledger, "high") is None and shrink_request_for(ledger, "low") is None
+
+    assert capacity.renew(high) is True  # its trigger came back: queued again, at the back
+    ledger = capacity.store.snapshot().ledger
+    assert [r.job for r in ledger.queue] == ["second", "high"]
+    assert queue_position(ledger, "high") == 1  # a higher priority still goes first

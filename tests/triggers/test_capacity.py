@@ -120,3 +120,28 @@ def test_killing_the_deferred_task_takes_its_request_out_of_the_queue(jobs_root)
     asyncio.run(trigger.on_kill())
 
     assert store.snapshot().ledger.queue == ()
+
+
+def _renewed_at(store: GridLedgerStore, job: str) -> float | None:
+    return next(r.renewed_at for r in store.snapshot().ledger.queue if r.job == job)
+
+
+def test_each_look_renews_the_lease_and_a_lapsed_request_is_queued_again(tmp_path, capsys):
+    capacity = GridCapacity(GridLedgerStore(tmp_path))
+    capacity.plan(PLANNER, CapacityRequest("holder", 4, 4))  # reserved: nothing frees up
+    _queue(tmp_path)
+    queued_at = _renewed_at(capacity.store, "waiter")
+    trigger = GridCapacityTrigger(
+        str(tmp_path), WAITER.model_dump(), CAPACITIES, poll_interval=0.2,
+        timeout_at=epoch_now() + 1.0,
+    )  # fmt: skip
+
+    assert asyncio.run(_first_event(trigger))["status"] == "timeout"
+    renewed_at = _renewed_at(capacity.store, "waiter")
+    assert queued_at is not None and renewed_at is not None and renewed_at > queued_at
+
+    capacity.dequeue("waiter")  # as if the lease lapsed while the triggerer was down
+    trigger.timeout_at = epoch_now() + 0.5
+    asyncio.run(_first_event(trigger))
+    assert [r.job for r in capacity.store.snapshot().ledger.queue] == ["waiter"]
+    assert "had lapsed from the grid queue" in capsys.readouterr().out  # the trigger's log

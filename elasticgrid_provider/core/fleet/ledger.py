@@ -28,6 +28,13 @@ Requests that do not fit wait in the queue, in order of priority (highest first)
 then arrival (``since``), then job name; a job has at most one request, which carries
 its claim (nodes held, gain per node, restart time, deadline size) for the sharing rules.
 
+A queued request is a **lease**: its waiting task renews it at each look at the
+grid (:func:`renew`; planning again renews it too, keeping its place). One not
+renewed for ``lease_s`` seconds (:func:`lease_for`: four looks, at least two
+minutes) lapsed: its task died without a word (a worker lost, a triggerer down), so
+it leaves the queue, and the shrink requests it made go with it. A task that comes
+back re-queues at the back of its priority.
+
 **Reconcile** makes the ledger match the jobs' launch records (their manifests),
 and **rebuild** makes one from the records alone (a lost or corrupt ledger):
 
@@ -42,7 +49,7 @@ and **rebuild** makes one from the records alone (a lost or corrupt ledger):
   period; until then it is a launch in flight and kept;
 * a job whose record cannot be read keeps its entries as they are;
 * a queued request that waited past its timeout leaves the queue (its task gave up,
-  or was killed while waiting);
+  or was killed while waiting), and so does one whose lease lapsed (its task is gone);
 * a holding rebuilt with no ledger entry to take them from has priority 0 and
   ``min_nodes`` equal to its size, so no rule shrinks it until its next launch
   records them again.
@@ -60,6 +67,7 @@ from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
 from elasticgrid_provider.core.fleet.sharing import JobClaim, PreemptionPlan
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.validation import (
+    AboveZero,
     Choice,
     Count,
     Finite,
@@ -75,6 +83,15 @@ from elasticgrid_provider.core.validation import (
 LEDGER_SCHEMA_VERSION = 2  # 2: queued requests carry their claim; shrink requests
 RESERVATION_GRACE_S = 600.0  # a reservation no launch record confirmed within this is dropped
 REBUILT_PRIORITY = 0  # the priority of a holding rebuilt from a launch record alone
+DEFAULT_LEASE_S = 600.0  # the lease of a request written before leases (no lease_s of its own)
+MIN_LEASE_S = 120.0  # the shortest lease: a busy worker or triggerer may look late
+LOOKS_PER_LEASE = 4  # a request lapses after this many looks at the grid went missing
+
+
+def lease_for(poll_interval: float) -> float:
+    """The lease of a request whose task looks at the grid every ``poll_interval`` seconds."""
+    return max(LOOKS_PER_LEASE * poll_interval, MIN_LEASE_S)
+
 
 Priority = Annotated[int, whole(None)]  # any whole number; higher goes first
 
@@ -117,6 +134,8 @@ class QueuedRequest(JsonModel):
     remaining_s: NonNegative = 0.0
     restart_s: NonNegative = 0.0
     deadline_nodes: Count = 0
+    renewed_at: Finite | None = None  # the waiting task's last look (None: since)
+    lease_s: AboveZero = DEFAULT_LEASE_S
 
     def as_claim(self) -> JobClaim:
         """The request as the sharing rules read it (:class:`JobClaim`)."""
@@ -140,6 +159,11 @@ class QueuedRequest(JsonModel):
     def expired(self, now: float) -> bool:
         """Whether the request waited past its timeout (never, without one)."""
         return self.timeout_s is not None and now - self.since > self.timeout_s
+
+    def lapsed(self, now: float) -> bool:
+        """Whether the waiting task stopped renewing the request for longer than its lease."""
+        renewed_at = self.since if self.renewed_at is None else self.renewed_at
+        return now - renewed_at > self.lease_s
 
 
 @model
@@ -346,12 +370,24 @@ def _shrink_pending(ledger: GridLedger, shrink: ShrinkRequest) -> bool:
 
 
 def enqueue(ledger: GridLedger, request: QueuedRequest, *, now: float) -> GridLedger:
-    """Put ``request`` in the queue; a job's earlier request keeps its place (``since``)."""
+    """Put ``request`` in the queue, renewed at ``now``; a job's earlier request keeps its
+    place (``since``)."""
     earlier = next((r for r in ledger.queue if r.job == request.job), None)
-    if earlier is not None:
-        request = replace(request, since=earlier.since)
+    since = request.since if earlier is None else earlier.since
+    request = replace(request, since=since, renewed_at=now)
     others = tuple(r for r in ledger.queue if r.job != request.job)
     return replace(ledger, queue=(*others, request), updated_at=now)
+
+
+def renew(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
+    """``job``'s request renewed at ``now`` (its task still waits); unchanged if not queued."""
+    queue = tuple(replace(r, renewed_at=now) if r.job == job else r for r in ledger.queue)
+    return replace(ledger, queue=queue, updated_at=now)
+
+
+def lapsed_requests(ledger: GridLedger, now: float) -> tuple[QueuedRequest, ...]:
+    """The queued requests whose lease lapsed at ``now`` (:meth:`QueuedRequest.lapsed`)."""
+    return tuple(request for request in ledger.queue if request.lapsed(now))
 
 
 def dequeue(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
@@ -434,7 +470,7 @@ def reconcile(
             )
             if in_flight:
                 holdings.append(holding)
-    queue = tuple(request for request in ledger.queue if not request.expired(now))
+    queue = tuple(r for r in ledger.queue if not (r.expired(now) or r.lapsed(now)))
     ended = {
         job: launch_id
         for job, launch_id in (ledger.ended or {}).items()

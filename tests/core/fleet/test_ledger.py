@@ -9,6 +9,7 @@ import pytest
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
 from elasticgrid_provider.core.fleet.ledger import (
+    DEFAULT_LEASE_S,
     GridLedger,
     HoldingPhase,
     QueuedRequest,
@@ -17,11 +18,14 @@ from elasticgrid_provider.core.fleet.ledger import (
     enqueue,
     free_nodes,
     job_usage,
+    lapsed_requests,
+    lease_for,
     queue_order,
     queue_position,
     rebuild,
     reconcile,
     release,
+    renew,
     request_shrinks,
     reserve,
     shrink_request_for,
@@ -257,3 +261,55 @@ def test_a_queued_request_reads_as_the_claim_the_sharing_rules_take():
     assert (claim.gain_per_node, claim.remaining_s, claim.restart_s, claim.deadline_nodes) == (
         0.5, 600.0, 30.0, 5,
     )  # fmt: skip
+
+
+def test_a_request_its_task_stops_renewing_lapses_and_takes_its_shrink_requests_along():
+    low = manifest("low", OLD_LAUNCH, {"local": 4})
+    ledger = rebuild({"low": low}, now=T0, capacities=CAPACITIES)
+    ledger = enqueue(ledger, QueuedRequest("high", 2, 2, T0, lease_s=120), now=T0)
+    plan = PreemptionPlan("high", (Resize("low", 4, 2, "high"),), nodes_freed=2, granted=2)
+    ledger = request_shrinks(ledger, plan, by_priority=5, now=T0)
+    # renewed at T0 + 100: 120 s later it still waits, and its shrink request stands
+    kept = reconcile(renew(ledger, "high", now=T0 + 100), {"low": low}, now=T0 + 220)
+    assert [r.job for r in kept.queue] == ["high"]
+    assert shrink_request_for(kept, "low") is not None
+    # never renewed: one second past its lease it lapsed, and the shrink request went too
+    assert lapsed_requests(ledger, T0 + 120) == ()
+    assert [r.job for r in lapsed_requests(ledger, T0 + 121)] == ["high"]
+    gone = reconcile(ledger, {"low": low}, now=T0 + 121)
+    assert gone.queue == () and shrink_request_for(gone, "low") is None
+
+
+def test_planning_again_renews_the_request_and_keeps_its_place():
+    ledger = enqueue(GridLedger(), QueuedRequest("first", 2, 1, T0, lease_s=120), now=T0)
+    ledger = enqueue(ledger, QueuedRequest("second", 2, 1, T0 + 1, lease_s=120), now=T0 + 1)
+    again = enqueue(ledger, QueuedRequest("first", 2, 1, T0 + 100, lease_s=120), now=T0 + 100)
+    first = next(r for r in again.queue if r.job == "first")
+    assert (first.since, first.renewed_at) == (T0, T0 + 100)
+    assert [r.job for r in queue_order(again)] == ["first", "second"]
+    assert [r.job for r in reconcile(again, {}, now=T0 + 200).queue] == ["first"]
+
+
+def test_renewing_a_job_that_does_not_wait_changes_no_request():
+    ledger = enqueue(GridLedger(), QueuedRequest("waits", 2, 1, T0), now=T0)
+    assert renew(ledger, "absent", now=T0 + 5).queue == ledger.queue
+
+
+def test_a_request_stored_before_leases_had_them_gets_the_default_lease():
+    request = QueuedRequest.model_validate({"job": "old", "nodes": 2, "min_nodes": 1, "since": T0})
+    assert (request.renewed_at, request.lease_s) == (None, DEFAULT_LEASE_S)
+    assert not request.lapsed(T0 + DEFAULT_LEASE_S)
+    assert request.lapsed(T0 + DEFAULT_LEASE_S + 1)
+
+
+@pytest.mark.parametrize(("poll_interval", "looks"), [(0.5, 240), (30.0, 4), (90.0, 4)])
+def test_a_lease_spans_four_looks_and_never_less_than_two_minutes(poll_interval, looks):
+    lease = lease_for(poll_interval)
+    assert lease >= 120.0
+    assert lease == pytest.approx(looks * poll_interval)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "60"])
+def test_a_lease_must_be_a_positive_number(bad):
+    with pytest.raises(ElasticGridError, match=r"^queued request lease_s must be"):
+        QueuedRequest("job", 2, 1, T0, lease_s=bad)
