@@ -44,6 +44,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     free_nodes,
     holders,
     job_usage,
+    others_using,
     queue_position,
     release,
     renew,
@@ -51,6 +52,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     reserve,
     used_nodes,
 )
+from elasticgrid_provider.core.fleet.pools import check_pools, pool_records
 from elasticgrid_provider.core.fleet.sharing import (
     JobClaim,
     ShortfallDecision,
@@ -226,8 +228,10 @@ class GridCapacity:
         """Under the grid lock: grant and reserve, queue (and ask for shrinks), or fail."""
         skipped = set(leave_out or {})
         capacities = {p.name: p.max_nodes for p in planner.providers if p.name not in skipped}
+        pools = pool_records(p for p in planner.providers if p.name not in skipped)
         with self.store.transaction() as current:
             ledger, now = current.ledger, current.now
+            check_pools(ledger.pools or {}, others_using(ledger, request.job), request.job, pools)
             decision = decide_request(ledger, request, capacities)
             holders = holders_text(ledger, except_job=request.job)
             if decision.verdict is Verdict.FAILED:
@@ -248,6 +252,7 @@ class GridCapacity:
                     capacities={**(ledger.capacities or {}), **capacities},
                     priority=request.priority,
                     min_nodes=request.min_nodes,
+                    pools=pools,
                 )
                 return SharedPlan(request.job, decision, holders, placement, launch_id)
             using = sum(job_usage(ledger, request.job).values())
@@ -331,6 +336,7 @@ class GridCapacity:
                     capacities={**(ledger.capacities or {}), **capacities},
                     priority=priority,
                     min_nodes=min(min_nodes, placement.total_nodes),
+                    pools=pool_records(share.provider for share in placement.assignments),
                 )
             except GridCapacityError as exc:
                 raise GridCapacityError(

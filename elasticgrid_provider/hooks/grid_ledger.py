@@ -45,12 +45,10 @@ from elasticgrid_provider.atomic_files import write_atomically
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.fleet.ledger import (
-    RESERVATION_GRACE_S,
     GridLedger,
     lapsed_requests,
-    rebuild,
-    reconcile,
 )
+from elasticgrid_provider.core.fleet.reconcile import RESERVATION_GRACE_S, rebuild, reconcile
 from elasticgrid_provider.core.job import JobManifest, JobStatus, PartRecord
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.launch_spec import check_job_name

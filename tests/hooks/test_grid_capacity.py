@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
+from elasticgrid_provider.core.errors import GridCapacityError
 from elasticgrid_provider.core.fleet.ledger import (
     job_usage,
     lease_for,
@@ -106,3 +109,15 @@ def test_a_request_whose_task_vanished_lapses_and_its_returning_trigger_queues_i
     ledger = capacity.store.snapshot().ledger
     assert [r.job for r in ledger.queue] == ["second", "high"]
     assert queue_position(ledger, "high") == 1  # a higher priority still goes first
+
+
+def test_a_plan_whose_provider_name_means_another_pool_is_refused_and_not_queued(tmp_path):
+    capacity = _capacity(tmp_path)
+    capacity.plan(PLANNER, CapacityRequest("holder", 4, 4))
+    other_pool = [{**FOUR_LOCAL_NODES[0], "engine": "fakecloud"}]
+    planner = GridPlanner(providers=providers_from_dicts(other_pool))
+
+    with pytest.raises(GridCapacityError, match="provider 'local' of job 'waiter' is not the pool"):
+        capacity.plan(planner, CapacityRequest("waiter", 2, 2))
+
+    assert capacity.store.snapshot().ledger.queue == ()

@@ -134,3 +134,22 @@ def test_a_launch_task_refused_by_the_ledger_fails_retryably_naming_the_holder(
     ) in text  # an AirflowException, not AirflowFailException: a retry may find room
     assert job_ranks("blind") == {} and job_ranks("holder") == ranks
     assert not (jobs_root / "blind" / "manifest.json").exists()
+
+
+def test_a_launch_whose_provider_name_means_another_pool_is_refused_before_anything(jobs_root):
+    hook = ElasticGridHook(jobs_root=str(jobs_root))
+    hook.launch_manager("a").launch(PLANNER.plan(2), SLEEPING, startup_grace_s=1)
+    rack_two = [{**FOUR_LOCAL_NODES[0], "region": "rack-2"}]  # same name, another pool
+    elsewhere = GridPlanner(providers=providers_from_dicts(rack_two))
+
+    with pytest.raises(GridCapacityError) as refused:
+        hook.launch_manager("b").launch(elsewhere.plan(1), SLEEPING, startup_grace_s=1)
+
+    assert str(refused.value) == (
+        "job 'b' was not launched and nothing was stopped: provider 'local' of job 'b' is not "
+        "the pool that other jobs hold under that name on this grid (engine 'local/rack-2', not "
+        "'local'); held by 'a' (2 nodes): give one of them another name, or both the same "
+        "definition"
+    )
+    assert not (jobs_root / "b" / "manifest.json").exists()
+    assert job_ranks("b") == {} and len(job_ranks("a")) == 2

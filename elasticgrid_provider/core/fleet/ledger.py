@@ -35,37 +35,21 @@ minutes) lapsed: its task died without a word (a worker lost, a triggerer down),
 it leaves the queue, and the shrink requests it made go with it. A task that comes
 back re-queues at the back of its priority.
 
-**Reconcile** makes the ledger match the jobs' launch records (their manifests),
-and **rebuild** makes one from the records alone (a lost or corrupt ledger):
-
-* a job whose launch is stopped, down or lost (:attr:`LaunchPhase.is_terminal`),
-  or that has no record, holds nothing; so does a job whose launch was released as
-  ended (:func:`release` with its ``launch_id``: it finished on its own, and its record
-  still reads running) until a later launch;
-* a job whose launch is starting, running or stopping holds that launch's
-  placement, ``held``; a reservation of that launch is so confirmed;
-* a reservation of another launch is dropped when the record shows a later launch
-  (launch ids sort by time), or when no record confirmed it within the grace
-  period; until then it is a launch in flight and kept;
-* a job whose record cannot be read keeps its entries as they are;
-* a queued request that waited past its timeout leaves the queue (its task gave up,
-  or was killed while waiting), and so does one whose lease lapsed (its task is gone);
-* a holding rebuilt with no ledger entry to take them from has priority 0 and
-  ``min_nodes`` equal to its size, so no rule shrinks it until its next launch
-  records them again.
+Matching the ledger to the jobs' launch records is
+:mod:`~elasticgrid_provider.core.fleet.reconcile`'s.
 
 Pure: no I/O, no clock (``now`` is given, epoch seconds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
+from elasticgrid_provider.core.fleet.pools import PoolRecord, check_pools
 from elasticgrid_provider.core.fleet.sharing import JobClaim, PreemptionPlan
-from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.validation import (
     AboveZero,
     Choice,
@@ -81,7 +65,6 @@ from elasticgrid_provider.core.validation import (
 )
 
 LEDGER_SCHEMA_VERSION = 2  # 2: queued requests carry their claim; shrink requests
-RESERVATION_GRACE_S = 600.0  # a reservation no launch record confirmed within this is dropped
 REBUILT_PRIORITY = 0  # the priority of a holding rebuilt from a launch record alone
 DEFAULT_LEASE_S = 600.0  # the lease of a request written before leases (no lease_s of its own)
 MIN_LEASE_S = 120.0  # the shortest lease: a busy worker or triggerer may look late
@@ -189,6 +172,8 @@ class GridLedger(JsonModel):
     shrinks: tuple[ShrinkRequest, ...] = ()
     ended: dict[str, str] | None = None
     """``{job: launch_id}`` of launches released as ended while their record reads running."""
+    pools: dict[str, PoolRecord] | None = None
+    """``{provider: pool}``: what each name stood for at its last reservation (:mod:`.pools`)."""
     schema_version: Annotated[int, whole(1, LEDGER_SCHEMA_VERSION)] = LEDGER_SCHEMA_VERSION
 
     def holdings_of(self, job: str) -> tuple[Holding, ...]:
@@ -253,6 +238,12 @@ def holders(ledger: GridLedger, provider: str, *, except_job: str | None = None)
     return ", ".join(f"{job!r} ({nodes} nodes)" for nodes, job in usage) or "nobody"
 
 
+def others_using(ledger: GridLedger, job: str) -> dict[str, str]:
+    """``{provider: who}`` for each provider other jobs than ``job`` use (:func:`holders`)."""
+    used = used_nodes(ledger, except_job=job)
+    return {name: holders(ledger, name, except_job=job) for name, nodes in used.items() if nodes}
+
+
 def reserve(
     ledger: GridLedger,
     job: str,
@@ -263,14 +254,17 @@ def reserve(
     capacities: Mapping[str, int],
     priority: int = REBUILT_PRIORITY,
     min_nodes: int = 0,
+    pools: Mapping[str, PoolRecord] | None = None,
 ) -> GridLedger:
     """Record ``job``'s intent to run ``shares`` (provider -> nodes) as launch ``launch_id``.
 
     Replaces the job's earlier reservations (its held nodes stay until :func:`confirm`)
     and takes it out of the queue. Raises :class:`GridCapacityError` when a provider has
-    fewer free nodes than asked, naming the provider, free, asked and the holders;
-    an unknown provider or a bad count is an :class:`ElasticGridError`.
+    fewer free nodes than asked, naming the provider, free, asked and the holders, or
+    when ``pools`` would count a pool twice (:func:`~.pools.check_pools`); an unknown
+    provider or a bad count is an :class:`ElasticGridError`.
     """
+    check_pools(ledger.pools or {}, others_using(ledger, job), job, pools or {})
     free = free_nodes(ledger, capacities, for_job=job)
     entries = []
     for provider, nodes in sorted(shares.items()):
@@ -299,6 +293,7 @@ def reserve(
         holdings=kept + tuple(entries),
         queue=tuple(request for request in ledger.queue if request.job != job),
         capacities=dict(capacities),
+        pools={**(ledger.pools or {}), **(pools or {})} or None,
         updated_at=now,
     )
 
@@ -362,7 +357,7 @@ def shrink_request_for(ledger: GridLedger, job: str) -> ShrinkRequest | None:
     return next((shrink for shrink in ledger.shrinks if shrink.job == job), None)
 
 
-def _shrink_pending(ledger: GridLedger, shrink: ShrinkRequest) -> bool:
+def shrink_pending(ledger: GridLedger, shrink: ShrinkRequest) -> bool:
     """A shrink stands while its job uses more than asked and its asker still waits."""
     uses = sum(job_usage(ledger, shrink.job).values())
     waits = any(request.job == shrink.by_job for request in ledger.queue)
@@ -406,87 +401,3 @@ def queue_position(ledger: GridLedger, job: str) -> int | None:
         if request.job == job:
             return place
     return None
-
-
-def _record_holdings(
-    manifest: JobManifest, known: Iterable[Holding], now: float
-) -> tuple[Holding, ...]:
-    """The record's launch as held holdings, keeping the job's priority and min_nodes."""
-    known = list(known)
-    source = next((h for h in known if h.launch_id == manifest.launch_id), None)
-    source = source or (known[0] if known else None)
-    confirmed_at = {h.provider: h.recorded_at for h in known if h.phase == HoldingPhase.HELD}
-    held = []
-    for share in manifest.placement.assignments:
-        name = share.provider.name
-        if source is not None and source.launch_id == manifest.launch_id:
-            recorded_at = confirmed_at.get(name, now)
-        else:
-            recorded_at = now
-        held.append(
-            Holding(
-                job=manifest.job_name,
-                provider=name,
-                nodes=share.nodes,
-                phase=HoldingPhase.HELD,
-                launch_id=manifest.launch_id,
-                recorded_at=recorded_at,
-                priority=source.priority if source else REBUILT_PRIORITY,
-                min_nodes=source.min_nodes if source else manifest.nodes,
-            )
-        )
-    return tuple(held)
-
-
-def reconcile(
-    ledger: GridLedger,
-    records: Mapping[str, JobManifest | None],
-    *,
-    now: float,
-    grace_s: float = RESERVATION_GRACE_S,
-    unreadable: Collection[str] = (),
-) -> GridLedger:
-    """The ledger matching the launch records (module docstring): ``records`` maps each
-    job to its manifest (None: no record); a job missing from it has no record; the
-    jobs in ``unreadable`` keep their entries."""
-    jobs = sorted(set(ledger.jobs) | set(records) | set(unreadable))
-    holdings: list[Holding] = []
-    for job in jobs:
-        known = ledger.holdings_of(job)
-        if job in unreadable:
-            holdings.extend(known)
-            continue
-        manifest = records.get(job)
-        released = manifest is not None and (ledger.ended or {}).get(job) == manifest.launch_id
-        live = manifest is not None and not manifest.state.is_terminal and not released
-        recorded = manifest.launch_id if manifest is not None else ""
-        if manifest is not None and live:
-            holdings.extend(_record_holdings(manifest, known, now))
-        for holding in known:
-            in_flight = (
-                holding.phase == HoldingPhase.RESERVED
-                and holding.launch_id > recorded
-                and now - holding.recorded_at <= grace_s
-            )
-            if in_flight:
-                holdings.append(holding)
-    queue = tuple(r for r in ledger.queue if not (r.expired(now) or r.lapsed(now)))
-    ended = {
-        job: launch_id
-        for job, launch_id in (ledger.ended or {}).items()
-        if job in unreadable or getattr(records.get(job), "launch_id", None) == launch_id
-    }
-    settled = replace(ledger, holdings=tuple(holdings), queue=queue, ended=ended or None)
-    shrinks = tuple(shrink for shrink in ledger.shrinks if _shrink_pending(settled, shrink))
-    return replace(settled, shrinks=shrinks, updated_at=now)
-
-
-def rebuild(
-    records: Mapping[str, JobManifest | None],
-    *,
-    now: float,
-    capacities: Mapping[str, int] | None = None,
-) -> GridLedger:
-    """A ledger from the launch records alone (the stored one was lost or corrupt)."""
-    fresh = GridLedger(capacities=dict(capacities) if capacities is not None else None)
-    return reconcile(fresh, records, now=now)

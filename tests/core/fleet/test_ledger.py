@@ -22,14 +22,13 @@ from elasticgrid_provider.core.fleet.ledger import (
     lease_for,
     queue_order,
     queue_position,
-    rebuild,
-    reconcile,
     release,
     renew,
     request_shrinks,
     reserve,
     shrink_request_for,
 )
+from elasticgrid_provider.core.fleet.reconcile import rebuild, reconcile
 from elasticgrid_provider.core.fleet.sharing import PreemptionPlan, Resize
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.launch_record import LaunchPhase

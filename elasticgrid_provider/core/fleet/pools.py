@@ -1,0 +1,120 @@
+"""Which pool of machines a provider name stands for, so one grid never counts a pool twice.
+
+The grid ledger counts nodes by provider *name*, and every job brings its own
+grid definition (its connection, or a task's ``providers``). Two jobs on one
+jobs root may define the same name differently, or two names that reach the
+same machines; either would let the jobs over-subscribe a pool. So each
+reservation records, per provider, the pool the name stood for
+(:class:`PoolRecord`: its engine and region, and the SSH hosts it reaches or, for
+another engine, a digest of its ``params``), and a plan or a launch is refused,
+in one sentence, when:
+
+* a name it uses stands for another pool than the one *other* jobs hold under
+  that name (another engine, region, hosts or params); ``max_nodes``, prices and
+  the spot flag may differ (the newest reservation's capacity counts);
+* an SSH provider it uses reaches a host (``address:port``) that another name
+  reaches while other jobs hold that name, or that another of its own
+  providers reaches: one machine would count twice.
+
+A name that nobody else holds may change its definition: the new one is recorded.
+Pure: the caller passes the ledger and the providers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+
+from elasticgrid_provider.core.errors import GridCapacityError
+from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.validation import AnyText, JsonModel, Text, model
+
+SSH_PORT = 22  # the port of an SSH host whose provider names none
+
+
+@model
+class PoolRecord(JsonModel):
+    """The pool a provider name stood for when it was reserved (module docstring)."""
+
+    engine: Text
+    params_digest: Text
+    hosts: tuple[AnyText, ...] = ()
+
+    def differences(self, other: PoolRecord) -> str:
+        """What tells ``other`` apart from this pool, in words ("" when they are the same)."""
+        if self.engine != other.engine:
+            return f"engine {other.engine!r}, not {self.engine!r}"
+        if self.hosts != other.hosts:
+            return f"hosts {', '.join(other.hosts)}, not {', '.join(self.hosts)}"
+        if self.params_digest != other.params_digest:
+            return "other engine params"
+        return ""
+
+
+def pool_record(provider: Provider) -> PoolRecord:
+    """The pool ``provider`` stands for: its engine (and region), and its SSH hosts
+    (``address:port``: the login user, key and folders do not matter) or else a digest of
+    its engine params."""
+    params = dict(provider.params)
+    hosts: tuple[str, ...] = ()
+    if provider.runs_on_ssh_hosts:
+        from elasticgrid_provider.core.ssh_params import SshParams, host_address
+
+        ssh = SshParams.parse(params, f"provider {provider.name!r} params")
+        port = ssh.ssh_port or SSH_PORT
+        hosts = tuple(sorted({f"{host_address(host)}:{port}" for host in ssh.hosts}))
+        params = {}  # keys, users and folders are how a job reaches the hosts, not which
+    text = json.dumps(params, sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    engine = provider.engine_name
+    return PoolRecord(f"{engine}/{provider.region}" if provider.region else engine, digest, hosts)
+
+
+def pool_records(providers: Iterable[Provider]) -> dict[str, PoolRecord]:
+    """``{name: pool}`` of the providers a plan or a launch uses."""
+    return {provider.name: pool_record(provider) for provider in providers}
+
+
+def check_pools(
+    recorded: Mapping[str, PoolRecord],
+    held_by_others: Mapping[str, str],
+    job: str,
+    pools: Mapping[str, PoolRecord],
+) -> None:
+    """Raise :class:`GridCapacityError` when ``job``'s ``pools`` would count a pool twice.
+
+    ``recorded`` is the ledger's ``{name: pool}``; ``held_by_others`` names, for each
+    provider other jobs use, who uses it (``'a' (2 nodes)``).
+    """
+    for name, pool in sorted(pools.items()):
+        known = recorded.get(name)
+        held = held_by_others.get(name)
+        if known is not None and held and (difference := known.differences(pool)):
+            raise GridCapacityError(
+                f"provider {name!r} of job {job!r} is not the pool that other jobs hold under "
+                f"that name on this grid ({difference}); held by {held}: give one of them "
+                f"another name, or both the same definition"
+            )
+        for host in pool.hosts:
+            for other in _others_reaching(host, name, recorded, pools):
+                by = held_by_others.get(other) if other not in pools else f"job {job!r} itself"
+                if by:
+                    raise GridCapacityError(
+                        f"provider {name!r} of job {job!r} reaches host {host}, as provider "
+                        f"{other!r} does, held by {by}: the machine would count twice on this "
+                        f"grid; list each host under one provider only"
+                    )
+
+
+def _others_reaching(
+    host: str,
+    name: str,
+    recorded: Mapping[str, PoolRecord],
+    pools: Mapping[str, PoolRecord],
+) -> list[str]:
+    """The other provider names, recorded or asked for now, whose pool reaches ``host``."""
+    candidates = {**recorded, **pools}
+    return sorted(
+        other for other, pool in candidates.items() if other != name and host in pool.hosts
+    )
