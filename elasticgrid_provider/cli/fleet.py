@@ -12,7 +12,7 @@ ledger (recorded by the last reservation), else from the built-in grid.
 ``--json``: ``{"ledger", "note", "capacity_source", "providers": [{"name",
 "capacity", "free", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
 "priority", "min_nodes", "launch_id", "held", "reserved"}], "queue": [{"job",
-"nodes", "min_nodes", "since", "priority", "timeout_s", "renewed_at", "lease_s", "position",
+"nodes", "min_nodes", "since", "priority", "timeout_s", "renewed_at", "lease_s", "last_look", "position",
 ...}], "shrinks": [{"job",
 "to_nodes", "by_job", "by_priority", "since"}], "updated_at"}``.
 
@@ -86,7 +86,9 @@ def fleet_text(view: dict[str, Any]) -> str:
     if not view["queue"]:
         lines += ["", "queue: empty"]
     else:
-        queue_rows = [("#", "job", "wants", "at least", "priority", "since", "timeout")]
+        queue_rows = [
+            ("#", "job", "wants", "at least", "priority", "since", "timeout", "last look", "lease")
+        ]
         queue_rows += [
             (
                 str(request["position"]),
@@ -96,6 +98,8 @@ def fleet_text(view: dict[str, Any]) -> str:
                 str(request["priority"]),
                 clock_text(request["since"]),
                 seconds_text(request["timeout_s"]),
+                clock_text(request["last_look"]),
+                seconds_text(request["lease_s"]),
             )
             for request in view["queue"]
         ]

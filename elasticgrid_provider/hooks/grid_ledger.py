@@ -203,7 +203,7 @@ class GridLedgerStore:
                     "grid %.0f s ago, past its %.0f s lease (a lost worker or triggerer); its "
                     "shrink requests go with it, and it queues again if it comes back.",
                     request.job,
-                    now - (request.since if request.renewed_at is None else request.renewed_at),
+                    now - request.last_look,
                     request.lease_s,
                 )
         ledger = reconcile(stored, records, now=now, grace_s=self.grace_s, unreadable=unreadable)

@@ -139,6 +139,8 @@ def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
             "priority": "priority",
             "since": lambda row: clock_text(row["since"]),
             "timeout": lambda row: seconds_text(row["timeout_s"]),
+            "last look": lambda row: clock_text(row["last_look"]),
+            "lease": lambda row: seconds_text(row["lease_s"]),
         }
         body += _table(view["queue"], queue_columns)
     else:

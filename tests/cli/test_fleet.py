@@ -25,7 +25,8 @@ def grid(tmp_path: Path) -> Path:
     with store.transaction() as txn:
         reserve_in(txn, "train", {"local": 2}, OLD_LAUNCH, CAPACITIES, priority=1, min_nodes=1)
         reserve_in(txn, "tune", {"local": 1, "aws": 3}, NEW_LAUNCH, CAPACITIES)
-        ledger = enqueue(txn.ledger, QueuedRequest("eval", 4, 2, txn.now + 5), now=txn.now)
+        eval_request = QueuedRequest("eval", 4, 2, txn.now + 5, lease_s=120)
+        ledger = enqueue(txn.ledger, eval_request, now=txn.now)
         txn.ledger = enqueue(
             ledger,
             QueuedRequest("urgent", 2, 1, txn.now + 9, priority=5, timeout_s=600),
@@ -50,7 +51,9 @@ def test_fleet_shows_providers_by_jobs_free_nodes_and_the_queue(capsys, grid):
     queue = out[out.index("queue (served in this order):") : out.index("shrink requests")]
     queue = queue.strip().splitlines()
     assert [line.split()[:2] for line in queue[2:]] == [["1", "urgent"], ["2", "eval"]]
-    assert "600s" in queue[2]
+    assert queue[1].split()[-4:] == ["timeout", "last", "look", "lease"]
+    assert queue[2].split()[-3:][::2] == ["600s", "600s"]  # a 600 s timeout, the default lease
+    assert queue[3].split()[-1] == "120s"
 
 
 def test_fleet_shows_the_shrink_requests_next_to_the_queue(capsys, grid):

@@ -13,6 +13,7 @@ import pytest
 
 from elasticgrid_provider.core.fleet.ledger import QueuedRequest, enqueue, request_shrinks
 from elasticgrid_provider.core.fleet.sharing import PreemptionPlan, Resize
+from elasticgrid_provider.core.formatting import clock_text
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.hooks.grid_ledger import GRID_FOLDER, LEDGER_NAME, GridLedgerStore
 from tests.core.fleet.test_ledger import NEW_LAUNCH, OLD_LAUNCH
@@ -83,13 +84,16 @@ def test_the_fleet_page_shows_providers_by_jobs_free_nodes_and_the_queue(client,
     assert "capacities: the elasticgrid_default connection's grid" in text
     assert "provider capacity free eval train tune" not in text  # eval only waits
     assert "provider capacity free train tune aws 8 5 - 3 reserved local 4 2 2 held -" in text
-    assert "Queue # job wants at least priority since timeout 1 eval 4 2 2" in text
+    assert "Queue # job wants at least priority since timeout last look lease 1 eval 4 2 2" in text
     # a job with a page links to it, in the iframe; one without has no link
     assert '<a href="/elasticgrid/jobs/train">train</a>' in response.text
     assert '<a href="/elasticgrid/jobs/tune">' not in response.text
     data = client.get("/elasticgrid/api/fleet", headers=_token("op")).json()
     assert {p["name"]: p["free"] for p in data["providers"]} == {"aws": 5, "local": 2}
     assert [(r["position"], r["job"]) for r in data["queue"]] == [(1, "eval")]
+    (waiting,) = data["queue"]
+    assert (waiting["last_look"], waiting["lease_s"]) == (waiting["renewed_at"], 600.0)
+    assert f"2 2 {clock_text(waiting['since'])} - {clock_text(waiting['last_look'])} 600s" in text
 
 
 def _ask_tune_to_shrink(jobs_root: Path) -> None:

@@ -143,10 +143,14 @@ class QueuedRequest(JsonModel):
         """Whether the request waited past its timeout (never, without one)."""
         return self.timeout_s is not None and now - self.since > self.timeout_s
 
+    @property
+    def last_look(self) -> float:
+        """When the waiting task last renewed the request (its arrival, if never)."""
+        return self.since if self.renewed_at is None else self.renewed_at
+
     def lapsed(self, now: float) -> bool:
         """Whether the waiting task stopped renewing the request for longer than its lease."""
-        renewed_at = self.since if self.renewed_at is None else self.renewed_at
-        return now - renewed_at > self.lease_s
+        return now - self.last_look > self.lease_s
 
 
 @model

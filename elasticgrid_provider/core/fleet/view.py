@@ -71,7 +71,7 @@ def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, A
         for name in names
     ]
     queue = [
-        {**request.model_dump(), "position": place}
+        {**request.model_dump(), "position": place, "last_look": request.last_look}
         for place, request in enumerate(queue_order(ledger), start=1)
     ]
     shrinks = [shrink.model_dump() for shrink in ledger.shrinks]
