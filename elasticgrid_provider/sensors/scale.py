@@ -57,6 +57,7 @@ from elasticgrid_provider.core.check import (
 )
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
+from elasticgrid_provider.core.fleet.ledger import lease_for
 from elasticgrid_provider.core.formatting import decision_summary
 from elasticgrid_provider.core.policy.claim import SharedGrid
 from elasticgrid_provider.core.policy.parameters import (
@@ -307,7 +308,8 @@ class ElasticScaleSensor(BaseSensorOperator):
                 capacities = {p.name: p.max_nodes for p in planner.providers}
                 try:
                     with ledger.transaction(timeout=LOCK_WAIT_S) as held_grid:
-                        grid = SharedGrid(held_grid.ledger, capacities, priority)
+                        lease_s = lease_for(self.poke_interval)  # each check renews it
+                        grid = SharedGrid(held_grid.ledger, capacities, priority, lease_s)
                         outcome = run(grid)
                         if outcome.ledger is not None:
                             held_grid.ledger = outcome.ledger

@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from elasticgrid_provider.core.fleet.ledger import GridLedger, Holding, HoldingPhase
+from elasticgrid_provider.core.fleet.ledger import (
+    MIN_LEASE_S,
+    GridLedger,
+    Holding,
+    HoldingPhase,
+    lease_for,
+)
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from tests.airflow_support import DagRunResult, run_dag
@@ -106,6 +112,9 @@ def test_a_scale_up_held_for_capacity_names_the_holder_and_queues_the_claim(airf
     assert (limited["status"], limited["reason"]) == (True, "GridCapacity")
     queued = _ledger(jobs_root).queue
     assert [(q.job, q.nodes, q.current_nodes) for q in queued] == [("small", 4, 1)]
+    # its lease spans four checks of this sensor (poke_interval 1 s): two minutes at least
+    assert queued[0].lease_s == lease_for(1.0) == MIN_LEASE_S
+    assert queued[0].last_look == queued[0].since  # renewed by the check that queued it
 
     # balanced now (a whole window of calm steps): it wants no more, so its claim leaves
     calm = _check("small", samples=_samples(1, queue_s=0.5, duration_s=30.0, first=4, count=10))

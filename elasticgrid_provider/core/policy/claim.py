@@ -25,8 +25,10 @@ and a decision that wants more than fits into the ledger's entries:
 
 A claim stays queued after a scale-up that fits, so other jobs' checks do not count the
 nodes it grows into as free before its relaunch reserves them (a reservation takes the
-job's claim out of the queue); it has no timeout: the job's next check, its end or its
-stop (a release) takes it out.
+job's claim out of the queue); the job's next check, its end or its stop (a release)
+takes it out. Each check that queues it again renews its lease (``SharedGrid.lease_s``:
+four of the sensor's ``poke_interval``, at least two minutes), so a claim whose sensor
+stopped checking for good lapses (:mod:`~elasticgrid_provider.core.fleet.ledger`).
 
 Pure: no Airflow, no I/O.
 """
@@ -39,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from elasticgrid_provider.core.fleet.ledger import (
+    DEFAULT_LEASE_S,
     GridLedger,
     QueuedRequest,
     dequeue,
@@ -72,6 +75,7 @@ class SharedGrid:
     ledger: GridLedger
     capacities: dict[str, int]  # nodes per provider of the grid the job plans on
     priority: int = 0
+    lease_s: float = DEFAULT_LEASE_S  # a claim no check renews for this long lapses
 
 
 def grid_share(ledger: GridLedger, job: str) -> GridShare | None:
@@ -92,6 +96,7 @@ def job_request(
     *,
     priority: int,
     now: float,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> QueuedRequest:
     """The queue entry of a scale-up ``decision`` made with no limit (module docstring)."""
     current, wanted = decision.current_nodes, decision.target_nodes
@@ -113,6 +118,7 @@ def job_request(
         remaining_s=remaining_s,
         restart_s=policy.startup_s,
         deadline_nodes=wanted if pressed else 0,
+        lease_s=lease_s,
     )
 
 
@@ -176,6 +182,7 @@ def claim_the_grid(
             policy,
             priority=grid.priority,
             now=now,
+            lease_s=grid.lease_s,
         )
         room = room_for(ledger, request, grid.capacities)
         ledger = enqueue(ledger, request, now=now)
