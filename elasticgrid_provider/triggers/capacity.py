@@ -33,6 +33,7 @@ from typing import Any
 from airflow.triggers.base import TriggerEvent
 
 from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.validation import Choice
 from elasticgrid_provider.triggers.base import ElasticGridTrigger
 
@@ -97,6 +98,13 @@ class GridCapacityTrigger(ElasticGridTrigger):
         except TimeoutError:  # the lease outlasts several looks: the next one renews it
             self.log.info(
                 "The grid ledger was busy; job %s renews its lease next time.", request.job
+            )
+        except (ElasticGridError, OSError) as exc:  # the wait goes on; the task plans in full
+            self.log.warning(
+                "Could not renew job %s's place in the grid queue (%s); it keeps waiting, and "
+                "its place lapses unless a later look renews it.",
+                request.job,
+                exc,
             )
         return None
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import pytest
 from elasticgrid_provider.core.state import state_variable_key
 from elasticgrid_provider.hooks.state_store import STATE_RECORD_NAME
 from tests.airflow_support import read_variable, run_dag
+from tests.read_only import read_only_mount
 
 pytestmark = pytest.mark.airflow
 
@@ -133,22 +132,6 @@ def test_a_state_reported_missing_after_one_was_written_is_not_a_fresh_start(
     record.unlink()  # a person confirms the state is gone: the next check starts afresh
     assert _check("gone", capfd)[0] == "skipped"
     assert read_variable(key)["revision"] == 1
-
-
-@contextlib.contextmanager
-def read_only_mount(source: Path) -> Iterator[Path]:
-    """``source`` bind-mounted read-only at a new folder (root ignores mode bits, not this)."""
-    target = Path(tempfile.mkdtemp(prefix="elasticgrid-ro-"))
-    mount = ["mount", "--bind", "-o", "ro", str(source), str(target)]
-    done = subprocess.run(mount, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        target.rmdir()
-        pytest.fail(f"cannot bind-mount {source} read-only: {done.stderr.strip()}")
-    try:
-        yield target
-    finally:
-        subprocess.run(["umount", str(target)], check=True)
-        target.rmdir()
 
 
 def test_a_read_only_jobs_folder_fails_the_check_in_one_sentence(

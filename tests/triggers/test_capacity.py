@@ -24,6 +24,7 @@ from elasticgrid_provider.triggers.capacity import GridCapacityTrigger
 from tests.dag_settings import PYTHON, SLEEPING_RUN
 from tests.dags.fleet_dags import FOUR_LOCAL_NODES
 from tests.job_processes import job_ranks
+from tests.read_only import read_only_mount
 
 PLANNER = GridPlanner(providers=providers_from_dicts(FOUR_LOCAL_NODES))
 CAPACITIES = {"local": 4}
@@ -145,3 +146,17 @@ def test_each_look_renews_the_lease_and_a_lapsed_request_is_queued_again(tmp_pat
     asyncio.run(_first_event(trigger))
     assert [r.job for r in capacity.store.snapshot().ledger.queue] == ["waiter"]
     assert "had lapsed from the grid queue" in capsys.readouterr().out  # the trigger's log
+
+
+def test_a_triggerer_that_cannot_write_the_ledger_still_waits_and_fires(tmp_path, capsys):
+    capacity = GridCapacity(GridLedgerStore(tmp_path))
+    capacity.plan(PLANNER, CapacityRequest("holder", 4, 4))
+    _queue(tmp_path)
+    with read_only_mount(tmp_path) as read_only:
+        trigger = GridCapacityTrigger(
+            str(read_only), WAITER.model_dump(), CAPACITIES, poll_interval=0.2,
+            timeout_at=epoch_now() + 0.5,
+        )  # fmt: skip
+        event = asyncio.run(_first_event(trigger))
+    assert (event["status"], event["holders"]) == ("timeout", "'holder' (4 nodes) on local")
+    assert "Could not renew job waiter's place in the grid queue" in capsys.readouterr().out
