@@ -10,7 +10,7 @@ The providers' capacities come from ``--providers FILE`` when given, else from t
 ledger (recorded by the last reservation), else from the built-in grid.
 
 ``--json``: ``{"ledger", "note", "capacity_source", "providers": [{"name",
-"capacity", "free", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
+"capacity", "free", "pool", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
 "priority", "min_nodes", "launch_id", "held", "reserved"}], "queue": [{"job",
 "nodes", "min_nodes", "since", "priority", "timeout_s", "renewed_at", "lease_s", "last_look", "position",
 ...}], "shrinks": [{"job",
@@ -63,7 +63,7 @@ def fleet_text(view: dict[str, Any]) -> str:
     lines = [f"grid ledger: {view['ledger']}", f"capacities: {view['capacity_source']}"]
     if view["note"]:
         lines.append(f"note: {view['note']}")
-    rows = [("provider", "capacity", "free", *jobs)]
+    rows = [("provider", "capacity", "free", "pool", *jobs)]
     for provider in view["providers"]:
         capacity = provider["capacity"]
         cells = [nodes_text(provider["jobs"].get(job)) for job in jobs]
@@ -72,6 +72,7 @@ def fleet_text(view: dict[str, Any]) -> str:
                 provider["name"],
                 "-" if capacity is None else str(capacity),
                 str(provider["free"]),
+                provider["pool"] or "-",
                 *cells,
             )
         )

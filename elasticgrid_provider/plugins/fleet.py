@@ -108,7 +108,12 @@ def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
         return _link(root + job_page_path(job), job) if job in linked else esc(job)
 
     names = sorted({job for provider in view["providers"] for job in provider["jobs"]})
-    columns: Columns = {"provider": "name", "capacity": "capacity", "free": "free"}
+    columns: Columns = {
+        "provider": "name",
+        "capacity": "capacity",
+        "free": "free",
+        "pool": lambda row: row["pool"] or "-",
+    }
     for job in names:
         columns[job] = _job_cell(job)
     head = (

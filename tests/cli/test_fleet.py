@@ -44,9 +44,9 @@ def test_fleet_shows_providers_by_jobs_free_nodes_and_the_queue(capsys, grid):
     assert lines[1] == "capacities: recorded in the ledger"
     table = [line.split("  ") for line in lines[3:6]]
     assert [[cell.strip() for cell in row if cell.strip()] for row in table] == [
-        ["provider", "capacity", "free", "train", "tune"],
-        ["aws", "8", "5", "-", "3 reserved"],
-        ["local", "4", "1", "2 held", "1 reserved"],
+        ["provider", "capacity", "free", "pool", "train", "tune"],
+        ["aws", "8", "5", "-", "-", "3 reserved"],  # reserved with no pool recorded
+        ["local", "4", "1", "local", "2 held", "1 reserved"],  # learnt from train's record
     ]
     queue = out[out.index("queue (served in this order):") : out.index("shrink requests")]
     queue = queue.strip().splitlines()

@@ -83,7 +83,9 @@ def test_the_fleet_page_shows_providers_by_jobs_free_nodes_and_the_queue(client,
     text = _text(response.text)
     assert "capacities: the elasticgrid_default connection's grid" in text
     assert "provider capacity free eval train tune" not in text  # eval only waits
-    assert "provider capacity free train tune aws 8 5 - 3 reserved local 4 2 2 held -" in text
+    assert (
+        "provider capacity free pool train tune aws 8 5 - - 3 reserved local 4 2 local 2 held -"
+    ) in text  # the pool a name stands for is known once a launch record or reservation says
     assert "Queue # job wants at least priority since timeout last look lease 1 eval 4 2 2" in text
     # a job with a page links to it, in the iframe; one without has no link
     assert '<a href="/elasticgrid/jobs/train">train</a>' in response.text
@@ -130,7 +132,9 @@ def test_a_reader_who_may_not_read_the_jobs_sees_their_nodes_as_other_jobs(clien
     assert response.status_code == 200
     text = _text(response.text)
     assert "train" not in text and "tune" not in text and "eval" not in text
-    assert "provider capacity free other jobs aws 8 5 3 reserved local 4 2 2 held" in text
+    assert (
+        "provider capacity free pool other jobs aws 8 5 - 3 reserved local 4 2 local 2 held" in text
+    )
     assert "No job you may see holds nodes." in text
 
 
@@ -142,7 +146,7 @@ def test_the_page_survives_a_corrupt_ledger_and_says_so(client, grid_root):
     text = _text(response.text)
     assert f"the grid ledger {path} cannot be read" in text
     assert "shown rebuilt from the jobs' launch records" in text
-    assert "local 4 2 2 held" in text  # what runs, from train's launch record
+    assert "local 4 2 local 2 held" in text  # what runs, from train's launch record
     assert path.read_text() == '{"holdings": "nonsense"'  # the page never writes
 
 

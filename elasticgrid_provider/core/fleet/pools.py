@@ -41,6 +41,11 @@ class PoolRecord(JsonModel):
     params_digest: Text
     hosts: tuple[AnyText, ...] = ()
 
+    @property
+    def text(self) -> str:
+        """The pool in a few words, for the fleet views: ``ssh: 10.0.0.1:22, 10.0.0.2:22``."""
+        return f"{self.engine}: {', '.join(self.hosts)}" if self.hosts else self.engine
+
     def differences(self, other: PoolRecord) -> str:
         """What tells ``other`` apart from this pool, in words ("" when they are the same)."""
         if self.engine != other.engine:

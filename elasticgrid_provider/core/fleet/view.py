@@ -1,7 +1,7 @@
 """The grid ledger as the fleet views show it: the CLI's ``elasticgrid fleet`` and the Fleet page.
 
-Plain JSON, so both views print the same thing: ``providers`` (capacity, free, and per
-job the nodes held and reserved), ``jobs`` (priority, ``min_nodes``, launch, held and
+Plain JSON, so both views print the same thing: ``providers`` (capacity, free, the pool
+the name stands for on this grid, and per job the nodes held and reserved), ``jobs`` (priority, ``min_nodes``, launch, held and
 reserved per provider), ``queue`` in serving order and ``shrinks`` (the jobs asked to
 shrink for a higher-priority one).
 """
@@ -36,7 +36,7 @@ def nodes_text(cell: Mapping[str, int] | None) -> str:
 
 def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, Any]:
     """The ledger as the fleet views show it, plain JSON: ``providers`` (name, capacity,
-    free, and per job the nodes held and reserved), ``jobs`` (priority, min_nodes, launch,
+    free, the pool the name stands for, and per job the nodes held and reserved), ``jobs`` (priority, min_nodes, launch,
     held and reserved per provider) and ``queue`` in serving order (with ``position``)."""
     free = free_nodes(ledger, capacities)
     jobs: list[dict[str, Any]] = []
@@ -59,6 +59,7 @@ def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, A
             "name": name,
             "capacity": capacities.get(name),
             "free": free.get(name, 0),
+            "pool": pool.text if (pool := (ledger.pools or {}).get(name)) else None,
             "jobs": {
                 row["job"]: {
                     "held": row["held"].get(name, 0),

@@ -8,6 +8,7 @@ from elasticgrid_provider.core.errors import GridCapacityError
 from elasticgrid_provider.core.fleet.ledger import GridLedger, reserve
 from elasticgrid_provider.core.fleet.pools import pool_record, pool_records
 from elasticgrid_provider.core.fleet.reconcile import rebuild
+from elasticgrid_provider.core.fleet.view import fleet_view
 from elasticgrid_provider.core.providers import Provider
 from tests.core.fleet.test_ledger import OLD_LAUNCH, T0, manifest
 
@@ -115,3 +116,9 @@ def test_a_rebuilt_ledger_knows_the_pools_of_the_launches_that_run():
     assert ledger.pools == {"local": pool_record(local)}
     with pytest.raises(GridCapacityError, match="not the pool that other jobs hold"):
         reserve_for_b(ledger, [Provider("local", max_nodes=4, cost_per_node_hour=0.0, engine="x")])
+
+
+def test_the_fleet_view_names_the_pool_each_provider_stands_for():
+    view = fleet_view(holding([GPU]), {"gpu": 2, "unknown": 1})
+    pools = {row["name"]: row["pool"] for row in view["providers"]}
+    assert pools == {"gpu": "ssh: 10.0.0.1:22, 10.0.0.2:22", "unknown": None}
