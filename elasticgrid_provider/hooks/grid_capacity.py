@@ -209,6 +209,13 @@ def decide_request(
     )
 
 
+def _queued(ledger: GridLedger, request: CapacityRequest, now: float) -> GridLedger:
+    """``ledger`` with ``request`` in the queue, renewed at ``now`` (a job's earlier request
+    keeps its place), counting the nodes its job uses now."""
+    using = sum(job_usage(ledger, request.job).values())
+    return enqueue(ledger, request.as_queued(now, using), now=now)
+
+
 class GridCapacity:
     """The grid ledger's steps for plans and launches (module docstring).
 
@@ -255,8 +262,7 @@ class GridCapacity:
                     pools=pools,
                 )
                 return SharedPlan(request.job, decision, holders, placement, launch_id)
-            using = sum(job_usage(ledger, request.job).values())
-            ledger = enqueue(ledger, request.as_queued(now, using), now=now)
+            ledger = _queued(ledger, request, now)
             shrinks: tuple[ShrinkRequest, ...] = ()
             claim = next(r for r in ledger.queue if r.job == request.job).as_claim()
             free = free_nodes(ledger, capacities)
@@ -279,8 +285,7 @@ class GridCapacity:
             if any(queued.job == request.job for queued in ledger.queue):
                 current.ledger = renew(ledger, request.job, now=now)
                 return False
-            using = sum(job_usage(ledger, request.job).values())
-            current.ledger = enqueue(ledger, request.as_queued(now, using), now=now)
+            current.ledger = _queued(ledger, request, now)
             return True
 
     def would_grant(self, request: CapacityRequest, capacities: Mapping[str, int]) -> bool:

@@ -92,6 +92,7 @@ def check_pools(
     ``recorded`` is the ledger's ``{name: pool}``; ``held_by_others`` names, for each
     provider other jobs use, who uses it (``'a' (2 nodes)``).
     """
+    reaching = {**recorded, **pools}  # every name's pool, this job's as it asks now
     for name, pool in sorted(pools.items()):
         known = recorded.get(name)
         held = held_by_others.get(name)
@@ -102,7 +103,8 @@ def check_pools(
                 f"another name, or both the same definition"
             )
         for host in pool.hosts:
-            for other in _others_reaching(host, name, recorded, pools):
+            others = sorted(n for n, p in reaching.items() if n != name and host in p.hosts)
+            for other in others:
                 by = held_by_others.get(other) if other not in pools else f"job {job!r} itself"
                 if by:
                     raise GridCapacityError(
@@ -110,16 +112,3 @@ def check_pools(
                         f"{other!r} does, held by {by}: the machine would count twice on this "
                         f"grid; list each host under one provider only"
                     )
-
-
-def _others_reaching(
-    host: str,
-    name: str,
-    recorded: Mapping[str, PoolRecord],
-    pools: Mapping[str, PoolRecord],
-) -> list[str]:
-    """The other provider names, recorded or asked for now, whose pool reaches ``host``."""
-    candidates = {**recorded, **pools}
-    return sorted(
-        other for other, pool in candidates.items() if other != name and host in pool.hosts
-    )
