@@ -362,8 +362,21 @@ class GridCapacity:
             except ElasticGridError as exc:
                 log.warning("%s; the launch record holds its nodes.", exc)
 
-    def release(self, job: str, launch_id: str | None = None) -> None:
+    def release(self, job: str, launch_id: str | None = None) -> dict[str, int]:
         """``job`` holds, reserves and waits for nothing (it ended, or was stopped); with
-        ``launch_id``, reconcile never gives that launch its nodes back."""
+        ``launch_id``, reconcile never gives that launch its nodes back. Returns the nodes it
+        held or reserved, by provider."""
         with self.store.transaction() as current:
+            held = {name: nodes for name, nodes in job_usage(current.ledger, job).items() if nodes}
             current.ledger = release(current.ledger, job, now=current.now, launch_id=launch_id)
+            return held
+
+    def give_back(self, job: str, launch_id: str | None, log: Any) -> dict[str, int]:
+        """:meth:`release`, for a job that ended or was stopped: a ledger that cannot be written
+        is logged, never in the way of a stop (the next transaction's reconcile drops a job whose
+        launch ended); returns what it held ({} when that is unknown)."""
+        try:
+            return self.release(job, launch_id)
+        except (OSError, TimeoutError, ValueError) as exc:
+            log.warning("Job %s's nodes stay in the grid ledger for now: %s", job, exc)
+            return {}

@@ -61,7 +61,12 @@ from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, r
 from elasticgrid_provider.hooks.job_store import MANIFEST_NAME, JobStore
 from elasticgrid_provider.hooks.launch_files import writing
 from elasticgrid_provider.hooks.launch_prepare import PreparedLaunch, prepare_launch, write_launch
-from elasticgrid_provider.hooks.launch_stop import give_up, stop_launch, stop_started_launch
+from elasticgrid_provider.hooks.launch_stop import (
+    LaunchStopped,
+    give_up,
+    stop_launch,
+    stop_started_launch,
+)
 from elasticgrid_provider.hooks.launcher import (
     launch_processes,
     log_tail,
@@ -265,7 +270,7 @@ class LaunchManager:
             for record in manifest.parts:  # the launcher redacts too, unless it was killed first
                 redact_part_specs(jobs_root, record.name, record.spec_path)
         if failure is not None:
-            stopped, untracked = self._give_up(manifest, failure)
+            stopped, untracked, _ = self._give_up(manifest, failure)
             leftovers = (
                 f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
                 f"recorded (pids {', '.join(map(str, untracked))})"
@@ -351,7 +356,7 @@ class LaunchManager:
 
     def _give_up(
         self, manifest: JobManifest, reason: str, phase: LaunchPhase = LaunchPhase.DOWN
-    ) -> tuple[list[str], list[int]]:
+    ) -> LaunchStopped:
         """:func:`~elasticgrid_provider.hooks.launch_stop.give_up` on the launch in progress."""
         stopped = give_up(self.store, manifest, reason, phase)
         self._in_progress = None
@@ -383,12 +388,6 @@ class LaunchManager:
         return action
 
     def release_nodes(self) -> None:
-        """Give the job's nodes back to the grid (it ended or was stopped); a ledger that
-        cannot be written is logged, never in the way of a stop (the next transaction's
-        reconcile drops a job whose launch ended)."""
-        try:
-            self.grid.release(self.job_name, self.launch_id)
-        except (OSError, TimeoutError, ValueError) as exc:
-            self.log.warning(
-                "Job %s's nodes stay in the grid ledger for now: %s", self.job_name, exc
-            )
+        """Give the job's nodes back to the grid (it ended or was stopped;
+        :meth:`~elasticgrid_provider.hooks.grid_capacity.GridCapacity.give_back`)."""
+        self.grid.give_back(self.job_name, self.launch_id, self.log)
