@@ -39,6 +39,8 @@ from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus, P
 from elasticgrid_provider.core.job_stop import JobStopReport, StoppedPart
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.launch_spec import check_job_name
+from elasticgrid_provider.core.rank_environment import ENV_PART
+from elasticgrid_provider.engines.remote_agent import process_environment
 from elasticgrid_provider.hooks.grid_capacity import GridCapacity
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_store import JobStore
@@ -164,9 +166,12 @@ def stop_job(
         finished = snapshot.status is JobStatus.DONE and not manifest.state.is_unfinished
         over = manifest.state.is_terminal or finished
         grid = GridCapacity(GridLedgerStore(store.jobs_root))
-        if over and not running and not launch_processes(job_name, launches):
+        live = launch_processes(job_name, launches)
+        if over and not running and not live:
             released = grid.give_back(job_name, manifest.launch_id, store.log)
             return _report(store, manifest, _nothing_left(snapshot), released=released)
+        # which part each live process belongs to (a rank whose runner is gone is still its)
+        part_of = {pid: process_environment(pid).get(ENV_PART) for pid in live}
         recorded = manifest
         if not manifest.state.is_terminal:  # an ended launch keeps its phase and reason
             try:
@@ -190,7 +195,11 @@ def stop_job(
                     f"job {job_name!r} was stopped, but its launch {manifest.launch_id} could "
                     f"not be recorded stopped ({exc}); the next stop records it"
                 ) from None
-        parts = [part for part in manifest.parts if part.name in ended.parts]
+        touched = {*ended.parts, *(part_of.get(pid) for pid in ended.untracked)}
+        parts = [part for part in manifest.parts if part.name in touched]
+        for part in parts:  # its ranks outlived their runner: it was stopped, not failed
+            if part.name not in ended.parts:
+                store.job_manager.stop(part.name)
         return _report(
             store,
             recorded,
