@@ -61,12 +61,7 @@ from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, r
 from elasticgrid_provider.hooks.job_store import MANIFEST_NAME, JobStore
 from elasticgrid_provider.hooks.launch_files import writing
 from elasticgrid_provider.hooks.launch_prepare import PreparedLaunch, prepare_launch, write_launch
-from elasticgrid_provider.hooks.launch_stop import (
-    LaunchStopped,
-    give_up,
-    stop_launch,
-    stop_started_launch,
-)
+from elasticgrid_provider.hooks.launch_stop import give_up, stop_launch, stop_started_launch
 from elasticgrid_provider.hooks.launcher import (
     launch_processes,
     log_tail,
@@ -270,7 +265,7 @@ class LaunchManager:
             for record in manifest.parts:  # the launcher redacts too, unless it was killed first
                 redact_part_specs(jobs_root, record.name, record.spec_path)
         if failure is not None:
-            stopped, untracked, _ = self._give_up(manifest, failure)
+            stopped, untracked = self._give_up(manifest, failure)
             leftovers = (
                 f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
                 f"recorded (pids {', '.join(map(str, untracked))})"
@@ -356,7 +351,7 @@ class LaunchManager:
 
     def _give_up(
         self, manifest: JobManifest, reason: str, phase: LaunchPhase = LaunchPhase.DOWN
-    ) -> LaunchStopped:
+    ) -> tuple[list[str], list[int]]:
         """:func:`~elasticgrid_provider.hooks.launch_stop.give_up` on the launch in progress."""
         stopped = give_up(self.store, manifest, reason, phase)
         self._in_progress = None

@@ -19,12 +19,12 @@ that waited :data:`STOP_LOCK_WAIT_S` for it in vain (:func:`stop_started_launch`
 :func:`stop_job` is a user's stop of a whole job (``elasticgrid stop``,
 ``StopJobOperator``), on any engine: it waits for the job's lock (so no launch,
 resize or scale check runs beside it; a killed task stops waiting and stops
-nothing), records the launch ``stopping``, stops it as above and every process
-of any earlier launch of the job, gives its nodes back to the grid ledger, then
-records it ``stopped``. A stop cut short (a kill, a host or cloud error) leaves
-the record ``stopping``, and the next stop finishes it. A job whose launch is
-over and of which nothing runs has nothing left to stop: a second stop says so
-and changes nothing but the ledger (its nodes, if any were still held).
+nothing), records the launch ``stopping``, stops it as above, then any part of
+it still running and every process of an earlier launch of the job, gives its
+nodes back to the grid ledger, and records it ``stopped``. A stop cut short (a
+kill, a host or cloud error) leaves the record ``stopping``, and the next stop
+finishes it. A job whose launch is over and of which nothing runs has nothing
+left to stop: a second stop says so and changes nothing but the ledger.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
 
 from elasticgrid_provider.core.errors import JobLaunchError, JobNotFoundError, JobStopError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus, PartRecord
@@ -62,26 +61,13 @@ LOCK_POLL_S = 1.0
 """How often a stop that waits for the job's lock looks whether its task was killed."""
 
 
-class LaunchStopped(NamedTuple):
-    """What :func:`stop_launch` ended: parts, and processes iroh-tinker had not recorded (pids
-    on this machine, ``host:pid`` on SSH hosts)."""
-
-    parts: list[str]
-    untracked: list[int]
-    remote: list[str]
-
-
-def stop_launch(
-    store: JobStore, manifest: JobManifest, earlier: Iterable[str] = ()
-) -> LaunchStopped:
-    """Stop a launch: launcher, recorded parts, other processes (also of the ``earlier``
-    launch ids, on this machine and on the launch's SSH hosts)."""
-    job = manifest.job_name
-    launch_ids = list(dict.fromkeys([manifest.launch_id, *earlier]))
+def stop_launch(store: JobStore, manifest: JobManifest) -> tuple[list[str], list[int]]:
+    """Stop a launch: launcher, recorded parts, other pids; returns (parts, unrecorded pids)."""
+    job, launch_ids = manifest.job_name, [manifest.launch_id]
     terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
     stopped = stop_parts(store, job, manifest.parts, manifest.launch_id)
     untracked = terminate(launch_processes(job, launch_ids))
-    remote = sweep_remote_launch(job, launch_ids, store.launch_specs(manifest))
+    remote = sweep_remote_launch(job, manifest.launch_id, store.launch_specs(manifest))
     if untracked or remote:
         store.log.info(
             "Stopped %d process(es) of launch %s that iroh-tinker had not recorded: %s",
@@ -89,7 +75,7 @@ def stop_launch(
             manifest.launch_id,
             ", ".join([*map(str, untracked), *remote]),
         )
-    return LaunchStopped(stopped, untracked, remote)
+    return stopped, untracked
 
 
 def stop_parts(
@@ -115,7 +101,7 @@ def stop_parts(
 
 def give_up(
     store: JobStore, manifest: JobManifest, reason: str, phase: LaunchPhase = LaunchPhase.DOWN
-) -> LaunchStopped:
+) -> tuple[list[str], list[int]]:
     """Under the job's lock: record a launch that cannot go on ``stopping``, stop it
     (:func:`stop_launch`), record it ``phase`` (``down``, or ``lost``) with ``reason``."""
     try:
@@ -134,7 +120,7 @@ def stop_started_launch(store: JobStore, job_name: str, launch_id: str) -> JobSn
         manifest = store.read_manifest(job_name)
         if manifest is None or manifest.launch_id != launch_id:
             terminate(launch_processes(job_name, [launch_id]))
-            sweep_remote_launch(job_name, [launch_id], store.spec_files(job_name, launch_id))
+            sweep_remote_launch(job_name, launch_id, store.spec_files(job_name, launch_id))
             return None
         if held:
             give_up(store, manifest, KILLED_REASON)
@@ -179,8 +165,9 @@ def stop_job(
             except JobLaunchError as exc:  # stop it all the same: the user asked for it
                 store.log.warning("Stopping job %s unrecorded: %s", job_name, exc)
         try:
-            ended = stop_launch(store, recorded, launches)
-            ended.parts.extend(stop_parts(store, job_name, recorded.parts))  # another launch's
+            stopped, untracked = stop_launch(store, recorded)
+            stopped += stop_parts(store, job_name, recorded.parts)  # on another launch's spec
+            untracked += terminate(launch_processes(job_name, launches))  # earlier launches'
         except Exception as exc:  # an engine's or a host's: the record says what is left
             raise JobStopError(
                 f"job {job_name!r} was not fully stopped ({exc}); its launch "
@@ -195,17 +182,17 @@ def stop_job(
                     f"job {job_name!r} was stopped, but its launch {manifest.launch_id} could "
                     f"not be recorded stopped ({exc}); the next stop records it"
                 ) from None
-        touched = {*ended.parts, *(part_of.get(pid) for pid in ended.untracked)}
+        touched = {*stopped, *(part_of.get(pid) for pid in untracked)}
         parts = [part for part in manifest.parts if part.name in touched]
         for part in parts:  # its ranks outlived their runner: it was stopped, not failed
-            if part.name not in ended.parts:
+            if part.name not in stopped:
                 store.job_manager.stop(part.name)
         return _report(
             store,
             recorded,
-            None if parts or ended.untracked or ended.remote else _nothing_left(snapshot),
+            None if parts or untracked else _nothing_left(snapshot),
             parts=parts,
-            other_processes=len(ended.untracked) + len(ended.remote),
+            other_processes=len(untracked),
             released=released,
         )
 

@@ -116,19 +116,16 @@ def remote_down_ranks(job_dir: str | os.PathLike[str]) -> str | None:
     return f"{cut_off}down ranks: {down}"
 
 
-def sweep_remote_launch(
-    job_name: str, launch_ids: Iterable[str], spec_paths: Iterable[str]
-) -> list[str]:
-    """Kill every process of ``launch_ids`` on the SSH hosts of these specs; what was killed."""
+def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]) -> list[str]:
+    """Kill every process of ``launch_id`` on the SSH hosts of these specs; what was killed."""
     killed: list[str] = []
-    launch_ids = list(launch_ids)
     for spec_path in spec_paths:
         params = spec_params(spec_path)
         if params is None:
             continue
         from elasticgrid_provider.engines.ssh_transport import sweep_launch
 
-        for host, pids in sweep_launch(params, job_name, launch_ids).items():
+        for host, pids in sweep_launch(params, job_name, [launch_id]).items():
             killed.extend(f"{host}:{pid}" for pid in pids)
     return killed
 

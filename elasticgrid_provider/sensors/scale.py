@@ -329,7 +329,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                 self.log.info("%s", found.describe(now))
             store.write_scale_state(outcome.state)
             if outcome.verdict is CheckVerdict.GIVE_UP:
-                stopped = give_up(store, snapshot.manifest, outcome.reason).parts
+                stopped, _ = give_up(store, snapshot.manifest, outcome.reason)
                 if stopped:
                     self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
         record = outcome.record

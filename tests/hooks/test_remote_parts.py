@@ -111,7 +111,7 @@ def test_the_sweep_stops_the_unrecorded_ranks_of_one_launch_only(host, tmp_path)
     assert set(job_processes(host, 0, "swept").values()) == {"L1", "L2"}
     assert spec_params(lost) == params and is_ssh_target(LostAfterStartSshEngine.name)
 
-    killed = sweep_remote_launch("swept", ["L1"], [str(lost), str(kept)])
+    killed = sweep_remote_launch("swept", "L1", [str(lost), str(kept)])
 
     assert killed and all(entry.startswith(f"{host.hosts[0]}:") for entry in killed)
     assert set(job_processes(host, 0, "swept").values()) == {"L2"}
