@@ -248,6 +248,7 @@ def _report(
 ) -> JobStopReport:
     snapshot = store.job_snapshot(manifest.job_name)
     assert snapshot is not None
+    order = {name: index for index, name in enumerate(manifest.placement.nodes_by_provider())}
     return JobStopReport(
         job_name=manifest.job_name,
         launch_id=manifest.launch_id,
@@ -255,6 +256,9 @@ def _report(
         job_status=snapshot.status,
         parts=tuple(StoppedPart.of(manifest, part) for part in parts),
         other_processes=other_processes,
-        released_nodes=released,
+        # in the placement's order, as the parts are listed
+        released_nodes=dict(
+            sorted(released.items(), key=lambda share: order.get(share[0], len(order)))
+        ),
         nothing_left=nothing_left,
     )
