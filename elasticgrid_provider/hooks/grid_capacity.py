@@ -7,7 +7,9 @@ once, and every decision is the pure core's
 
 * :meth:`GridCapacity.plan` (``PlanPlacementOperator`` with ``job_name``): under the
   lock, decide the request against what other jobs use (:func:`decide_request`); a
-  granted one is planned over the nodes others leave free and reserved; a waiting one is
+  granted one is planned over the nodes others leave free and reserved (a placement on a
+  provider that can be planned but not launched is refused instead: a plan for a job
+  reserves only what its launch can use); a waiting one is
   queued (its place kept across tries) and, when strictly-lower-priority jobs hold nodes,
   asks them to shrink (``plan_preemption`` then ``request_shrinks``); a failed one
   changes nothing.
@@ -249,6 +251,11 @@ class GridCapacity:
                     leave_out=leave_out,
                     held_by_others=used_nodes(ledger, except_job=request.job),
                 )
+                if placement.launch_refusals:  # nodes no launch can use are never reserved
+                    raise ElasticGridError(
+                        f"job {request.job!r} was not planned, and nothing was reserved: "
+                        f"{placement.launch_refusals[0]}"
+                    )
                 launch_id = new_launch_id()
                 current.ledger = reserve(
                     ledger,

@@ -133,7 +133,8 @@ def test_a_reader_who_may_not_read_the_jobs_sees_their_nodes_as_other_jobs(clien
     text = _text(response.text)
     assert "train" not in text and "tune" not in text and "eval" not in text
     assert (
-        "provider capacity free pool other jobs cloud 8 5 - 3 reserved local 4 2 local 2 held" in text
+        "provider capacity free pool other jobs cloud 8 5 - 3 reserved local 4 2 local 2 held"
+        in text
     )
     assert "No job you may see holds nodes." in text
 
