@@ -11,6 +11,11 @@ resizing are the same two tasks, a plan followed by a launch on its placement:
   (``nodes=check.output``) and relaunches the job on the new placement (the launch
   attaches when nothing changed, so a retry never starts a second copy).
 
+* **stop**: :func:`stop_teardown` adds a
+  :class:`~elasticgrid_provider.operators.StopJobOperator` for the job as the *teardown*
+  of the launches that start it, so the job is stopped however the work in between ends
+  (a failed check, a timeout, a success: a stop of a finished job has nothing to do).
+
 Each builder creates its tasks in the DAG being defined, chains them, and returns them
 as a :class:`PlannedLaunch`: the DAG file still writes the chain between the halves
 (``start.launch >> check``) and can add tasks around them; writing out the whole chain,
@@ -30,12 +35,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator, StopJobOperator
 
 if TYPE_CHECKING:
     from elasticgrid_provider.sensors import ElasticScaleSensor
 
-__all__ = ["PlannedLaunch", "local_demo_grid", "plan_and_launch", "replan_and_relaunch"]
+__all__ = [
+    "PlannedLaunch",
+    "local_demo_grid",
+    "plan_and_launch",
+    "replan_and_relaunch",
+    "stop_teardown",
+]
 
 
 class PlannedLaunch(NamedTuple):
@@ -109,6 +120,20 @@ def replan_and_relaunch(
     )
     check >> resized.plan
     return resized
+
+
+def stop_teardown(*starts: PlannedLaunch, task_id: str = "stop") -> StopJobOperator:
+    """A stop of the job that ``starts`` launch, as their teardown: it runs once the tasks
+    downstream of them are done, whatever their outcome, if one of the launches succeeded.
+
+    The job and the connection are the first launch's; the DAG file chains the work before
+    it (``check >> resize.launch >> stop``), as with any teardown.
+    """
+    first = starts[0].launch
+    stop = StopJobOperator(
+        task_id=task_id, job_name=first.job_name, elasticgrid_conn_id=first.elasticgrid_conn_id
+    )
+    return stop.as_teardown(setups=[start.launch for start in starts])
 
 
 def local_demo_grid(

@@ -31,7 +31,7 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
-        "operators": _modules("operators.plan", "operators.launch"),
+        "operators": _modules("operators.plan", "operators.launch", "operators.stop"),
         "sensors": _modules("sensors.scale"),
         "hooks": _modules("hooks.elasticgrid"),
         "triggers": _modules("triggers.job"),

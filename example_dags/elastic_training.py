@@ -10,6 +10,11 @@ reads the job's step log, decides ``scale_up`` 2 -> 4, the placement is
 re-planned, and the job is relaunched at 4 ranks, resuming from its
 checkpoint, where the wait all but disappears.
 
+**Teardown.** ``stop`` (a ``StopJobOperator``, the teardown of the first launch)
+runs once everything else is done, whatever happened: when the check or the
+relaunch fails, it stops every part of the job, so nothing keeps running (or
+costing) after the run; after a job that finished, it has nothing left to stop.
+
 Trigger with ``{"job_name": ..., "steps": ...}`` in the run conf to change
 the defaults. ``{"grid": "connection"}`` runs on the grid of the
 ``elasticgrid_default`` connection instead of the demo grid (remote SSH hosts,
@@ -27,7 +32,12 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param
 
-from elasticgrid_provider.dag_builders import local_demo_grid, plan_and_launch, replan_and_relaunch
+from elasticgrid_provider.dag_builders import (
+    local_demo_grid,
+    plan_and_launch,
+    replan_and_relaunch,
+    stop_teardown,
+)
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
 TRAIN_SCRIPT = Path(__file__).with_name("train_elastic.py")
@@ -82,4 +92,6 @@ with DAG(
     resize = replan_and_relaunch(
         scale_check, providers=GRID, wait_for_completion=True, poll_interval=1, **LAUNCH
     )
-    start.plan >> start.launch >> scale_check >> resize.plan >> resize.launch
+    # the teardown: whatever the check and the relaunch did, nothing of the job is left running
+    stop = stop_teardown(start)
+    start.plan >> start.launch >> scale_check >> resize.plan >> resize.launch >> stop

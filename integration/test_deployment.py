@@ -55,6 +55,10 @@ def test_elastic_training_scales_its_job_up_from_2_to_4_nodes_and_finishes(deplo
     )
     finished = deployment.xcom("elastic_training", run_id, "relaunch")
     assert finished["status"] == "done" and finished["nodes"] == 4
+    # the teardown ran after the job finished: nothing was left to stop, nothing rewritten
+    teardown = deployment.xcom("elastic_training", run_id, "stop")
+    assert (teardown["parts"], teardown["job_status"]) == ([], "done")
+    assert teardown["nothing_left"].startswith(f"every part of its launch {finished['launch_id']}")
 
 
 def test_a_deferrable_launch_waits_in_the_triggerer_and_succeeds_without_a_retry(

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     dag_log = demo / "logs" / f"{job}.log"
     print(
         f"Running elastic_training for job {job}: plan -> launch -> scale check -> "
-        "re-plan -> relaunch -> wait ..."
+        "re-plan -> relaunch -> wait -> stop (teardown) ..."
     )
     started = time.monotonic()
     status = airflow(

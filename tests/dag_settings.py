@@ -62,3 +62,11 @@ ONE_RANK_FAILING_RUN = (
     "(print('rank 1: out of memory'), sys.exit(3)) if os.environ['RANK'] == '1' "
     'else time.sleep(600)"'
 )
+# a job whose "onprem" ranks ignore the first SIGTERM (a checkpoint that outlasts a stop's
+# grace) and die at the second; its "cloud" ranks die at the first
+STUBBORN_RUN = (
+    f'{PYTHON} -c "import os, signal, time; '
+    "signal.signal(signal.SIGTERM, lambda *_: signal.signal(signal.SIGTERM, signal.SIG_DFL)) "
+    "if os.environ['ELASTICGRID_PART'].endswith('--onprem') else None; "
+    'time.sleep(600)"'
+)

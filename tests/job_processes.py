@@ -100,23 +100,17 @@ def stop_ranks_under(jobs_root: Path) -> None:
 
 
 def stop_job(jobs_root: Path | str, job_name: str, reason: str = "stopped on request") -> Any:
-    """Stop every part of a job through the provider's own steps (test and benchmark clean-up):
-    recorded ``stopping`` before, ``stopped`` (``reason``) after; a launch already over stays
-    so. Returns the job afterwards (None if unknown)."""
-    from elasticgrid_provider.core.launch_record import LaunchPhase
+    """Stop every part of a job through the provider's own stop (test and benchmark clean-up;
+    :func:`elasticgrid_provider.hooks.launch_stop.stop_job`): recorded ``stopping`` before,
+    ``stopped`` (``reason``) after; a launch already over stays so. Returns the job afterwards
+    (None if unknown)."""
+    from elasticgrid_provider.core.errors import JobNotFoundError
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-    from elasticgrid_provider.hooks.launch_stop import stop_launch, stop_parts
+    from elasticgrid_provider.hooks.launch_stop import stop_job as stop
 
     store = ElasticGridHook(jobs_root=str(jobs_root)).job_store
-    with store.job_lock(job_name):
-        manifest = store.read_manifest(job_name)
-        if manifest is None:
-            return None
-        ended = manifest.state.is_terminal
-        if not ended:
-            manifest = store.record(manifest, LaunchPhase.STOPPING, reason)
-        stop_launch(store, manifest)
-        stop_parts(store, job_name, manifest.parts)
-        if not ended:
-            store.record(manifest, LaunchPhase.STOPPED, reason)
-        return store.job_snapshot(job_name)
+    try:
+        stop(store, job_name, reason)
+    except JobNotFoundError:
+        return None
+    return store.job_snapshot(job_name)

@@ -14,6 +14,7 @@ from elasticgrid_provider.dag_builders import (
     local_demo_grid,
     plan_and_launch,
     replan_and_relaunch,
+    stop_teardown,
 )
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
@@ -59,6 +60,19 @@ def test_replan_and_relaunch_plans_at_the_size_the_check_decides():
     assert resize.plan.downstream_task_ids == {"resize"}
     assert resize.plan.nodes.operator is check
     assert resize.launch.placement.operator is resize.plan
+
+
+def test_stop_teardown_stops_the_launched_job_as_the_launches_teardown():
+    with DAG(dag_id="torn_down", schedule=None) as dag:
+        start = plan_and_launch(2, providers=GRID, elasticgrid_conn_id="elasticgrid_ssh", **LAUNCH)
+        check = ElasticScaleSensor(task_id="scale_check", job_name="train", providers=GRID)
+        stop = stop_teardown(start)
+        start.launch >> check >> stop
+    assert sorted(dag.task_ids) == ["launch", "plan", "scale_check", "stop"]
+    assert (stop.job_name, stop.elasticgrid_conn_id) == ("train", "elasticgrid_ssh")
+    assert stop.is_teardown and start.launch.is_setup
+    assert stop.trigger_rule == "all_done_setup_success"  # runs however the check ended
+    assert stop.upstream_task_ids == {"launch", "scale_check"}
 
 
 def test_writing_out_a_chain_the_builders_set_adds_no_edge():

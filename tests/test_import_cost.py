@@ -73,7 +73,7 @@ def test_importing_the_provider_and_parsing_the_example_dags_imports_no_heavy_mo
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["dags"] == {
-        "elastic_training": ["launch", "plan", "relaunch", "replan", "scale_check"],
+        "elastic_training": ["launch", "plan", "relaunch", "replan", "scale_check", "stop"],
         "elastic_rescale_check": [
             "find_job",
             "plan",

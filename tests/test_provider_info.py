@@ -70,6 +70,7 @@ def test_every_named_module_and_class_exists():
     assert set(modules) >= {
         "elasticgrid_provider.operators.plan",
         "elasticgrid_provider.operators.launch",
+        "elasticgrid_provider.operators.stop",
         "elasticgrid_provider.sensors.scale",
         "elasticgrid_provider.hooks.elasticgrid",
         "elasticgrid_provider.triggers.job",

@@ -3,10 +3,12 @@
 Commands (``--help`` lists the options; the README gives the synopsis): ``providers``,
 ``plan --nodes N``, ``spec --nodes N``, ``simulate --samples FILE [--timeline]``,
 ``simulate --state FILE [--decision I]``, ``schema state|decision``, ``fleet``
-(:mod:`~elasticgrid_provider.cli.fleet`); ``--version``.
+(:mod:`~elasticgrid_provider.cli.fleet`), ``stop JOB`` (:mod:`~elasticgrid_provider.cli.stop`);
+``--version``.
 
 ``--json`` is accepted before or after the command. Exit status: 0 on success; 1
-when ``simulate --state`` replays a decision that differs from the recorded one; 2 on
+when ``simulate --state`` replays a decision that differs from the recorded one, or a
+``stop`` could not finish (:class:`~elasticgrid_provider.core.errors.JobStopError`); 2 on
 any user error (a missing or unreadable file, bad JSON, a missing or wrong-typed
 field, NaN, an impossible size, a bad option), printed as one line, ``error: ...`` on
 stderr (``{"error": "..."}`` on stdout with ``--json``), never a traceback.
@@ -38,11 +40,11 @@ import json
 import sys
 from collections.abc import Sequence
 
-from elasticgrid_provider.cli import commands, fleet, parsing
+from elasticgrid_provider.cli import commands, fleet, parsing, stop
 from elasticgrid_provider.cli.commands import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.cli.parsing import Command
-from elasticgrid_provider.cli.rendering import EXIT_OK, Result, emit, fail
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.cli.rendering import EXIT_FAILED, EXIT_OK, Result, emit, fail
+from elasticgrid_provider.core.errors import ElasticGridError, JobStopError
 
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -77,6 +79,7 @@ COMMANDS: tuple[Command, ...] = (
         commands.run_schema,
     ),
     Command("fleet", fleet.FLEET_HELP, fleet.add_fleet_arguments, fleet.run_fleet),
+    Command("stop", stop.STOP_HELP, stop.add_stop_arguments, stop.run_stop),
 )
 """Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""
 
@@ -95,4 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code if isinstance(code, int) else EXIT_OK
     except (ElasticGridError, OSError, json.JSONDecodeError) as error:  # UsageError too
         return fail(str(error), want_json)
+    except JobStopError as error:  # not bad input: the stop could not finish
+        return fail(str(error), want_json, EXIT_FAILED)
     return emit(result, want_json)

@@ -70,8 +70,8 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="elasticgrid",
         description="Plan and size elastic cross-cloud training jobs on iroh-tinker.",
-        epilog="Exit status: 0 ok; 1 a replayed decision differs from the recorded one; "
-        "2 a user error (one line, never a traceback).",
+        epilog="Exit status: 0 ok; 1 a replayed decision differs from the recorded one, or a "
+        "stop could not finish; 2 a user error (one line, never a traceback).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

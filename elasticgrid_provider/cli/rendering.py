@@ -24,6 +24,7 @@ from elasticgrid_provider.core.formatting import (
     decision_summary,
     held_text,
     number_text,
+    rank_range,
     rule_text,
     seconds_text,
 )
@@ -31,12 +32,13 @@ from elasticgrid_provider.core.launch_spec import LaunchPart
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.decision import CooldownClock, ScaleDecision
-from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.providers import Provider, launch_refusal
 from elasticgrid_provider.core.samples import MetricsWindow, WindowSignals
 from elasticgrid_provider.core.state import DecisionRecord
 
 EXIT_OK = 0
 EXIT_REPLAY_MISMATCH = 1
+EXIT_FAILED = 1  # a command that could not finish (a stop cut short)
 EXIT_USAGE = 2
 
 _EPOCH_LIKE = 1e9
@@ -65,14 +67,14 @@ def emit(result: Result, want_json: bool) -> int:
     return result.code
 
 
-def fail(message: str, want_json: bool) -> int:
-    """Print a user error as one line; return exit status 2."""
+def fail(message: str, want_json: bool, code: int = EXIT_USAGE) -> int:
+    """Print an error as one line; return ``code`` (a user error's 2 by default)."""
     line = " ".join(message.split())  # one line, whatever the message holds
     if want_json:
         print(json.dumps({"error": line}))
     else:
         print(f"error: {line}", file=sys.stderr)
-    return EXIT_USAGE
+    return code
 
 
 def key_rows(pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -110,7 +112,7 @@ def providers_text(grid: Sequence[Provider], source: str) -> str:
                 f"{provider.cost_per_node_hour:.2f}",
                 provider.accelerator or "-",
                 "yes" if provider.spot else "no",
-                provider.engine_name,
+                provider.engine_name + (" (plan only)" if launch_refusal(provider) else ""),
             )
         )
     capacity = sum(provider.max_nodes for provider in grid)
@@ -119,6 +121,12 @@ def providers_text(grid: Sequence[Provider], source: str) -> str:
         f"{len(grid)} providers ({source}): capacity {capacity} nodes, "
         f"{on_demand} on-demand and {capacity - on_demand} spot"
     )
+    plan_only = [provider.name for provider in grid if launch_refusal(provider)]
+    if plan_only:
+        summary += (
+            f"\nplan only: {', '.join(plan_only)} (no elasticgrid engine for their cloud yet; "
+            "iroh-tinker's own cloud engines are never launched)"
+        )
     return aligned_table(rows, right=(2, 3)) + "\n\n" + summary
 
 
@@ -140,6 +148,7 @@ def plan_summary(planner: GridPlanner, placement: Placement) -> str:
             f"{planner.spot_allowance(nodes)} go to spot despite the cap: a job that cannot "
             "start is worse than one that breaks the policy"
         )
+    line += "".join(f"\nnote: {refusal}" for refusal in placement.launch_refusals)
     return line + "\nfailover order: " + ", ".join(placement.infra_refs)
 
 
@@ -154,8 +163,7 @@ def spec_text(
     """The launch parts as a table, then each part's iroh-tinker spec."""
     rows = [("part", "provider", "nodes", "ranks", "infra", "spot")]
     for part in parts:
-        last_rank = part.rank_offset + part.nodes * procs_per_node - 1
-        ranks = str(part.rank_offset) + (f"-{last_rank}" if last_rank > part.rank_offset else "")
+        ranks = rank_range(part.rank_offset, part.nodes * procs_per_node)
         rows.append(
             (
                 part.part_name,

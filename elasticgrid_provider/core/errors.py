@@ -7,8 +7,10 @@ The hierarchy::
         CorruptStateError     a stored scale state that cannot be used (left as it is)
         UsageError            a bad ``elasticgrid`` command line
         NotEnoughCapacityError  a plan that does not fit the capacity other jobs leave free
+        JobNotFoundError      a stop of a job that was never launched under the jobs root
     RuntimeError
       JobLaunchError          a part could not be launched; the parts started were stopped
+      JobStopError            a stop that could not finish; the job's record says ``stopping``
       JobFailedError          the checked job failed, is down, or was never launched
       RemoteHostError         an ssh training host was unreachable or refused a request
       GridCapacityError       a reservation other jobs' nodes leave no room for (nothing changed)
@@ -34,6 +36,10 @@ What they do:
   * A fleet-aware ``PlanPlacementOperator`` does not raise these for a busy
     grid: its ``on_shortfall`` decides (wait, take what fits, or fail with
     ``AirflowFailException`` naming the holders).
+  * ``StopJobOperator`` turns a :class:`JobNotFoundError` (and any other bad input)
+    into ``AirflowFailException``, and a :class:`JobStopError` into ``AirflowException``:
+    retried, and the next stop finishes what the record says is left (``elasticgrid stop``
+    exits 2 on the former, 1 on the latter).
   * ``ElasticScaleSensor`` raises :class:`JobFailedError`, :class:`StateReadError`,
     :class:`ElasticGridError` and :class:`CorruptStateError` as they are,
     retried like any other failure. None is an ``AirflowException``,
@@ -94,3 +100,12 @@ class GridCapacityError(RuntimeError):
 class NotEnoughCapacityError(ElasticGridError):
     """A plan does not fit the grid's free capacity: the sentence says how much other jobs hold
     (a shortfall mode decides whether the job waits, takes what fits or fails)."""
+
+
+class JobNotFoundError(ElasticGridError):
+    """A job has no launch record under the jobs root (never launched there): nothing was done."""
+
+
+class JobStopError(RuntimeError):
+    """A stop could not finish: one sentence saying what was stopped; the job's record says
+    ``stopping``, so the next stop (a retry, ``elasticgrid stop``) finishes it."""

@@ -53,6 +53,12 @@ def aligned_table(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> s
     return "\n".join(lines)
 
 
+def rank_range(first: int, count: int) -> str:
+    """Global ranks ``first`` to ``first + count - 1``: ``8-9``, or ``8`` for one rank."""
+    last = first + count - 1
+    return str(first) + (f"-{last}" if last > first else "")
+
+
 def decision_line(record: dict[str, Any]) -> str:
     """One line per decision for a trail (the demo's): the UTC time, then :func:`decision_summary`."""
     when = record.get("decided_at_iso") or iso_time(record.get("decided_at"))

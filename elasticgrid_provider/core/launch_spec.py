@@ -24,6 +24,9 @@ Rules:
   starting with a letter or digit, and without ``--`` (reserved as the
   job/provider separator, so a part name splits back unambiguously).
   Provider names used in parts follow the same character rule.
+* A provider on iroh-tinker's own cloud engines (``aws``, ``gcp``, ``azure``) is
+  never launched: the whole launch is refused in one sentence before any part is
+  rendered (:attr:`~elasticgrid_provider.core.placement.Placement.launch_refusals`).
 * A provider's ``params`` become the part's ``resources.params``. On an SSH
   provider, ``hosts`` becomes the hosts of the part's own nodes (its first
   ``nodes`` entries, one per node) and ``remote_dir`` gains the part name, so
@@ -209,7 +212,8 @@ class LaunchOptions(JsonModel):
 
 
 def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, LaunchOptions, int]:
-    """A launch's inputs, checked (a non-empty placement, options, a job name); its world size."""
+    """A launch's inputs, checked (a non-empty placement of launchable providers, options, a
+    job name); its world size."""
     if not isinstance(placement, Placement):
         raise ElasticGridError(f"placement must be a Placement, got {placement!r}")
     if placement.total_nodes < 1:
@@ -217,6 +221,8 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
     if not isinstance(options, LaunchOptions):
         raise ElasticGridError(f"options must be LaunchOptions, got {options!r}")
     check_job_name(name)
+    if placement.launch_refusals:
+        raise ElasticGridError(placement.launch_refusals[0])
     return placement, options, placement.total_nodes * options.procs_per_node
 
 

@@ -18,7 +18,12 @@ from pydantic import model_serializer, model_validator
 from pydantic_core import ArgsKwargs
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.providers import PROVIDER_FIELDS, Provider, provider_from_dict
+from elasticgrid_provider.core.providers import (
+    PROVIDER_FIELDS,
+    Provider,
+    launch_refusal,
+    provider_from_dict,
+)
 from elasticgrid_provider.core.validation import JsonModel, Positive, check_mapping, model
 
 
@@ -116,6 +121,13 @@ class Placement(JsonModel):
     def infra_refs(self) -> list[str]:
         """The providers' infra references in failover order."""
         return [share.provider.infra_ref for share in self.assignments]
+
+    @property
+    def launch_refusals(self) -> tuple[str, ...]:
+        """Why shares of it cannot be launched, one sentence per provider that only plans
+        (iroh-tinker's own cloud engines, :func:`~elasticgrid_provider.core.providers.launch_refusal`)."""
+        refusals = (launch_refusal(share.provider) for share in self.assignments)
+        return tuple(refusal for refusal in refusals if refusal)
 
     def nodes_by_provider(self) -> dict[str, int]:
         """``{provider name: nodes}``: what two placements are compared by."""

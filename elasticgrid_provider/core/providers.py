@@ -13,6 +13,13 @@ from its working folder), and its ``params`` are checked when the grid is read
 (:class:`~elasticgrid_provider.core.ssh_params.SshParams`): hosts reached over
 SSH, which share no folder with the Airflow workers.
 
+iroh-tinker 0.5's own cloud engines (``aws``, ``gcp``, ``azure``) are never
+launched: they shell out to the cloud's CLI and leave instances running when a
+launch fails (issue 32). A grid that names ``aws`` is refused when it is read
+(a plan), naming the product engine to use instead (:data:`PRODUCT_ENGINES`);
+a cloud without a product engine yet (GCP, Azure) stays plannable, and its
+launch is refused (:func:`launch_refusal`) before anything is created.
+
 Rules: names are unique and non-empty; ``max_nodes`` is a whole number
 >= 0; ``cost_per_node_hour`` is a finite number >= 0; ``spot`` is a bool;
 ``params`` is a JSON object.
@@ -51,6 +58,11 @@ SSH_ENGINE = "ssh"
 """The engine name of hosts reached over SSH: the provider's own engine, loaded by reference."""
 ENGINE_REFERENCES = {SSH_ENGINE: "module=elasticgrid_provider.engines.ssh:SshEngine"}
 """Engine names that iroh-tinker loads from this package rather than its own registry."""
+IROH_CLOUD_ENGINES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure"}
+"""iroh-tinker's own cloud engines, and their clouds: never launched (module docstring)."""
+PRODUCT_ENGINES = {"aws": "ec2"}
+"""The engine of this package that replaces iroh-tinker's own for a cloud (docs/clouds.md)."""
+_IROH_ENGINE_MODULES = "module=iroh_tinker.cloud.engines."
 
 
 def _read_only_params(value: Any) -> Mapping[str, Any]:
@@ -104,6 +116,15 @@ class Provider(JsonModel):
         return self.engine_name == SSH_ENGINE
 
     @property
+    def iroh_cloud_engine(self) -> str | None:
+        """iroh-tinker's own cloud engine (``aws``, ``gcp``, ``azure``) that this provider
+        names, by name or by module reference; None for any other engine."""
+        engine = self.engine_name
+        if engine.startswith(_IROH_ENGINE_MODULES):
+            engine = engine[len(_IROH_ENGINE_MODULES) :].split(":", 1)[0]
+        return engine if engine in IROH_CLOUD_ENGINES else None
+
+    @property
     def infra_ref(self) -> str:
         """``name/region``, or ``name`` when there is no region."""
         return f"{self.name}/{self.region}" if self.region else self.name
@@ -132,8 +153,42 @@ def provider_from_dict(data: Any, position: int | None = None) -> Provider:
     return Provider.model_validate({**data, "region": data.get("region") or ""})
 
 
+def launch_refusal(provider: Provider) -> str | None:
+    """Why ``provider``'s nodes cannot be launched, in one sentence (None: they can)."""
+    engine = provider.iroh_cloud_engine
+    if engine is None:
+        return None
+    cloud = IROH_CLOUD_ENGINES[engine]
+    if engine in PRODUCT_ENGINES:
+        named = "; a provider's engine is its name unless set" if engine == provider.name else ""
+        return (
+            f"provider {provider.name!r} would launch on iroh-tinker's own {cloud} engine "
+            f"(engine {provider.engine_name!r}{named}), which leaves instances running when a "
+            f"launch fails and is never used: set its engine to {PRODUCT_ENGINES[engine]!r} "
+            f"(docs/clouds.md), or to {SSH_ENGINE!r} for machines reached over SSH"
+        )
+    return (
+        f"provider {provider.name!r} can be planned but not launched: {cloud} has no "
+        f"elasticgrid engine yet, and iroh-tinker's own {engine!r} engine is never used (it "
+        f"leaves instances running when a launch fails); run its machines as SSH hosts "
+        f"(engine {SSH_ENGINE!r}), or plan without it"
+    )
+
+
+def check_grid_engines(providers: Iterable[Provider]) -> tuple[Provider, ...]:
+    """Refuse a grid naming iroh-tinker's own engine for a cloud this package has an engine
+    for (``aws``: use ``ec2``); other clouds' stay plannable (module docstring)."""
+    result = tuple(providers)
+    for provider in result:
+        refusal = launch_refusal(provider)
+        if refusal and provider.iroh_cloud_engine in PRODUCT_ENGINES:
+            raise ElasticGridError(refusal)
+    return result
+
+
 def providers_from_dicts(data: Any) -> tuple[Provider, ...]:
-    """Build a grid from a JSON list or ``{"providers": [...]}``; names must be unique."""
+    """Build a grid from a JSON list or ``{"providers": [...]}``; names must be unique, and
+    iroh-tinker's own ``aws`` engine is refused (:func:`check_grid_engines`)."""
     if isinstance(data, dict) and "providers" in data:
         data = data["providers"]
     if not isinstance(data, list):
@@ -141,7 +196,7 @@ def providers_from_dicts(data: Any) -> tuple[Provider, ...]:
             f"providers must be a JSON list or an object with a 'providers' list, got {data!r}"
         )
     providers = tuple(provider_from_dict(entry, position) for position, entry in enumerate(data))
-    return check_unique_names(providers)
+    return check_grid_engines(check_unique_names(providers))
 
 
 def check_unique_names(providers: Iterable[Provider]) -> tuple[Provider, ...]:
@@ -159,10 +214,16 @@ DEFAULT_PROVIDERS: tuple[Provider, ...] = (
     Provider("local", max_nodes=8, cost_per_node_hour=0.0, spot=False),
     Provider("gcp", region="us-central1", max_nodes=64, cost_per_node_hour=3.5, accelerator="A100"),
     Provider(
-        "aws", region="us-east-1", max_nodes=64, cost_per_node_hour=3.2, accelerator="p5.48xlarge"
+        "aws",
+        region="us-east-1",
+        max_nodes=64,
+        cost_per_node_hour=3.2,
+        accelerator="p5.48xlarge",
+        engine=PRODUCT_ENGINES["aws"],
     ),
     Provider(
         "azure", region="westeurope", max_nodes=32, cost_per_node_hour=3.9, accelerator="ND96asr"
     ),
 )
-"""The built-in grid used when neither the task nor the connection gives providers."""
+"""The built-in grid used when neither the task nor the connection gives providers: ``aws``
+launches on the ``ec2`` engine (which needs its params), ``gcp`` and ``azure`` plan only."""

@@ -7,7 +7,9 @@ once, and every decision is the pure core's
 
 * :meth:`GridCapacity.plan` (``PlanPlacementOperator`` with ``job_name``): under the
   lock, decide the request against what other jobs use (:func:`decide_request`); a
-  granted one is planned over the nodes others leave free and reserved; a waiting one is
+  granted one is planned over the nodes others leave free and reserved (a placement on a
+  provider that can be planned but not launched is refused instead: a plan for a job
+  reserves only what its launch can use); a waiting one is
   queued (its place kept across tries) and, when strictly-lower-priority jobs hold nodes,
   asks them to shrink (``plan_preemption`` then ``request_shrinks``); a failed one
   changes nothing.
@@ -249,6 +251,11 @@ class GridCapacity:
                     leave_out=leave_out,
                     held_by_others=used_nodes(ledger, except_job=request.job),
                 )
+                if placement.launch_refusals:  # nodes no launch can use are never reserved
+                    raise ElasticGridError(
+                        f"job {request.job!r} was not planned, and nothing was reserved: "
+                        f"{placement.launch_refusals[0]}"
+                    )
                 launch_id = new_launch_id()
                 current.ledger = reserve(
                     ledger,
@@ -362,8 +369,21 @@ class GridCapacity:
             except ElasticGridError as exc:
                 log.warning("%s; the launch record holds its nodes.", exc)
 
-    def release(self, job: str, launch_id: str | None = None) -> None:
+    def release(self, job: str, launch_id: str | None = None) -> dict[str, int]:
         """``job`` holds, reserves and waits for nothing (it ended, or was stopped); with
-        ``launch_id``, reconcile never gives that launch its nodes back."""
+        ``launch_id``, reconcile never gives that launch its nodes back. Returns the nodes it
+        held or reserved, by provider."""
         with self.store.transaction() as current:
+            held = {name: nodes for name, nodes in job_usage(current.ledger, job).items() if nodes}
             current.ledger = release(current.ledger, job, now=current.now, launch_id=launch_id)
+            return held
+
+    def give_back(self, job: str, launch_id: str | None, log: Any) -> dict[str, int]:
+        """:meth:`release`, for a job that ended or was stopped: a ledger that cannot be written
+        is logged, never in the way of a stop (the next transaction's reconcile drops a job whose
+        launch ended); returns what it held ({} when that is unknown)."""
+        try:
+            return self.release(job, launch_id)
+        except (OSError, TimeoutError, ValueError) as exc:
+            log.warning("Job %s's nodes stay in the grid ledger for now: %s", job, exc)
+            return {}

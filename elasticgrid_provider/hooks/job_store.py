@@ -84,6 +84,13 @@ class JobStore:
         """Where one launch's specs, launcher request, log and result live."""
         return self.job_folder(job_name) / "specs" / launch_id
 
+    def launch_ids(self, job_name: str) -> list[str]:
+        """Every launch of the job that wrote its files here (its spec folders), oldest first."""
+        folder = self.job_folder(job_name) / "specs"
+        if not folder.is_dir():
+            return []
+        return sorted(entry.name for entry in folder.iterdir() if entry.is_dir())
+
     def spec_files(self, job_name: str, launch_id: str) -> list[str]:
         """The part specs a launch wrote (kept in its spec folder, envs redacted)."""
         folder = self.spec_folder(job_name, launch_id)

@@ -383,12 +383,6 @@ class LaunchManager:
         return action
 
     def release_nodes(self) -> None:
-        """Give the job's nodes back to the grid (it ended or was stopped); a ledger that
-        cannot be written is logged, never in the way of a stop (the next transaction's
-        reconcile drops a job whose launch ended)."""
-        try:
-            self.grid.release(self.job_name, self.launch_id)
-        except (OSError, TimeoutError, ValueError) as exc:
-            self.log.warning(
-                "Job %s's nodes stay in the grid ledger for now: %s", self.job_name, exc
-            )
+        """Give the job's nodes back to the grid (it ended or was stopped;
+        :meth:`~elasticgrid_provider.hooks.grid_capacity.GridCapacity.give_back`)."""
+        self.grid.give_back(self.job_name, self.launch_id, self.log)

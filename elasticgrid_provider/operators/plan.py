@@ -198,6 +198,8 @@ class PlanPlacementOperator(BaseOperator):
         """Log the placement as a table and return it as plain JSON."""
         for provider, why in placement.left_out:
             self.log.info("Left out provider %s: %s", provider, why)
+        for refusal in placement.launch_refusals:  # a launch of it will be refused
+            self.log.warning("%s.", refusal[0].upper() + refusal[1:])
         self.log.info(
             "Placed %d nodes over %s (prefer=%s, max_spot_fraction=%g): $%.2f/h\n%s",
             placement.total_nodes,

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from elasticgrid_provider.core.providers import DEFAULT_PROVIDERS
 from tests.cli.cli_support import (
     PLACEMENT_KEYS_0_1_0,
+    assert_one_line_error,
     run,
     run_json,
 )
+
+AWS = next(provider for provider in DEFAULT_PROVIDERS if provider.name == "aws")
 
 # -- providers ------------------------------------------------------------------------
 
@@ -30,10 +34,34 @@ def test_providers_text_shows_the_default_grid(capsys: pytest.CaptureFixture[str
         "engine",
     ]
     assert lines[1].split() == ["local", "-", "8", "0.00", "-", "no", "local"]
-    assert lines[2].split() == ["gcp", "us-central1", "64", "3.50", "A100", "yes", "gcp"]
-    assert lines[3].split() == ["aws", "us-east-1", "64", "3.20", "p5.48xlarge", "yes", "aws"]
-    assert lines[4].split() == ["azure", "westeurope", "32", "3.90", "ND96asr", "yes", "azure"]
+    # AWS on the product engine; GCP and Azure have none yet: plannable, never launched
+    assert lines[2].split() == [
+        "gcp",
+        "us-central1",
+        "64",
+        "3.50",
+        "A100",
+        "yes",
+        "gcp",
+        "(plan",
+        "only)",
+    ]
+    assert lines[3].split() == ["aws", "us-east-1", "64", "3.20", "p5.48xlarge", "yes", "ec2"]
+    assert lines[4].split() == [
+        "azure",
+        "westeurope",
+        "32",
+        "3.90",
+        "ND96asr",
+        "yes",
+        "azure",
+        "(plan",
+        "only)",
+    ]
     assert "capacity 168 nodes, 8 on-demand and 160 spot" in out
+    assert (
+        "\nplan only: gcp, azure (no elasticgrid engine for their cloud yet; iroh-tinker's" in out
+    )
     # aligned: numbers are right-aligned under their header
     end = lines[0].index("max_nodes") + len("max_nodes")
     assert [line[end - 2 : end] for line in lines[1:5]] == [" 8", "64", "64", "32"]
@@ -114,6 +142,28 @@ def test_plan_100_nodes_costs_302_80(capsys: pytest.CaptureFixture[str]) -> None
     assert out.splitlines()[4].split() == ["total", "92%", "100", "302.80"]
     assert "100 nodes on 3 providers, $302.80/h, 92 on spot" in out
     assert "failover order: local, aws/us-east-1, gcp/us-central1" in out
+    # planned on gcp, which a launch refuses: the plan says so before anyone launches it
+    assert "\nnote: provider 'gcp' can be planned but not launched: GCP has no elasticgrid " in out
+
+
+def test_iroh_tinkers_own_cloud_engines_are_refused_at_plan_and_at_launch(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([{"name": "aws", "max_nodes": 4, "cost_per_node_hour": 1.0}]))
+    code, out, err = run(capsys, "plan", "--nodes", "2", "--providers", str(grid))
+    assert_one_line_error(
+        code,
+        out,
+        err,
+        f"{grid}: provider 'aws' would launch on iroh-tinker's own AWS engine (engine 'aws'; a "
+        "provider's engine is its name unless set), which leaves instances running when a "
+        "launch fails and is never used: set its engine to 'ec2' (docs/clouds.md), or to 'ssh' "
+        "for machines reached over SSH",
+    )
+    # spec renders what a launch would start: a share on gcp is refused, nothing is rendered
+    code, out, err = run(capsys, "spec", "--nodes", "100")
+    assert_one_line_error(code, out, err, "provider 'gcp' can be planned but not launched")
 
 
 def test_plan_json_flag_before_or_after_the_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,7 +202,7 @@ def test_spec_text_shows_one_part_per_provider(capsys: pytest.CaptureFixture[str
     assert "job demo: 10 nodes in 2 parts, world size 10" in out
     table = out.split("\n\n")[1].splitlines()
     assert table[1].split() == ["demo--local", "local", "8", "0-7", "local", "no"]
-    assert table[2].split() == ["demo--aws", "aws", "2", "8-9", "aws/us-east-1", "yes"]
+    assert table[2].split() == ["demo--aws", "aws", "2", "8-9", AWS.engine_target, "yes"]
     assert "demo--aws (rank offset 8):" in out
     assert '"ELASTICGRID_RANK_OFFSET": "8"' in out
     assert "rendezvous dir:/tmp/elasticgrid/demo/rendezvous (default" in out
@@ -178,13 +228,13 @@ def test_spec_json(capsys: pytest.CaptureFixture[str]) -> None:
     parts = data["parts"]
     assert [(p["part_name"], p["nodes"], p["rank_offset"], p["infra"]) for p in parts] == [
         ("elasticgrid-job--local", 8, 0, "local"),
-        ("elasticgrid-job--aws", 62, 16, "aws/us-east-1"),
+        ("elasticgrid-job--aws", 62, 16, AWS.engine_target),
     ]
     aws = parts[1]["spec"]
     assert aws["name"] == "elasticgrid-job--aws"
     assert aws["num_nodes"] == 62 and aws["procs_per_node"] == 2
     assert aws["run"] == "python -m mytrain"
-    assert aws["resources"]["infra"] == ["aws/us-east-1"]
+    assert aws["resources"]["infra"] == [AWS.engine_target]  # the ec2 engine's, never iroh's
     assert aws["resources"]["use_spot"] is True
     assert aws["rendezvous"] == {"mode": "s3", "uri": "s3://bucket/run-1"}
     assert aws["envs"]["ELASTICGRID_WORLD_SIZE"] == "140"

@@ -34,11 +34,22 @@ from elasticgrid_provider.core.rank_environment import (
     ENV_WORLD_SIZE,
 )
 
-AWS = Provider(
-    "aws", region="us-east-1", max_nodes=64, cost_per_node_hour=3.2, accelerator="p5.48xlarge"
+# two spot pools in two regions (on the local engine: what spec building needs is their targets)
+EAST = Provider(
+    "east",
+    region="us-east-1",
+    max_nodes=64,
+    cost_per_node_hour=3.2,
+    accelerator="p5.48xlarge",
+    engine="local",
 )
-GCP = Provider(
-    "gcp", region="us-central1", max_nodes=64, cost_per_node_hour=3.5, accelerator="A100"
+CENTRAL = Provider(
+    "central",
+    region="us-central1",
+    max_nodes=64,
+    cost_per_node_hour=3.5,
+    accelerator="A100",
+    engine="local",
 )
 ONPREM = Provider(
     "onprem",
@@ -162,7 +173,7 @@ def build_launch_spec(placement: Placement, name: str, options: LaunchOptions) -
 
 def test_single_spec_lists_every_target_in_failover_order():
     spec = build_launch_spec(
-        placement((AWS, 64), (GCP, 36)),
+        placement((EAST, 64), (CENTRAL, 36)),
         "llm",
         LaunchOptions(
             run="python train.py",
@@ -184,7 +195,7 @@ def test_single_spec_lists_every_target_in_failover_order():
     )
     assert spec.num_nodes == 100
     assert spec.world_size == 200
-    assert spec.resources.infra == ["aws/us-east-1", "gcp/us-central1"]
+    assert spec.resources.infra == ["local/us-east-1", "local/us-central1"]
     assert spec.resources.use_spot is True
     assert spec.resources.instance_type == "p5.48xlarge"
     assert (spec.rendezvous.mode, spec.rendezvous.env_uri) == ("s3", "s3://bucket/job")
@@ -214,7 +225,7 @@ def test_single_spec_rejects_an_empty_placement_and_bad_names():
         build_launch_spec(Placement(), "job", OPTIONS)
     for name in ("", "a b", "a--b", "-lead", "a/b", "x" * 200):
         with pytest.raises(ElasticGridError, match="job name"):
-            build_launch_spec(placement((AWS, 1)), name, OPTIONS)
+            build_launch_spec(placement((EAST, 1)), name, OPTIONS)
 
 
 # -- parts ----------------------------------------------------------------------
@@ -224,9 +235,9 @@ def test_parts_give_each_share_its_own_job():
     options = LaunchOptions(
         run="python train.py", procs_per_node=2, envs={"A": "1"}, rendezvous="dir:/shared/rdv-1"
     )
-    parts = build_launch_parts(placement((AWS, 3), (GCP, 2), (ONPREM, 1)), "llm", options)
+    parts = build_launch_parts(placement((EAST, 3), (CENTRAL, 2), (ONPREM, 1)), "llm", options)
 
-    assert [part.part_name for part in parts] == ["llm--aws", "llm--gcp", "llm--onprem"]
+    assert [part.part_name for part in parts] == ["llm--east", "llm--central", "llm--onprem"]
     assert [part.nodes for part in parts] == [3, 2, 1]
     assert [part.rank_offset for part in parts] == [0, 6, 10]
     assert {part.world_size for part in parts} == {12}
@@ -246,8 +257,8 @@ def test_parts_give_each_share_its_own_job():
             ENV_PROCS_PER_NODE: "2",
         }
     assert [part.to_launch_spec().resources.infra for part in parts] == [
-        ["aws/us-east-1"],
-        ["gcp/us-central1"],
+        ["local/us-east-1"],
+        ["local/us-central1"],
         ["module=elasticgrid_provider.engines.ssh:SshEngine"],
     ]
     assert [part.to_launch_spec().resources.instance_type for part in parts] == [
@@ -264,7 +275,7 @@ def test_parts_give_each_share_its_own_job():
 
 
 def test_part_specs_are_plain_json_that_iroh_loads_back(tmp_path):
-    (part,) = build_launch_parts(placement((AWS, 2)), "llm", OPTIONS)
+    (part,) = build_launch_parts(placement((EAST, 2)), "llm", OPTIONS)
     spec_dict = part.spec_dict
     assert json.loads(json.dumps(spec_dict)) == spec_dict
     spec_dict["num_nodes"] = 99  # a copy: the part itself cannot change
@@ -282,17 +293,25 @@ def test_parts_errors():
     with pytest.raises(ElasticGridError, match="placement is empty"):
         build_launch_parts(Placement(), "llm", OPTIONS)
     with pytest.raises(ElasticGridError, match="rendezvous is required"):
-        build_launch_parts(placement((AWS, 1), (GCP, 1)), "llm", LaunchOptions(run="x"))
+        build_launch_parts(placement((EAST, 1), (CENTRAL, 1)), "llm", LaunchOptions(run="x"))
     with pytest.raises(ElasticGridError, match="job name must not contain '--'"):
-        build_launch_parts(placement((AWS, 1)), "a--b", OPTIONS)
+        build_launch_parts(placement((EAST, 1)), "a--b", OPTIONS)
     with pytest.raises(ElasticGridError, match="more than once"):
-        build_launch_parts(placement((AWS, 1), (AWS, 1)), "llm", OPTIONS)
+        build_launch_parts(placement((EAST, 1), (EAST, 1)), "llm", OPTIONS)
     spaced = Provider("my pool", max_nodes=2, cost_per_node_hour=0.0)
     with pytest.raises(ElasticGridError, match="'my pool'"):
         build_launch_parts(placement((spaced, 1)), "llm", OPTIONS)
     # One process needs no rendezvous.
-    (single,) = build_launch_parts(placement((AWS, 1)), "llm", LaunchOptions(run="x"))
+    (single,) = build_launch_parts(placement((EAST, 1)), "llm", LaunchOptions(run="x"))
     assert single.world_size == 1
+
+
+@pytest.mark.parametrize("engine", ["aws", "gcp", "azure"])
+def test_a_launch_on_iroh_tinkers_own_cloud_engines_is_refused_before_any_part(engine):
+    cloud = Provider("cloud", max_nodes=4, cost_per_node_hour=1.0, engine=engine)
+    with pytest.raises(ElasticGridError, match=r"^provider 'cloud' .*iroh-tinker's own") as no:
+        build_launch_parts(placement((EAST, 2), (cloud, 1)), "llm", OPTIONS)
+    assert "\n" not in str(no.value)
 
 
 def test_importing_the_module_does_not_import_iroh_tinker():

@@ -34,7 +34,7 @@ from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.core.step_log import LogCursor
 from elasticgrid_provider.core.validation import Positive, model_error
 
-AWS = Provider("aws", max_nodes=8, cost_per_node_hour=3.0, region="us-east-1")
+AWS = Provider("aws", max_nodes=8, cost_per_node_hour=3.0, region="us-east-1", engine="ec2")
 
 
 def _manifest_dict(**changes: Any) -> dict[str, Any]:
@@ -289,6 +289,14 @@ def test_connection_settings_parse_without_airflow() -> None:
         assert grid_settings(extra, "grid", empty).providers == (AWS,)
     assert (
         grid_settings(extra, "grid", [AWS.model_dump()]).source == "the task's providers argument"
+    )
+    # a grid that routes AWS to iroh-tinker's own engine is refused where it is read
+    iroh_aws = {"providers": [{**AWS.model_dump(), "engine": "aws"}]}
+    assert _message(lambda: grid_settings(iroh_aws, "grid")) == (
+        "connection 'grid' field providers: provider 'aws' would launch on iroh-tinker's own AWS "
+        "engine (engine 'aws'; a provider's engine is its name unless set), which leaves "
+        "instances running when a launch fails and is never used: set its engine to 'ec2' "
+        "(docs/clouds.md), or to 'ssh' for machines reached over SSH"
     )
     assert _message(lambda: grid_settings({"max_spot_fraction": "1.5"}, "grid")) == (
         "connection 'grid' field max_spot_fraction must be at most 1, got 1.5"

@@ -17,6 +17,7 @@ from elasticgrid_provider.core.providers import (
     DEFAULT_PROVIDERS,
     Provider,
     check_unique_names,
+    launch_refusal,
     provider_from_dict,
     providers_from_dicts,
 )
@@ -272,3 +273,61 @@ def test_placement_from_json_rejects_bad_input() -> None:
         Placement.model_validate({"assignments": [entry]})
     with pytest.raises(ElasticGridError, match="assignment 'aws' nodes 99 exceeds"):
         Placement.model_validate({"assignments": [{**entry, "nodes": 99}]})
+
+
+# ---------------------------------------------------------------------------
+# iroh-tinker's own cloud engines: refused at plan (aws) and at launch (all).
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "engine"),
+    [
+        pytest.param({"name": "aws"}, "aws", id="by-name"),
+        pytest.param({"name": "cloud", "engine": "gcp"}, "gcp", id="gcp"),
+        pytest.param({"name": "cloud", "engine": "azure"}, "azure", id="azure"),
+        pytest.param(
+            {"name": "cloud", "engine": "module=iroh_tinker.cloud.engines.aws:AwsEngine"},
+            "aws",
+            id="module-reference",
+        ),
+        pytest.param({"name": "cloud", "engine": "ec2"}, None, id="ec2"),
+        pytest.param({"name": "gcp", "engine": "ssh", "params": {"hosts": ["h1"]}}, None, id="ssh"),
+        pytest.param({"name": "cloud", "engine": "module=pkg.mod:Engine"}, None, id="own-engine"),
+    ],
+)
+def test_iroh_tinkers_cloud_engines_are_told_by_name_and_by_module(
+    entry: dict[str, Any], engine: str | None
+) -> None:
+    provider = provider_from_dict({"max_nodes": 4, "cost_per_node_hour": 1.0, **entry})
+    assert provider.iroh_cloud_engine == engine
+    assert (launch_refusal(provider) is None) is (engine is None)
+
+
+def test_a_grid_naming_iroh_tinkers_aws_engine_is_refused_when_read() -> None:
+    with pytest.raises(ElasticGridError) as refused:
+        providers_from_dicts([provider_entry(name="onprem"), provider_entry(engine="aws")])
+    assert str(refused.value) == (
+        "provider 'aws' would launch on iroh-tinker's own AWS engine (engine 'aws'; a "
+        "provider's engine is its name unless set), which leaves instances running when a "
+        "launch fails and is never used: set its engine to 'ec2' (docs/clouds.md), or to 'ssh' "
+        "for machines reached over SSH"
+    )
+    # a cloud with no product engine yet stays plannable: its launch is refused instead
+    (gcp,) = providers_from_dicts([provider_entry(name="gcp")])
+    assert launch_refusal(gcp) == (
+        "provider 'gcp' can be planned but not launched: GCP has no elasticgrid engine yet, and "
+        "iroh-tinker's own 'gcp' engine is never used (it leaves instances running when a "
+        "launch fails); run its machines as SSH hosts (engine 'ssh'), or plan without it"
+    )
+
+
+def test_the_built_in_grid_never_routes_a_launch_to_iroh_tinkers_cloud_engines() -> None:
+    engines = {provider.name: provider.engine_name for provider in DEFAULT_PROVIDERS}
+    assert engines == {"local": "local", "gcp": "gcp", "aws": "ec2", "azure": "azure"}
+    plan_only = [provider.name for provider in DEFAULT_PROVIDERS if launch_refusal(provider)]
+    assert plan_only == ["gcp", "azure"]
+    placement = GridPlanner(DEFAULT_PROVIDERS).plan(100)  # local 8, aws 64, gcp 28
+    assert [refusal.split(":")[0] for refusal in placement.launch_refusals] == [
+        "provider 'gcp' can be planned but not launched"
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from airflow.sdk import DAG
 
 from elasticgrid_provider.dag_builders import plan_and_launch
+from elasticgrid_provider.operators import PlanPlacementOperator
 from tests.dag_settings import (
     FAILING_RUN,
     HALF_FAILING_RUN,
@@ -92,3 +93,23 @@ launch_dag(
     setup="{{ dag_run.conf.get('setup', 'true') }}",
     **QUICK_START,
 )
+
+# iroh-tinker's own cloud engines: gcp plans and its launch is refused, aws is refused at plan,
+# and a plan for a job (which reserves on the grid) refuses gcp too
+with DAG(dag_id="launch_on_iroh_cloud_engines", schedule=None, catchup=False):
+    for cloud in ("gcp", "aws"):
+        plan_and_launch(
+            NODES,
+            providers=[{"name": cloud, "max_nodes": 4, "cost_per_node_hour": 1.0}],
+            plan_task_id=f"plan_{cloud}",
+            launch_task_id=f"launch_{cloud}",
+            plan_arguments={"job_name": None},  # a plan for no job: costing only
+            job_name=f"{JOB}-{cloud}",
+            run=TRAIN_RUN,
+        )
+    PlanPlacementOperator(
+        task_id="plan_gcp_for_job",
+        nodes=NODES,
+        providers=[{"name": "gcp", "max_nodes": 4, "cost_per_node_hour": 1.0}],
+        job_name=f"{JOB}-gcp",
+    )

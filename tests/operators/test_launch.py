@@ -312,3 +312,27 @@ def _no_stray_ranks():
     yield
     for job in ("keep", "dies", "partly", "same", "secret", "ids"):
         stop_job_processes(job)
+
+
+def test_iroh_tinkers_own_cloud_engines_are_refused_and_nothing_is_written(
+    airflow_db, jobs_root, capfd
+):
+    result = run_dag("launch_on_iroh_cloud_engines", {"job_name": "refused"})
+
+    assert result.task_states == {
+        "plan_gcp": "success",  # a cloud without a product engine stays plannable
+        "launch_gcp": "failed",
+        "plan_aws": "failed",  # use ec2
+        "launch_aws": "upstream_failed",
+        "plan_gcp_for_job": "failed",  # a plan for a job reserves nothing no launch can use
+    }
+    output = capfd.readouterr()
+    text = output.out + output.err
+    assert "Provider 'gcp' can be planned but not launched" in text  # the plan's warning
+    assert "provider 'gcp' can be planned but not launched: GCP has no elasticgrid engine" in text
+    assert "provider 'aws' would launch on iroh-tinker's own AWS engine" in text
+    assert "set its engine to 'ec2'" in text
+    assert "job 'refused-gcp' was not planned, and nothing was reserved: provider 'gcp'" in text
+    # no job folder, spec or lock; the grid ledger (its lock alone) holds nothing
+    assert [entry.name for entry in jobs_root.iterdir()] in ([], [".grid"])
+    assert not (jobs_root / ".grid" / "ledger.json").exists()

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.airflow
 
 GRID = [
     {"name": "local", "max_nodes": 4, "cost_per_node_hour": 0, "spot": False},
-    {"name": "aws", "max_nodes": 8, "cost_per_node_hour": 3.0},
+    {"name": "cloud", "max_nodes": 8, "cost_per_node_hour": 3.0},
 ]
 
 
@@ -41,7 +41,7 @@ def client(airflow_db) -> Iterator[Any]:
 @pytest.fixture
 def grid_root(jobs_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The connection's jobs root and grid, with 'train' running 2 local nodes (its state
-    Variable exists, so it has a page), 'tune' reserving 3 aws, and 'eval' waiting."""
+    Variable exists, so it has a page), 'tune' reserving 3 cloud, and 'eval' waiting."""
     from airflow.models.variable import Variable
 
     extra = {"jobs_root": str(jobs_root), "providers": GRID}
@@ -49,10 +49,10 @@ def grid_root(jobs_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "AIRFLOW_CONN_ELASTICGRID_DEFAULT",
         json.dumps({"conn_type": "elasticgrid", "extra": extra}),
     )
-    capacities = {"local": 4, "aws": 8}
+    capacities = {"local": 4, "cloud": 8}
     with GridLedgerStore(jobs_root).transaction() as txn:
         reserve_in(txn, "train", {"local": 2}, OLD_LAUNCH, capacities)
-        reserve_in(txn, "tune", {"aws": 3}, NEW_LAUNCH, capacities)
+        reserve_in(txn, "tune", {"cloud": 3}, NEW_LAUNCH, capacities)
         txn.ledger = enqueue(
             txn.ledger, QueuedRequest("eval", 4, 2, txn.now, priority=2), now=txn.now
         )
@@ -84,14 +84,14 @@ def test_the_fleet_page_shows_providers_by_jobs_free_nodes_and_the_queue(client,
     assert "capacities: the elasticgrid_default connection's grid" in text
     assert "provider capacity free eval train tune" not in text  # eval only waits
     assert (
-        "provider capacity free pool train tune aws 8 5 - - 3 reserved local 4 2 local 2 held -"
+        "provider capacity free pool train tune cloud 8 5 - - 3 reserved local 4 2 local 2 held -"
     ) in text  # the pool a name stands for is known once a launch record or reservation says
     assert "Queue # job wants at least priority since timeout last look lease 1 eval 4 2 2" in text
     # a job with a page links to it, in the iframe; one without has no link
     assert '<a href="/elasticgrid/jobs/train">train</a>' in response.text
     assert '<a href="/elasticgrid/jobs/tune">' not in response.text
     data = client.get("/elasticgrid/api/fleet", headers=_token("op")).json()
-    assert {p["name"]: p["free"] for p in data["providers"]} == {"aws": 5, "local": 2}
+    assert {p["name"]: p["free"] for p in data["providers"]} == {"cloud": 5, "local": 2}
     assert [(r["position"], r["job"]) for r in data["queue"]] == [(1, "eval")]
     (waiting,) = data["queue"]
     assert (waiting["last_look"], waiting["lease_s"]) == (waiting["renewed_at"], 600.0)
@@ -99,7 +99,7 @@ def test_the_fleet_page_shows_providers_by_jobs_free_nodes_and_the_queue(client,
 
 
 def _ask_tune_to_shrink(jobs_root: Path) -> None:
-    """'eval' (priority 2, waiting) asks 'tune' (3 aws nodes) to shrink to 1."""
+    """'eval' (priority 2, waiting) asks 'tune' (3 cloud nodes) to shrink to 1."""
     with GridLedgerStore(jobs_root).transaction() as txn:
         plan = PreemptionPlan("eval", (Resize("tune", 3, 1, "eval"),), 2, 2)
         txn.ledger = request_shrinks(txn.ledger, plan, by_priority=2, now=txn.now)
@@ -133,7 +133,8 @@ def test_a_reader_who_may_not_read_the_jobs_sees_their_nodes_as_other_jobs(clien
     text = _text(response.text)
     assert "train" not in text and "tune" not in text and "eval" not in text
     assert (
-        "provider capacity free pool other jobs aws 8 5 - 3 reserved local 4 2 local 2 held" in text
+        "provider capacity free pool other jobs cloud 8 5 - 3 reserved local 4 2 local 2 held"
+        in text
     )
     assert "No job you may see holds nodes." in text
 
