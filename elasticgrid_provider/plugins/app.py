@@ -61,7 +61,7 @@ from elasticgrid_provider.plugins.pages import (
     no_decision_page,
 )
 from elasticgrid_provider.plugins.state_cache import read_scale_states
-from elasticgrid_provider.plugins.timeline import positions_of, run_links, timeline_page
+from elasticgrid_provider.plugins.timeline import fold, positions_of, run_links, timeline_page
 from elasticgrid_provider.plugins.times import ui_zone
 from elasticgrid_provider.plugins.view import job_view
 
@@ -210,7 +210,8 @@ def create_app() -> FastAPI:
             raise HTTPException(status_code=404, detail=f"no job {job_name!r} with scale decisions")
         view, _ = _view(asked, stored, airflow_root(request), page=page, run=run)
         info = view.get("timeline_page") or {}
-        shown = timeline_page(stored.history, info.get("page"), run)
+        folded = stored.derived("folded", lambda: fold(stored.history))
+        shown = timeline_page(stored.history, info.get("page"), run, None, folded)
         history = [stored.history[position] for position in positions_of(shown)]
         return JSONResponse({**view, "history": asked.shown(history)}, headers=SECURITY_HEADERS)
 

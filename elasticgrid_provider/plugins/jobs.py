@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -97,6 +98,15 @@ class StoredState:
     variable_key: str
     data: dict[str, Any] | None
     error: str | None = None
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What pages derive from the whole history (the chart): computed once per state, which
+    the cache (:mod:`.state_cache`) keeps until the Variable changes."""
+
+    def derived(self, name: str, build: Callable[[], Any]) -> Any:
+        """``build()``, once per state (:attr:`memo`)."""
+        if name not in self.memo:
+            self.memo[name] = build()
+        return self.memo[name]
 
     @cached_property
     def history(self) -> list[dict[str, Any]]:

@@ -168,12 +168,20 @@ class TimelinePage:
 
 
 def timeline_page(
-    history: list[dict[str, Any]], page: Any = None, run: Any = None, highlight: int | None = None
+    history: list[dict[str, Any]],
+    page: Any = None,
+    run: Any = None,
+    highlight: int | None = None,
+    folded: list[tuple[int, int]] | None = None,
 ) -> TimelinePage:
     """The rows of page ``page`` (1-based; default: the page of position ``highlight``, else
-    the first), of the whole history or of ``run`` ("first-last") unfolded."""
+    the first), of the whole history or of ``run`` ("first-last") unfolded; ``folded``: the
+    history's :func:`fold`, when known."""
     shown = parse_run(run, len(history))
-    groups = fold(history) if shown is None else [(p, p) for p in range(shown[0], shown[1] + 1)]
+    if shown is None:
+        groups = list(fold(history) if folded is None else folded)
+    else:
+        groups = [(p, p) for p in range(shown[0], shown[1] + 1)]
     groups.reverse()  # newest first
     pages = max(1, math.ceil(len(groups) / ROWS_PER_PAGE))
     try:

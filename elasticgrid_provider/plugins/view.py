@@ -50,6 +50,7 @@ from elasticgrid_provider.plugins.jobs import (
 )
 from elasticgrid_provider.plugins.timeline import (
     find_entry,
+    fold,
     folded_row,
     timeline_page,
     timeline_row,
@@ -319,7 +320,8 @@ def job_view(
     this_check = None
     if found is not None:
         this_check = _guarded(errors, f"history entry {found}", partial(row_of, found), None)
-    shown = timeline_page(history, page, run, found)
+    folded = stored.derived("folded", lambda: fold(history))
+    shown = timeline_page(history, page, run, found, folded)
     timeline = []
     for oldest, newest_of in shown.groups:
         row = _guarded(
@@ -391,6 +393,16 @@ def job_view(
         "timeline": timeline,
         "timeline_page": shown.info(),
         "this_check": this_check,
-        "chart": _guarded(errors, "the chart", lambda: thin_points(chart_points(history)), []),
-        "markers": _guarded(errors, "the chart's markers", lambda: chart_markers(history), []),
+        "chart": _guarded(
+            errors,
+            "the chart",
+            lambda: stored.derived("chart", lambda: thin_points(chart_points(history))),
+            [],
+        ),
+        "markers": _guarded(
+            errors,
+            "the chart's markers",
+            lambda: stored.derived("markers", lambda: chart_markers(history)),
+            [],
+        ),
     }
