@@ -120,6 +120,21 @@ def hide_paths(value: Any, roots: Iterable[str]) -> Any:
     return value
 
 
+def jobs_roots(hook: Any) -> list[str]:
+    """The jobs root of ``hook`` as configured and as resolved: the server paths
+    :func:`hide_paths` hides (each when it can be read here)."""
+    roots = []
+    for read in (
+        lambda: (hook.connection_extra or {}).get("jobs_root"),
+        lambda: hook.jobs_root,
+    ):
+        try:
+            roots.append(str(read() or ""))
+        except Exception:  # a root that cannot be read here is shown nowhere either
+            continue
+    return roots
+
+
 def airflow_root(request: Request) -> str:
     """Where Airflow itself is served: the mount's root path without our prefix."""
     root = str(request.scope.get("root_path", "")).rstrip("/")

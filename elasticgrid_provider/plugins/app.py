@@ -36,6 +36,7 @@ from elasticgrid_provider.plugins.access import (
     airflow_root,
     hide_paths,
     html_response,
+    jobs_roots,
 )
 from elasticgrid_provider.plugins.fleet import add_fleet_routes
 from elasticgrid_provider.plugins.jobs import (
@@ -96,17 +97,8 @@ class _Request:
 
     @cached_property
     def roots(self) -> list[str]:
-        """The jobs root as configured and as resolved (each when it can be read here)."""
-        roots = []
-        for read in (
-            lambda: (self.hook.connection_extra or {}).get("jobs_root"),
-            lambda: self.hook.jobs_root,
-        ):
-            try:
-                roots.append(str(read() or ""))
-            except Exception:  # a root that cannot be read here is shown nowhere either
-                continue
-        return roots
+        """The server paths this user may not see (:func:`~.access.jobs_roots`)."""
+        return jobs_roots(self.hook)
 
 
 def _view(

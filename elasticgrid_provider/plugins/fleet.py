@@ -41,6 +41,7 @@ from elasticgrid_provider.plugins.access import (
     airflow_root,
     hide_paths,
     html_response,
+    jobs_roots,
 )
 from elasticgrid_provider.plugins.jobs import StoredState, one_line
 from elasticgrid_provider.plugins.links import job_page_path
@@ -170,7 +171,7 @@ def add_fleet_routes(app: FastAPI) -> None:
         hook = connection_hook()
         view = read_fleet(hook)
         if view.get("error"):
-            return view, set()
+            return (view if access.sees_paths else hide_paths(view, jobs_roots(hook))), set()
         stored = {state.job_name: state for state in read_scale_states()}
         names = {job for p in view["providers"] for job in p["jobs"]}
         names |= {request["job"] for request in view["queue"]}
@@ -183,7 +184,7 @@ def add_fleet_routes(app: FastAPI) -> None:
         }
         view = only_readable(view, readable)
         if not access.sees_paths:
-            hidden = hide_paths(view, [view["jobs_root"]])
+            hidden = hide_paths(view, [view["jobs_root"], *jobs_roots(hook)])
             view = {**hidden, "jobs_root": None, "ledger": None}
         return view, readable & set(stored)
 
