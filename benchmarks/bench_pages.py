@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.report import Report, Table, arguments, check  # noqa: E402
 
 DECISIONS, JOBS, PER_JOB = 10_000, 100, 20
-QUICK_DECISIONS, QUICK_JOBS = 1_000, 20
+QUICK_DECISIONS, QUICK_JOBS = 500, 10
 TARGET_S, TARGET_BYTES = 0.300, 300_000
 BIG = "long-lived"
 HEADER = ["page", "warm ms", "cold ms", "KB", "Airflow REST ms", "REST KB", "warm / REST", "target"]
