@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint typecheck check clean integration docs
 .PHONY: bench bench-quick bench-planner bench-step-log bench-policy bench-resize bench-recovery
-.PHONY: bench-remote bench-fleet
+.PHONY: bench-remote bench-fleet bench-pages
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,9 @@ bench-remote: $(BIN)/.installed  ## launch time and resize gap on SSH test hosts
 
 bench-fleet: $(BIN)/.installed  ## many jobs on one grid: the sharing rules vs FCFS and a Kueue-like quota
 	$(BIN)/python benchmarks/bench_fleet.py $(BENCH_ARGS)
+
+bench-pages: $(BIN)/.installed  ## the UI pages' server time and bytes (10,000 decisions, 100 jobs) vs Airflow's REST API
+	$(BIN)/python benchmarks/bench_pages.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .demo site $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,15 +1,24 @@
 """``elasticgrid fleet``: the grid ledger, providers x jobs, free nodes and the queue.
 
-Reads the ledger of a jobs root (``--jobs-root``, default iroh-tinker's:
-``$IROH_TINKER_HOME/jobs`` or ``~/.cache/iroh_tinker/jobs``) without its lock and
-without writing, reconciled with the jobs' launch records as the next transaction
-would see it (:mod:`elasticgrid_provider.hooks.grid_ledger`). A missing or corrupt
-ledger is shown rebuilt from the launch records, with a note saying so.
+The same view as the Fleet page and ``/elasticgrid/api/fleet``, from the same function
+(:func:`~elasticgrid_provider.hooks.fleet_view.read_fleet`). The jobs root and the grid
+come from the ``elasticgrid`` connection (``--conn-id``, default ``elasticgrid_default``),
+resolved as the operators resolve them (:class:`ElasticGridHook`): ``--jobs-root``
+overrides the connection's ``jobs_root``, which overrides iroh-tinker's default
+(``$IROH_TINKER_HOME/jobs`` or ``~/.cache/iroh_tinker/jobs``). The connection is read as
+``airflow connections get`` reads it: environment variables, secrets backends, then the
+metadata DB.
 
-The providers' capacities come from ``--providers FILE`` when given, else from the
-ledger (recorded by the last reservation), else from the built-in grid.
+The ledger is read without its lock and without writing, reconciled with the jobs'
+launch records as the next transaction would see it
+(:mod:`elasticgrid_provider.hooks.grid_ledger`). A missing or corrupt ledger is shown
+rebuilt from the launch records, with a note saying so.
 
-``--json``: ``{"ledger", "note", "capacity_source", "providers": [{"name",
+The providers are the pools jobs use plus the connection's grid when it sets one;
+capacities from ``--providers FILE`` when given, else the connection's grid, else what
+the ledger recorded (:func:`~elasticgrid_provider.core.fleet.view.fleet_capacities`).
+
+``--json``: ``{"jobs_root", "ledger", "note", "capacity_source", "providers": [{"name",
 "capacity", "free", "pool", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
 "priority", "min_nodes", "launch_id", "held", "reserved"}], "queue": [{"job",
 "nodes", "min_nodes", "since", "priority", "timeout_s", "renewed_at", "lease_s", "last_look", "position",
@@ -23,14 +32,16 @@ shrink, and to how many nodes (the shrunk job's next scale check acts on it).
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider.cli.jobs_root import (
+    add_jobs_root_arguments,
+    connection_hook,
+    existing_jobs_root,
+)
 from elasticgrid_provider.cli.parsing import load_grid
 from elasticgrid_provider.cli.rendering import Result
-from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.fleet.view import fleet_view, nodes_text
+from elasticgrid_provider.core.fleet.view import nodes_text
 from elasticgrid_provider.core.formatting import aligned_table, clock_text, seconds_text
 
 FLEET_HELP = (
@@ -39,21 +50,13 @@ FLEET_HELP = (
 )
 
 
-def default_jobs_root() -> Path:
-    """iroh-tinker's default jobs root, without importing it (the CLI stays light)."""
-    home = os.environ.get("IROH_TINKER_HOME")
-    return (Path(home) if home else Path.home() / ".cache" / "iroh_tinker") / "jobs"
-
-
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     """``fleet``'s options."""
-    parser.add_argument(
-        "--jobs-root",
-        help="the JobManager root the workers share (default: iroh-tinker's)",
-    )
+    add_jobs_root_arguments(parser)
     parser.add_argument(
         "--providers",
-        help="providers file for the capacities (default: those the ledger recorded)",
+        help="providers file for the capacities (default: the connection's grid, else those "
+        "the ledger recorded)",
     )
 
 
@@ -132,27 +135,14 @@ def shrinks_text(shrinks: list[dict[str, Any]]) -> list[str]:
 
 
 def run_fleet(args: argparse.Namespace) -> Result:
-    """``fleet``: the ledger of ``--jobs-root`` (module docstring)."""
-    from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
-
-    root = Path(args.jobs_root).expanduser() if args.jobs_root else default_jobs_root()
-    if not root.is_dir():
-        raise ElasticGridError(f"--jobs-root must be an existing folder, got {str(root)!r}")
+    """``fleet``: the grid ledger of the connection's jobs root (module docstring)."""
     grid = load_grid(args.providers) if args.providers else None
-    store = GridLedgerStore(root)
-    shown = store.snapshot()
+    hook = connection_hook(args)
+    existing_jobs_root(args, hook)
+    from elasticgrid_provider.hooks.fleet_view import read_fleet
+
+    override = None
     if grid is not None:
-        capacities = {provider.name: provider.max_nodes for provider in grid}
-        source = f"from {args.providers}"
-    elif shown.ledger.capacities is not None:
-        capacities, source = dict(shown.ledger.capacities), "recorded in the ledger"
-    else:
-        capacities = {provider.name: provider.max_nodes for provider in load_grid(None)}
-        source = "the built-in grid (the ledger recorded none)"
-    view = {
-        "ledger": str(store.path),
-        "note": shown.note,
-        "capacity_source": source,
-        **fleet_view(shown.ledger, capacities),
-    }
+        override = ({p.name: p.max_nodes for p in grid}, f"from {args.providers}")
+    view = read_fleet(hook, override)
     return Result(fleet_text(view), view)

@@ -25,32 +25,22 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
+from elasticgrid_provider.cli.jobs_root import (
+    add_jobs_root_arguments,
+    existing_jobs_root,
+)
 from elasticgrid_provider.cli.rendering import Result
-from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.launch_spec import check_job_name
 
 STOP_HELP = "stop every part of a job (any engine), record it stopped, release its grid nodes"
 STOPPED_BY = "stopped with `elasticgrid stop`"
-DEFAULT_CONN_ID = "elasticgrid_default"
 
 
 def add_stop_arguments(parser: argparse.ArgumentParser) -> None:
     """``stop JOB [--jobs-root DIR] [--conn-id ID]``."""
     parser.add_argument("job", metavar="JOB", help="the job's name (its LaunchOperator job_name)")
-    parser.add_argument(
-        "--jobs-root",
-        metavar="DIR",
-        help="the JobManager root the workers share (default: the connection's jobs_root, "
-        "else iroh-tinker's)",
-    )
-    parser.add_argument(
-        "--conn-id",
-        default=DEFAULT_CONN_ID,
-        metavar="ID",
-        help="the elasticgrid connection whose jobs_root to use (default %(default)s)",
-    )
+    add_jobs_root_arguments(parser)
 
 
 def progress_log(quiet: bool) -> logging.Logger:
@@ -65,30 +55,6 @@ def progress_log(quiet: bool) -> logging.Logger:
     return log
 
 
-def jobs_root(args: argparse.Namespace, log: logging.Logger) -> Path:
-    """``--jobs-root``, else the connection's ``jobs_root``, else iroh-tinker's default."""
-    if args.jobs_root:
-        root = Path(args.jobs_root).expanduser().resolve()
-        if not root.is_dir():
-            raise ElasticGridError(
-                f"--jobs-root must be an existing folder, got {args.jobs_root!r}"
-            )
-        return root
-    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-
-    hook = ElasticGridHook(args.conn_id)
-    try:
-        root = hook.jobs_root
-    except ElasticGridError:  # named by the option typed
-        raise ElasticGridError(
-            f"--conn-id {args.conn_id!r} names a connection that does not exist; create it, "
-            "or give --jobs-root"
-        ) from None
-    if hook.connection_extra is None:
-        log.info("Connection %r does not exist; jobs root %s.", args.conn_id, root)
-    return root
-
-
 def run_stop(args: argparse.Namespace) -> Result:
     """``stop JOB``: stop the job under the jobs root (module docstring)."""
     from elasticgrid_provider.hooks.job_store import JobStore
@@ -96,5 +62,6 @@ def run_stop(args: argparse.Namespace) -> Result:
 
     check_job_name(args.job)  # before any connection or folder is read
     log = progress_log(quiet=args.json)
-    report = stop_job(JobStore(jobs_root(args, log), log), args.job, STOPPED_BY)
+    root = existing_jobs_root(args)
+    report = stop_job(JobStore(root, log), args.job, STOPPED_BY)
     return Result(report.text(), report.model_dump())

@@ -17,6 +17,7 @@ from typing import Any
 
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.policy.parameters import RULE_THRESHOLDS
+from elasticgrid_provider.core.policy.rules import HoldRule
 
 
 def placement_table(placement: Placement) -> str:
@@ -132,9 +133,18 @@ def rule_text(rule: str, thresholds: dict[str, Any] | None) -> str:
 
 
 def held_text(record: dict[str, Any]) -> str:
-    """The rules that held a decision back, with their thresholds; ``-`` when none."""
+    """The rules that held a decision back, with their thresholds; ``-`` when none. A hold by
+    the shared grid reads as its capacity (``grid capacity (0 free; 'b' holds 4 on local)``),
+    from the decision's recorded ``grid``."""
+    from elasticgrid_provider.core.policy.grid import grid_capacity_text
+
     thresholds = record.get("thresholds")
-    holds = [rule_text(str(hold.get("rule")), thresholds) for hold in record.get("held_by") or ()]
+    holds = [
+        grid_capacity_text(record.get("grid"), record.get("current_nodes"))
+        if hold.get("rule") == HoldRule.CAPACITY
+        else rule_text(str(hold.get("rule")), thresholds)
+        for hold in record.get("held_by") or ()
+    ]
     return ", ".join(holds) or "-"
 
 

@@ -29,6 +29,9 @@ from elasticgrid_provider.core.validation import (
     number_from_text,
 )
 
+BUILT_IN_GRID = "the built-in default grid"
+"""The ``source`` of settings whose grid is the built-in one (no task or connection set one)."""
+
 
 @model
 class GridSettings(JsonModel):
@@ -57,7 +60,7 @@ def grid_settings(
         grid_source = extra["providers"]
         source, field = f"connection {conn_id!r}", f"connection {conn_id!r} field providers"
     else:
-        source = field = "the built-in default grid"
+        source = field = BUILT_IN_GRID
     if isinstance(grid_source, str):  # a form field or a rendered template
         try:
             grid_source = json.loads(grid_source)

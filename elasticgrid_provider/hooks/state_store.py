@@ -18,8 +18,8 @@ over the stored one, losing its cooldown and history.
 
 Airflow's secrets cache is not consulted: a state is always read fresh. Airflow
 is imported only when a Variable is read. These functions need no hook: the
-deadlines, the shared-root check and the UI plugin (outside a task, from the
-metadata DB: :func:`stored_scale_states`) call them directly.
+deadlines and the shared-root check call them directly (the UI plugin reads the
+metadata DB itself: ``plugins/state_cache.py``).
 
 Behind that, when it cannot be sure (a custom secrets backend that answers None
 on failure too), the check still refuses to start afresh over a state that may
@@ -116,23 +116,6 @@ def _confirm_absent(key: str) -> None:
 def scale_state_exists(job_name: str) -> bool:
     """Whether the job's state Variable exists, whatever it holds (from a task)."""
     return read_variable(state_variable_key(job_name)) is not None
-
-
-def stored_scale_states(job_name: str | None = None) -> list[tuple[str, str | None]]:
-    """Every job's state Variable (or ``job_name``'s) as (key, raw text) pairs, from the
-    metadata DB: the UI plugin runs outside a task, with no ``Variable.get``."""
-    from airflow.models.variable import Variable as VariableModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    query = select(VariableModel)
-    if job_name is None:
-        prefix = state_variable_key("")
-        query = query.where(VariableModel.key.startswith(prefix, autoescape=True))
-    else:
-        query = query.where(VariableModel.key == state_variable_key(job_name))
-    with create_session() as session:
-        return [(row.key, row.val) for row in session.scalars(query)]
 
 
 # -- the job's scale state: one Variable, and a record in the job's folder that it exists --

@@ -4,19 +4,20 @@ Three stacked step charts share one time axis. Each has y-axis ticks (0, half, t
 grid lines; the line holds each value until the next point (a running job's last value
 until now). A point where the value changes carries a hover title (time and value); the
 resizes and recoveries are dashed vertical markers across all three, with titles, and
-the time axis has labelled ticks in the UI's zone. One point, or a thousand, both read.
+the time axis has ticks at round times of the UI's zone, one step chosen by the span, so no
+two labels read alike (:func:`time_ticks`). One point, or a thousand, both read.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from datetime import timezone, tzinfo
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from elasticgrid_provider.core.formatting import number_text
 from elasticgrid_provider.plugins.jobs import as_number
-from elasticgrid_provider.plugins.times import absolute_text, epoch_or_none, short_text
+from elasticgrid_provider.plugins.times import absolute_text, epoch_or_none
 
 PANELS = (
     ("nodes", "nodes", "#1f6feb"),
@@ -24,8 +25,13 @@ PANELS = (
     ("cost_per_hour", "cost $/h", "#1c7c3a"),
 )
 MARKER_COLOURS = {"resize": "#6e40c9", "recovery": "#c62828"}
+MARKER_SLOT_PX = 4
 MAX_DOTS = 150  # per panel: beyond it only the changes of value are dotted
-TIME_TICKS = 5
+MAX_TIME_TICKS = 6
+TICK_STEPS_S = (
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+    86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400,
+)  # fmt: skip
 MIN_SPAN_S = 120.0  # a single point is drawn on a two-minute axis
 
 
@@ -48,6 +54,67 @@ def _text(x: float, y: float, text: str, extra: str = "") -> str:
 
 def _title(text: str) -> str:
     return f"<title>{html.escape(text, quote=True)}</title>"
+
+
+CHART_BUCKETS = 240  # time slots of the chart's data: 4 px each at the page's width
+SERIES = tuple(key for key, _, _ in PANELS)
+
+
+def thin_points(points: list[dict[str, Any]], buckets: int = CHART_BUCKETS) -> list[dict[str, Any]]:
+    """At most a few points per time slot, keeping each series' shape: per slot its first and
+    last point and, for each series, the points of its lowest and highest value (a step line
+    of 10,000 decisions draws alike from about 2,000 points)."""
+    if len(points) <= 4 * buckets:
+        return points
+    start, end = float(points[0]["at"]), float(points[-1]["at"])
+    width = max(end - start, 1e-9) / buckets
+    kept: set[int] = set()
+    slot: list[int] = []
+
+    def close() -> None:
+        if not slot:
+            return
+        kept.update((slot[0], slot[-1]))
+        for key in SERIES:
+            known = [i for i in slot if as_number(points[i].get(key)) is not None]
+            if known:
+                kept.add(min(known, key=lambda i: as_number(points[i][key]) or 0.0))
+                kept.add(max(known, key=lambda i: as_number(points[i][key]) or 0.0))
+        slot.clear()
+
+    current = None
+    for index, point in enumerate(points):
+        number = int((float(point["at"]) - start) / width)
+        if number != current:
+            close()
+            current = number
+        slot.append(index)
+    close()
+    return [points[i] for i in sorted(kept)]
+
+
+def time_ticks(start: float, end: float, zone: tzinfo) -> list[tuple[float, str]]:
+    """The time axis' ticks: the smallest round step (:data:`TICK_STEPS_S`) that gives at most
+    :data:`MAX_TIME_TICKS` ticks over the span, at round times of ``zone``, each labelled
+    finely enough that no two labels read alike (seconds below a minute's step, the date
+    once the span passes midnight, the date alone for steps of days)."""
+    span = max(end - start, 1e-9)
+    step = next((s for s in TICK_STEPS_S if span / s <= MAX_TIME_TICKS - 1), TICK_STEPS_S[-1])
+    offset = datetime.fromtimestamp(start, timezone.utc).astimezone(zone).utcoffset()
+    shift = offset.total_seconds() if offset else 0.0  # round in the zone's own clock
+    first = math.ceil((start + shift) / step) * step - shift
+    ticks = [first + step * n for n in range(int((end - first) // step) + 1)]
+    days = {datetime.fromtimestamp(t, timezone.utc).astimezone(zone).date() for t in (start, end)}
+    if step >= 86400:
+        pattern = "%Y-%m-%d" if span > 300 * 86400 else "%m-%d"
+    elif step < 60:
+        pattern = "%H:%M:%S"
+    else:
+        pattern = "%m-%d %H:%M" if len(days) > 1 else "%H:%M"
+    return [
+        (at, datetime.fromtimestamp(at, timezone.utc).astimezone(zone).strftime(pattern))
+        for at in ticks
+    ]
 
 
 def chart_svg(
@@ -105,9 +172,14 @@ def chart_svg(
             parts.append(_text(left + 8, top + panel_height / 2, "not recorded"))
             continue
         path = []
-        for number, (at, value) in enumerate(known):
+        drawn = None
+        for at, value in known:
             x, y = x_of(at), y_of(value)
-            path.append(f"M{x:.1f},{y:.1f}" if number == 0 else f"H{x:.1f}V{y:.1f}")
+            if drawn is None:
+                path.append(f"M{x:.1f},{y:.1f}")
+            elif f"{y:.1f}" != drawn:  # a step: along to here, then up or down
+                path.append(f"H{x:.1f}V{y:.1f}")
+            drawn = f"{y:.1f}"
         path.append(f"H{x_of(end):.1f}")
         parts.append(
             f'<path class="line" fill="none" stroke="{colour}" stroke-width="2" '
@@ -124,25 +196,35 @@ def chart_svg(
                 f"{_title(f'{absolute_text(at, zone)}: {label} {number_text(value)}')}</circle>"
             )
     bottom = len(PANELS) * (panel_height + gap) - gap + 22
-    for marker in markers:
+    slots: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for marker in markers:  # one line per 4 px and kind, titled with what it stands for
+        slot = (int(x_of(float(marker["at"])) // MARKER_SLOT_PX), str(marker.get("kind")))
+        slots.setdefault(slot, []).append(marker)
+    for group in slots.values():
+        marker = group[0]
         x = x_of(float(marker["at"]))
         colour = MARKER_COLOURS.get(str(marker.get("kind")), "#6e40c9")
         title = f"{absolute_text(float(marker['at']), zone)}: {marker.get('label')}"
+        if len(group) > 1:
+            title += (
+                f" and {len(group) - 1} more until {absolute_text(float(group[-1]['at']), zone)}"
+            )
         parts.append(
             f'<line class="marker {marker.get("kind")}" x1="{x:.1f}" x2="{x:.1f}" y1="22" '
             f'y2="{bottom + 4}" stroke="{colour}" stroke-width="2" stroke-dasharray="4 3">'
             f"{_title(title)}</line>"
         )
-    with_date = end - start > 20 * 3600
-    for tick in range(TIME_TICKS):
-        at = start + (end - start) * tick / (TIME_TICKS - 1)
+    for at, label in time_ticks(start, end, zone):
         x = x_of(at)
-        anchor = ' text-anchor="middle"' if 0 < tick < TIME_TICKS - 1 else ""
-        anchor = ' text-anchor="end"' if tick == TIME_TICKS - 1 else anchor
+        anchor = ' text-anchor="middle"'
+        if x < left + 24:
+            anchor = ""
+        elif x > left + plot - 24:
+            anchor = ' text-anchor="end"'
         parts.append(
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{bottom}" y2="{bottom + 5}" stroke="#5f6b76"/>'
         )
-        parts.append(_text(x, bottom + 17, short_text(at, zone, with_date), anchor))
+        parts.append(_text(x, bottom + 17, label, anchor))
     zone_name = absolute_text(start, zone).rsplit(" ", 1)[-1]
     parts.append(_text(left + plot, bottom + 31, f"time ({zone_name})", ' text-anchor="end"'))
     height = bottom + 36

@@ -5,12 +5,16 @@ rules), at ``/elasticgrid/fleet`` and ``/elasticgrid/api/fleet``.
 
 Rules:
 
-* The same data as the CLI (:func:`~elasticgrid_provider.core.fleet.view.fleet_view`):
+* The same data as the CLI, from the same function
+  (:func:`~elasticgrid_provider.hooks.fleet_view.read_fleet`):
   providers x jobs (nodes held, reserved), free nodes per provider, the queue in
   serving order, and next to it the shrink requests (who asked which job to shrink
   to how many nodes). Read without the grid lock and without writing, from the
   ``elasticgrid_default`` connection's jobs root, reconciled with the jobs' launch
-  records; capacities from that connection's grid (else those the ledger recorded).
+  records; the pools jobs use plus that connection's grid when it sets one, its
+  capacities, else those the ledger recorded.
+* Server paths (the ledger file, the jobs root) only for admins (:mod:`.access`): other
+  users read ``<jobs root>``, and no ledger line.
 * A missing or corrupt ledger is shown rebuilt from the launch records, and the page
   says so; a ledger that cannot be read at all (no jobs root here) is a page that
   says why, never an error.
@@ -28,42 +32,36 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from elasticgrid_provider.core.fleet.view import fleet_view, nodes_text
+from elasticgrid_provider.core.fleet.view import nodes_text
 from elasticgrid_provider.core.formatting import clock_text, seconds_text
 from elasticgrid_provider.core.state import state_variable_key
 from elasticgrid_provider.plugins.access import (
     SECURITY_HEADERS,
+    Access,
     airflow_root,
+    hide_paths,
     html_response,
-    may_read,
+    jobs_roots,
 )
-from elasticgrid_provider.plugins.jobs import StoredState, one_line, read_scale_states
+from elasticgrid_provider.plugins.jobs import StoredState, one_line
 from elasticgrid_provider.plugins.links import job_page_path
+from elasticgrid_provider.plugins.live import connection_hook
 from elasticgrid_provider.plugins.pages import Columns, Markup, _link, _page, _table, esc
+from elasticgrid_provider.plugins.state_cache import read_scale_states
 
 OTHER_JOBS = "other jobs"
 
 
-def read_fleet() -> dict[str, Any]:
-    """The fleet view with ``ledger`` (its path), ``note`` and ``capacity_source``; or
-    ``{"error": ...}`` when it cannot be read here (never raises)."""
-    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-    from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+def read_fleet(hook: Any) -> dict[str, Any]:
+    """The fleet view of ``hook``'s jobs root, as ``elasticgrid fleet`` shows it
+    (:func:`~elasticgrid_provider.hooks.fleet_view.read_fleet`); or ``{"error": ...}`` when
+    it cannot be read here (never raises)."""
+    from elasticgrid_provider.hooks.fleet_view import read_fleet as fleet_of
 
     try:
-        hook = ElasticGridHook()
-        store = GridLedgerStore(hook.jobs_root)
-        shown = store.snapshot()
+        return fleet_of(hook)
     except Exception as exc:
         return {"error": f"the grid ledger cannot be read here: {one_line(exc)}"}
-    try:
-        capacities = {p.name: p.max_nodes for p in hook.settings.providers}
-        source = f"the {hook.elasticgrid_conn_id} connection's grid"
-    except Exception as exc:
-        capacities = dict(shown.ledger.capacities or {})
-        source = f"recorded in the ledger (the grid cannot be read: {one_line(exc)})"
-    view = fleet_view(shown.ledger, capacities)
-    return {"ledger": str(store.path), "note": shown.note, "capacity_source": source, **view}
 
 
 def only_readable(view: dict[str, Any], readable: set[str]) -> dict[str, Any]:
@@ -116,10 +114,8 @@ def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
     }
     for job in names:
         columns[job] = _job_cell(job)
-    head = (
-        f'<p class="muted">Ledger {esc(view["ledger"])}; capacities: '
-        f"{esc(view['capacity_source'])}.</p>"
-    )
+    ledger = f"Ledger {esc(view['ledger'])}; capacities" if view.get("ledger") else "Capacities"
+    head = f'<p class="muted">{ledger}: {esc(view["capacity_source"])}.</p>'
     if view.get("note"):
         head += f'<p class="warn">{esc(view["note"])}</p>'
     body = head + "<h2>Providers and jobs</h2>" + _table(view["providers"], columns)
@@ -169,20 +165,28 @@ def add_fleet_routes(app: FastAPI) -> None:
     """``/fleet`` (the page) and ``/api/fleet`` (its data as JSON), under the app's rules."""
 
     def visible(user: Any) -> tuple[dict[str, Any], set[str]]:
-        """The view as ``user`` may see it, and the jobs that have a page to link."""
-        view = read_fleet()
+        """The view as ``user`` may see it (server paths only for admins), and the jobs that
+        have a page to link."""
+        access = Access(user)
+        hook = connection_hook()
+        view = read_fleet(hook)
         if view.get("error"):
-            return view, set()
+            return (view if access.sees_paths else hide_paths(view, jobs_roots(hook))), set()
         stored = {state.job_name: state for state in read_scale_states()}
         names = {job for p in view["providers"] for job in p["jobs"]}
         names |= {request["job"] for request in view["queue"]}
         names |= {s[key] for s in view.get("shrinks", []) for key in ("job", "by_job")}
+        access.know_teams(stored[job] for job in names if job in stored)
         readable = {
             job
             for job in names
-            if may_read(user, stored.get(job) or StoredState(job, state_variable_key(job), None))
+            if access.may_read(stored.get(job) or StoredState(job, state_variable_key(job), None))
         }
-        return only_readable(view, readable), readable & set(stored)
+        view = only_readable(view, readable)
+        if not access.sees_paths:
+            hidden = hide_paths(view, [view["jobs_root"], *jobs_roots(hook)])
+            view = {**hidden, "jobs_root": None, "ledger": None}
+        return view, readable & set(stored)
 
     @app.get("/fleet", response_class=HTMLResponse)
     def show_fleet(request: Request, user: GetUserDep) -> HTMLResponse:

@@ -1,9 +1,8 @@
 """The jobs' state Variables as the "Scale decisions" pages read them.
 
-:func:`read_scale_states` is the one reader (through
-:func:`~elasticgrid_provider.hooks.state_store.stored_scale_states`, on the API server); a state that
-does not load as a :class:`ScaleState` is listed with its error instead of
-breaking the page. Everything here reads the stored JSON as it is, whatever it
+:func:`~.state_cache.read_scale_states` is the one reader (from the metadata DB, on the
+API server, parsed once per change); a state that does not load as a :class:`ScaleState`
+is listed with its error (:func:`parse_state`) instead of breaking the page. Everything here reads the stored JSON as it is, whatever it
 holds: :func:`job_row` and :func:`find_task_decision` never raise, and the
 accessors (:func:`as_dict`, :func:`as_number`, ...) turn a value of the wrong type
 into "missing", so one bad state never takes another job's page down.
@@ -13,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -97,13 +98,22 @@ class StoredState:
     variable_key: str
     data: dict[str, Any] | None
     error: str | None = None
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """What pages derive from the whole history (the chart): computed once per state, which
+    the cache (:mod:`.state_cache`) keeps until the Variable changes."""
 
-    @property
+    def derived(self, name: str, build: Callable[[], Any]) -> Any:
+        """``build()``, once per state (:attr:`memo`)."""
+        if name not in self.memo:
+            self.memo[name] = build()
+        return self.memo[name]
+
+    @cached_property
     def history(self) -> list[dict[str, Any]]:
         """The history entries that are JSON objects (oldest first)."""
         return as_objects((self.data or {}).get("history"))
 
-    @property
+    @cached_property
     def dag_ids(self) -> list[str]:
         """The DAGs whose tasks recorded this job's decisions."""
         found = (context_of(entry).get("dag_id") for entry in self.history)
@@ -125,14 +135,6 @@ def parse_state(variable_key: str, text: str | None) -> StoredState:
     except Exception as exc:  # whatever the document holds, list it with why
         error = one_line(exc)
     return StoredState(job_name, variable_key, data if isinstance(data, dict) else None, error)
-
-
-def read_scale_states(job_name: str | None = None) -> list[StoredState]:
-    """Every job's state Variable (or just ``job_name``'s), sorted by job name."""
-    from elasticgrid_provider.hooks.state_store import stored_scale_states  # API server only
-
-    rows = stored_scale_states(job_name)
-    return sorted((parse_state(key, value) for key, value in rows), key=lambda s: s.job_name)
 
 
 def last_decision(history: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -166,7 +168,7 @@ def _row(stored: StoredState) -> dict[str, Any]:
 
 def job_row(stored: StoredState, live: dict[str, Any] | None = None) -> dict[str, Any]:
     """One line of the jobs list: name, DAG(s), size, last decision, cost, status (or why not);
-    the status and size are ``live``'s (:func:`.live.live_status`) when it has them."""
+    the status, size and cost are ``live``'s (:func:`.live.live_status`) when it has them."""
     try:
         row = _row(stored)
     except Exception as exc:  # one bad state is listed, never breaks the list
@@ -188,6 +190,8 @@ def job_row(stored: StoredState, live: dict[str, Any] | None = None) -> dict[str
     if isinstance(status, str) and status:
         row.update(status=status, status_source="now", ended=status in TERMINAL)
         row["current_nodes"] = as_count(live.get("nodes"))
+        cost = as_number(live.get("cost_per_hour"))
+        row["cost_per_hour"] = row["cost_per_hour"] if cost is None else cost
     return row
 
 

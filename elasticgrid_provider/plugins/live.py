@@ -28,17 +28,21 @@ LOG_TAIL_LINES = 200
 LAUNCH_ROWS_READ = 500  # the newest launch XComs searched for a job's launches
 
 
-def _hook() -> Any:
+def connection_hook() -> Any:
+    """The ``elasticgrid_default`` connection's hook (build one per request: it reads the
+    connection once)."""
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
     return ElasticGridHook()
 
 
-def live_status(job_name: str) -> dict[str, Any]:
-    """The job now: ``status``, ``nodes``, ``launch_id``, ``launched_at``, ``launch_state``,
+def live_status(job_name: str, hook: Any = None) -> dict[str, Any]:
+    """The job now: ``status``, ``nodes``, ``cost_per_hour`` (of the placement it runs),
+    ``launch_id``, ``launched_at``, ``launch_state`` (the launch record's phase; a launch
+    still recorded ``running`` whose parts all ended reads as the job's end, ``done``),
     ``down_reason`` and ``parts`` (name, provider, nodes, status, ranks, error); or ``error``."""
     try:
-        hook = _hook()
+        hook = hook or connection_hook()
         snapshot = hook.job_store.job_snapshot(job_name)
     except Exception as exc:  # the page shows the last check's view instead
         return {"error": f"the live status cannot be read here: {one_line(exc)}"}
@@ -52,13 +56,17 @@ def live_status(job_name: str) -> dict[str, Any]:
         launched_at = None
     if manifest.state is LaunchPhase.DOWN and not status.is_terminal:
         status = JobStatus.FAILED
+    phase = manifest.state.value
+    if status.is_terminal and not manifest.state.is_terminal:
+        phase = status.value  # nobody rewrote the record when the job ended on its own
     per_node = manifest.procs_per_node
     return {
         "status": status.value,
         "nodes": snapshot.nodes,
+        "cost_per_hour": manifest.placement.cost_per_hour,
         "launch_id": manifest.launch_id,
         "launched_at": launched_at,
-        "launch_state": manifest.state,
+        "launch_state": phase,
         "down_reason": manifest.down_reason,
         "parts": [
             {
@@ -79,7 +87,7 @@ def rank_log(job_name: str, part_name: str, rank: int) -> tuple[str | None, str]
     """The newest lines of ``rank``'s log of ``part_name`` (a part of the job's current launch),
     or None and why not."""
     try:
-        hook = _hook()
+        hook = connection_hook()
         manifest = hook.job_store.read_manifest(job_name)
         if manifest is None:
             return None, "this job has no launch record on the API server"

@@ -124,11 +124,54 @@ def time_html(when: dict[str, str] | None) -> Markup:
     )
 
 
-def _timeline_time(row: dict[str, Any]) -> Markup:
-    if row.get("held"):
-        span = f"{time_html(row.get('first_at'))} to {time_html(row.get('last_at'))}"
-        return Markup(f"{esc(row['held'])}, {span}")
-    return time_html(row.get("at"))
+def _timeline_time(row: dict[str, Any], link: Callable[..., str] | None = None) -> Markup:
+    """When: the time, or a folded run's checks and span, linked to the run itself."""
+    if not row.get("held"):
+        return time_html(row.get("at"))
+    span = f"{time_html(row.get('first_at'))} to {time_html(row.get('last_at'))}"
+    run = row.get("run")
+    held = esc(row["held"])
+    if link is not None and isinstance(run, list) and len(run) == 2:
+        entries = row.get("entries")
+        held = Markup(
+            f"{_link(link(run=f'{run[0]}-{run[1]}'), row['held'])} ({esc(entries)} records)"
+        )
+    return Markup(f"{held}, {span}")
+
+
+def _timeline_link(
+    job_name: str, root: str, highlight: dict[str, Any] | None
+) -> Callable[..., str]:
+    """The job page's address with a timeline ``page`` or ``run``, keeping the check shown
+    on top (``#timeline``: the browser opens at the timeline)."""
+    kept = {k: str(v) for k, v in (highlight or {}).items() if v is not None}
+
+    def link(**query: Any) -> str:
+        chosen = {k: str(v) for k, v in query.items() if v is not None}
+        return root + job_page_path(job_name, **kept, **chosen) + "#timeline"
+
+    return link
+
+
+def _paging(info: dict[str, Any], link: Callable[..., str]) -> str:
+    """The timeline's page links: newer, where, older; the run shown, and the way back."""
+    page, pages = info.get("page") or 1, info.get("pages") or 1
+    run = info.get("run")
+    shown = f"{run[0]}-{run[1]}" if isinstance(run, list) and len(run) == 2 else None
+    words: list[Any] = []
+    if shown:
+        words.append(Markup(f"Records {esc(shown)} one by one; {_link(link(), 'all decisions')}."))
+    if pages > 1:
+        if page > 1:
+            words.append(_link(link(page=1, run=shown), "newest"))
+            words.append(_link(link(page=page - 1, run=shown), "newer"))
+        words.append(f"page {page} of {pages} ({info.get('total_rows')} rows)")
+        if page < pages:
+            words.append(_link(link(page=page + 1, run=shown), "older"))
+            words.append(_link(link(page=pages, run=shown), "oldest"))
+    if not words:
+        return ""
+    return f'<p class="paging">{" ".join(esc(word) for word in words)}</p>'
 
 
 def _status(condition: dict[str, Any]) -> Markup:
@@ -238,7 +281,12 @@ def _now_facts(view: dict[str, Any], root: str, launches: dict[str, Any]) -> str
         "Desired nodes": desired,
         "Min / max nodes": f"{number_text(summary.get('min_nodes'))} / "
         f"{number_text(summary.get('max_nodes'))}",
-        "Cost per hour": "-" if view.get("finished") else _money(summary.get("cost_per_hour")),
+        "Cost per hour": "-"
+        if view.get("finished") or summary.get("cost_per_hour") is None
+        else Markup(
+            f"{esc(_money(summary.get('cost_per_hour')))} "
+            f'<span class="muted">({esc(summary.get("cost_source"))})</span>'
+        ),
     }
     launch_id = live.get("launch_id")
     if launch_id:
@@ -288,19 +336,15 @@ def job_page(
         parts.append(f'<p class="error">{esc(problem)}</p>')
     timeline = [row for row in view["timeline"] if isinstance(row, dict)]
     marked = {i: "recovery" for i, row in enumerate(timeline) if row.get("kind") == "recovery"}
+    marked.update({i: "highlight" for i, row in enumerate(timeline) if row.get("this_check")})
     columns = _timeline_columns(root)
+    link = _timeline_link(view["job_name"], root, highlight)
+    columns["time"] = lambda row: _timeline_time(row, link)
     if highlight:
-        matching = [
-            row
-            for row in timeline
-            if not row.get("error") and all(row.get(k) == v for k, v in highlight.items())
-        ][:1]
-        for index, row in enumerate(timeline):
-            if matching and row is matching[0]:
-                marked[index] = "highlight"
+        this_check = view.get("this_check")
         body = (
-            _decision_card(matching[0], root, view)
-            if matching
+            _decision_card(this_check, root, view)
+            if isinstance(this_check, dict)
             else '<p class="muted">This check made no decision that is still in the history.</p>'
         )
         parts.append(_section("This check's decision", body, "this-check"))
@@ -337,7 +381,9 @@ def job_page(
         view["chart"], view.get("markers"), until=None if view.get("finished") else now, zone=zone
     )
     parts.append(_section("Size, queue fraction and cost over time", chart, "chart"))
-    parts.append(_section("Timeline (newest first)", _table(timeline, columns, marked, "wide")))
+    paging = _paging(view.get("timeline_page") or {}, link)
+    timeline_table = _table(timeline, columns, marked, "wide")
+    parts.append(_section("Timeline (newest first)", paging + timeline_table + paging, "timeline"))
     return _page(f"Scale decisions: {view['job_name']}", "".join(parts))
 
 

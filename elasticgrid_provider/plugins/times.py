@@ -70,12 +70,6 @@ def absolute_text(epoch: float, zone: tzinfo) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S} {name}"
 
 
-def short_text(epoch: float, zone: tzinfo, with_date: bool) -> str:
-    """``14:01`` (or ``12-03 14:01``) in ``zone``: the chart's time axis."""
-    moment = datetime.fromtimestamp(epoch, timezone.utc).astimezone(zone)
-    return f"{moment:%m-%d %H:%M}" if with_date else f"{moment:%H:%M}"
-
-
 def moment(value: Any, now: float, zone: tzinfo) -> dict[str, str] | None:
     """An epoch time as ``{"iso", "relative", "absolute"}``; None when it is no time."""
     epoch = epoch_or_none(value)

@@ -24,21 +24,19 @@ from collections.abc import Callable, Iterator
 from datetime import timezone, tzinfo
 from functools import partial
 from typing import Any
-from urllib.parse import quote
 
 from elasticgrid_provider.core.formatting import (
     decision_summary,
     held_text,
     number_text,
     rounded,
-    rule_text,
     seconds_text,
 )
 from elasticgrid_provider.core.policy.conditions import ConditionType
 from elasticgrid_provider.core.recovery import RECOVER_RULE, RecoveryMemory
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, hold_run
+from elasticgrid_provider.plugins.chart import thin_points
 from elasticgrid_provider.plugins.jobs import (
-    RUN_KEYS,
     TERMINAL,
     StoredState,
     as_count,
@@ -48,95 +46,24 @@ from elasticgrid_provider.plugins.jobs import (
     as_text,
     context_of,
     last_decision,
-    map_index_of,
     one_line,
-    shared_grid_of,
+)
+from elasticgrid_provider.plugins.timeline import (
+    find_entry,
+    fold,
+    folded_row,
+    timeline_page,
+    timeline_row,
 )
 from elasticgrid_provider.plugins.times import epoch_or_none, moment
 
-
-def run_links(airflow_root: str, context: dict[str, Any]) -> dict[str, str | None]:
-    """Links to the DAG run and the task instance in the Airflow UI (None when unknown)."""
-    dag_id, run_id, task_id = (context.get(k) for k in RUN_KEYS)
-    if not isinstance(dag_id, str) or not isinstance(run_id, str):
-        return {"run": None, "task": None}
-    run = f"{airflow_root}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-    task = f"{run}/tasks/{quote(task_id, safe='')}" if isinstance(task_id, str) else None
-    index = map_index_of(context)
-    if task is not None and index >= 0:
-        task += f"/mapped/{index}"
-    return {"run": run, "task": task}
-
-
-def _launch_followed(history: list[dict[str, Any]], position: int, live_id: str | None) -> Any:
-    """The launch id that followed the scale change at ``position``: the first newer record
-    naming another launch, else the live launch when it differs."""
-    before = context_of(history[position]).get("launch_id")
-    for entry in history[position + 1 :]:
-        launch_id = context_of(entry).get("launch_id")
-        if isinstance(launch_id, str) and launch_id != before:
-            return launch_id
-    return live_id if live_id and live_id != before else None
-
-
-def timeline_row(
-    history: list[dict[str, Any]],
-    position: int,
-    now: float,
-    zone: tzinfo,
-    airflow_root: str,
-    launches: dict[str, dict[str, Any]],
-    live_id: str | None,
-) -> dict[str, Any]:
-    """One history entry as a timeline row; a run of holds reads "held N times by ..."."""
-    entry = history[position]
-    context = context_of(entry)
-    run = hold_run(entry)
-    count = run.get("count", 1)
-    held = ""
-    if isinstance(count, int) and count > 1:
-        why = " and ".join(str(hold.get("rule")) for hold in as_objects(entry.get("held_by")))
-        held = f"held {count} times by {why or entry.get('rule')}"
-    cost_before = as_number(context.get("cost_per_hour"))
-    cost_after = as_number(context.get("proposed_cost_per_hour"))
-    if cost_after is None and entry.get("action") == "hold":
-        cost_after = cost_before
-    action = entry.get("action")
-    launch = None
-    if action in ("scale_up", "scale_down") or entry.get("rule") == RECOVER_RULE:
-        launch_id = _launch_followed(history, position, live_id)
-        if launch_id is not None:
-            task = launches.get(launch_id) or {}
-            launch = {"launch_id": launch_id, "task": run_links(airflow_root, task)["task"]}
-    return {
-        "position": position,
-        "held": held,
-        "at": moment(entry.get("decided_at"), now, zone),
-        "first_at": moment(run.get("first_at"), now, zone) if held else None,
-        "last_at": moment(run.get("last_at"), now, zone) if held else None,
-        "count": count,
-        "action": action,
-        "from_nodes": entry.get("current_nodes"),
-        "to_nodes": entry.get("target_nodes"),
-        "rule": rule_text(str(entry.get("rule")), as_dict(entry.get("thresholds"))),
-        "held_by": held_text({**entry, "held_by": as_objects(entry.get("held_by"))}),
-        "reason": entry.get("reason"),
-        "summary": decision_summary(entry),
-        "cost_per_hour_before": cost_before,
-        "cost_per_hour_after": cost_after,
-        **{key: context.get(key) for key in (*RUN_KEYS, "try_number")},
-        "map_index": map_index_of(context),
-        "launch_id": context.get("launch_id"),
-        "launch_after": launch,
-        "links": run_links(airflow_root, context),
-        "kind": "recovery" if entry.get("rule") == RECOVER_RULE else "decision",
-        "lost": as_objects(entry.get("lost")),
-        "shared_grid": shared_grid_of(entry),
-    }
+RECOVERIES_SHOWN = 20
 
 
 def recovery_rows(history: list[dict[str, Any]], now: float, zone: tzinfo) -> list[dict[str, Any]]:
-    """The recoveries (newest first): when, what was lost and why, the quarantine, the placement."""
+    """The newest :data:`RECOVERIES_SHOWN` recoveries (newest first): when, what was lost and
+    why, the quarantine, the placement (the timeline has them all)."""
+    recoveries = [entry for entry in history if entry.get("rule") == RECOVER_RULE]
     return [
         {
             "at": moment(entry.get("decided_at"), now, zone),
@@ -157,8 +84,7 @@ def recovery_rows(history: list[dict[str, Any]], now: float, zone: tzinfo) -> li
             ),
             "reason": entry.get("reason"),
         }
-        for entry in reversed(history)
-        if entry.get("rule") == RECOVER_RULE
+        for entry in recoveries[-RECOVERIES_SHOWN:][::-1]
     ]
 
 
@@ -359,8 +285,14 @@ def job_view(
     live: dict[str, Any] | None = None,
     launches: dict[str, dict[str, Any]] | None = None,
     zone: tzinfo = timezone.utc,
+    page: Any = None,
+    run: Any = None,
+    highlight: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything one job's page shows, as plain JSON (module docstring)."""
+    """Everything one job's page shows, as plain JSON (module docstring): the timeline's page
+    ``page`` (of the whole history, or of the folded ``run``, :mod:`.timeline`) and, with
+    ``highlight`` (``dag_id``, ``run_id``, ``task_id``, ``map_index``), that check's newest
+    decision as ``this_check`` (its row; the page that holds it by default)."""
     errors: list[str] = []
     live = live or {}
     data = stored.data or {}
@@ -376,10 +308,33 @@ def job_view(
     if finished is None and newest:
         recommended = as_count(newest.get("recommended_nodes"))
         desired = recommended if recommended is not None else as_count(newest.get("target_nodes"))
-    cost = None if finished else as_number(context_of(newest).get("cost_per_hour"))
+    live_cost = as_number(live.get("cost_per_hour")) if live.get("status") else None
+    recorded_cost = as_number(context_of(newest).get("cost_per_hour"))
+    cost = None if finished else (recorded_cost if live_cost is None else live_cost)
     live_id = as_text(live.get("launch_id"))
     ended_note = as_text(newest.get("reason")) if newest.get("rule") == JOB_ENDED_RULE else None
     note = live.get("down_reason") or ended_note or f"the job is {finished}"
+    row_of = partial(timeline_row, history, now=now, zone=zone, airflow_root=airflow_root,
+                     launches=launches or {}, live_id=live_id)  # fmt: skip
+    found = _guarded(errors, "this check's decision", lambda: find_entry(history, highlight), None)
+    this_check = None
+    if found is not None:
+        this_check = _guarded(errors, f"history entry {found}", partial(row_of, found), None)
+    folded = stored.derived("folded", lambda: fold(history))
+    shown = timeline_page(history, page, run, found, folded)
+    timeline = []
+    for oldest, newest_of in shown.groups:
+        row = _guarded(
+            errors,
+            f"history entry {newest_of}",
+            partial(row_of, newest_of),
+            {"position": newest_of, "error": True},
+        )
+        if not row.get("error"):
+            fold_run = partial(folded_row, history, (oldest, newest_of), row, now, zone)
+            row = _guarded(errors, f"history entries {oldest}-{newest_of}", fold_run, row)
+        row["this_check"] = found is not None and oldest <= found <= newest_of
+        timeline.append(row)
     return {
         "job_name": stored.job_name,
         "variable_key": stored.variable_key,
@@ -396,7 +351,13 @@ def job_view(
         "summary": {
             "current_nodes": current,
             "desired_nodes": desired,
-            "desired_held_by": held_text({"held_by": as_objects(newest.get("held_by"))})
+            "desired_held_by": held_text(
+                {
+                    "held_by": as_objects(newest.get("held_by")),
+                    "grid": newest.get("grid"),
+                    "current_nodes": newest.get("current_nodes"),
+                }
+            )
             if desired is not None and desired != current and newest.get("action") == "hold"
             else None,
             "min_nodes": limits.get("min_nodes"),
@@ -408,6 +369,7 @@ def job_view(
             else None,
             "last_decision_at": moment(newest.get("decided_at"), now, zone),
             "cost_per_hour": cost,
+            "cost_source": "now" if live_cost is not None else "at the last check",
             "skipped_lines": data.get("skipped_lines"),
         },
         "signals": _guarded(
@@ -428,24 +390,19 @@ def job_view(
         "recoveries": _guarded(
             errors, "the recoveries", lambda: recovery_rows(history, now, zone), []
         ),
-        "timeline": [
-            _guarded(
-                errors,
-                f"history entry {position}",
-                partial(
-                    timeline_row,
-                    history,
-                    position,
-                    now,
-                    zone,
-                    airflow_root,
-                    launches or {},
-                    live_id,
-                ),
-                {"position": position, "error": True},
-            )
-            for position in reversed(range(len(history)))
-        ],
-        "chart": _guarded(errors, "the chart", lambda: chart_points(history), []),
-        "markers": _guarded(errors, "the chart's markers", lambda: chart_markers(history), []),
+        "timeline": timeline,
+        "timeline_page": shown.info(),
+        "this_check": this_check,
+        "chart": _guarded(
+            errors,
+            "the chart",
+            lambda: stored.derived("chart", lambda: thin_points(chart_points(history))),
+            [],
+        ),
+        "markers": _guarded(
+            errors,
+            "the chart's markers",
+            lambda: stored.derived("markers", lambda: chart_markers(history)),
+            [],
+        ),
     }

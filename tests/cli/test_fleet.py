@@ -82,10 +82,10 @@ def test_fleet_json_and_capacities_from_a_providers_file(capsys, grid, tmp_path)
     providers.write_text(json.dumps([{"name": "local", "max_nodes": 3, "cost_per_node_hour": 0}]))
     code, data = run_json(capsys, "fleet", "--jobs-root", str(grid), "--providers", str(providers))
     assert code == 0
-    assert data["capacity_source"] == f"from {providers}"
+    assert data["capacity_source"] == f"from {providers}, else recorded in the ledger"
     assert {p["name"]: (p["capacity"], p["free"]) for p in data["providers"]} == {
         "local": (3, 0),
-        "aws": (None, 0),
+        "aws": (8, 5),  # not in the file: the capacity the ledger recorded
     }
     assert data["providers"][1]["jobs"] == {
         "train": {"held": 2, "reserved": 0},
@@ -107,7 +107,9 @@ def test_fleet_on_a_corrupt_ledger_shows_it_rebuilt_and_writes_nothing(capsys, g
     assert (
         "cannot be read" in data["note"] and "rebuilt from the jobs' launch records" in data["note"]
     )
-    assert data["capacity_source"] == "the built-in grid (the ledger recorded none)"
+    # a rebuilt ledger knows no capacity, and no connection sets a grid: no built-in grid
+    assert data["capacity_source"].startswith("none known")
+    assert [p["name"] for p in data["providers"]] == ["local"]
     assert [(j["job"], j["held"]) for j in data["jobs"]] == [("train", {"local": 2})]
     assert data["queue"] == []
     assert path.read_text() == "[]"
@@ -125,7 +127,7 @@ def test_fleet_on_an_empty_root(capsys, tmp_path):
     [
         (
             ["--jobs-root", "/no/such/root"],
-            "--jobs-root must be an existing folder, got '/no/such/root'",
+            "the jobs root must be an existing folder, got '/no/such/root' (from --jobs-root",
         ),
         (["--providers", "/no/such/file.json"], "/no/such/file.json"),
         (["--nodes", "3"], "unrecognized arguments: --nodes 3"),

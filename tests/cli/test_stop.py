@@ -93,7 +93,7 @@ def test_bad_input_is_one_line_and_creates_nothing(tmp_path, capsys, monkeypatch
     code, out, err = run(capsys, "stop", "two--parts", "--jobs-root", str(root))
     assert_one_line_error(code, out, err, "job name must not contain '--'")
     code, out, err = run(capsys, "stop", "ghost", "--jobs-root", str(tmp_path / "nowhere"))
-    assert_one_line_error(code, out, err, "--jobs-root must be an existing folder")
+    assert_one_line_error(code, out, err, "the jobs root must be an existing folder")
     monkeypatch.delenv("AIRFLOW_CONN_ELASTICGRID_TYPO", raising=False)
     code, data = run_json(capsys, "stop", "ghost", "--conn-id", "elasticgrid_typo")
     assert code == 2

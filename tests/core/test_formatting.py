@@ -8,6 +8,7 @@ from elasticgrid_provider.core.formatting import (
     RULE_THRESHOLDS,
     bounded_or_none,
     clock_text,
+    held_text,
     iso_time,
     number_text,
     rule_text,
@@ -20,6 +21,9 @@ from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule
 def test_every_rule_the_scheduler_can_name_has_its_thresholds():
     parameters = ScalePolicy().thresholds()
     for rule in (*DecisionRule, *HoldRule):
+        if rule is HoldRule.CAPACITY:  # the grid's capacity, no parameter of the policy
+            assert rule not in RULE_THRESHOLDS
+            continue
         assert RULE_THRESHOLDS.get(rule), rule
         unknown = set(RULE_THRESHOLDS[rule]) - set(parameters)
         assert not unknown, (rule, unknown)
@@ -48,3 +52,14 @@ def test_the_float_maximum_stands_for_unbounded():
     assert iso_time(sys.float_info.max) is None
     assert clock_text(sys.float_info.max) == "-"
     assert clock_text(1_767_225_600.0) == "2026-01-01T00:00:00Z"
+
+
+def test_a_hold_by_the_shared_grid_reads_as_its_capacity_not_max_nodes():
+    record = {
+        "current_nodes": 4,
+        "thresholds": ScalePolicy(max_nodes=8).thresholds(),
+        "held_by": [{"rule": "capacity", "reason": "the shared grid has no free node for it"}],
+        "grid": {"job": "a", "max_nodes": 4, "holders": {"b": {"local": 4}}},
+    }
+    assert held_text(record) == "grid capacity (0 free; 'b' holds 4 on local)"
+    assert held_text({**record, "grid": None}) == "grid capacity"

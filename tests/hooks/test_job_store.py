@@ -8,12 +8,11 @@ import sys
 
 import pytest
 
-from elasticgrid_provider.core.state import ScaleState, state_variable_key
+from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.state_store import (
     read_variable,
     scale_state_exists,
-    stored_scale_states,
 )
 
 pytestmark = pytest.mark.airflow
@@ -81,22 +80,3 @@ def test_variables_are_read_through_the_state_store_and_the_job_store(monkeypatc
         store.read_scale_state("never-checked").model_dump()
         == ScaleState(job_name="never-checked").model_dump()
     )
-
-
-def test_the_ui_lists_the_state_variables_from_the_metadata_db(airflow_db):
-    from airflow.models.variable import Variable as VariableModel
-
-    state = ScaleState(job_name="listed").model_dump()
-    VariableModel.set(state_variable_key("listed"), json.dumps(state))
-    VariableModel.set("unrelated", "1")
-    try:
-        every = dict(stored_scale_states())
-        assert "unrelated" not in every  # only state Variables (other tests' may be there too)
-        assert all(key.startswith(state_variable_key("")) for key in every)
-        assert json.loads(every[state_variable_key("listed")]) == state
-        listed = stored_scale_states("listed")
-        assert listed == [(state_variable_key("listed"), every[state_variable_key("listed")])]
-        assert stored_scale_states("never-checked") == []
-    finally:
-        VariableModel.delete(state_variable_key("listed"))
-        VariableModel.delete("unrelated")

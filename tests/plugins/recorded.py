@@ -14,6 +14,7 @@ the real policy; a step takes ``20 / nodes`` seconds, half of it queued:
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
@@ -90,3 +91,27 @@ def deadline_job(job_name: str = "audit-job", **context: Any) -> ScaleState:
         remaining_steps=150,
         **context,
     )
+
+
+STABILISING = {"rule": "stabilisation", "reason": "8 nodes were recommended within the last 300s"}
+LAP = 10  # decisions in one lap of long_history
+
+
+def long_history(entries: int, job_name: str = "long-job", **context: Any) -> dict[str, Any]:
+    """The state of a long-lived job with ``entries`` decisions (a large ``history_limit``),
+    as stored: laps of :data:`LAP` decisions, each a hold for want of samples, a scale-up,
+    then eight holds at 4 nodes that alternate between the rules holding them back
+    (cooldown; cooldown and stabilisation), so the state cannot fold them itself. The
+    records are :func:`audited_job`'s, re-timed a minute apart, each with its own run id."""
+    data = audited_job(job_name, **context).model_dump()
+    short, grow, held = data["history"][:3]
+    alternate = {**held, "held_by": [*held["held_by"], STABILISING]}
+    lap = [short, grow, *([held, alternate] * 4)]
+    history = []
+    for number in range(entries):
+        entry = copy.deepcopy(lap[number % LAP])
+        entry.pop("hold_run", None)
+        entry["decided_at"] = T0 + 60.0 * number
+        entry["context"]["run_id"] = f"run-{number}"
+        history.append(entry)
+    return {**data, "history": history, "updated_at": T0 + 60.0 * entries}

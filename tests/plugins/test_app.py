@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
-from tests.plugins.recorded import T0, check, deadline_job
+from elasticgrid_provider.plugins.timeline import ROWS_PER_PAGE
+from tests.plugins.recorded import LAP, T0, check, deadline_job, long_history
 
 pytestmark = pytest.mark.airflow
 
@@ -283,3 +284,80 @@ def test_one_bad_state_breaks_neither_the_list_nor_another_jobs_page(client):
     finally:
         for name in states:
             _delete(name)
+
+
+# -- a long history: folded and paged (1,000 decisions; 3,000 in Chromium) ----------------
+
+DECISIONS = 1_000  # the Chromium test pages 3,000 (test_ui_true_numbers.py)
+ROWS = DECISIONS // LAP * 3  # a lap: a hold, a scale-up, one folded run of eight holds
+
+
+@pytest.fixture(scope="module")
+def long_job(client) -> Iterator[str]:
+    """A job of :data:`DECISIONS` decisions (:func:`long_history`), stored as the sensor does."""
+    from airflow.models.variable import Variable
+
+    Variable.set(state_variable_key("long-job"), long_history(DECISIONS), serialize_json=True)
+    yield "long-job"
+    Variable.delete(state_variable_key("long-job"))
+
+
+def _words(page: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+def _rows(page: str) -> list[str]:
+    table = page[page.index('id="timeline"') :]
+    return re.findall(r"<tr[^>]*>(.*?)</tr>", table[table.index("<tbody>") :])
+
+
+def test_a_long_history_is_folded_and_paged(client, long_job):
+    response = client.get("/elasticgrid/jobs/long-job", headers=_token("viewer"))
+    assert response.status_code == 200
+    page = response.text
+    assert len(page) < 300_000  # 3,000 rows of before took 2.7 MB
+    rows = _rows(page)
+    assert len(rows) == ROWS_PER_PAGE
+    pages = -(-ROWS // ROWS_PER_PAGE)
+    assert f"page 1 of {pages} ({ROWS} rows)" in _words(page)
+    # the newest run: eight holds alternating between the rules holding them back, one row
+    newest = _words(rows[0])
+    assert "held 8 times by cooldown and stabilisation" in newest
+    assert "(8 records)" in newest
+    run = f"{DECISIONS - 8}-{DECISIONS - 1}"
+    assert f'href="/elasticgrid/jobs/long-job?run={run}#timeline"' in rows[0]
+    # its link shows those eight decisions one by one, and the way back
+    one_by_one = client.get(f"/elasticgrid/jobs/long-job?run={run}", headers=_token("viewer"))
+    assert len(_rows(one_by_one.text)) == 8
+    assert f"Records {run} one by one; all decisions ." in _words(one_by_one.text)
+    # the oldest page ends with the first decision: a hold for want of samples
+    oldest = client.get(f"/elasticgrid/jobs/long-job?page={pages}", headers=_token("viewer"))
+    assert f"page {pages} of {pages}" in _words(oldest.text)
+    assert "min_samples" in _words(_rows(oldest.text)[-1])
+    assert 'href="/elasticgrid/jobs/long-job?page=1#timeline">newest</a>' in oldest.text
+    # the chart of a long history is drawn from a bounded number of points
+    data = client.get("/elasticgrid/api/jobs/long-job?page=2", headers=_token("viewer")).json()
+    assert len(data["chart"]) < 2_000
+    assert data["timeline_page"] == {
+        "page": 2,
+        "pages": pages,
+        "rows_per_page": ROWS_PER_PAGE,
+        "total_rows": ROWS,
+        "run": None,
+    }
+    shown = sum(row.get("entries", 1) for row in data["timeline"])
+    assert len(data["history"]) == shown and len(json.dumps(data)) < 1_000_000
+
+
+def test_a_check_deep_in_the_history_opens_on_its_page(client, long_job):
+    # run-11 is the 12th decision: the second lap's scale-up, on the last page
+    url = "/elasticgrid/jobs/long-job?dag_id=audit_dag&run_id=run-11&task_id=scale_check"
+    page = client.get(url, headers=_token("viewer")).text
+    card = page[page.index("This check&#x27;s decision") : page.index(">Now<")]
+    assert "scale_up" in card and "run-11" in card
+    highlighted = re.findall(r'<tr class="highlight">(.*?)</tr>', page)
+    assert len(highlighted) == 1 and "run-11" in highlighted[0]
+    pages = -(-ROWS // ROWS_PER_PAGE)
+    assert f"page {pages} of {pages}" in _words(page)
+    # paging keeps the check on top
+    assert "run_id=run-11&amp;task_id=scale_check&amp;map_index=-1&amp;page=1#timeline" in page

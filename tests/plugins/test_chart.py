@@ -6,7 +6,7 @@ import re
 from datetime import timezone
 from xml.etree import ElementTree
 
-from elasticgrid_provider.plugins.chart import chart_svg
+from elasticgrid_provider.plugins.chart import chart_svg, thin_points, time_ticks
 from elasticgrid_provider.plugins.times import moment, relative_text, zone_named
 from tests.plugins.recorded import T0
 
@@ -50,7 +50,8 @@ def test_a_thousand_decisions_stay_readable_with_markers():
     text = chart_svg(points, markers, zone=zone_named("Europe/Paris"))
     svg = _parsed(text)
     nodes_line = _lines(svg)[0]
-    assert nodes_line.count("H") == 1000  # a step per point (and on to the end)
+    assert nodes_line.count("H") == 4  # a step per change of value (and on to the end)
+    assert _lines(svg)[1].count("H") == 1000  # the queue fraction changes at every point
     circles = list(svg.iter(f"{SVG}circle"))
     assert 0 < len(circles) <= 300  # only the changes are dotted, each with its title
     assert all(c.find(f"{SVG}title") is not None for c in circles)
@@ -75,3 +76,56 @@ def test_times_are_relative_with_the_absolute_time_in_the_zone():
     }
     assert zone_named("Not/AZone") is timezone.utc
     assert moment("x", T0, timezone.utc) is None and moment(1e308, T0, timezone.utc) is None
+
+
+def _labels(svg: ElementTree.Element) -> list[str]:
+    """The time axis' tick labels (the text under the last panel, left of the zone)."""
+    texts = [t for t in svg.iter(f"{SVG}text") if not (t.text or "").startswith("time (")]
+    bottom = max(float(t.get("y", 0)) for t in texts)
+    return [t.text or "" for t in texts if float(t.get("y", 0)) == bottom]
+
+
+def test_the_time_axis_never_repeats_a_label_whatever_the_span():
+    # five evenly spread ticks of a 3-minute span all read "09:00" or "09:01"; round steps
+    # chosen by the span never repeat one, from a minute to a year, in any zone
+    zone = zone_named("Asia/Kolkata")  # half-hour offset: ticks still fall on round times
+    for span in (0, 45, 180, 1_000, 5_000, 30_000, 80_000, 200_000, 3_000_000, 40_000_000):
+        points = [{"at": T0 + 7, "nodes": 2}, {"at": T0 + 7 + span, "nodes": 4}]
+        labels = _labels(_parsed(chart_svg(points, zone=zone)))
+        assert len(labels) >= 2, (span, labels)
+        assert len(set(labels)) == len(labels), (span, labels)
+    # a 3-minute span: ticks a minute apart (seconds only for steps under a minute)
+    assert [label for _, label in time_ticks(T0, T0 + 180, timezone.utc)] == [
+        "00:00",
+        "00:01",
+        "00:02",
+        "00:03",
+    ]
+    assert [label for _, label in time_ticks(T0, T0 + 100, timezone.utc)][:2] == [
+        "00:00:00",
+        "00:00:30",
+    ]
+
+
+def test_ten_thousand_decisions_chart_in_few_bytes_and_keep_their_shape():
+    points = [
+        {"at": T0 + 60 * i, "nodes": 2 + (i // 2500) * 2, "queue_fraction": (i % 97) / 97,
+         "cost_per_hour": 1.5 * (2 + (i // 2500) * 2)}
+        for i in range(10_000)
+    ]  # fmt: skip
+    thin = thin_points(points)
+    assert 240 < len(thin) < 2_000 and thin[0] == points[0] and thin[-1] == points[-1]
+    assert {p["nodes"] for p in thin} == {2, 4, 6, 8}
+    assert (
+        min(p["queue_fraction"] for p in thin) == 0
+        and max(p["queue_fraction"] for p in thin) == 96 / 97
+    )
+    markers = [
+        {"at": T0 + 60 * i, "kind": "resize", "label": f"scale_up {i}"} for i in range(0, 10_000, 5)
+    ]
+    text = chart_svg(thin, markers, zone=timezone.utc)
+    svg = _parsed(text)
+    marks = [line for line in svg.iter(f"{SVG}line") if "marker" in (line.get("class") or "")]
+    assert 100 < len(marks) <= 240  # one per 4 px: 2,000 resizes would blacken the chart
+    assert " and " in marks[0].find(f"{SVG}title").text
+    assert len(text) < 100_000

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -155,3 +158,65 @@ def test_the_page_survives_a_missing_ledger_and_says_so(client, grid_root):
     (grid_root / GRID_FOLDER / LEDGER_NAME).unlink()
     text = _text(client.get("/elasticgrid/fleet", headers=_token("op")).text)
     assert "no grid ledger at" in text and "No request waits." in text
+
+
+POOLS = {"onprem": 4, "cloud": 2}  # what the jobs' own grid (a task's providers) says
+
+
+@pytest.fixture
+def connection_in_the_db(airflow_db: Path, tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """``elasticgrid_default`` in the metadata DB naming a jobs root (no grid), where two jobs
+    hold nodes of a grid that is not the built-in one."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+
+    monkeypatch.delenv("AIRFLOW_CONN_ELASTICGRID_DEFAULT", raising=False)
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # as the api-server sets it
+    root = tmp_path / "shared-jobs"
+    root.mkdir()
+    extra = json.dumps({"jobs_root": str(root)})
+    with create_session() as session:
+        session.add(Connection("elasticgrid_default", conn_type="elasticgrid", extra=extra))
+    with GridLedgerStore(root).transaction() as txn:
+        reserve_in(txn, "rel-lock", {"onprem": 1}, OLD_LAUNCH, POOLS)
+        reserve_in(txn, "rel-big", {"onprem": 2, "cloud": 1}, OLD_LAUNCH, POOLS)
+    try:
+        yield root
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id == "elasticgrid_default").delete()
+
+
+def _cli_fleet(*argv: str) -> dict[str, Any]:
+    environment = {k: v for k, v in os.environ.items() if k != "_AIRFLOW_PROCESS_CONTEXT"}
+    result = subprocess.run(
+        [sys.executable, "-m", "elasticgrid_provider", "fleet", "--json", *argv],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
+
+
+def _grid(view: dict[str, Any]) -> dict[str, tuple[Any, Any, Any]]:
+    return {p["name"]: (p["capacity"], p["free"], p["jobs"]) for p in view["providers"]}
+
+
+def test_the_cli_and_the_page_read_the_connections_jobs_root_and_agree(
+    client, connection_in_the_db
+):
+    # one view of the grid: `elasticgrid fleet`, run as a user runs it (its own process, the
+    # connection in the metadata DB, as `airflow connections add` leaves it) and the page
+    cli = _cli_fleet()  # no --jobs-root: the connection's, from the metadata DB
+    assert cli["jobs_root"] == str(connection_in_the_db.resolve())
+    page = client.get("/elasticgrid/api/fleet", headers=_token("admin")).json()
+    html = client.get("/elasticgrid/fleet", headers=_token("admin")).text
+    # the pools the jobs use, with the capacities their reservations recorded; never the
+    # built-in grid (aws, azure, gcp, local) that no job uses and no connection sets
+    assert _grid(cli) == _grid(page)
+    assert {name: capacity for name, (capacity, _, _) in _grid(page).items()} == POOLS
+    assert {name: free for name, (_, free, _) in _grid(page).items()} == {"onprem": 1, "cloud": 1}
+    assert cli["capacity_source"] == page["capacity_source"] == "recorded in the ledger"
+    assert "aws" not in html and "azure" not in html

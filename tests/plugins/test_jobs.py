@@ -268,7 +268,9 @@ def test_a_scale_change_links_the_launch_that_followed_it():
     row = view["timeline"][0]
     assert (row["action"], row["launch_after"]["launch_id"]) == ("scale_up", "L9")
     # opened from that check: its card links the launch's rank logs, as iroh-tinker keeps them
-    card = job_page(view, {"run_id": "grow", "map_index": -1}).split("<h2")[1]
+    opened = {"run_id": "grow", "map_index": -1}
+    view = job_view(_stored(fresh), now=T0 + 60, live=live, highlight=opened)
+    card = job_page(view, opened).split("<h2")[1]
     assert "Its rank logs" in card
     for rank in (0, 1):
         assert f'href="/elasticgrid/jobs/audit-job/logs/audit-job--onprem/{rank}"' in card
@@ -317,7 +319,10 @@ def test_a_capacity_hold_shows_who_held_what_on_the_shared_grid():
     state = _checked(scheduler, 2, 8.0, grid=grid)
     view = job_view(_stored(state), now=T0 + 10)
     row = view["timeline"][0]
-    assert (row["action"], row["held_by"]) == ("hold", "capacity (max_nodes=8)")
+    assert (row["action"], row["held_by"]) == (
+        "hold",
+        "grid capacity (0 free; 'big' holds 3 on local; 'small' holds 1 on cloud and 1 on local)",
+    )
     assert row["shared_grid"] == {
         "room": 2,
         "holders": ["'big' holds 3 on local", "'small' holds 1 on cloud and 1 on local"],

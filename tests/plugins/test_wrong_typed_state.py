@@ -82,8 +82,10 @@ def test_every_field_of_the_wrong_type_still_renders_the_row_view_and_page(wrong
         try:
             row = job_row(stored)
             listing = jobs_page([row], "", T0)
-            view = job_view(stored, T0 + 1600, live={"status": "running", "nodes": 4})
-            page = job_page(view, {"dag_id": "audit_dag", "run_id": "grow"}, now=T0 + 1600)
+            opened = {"dag_id": "audit_dag", "run_id": "grow"}
+            live = {"status": "running", "nodes": 4}
+            view = job_view(stored, T0 + 1600, live=live, highlight=opened)
+            page = job_page(view, opened, now=T0 + 1600)
         except Exception as exc:  # collected: every path is tried
             failures.append(f"{path}: {type(exc).__name__}: {exc}")
             continue

@@ -1,5 +1,11 @@
 """The grid ledger as the fleet views show it: the CLI's ``elasticgrid fleet`` and the Fleet page.
 
+Which providers a view lists, and their capacities (:func:`fleet_capacities`): the pools
+jobs use (the ledger's holdings and the capacities its last reservation recorded), plus
+the connection's grid when the connection sets one (never the built-in grid on its own);
+the connection's capacity where it names a provider (what the next plan reserves
+against), else the one the ledger recorded; a CLI ``--providers`` file overrides both.
+
 Plain JSON, so both views print the same thing: ``providers`` (capacity, free, the pool
 the name stands for on this grid, and per job the nodes held and reserved), ``jobs`` (priority, ``min_nodes``, launch, held and
 reserved per provider), ``queue`` in serving order and ``shrinks`` (the jobs asked to
@@ -32,6 +38,28 @@ def nodes_text(cell: Mapping[str, int] | None) -> str:
     or ``-``."""
     words = [f"{(cell or {})[phase]} {phase}" for phase in HoldingPhase if (cell or {}).get(phase)]
     return ", ".join(words) or "-"
+
+
+def fleet_capacities(
+    ledger: GridLedger,
+    connection: tuple[Mapping[str, int], str] | None = None,
+    override: tuple[Mapping[str, int], str] | None = None,
+) -> tuple[dict[str, int], str]:
+    """The capacities a fleet view shows (module docstring) and where they come from, in words.
+
+    ``connection``: the connection's grid and its name, when the connection sets one;
+    ``override``: a providers file and its name (the CLI's ``--providers``).
+    """
+    capacities = dict(ledger.capacities or {})
+    sources = ["recorded in the ledger"] if capacities else []
+    for layer in (connection, override):
+        if layer is not None:
+            grid, named = layer
+            capacities.update(grid)
+            sources.insert(0, named)
+    if not sources:
+        return capacities, "none known (no reservation recorded any, and no grid is set)"
+    return capacities, ", else ".join(sources)
 
 
 def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ status (True/False), a CamelCase reason and a one-sentence message:
 * ``AbleToScale``: whether the policy may act on its recommendation now. False while a
   hold other than a bound applies (cooldown: ``BackoffUp``/``BackoffDown``,
   ``Stabilising``, ``RestartNotWorthIt``, ``NoTimeToStart``, ``FinalStretch``,
-  ``NoFreeNodes`` on a shared grid with no free node for it); True
+  ``NoFreeNodes`` on a shared grid with no free node for it, named "grid capacity" in the
+  message, never the policy's ``max_nodes``); True
   after a resize (``SucceededRescale``) or when nothing holds (``ReadyForNewScale``).
 * ``ScalingActive``: whether the window measured enough to compute a size. False with
   too few samples (``NotEnoughSamples``) or no work in them (``NoWorkMeasured``); True with
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from elasticgrid_provider.core.formatting import clock_text, number_text
-from elasticgrid_provider.core.policy.grid import CAPACITY_REASON
+from elasticgrid_provider.core.policy.grid import CAPACITY_REASON, GRID_CAPACITY
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule
 from elasticgrid_provider.core.validation import Choice, Flag, JsonModel, Text, choice, model
 
@@ -57,6 +58,7 @@ HOLD_REASONS = {
     HoldRule.CAPACITY: "NoFreeNodes",
 }
 BOUND_RULES = (HoldRule.CEILING, HoldRule.FLOOR)
+HOLD_NAMES = {HoldRule.CAPACITY: GRID_CAPACITY}  # a rule named otherwise than by its value
 
 
 @model
@@ -102,7 +104,7 @@ def able_to_scale(
         until = ""
         if held_rule is HoldRule.COOLDOWN and cooldown_until is not None:
             until = f" until {clock_text(cooldown_until)}"
-        parts.append(f"held by {held_rule}{until}: {why}")
+        parts.append(f"held by {HOLD_NAMES.get(held_rule, held_rule)}{until}: {why}")
     return ScaleCondition(ConditionType.ABLE_TO_SCALE, False, reason, "; ".join(parts))
 
 

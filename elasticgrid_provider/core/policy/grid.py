@@ -22,6 +22,7 @@ Pure: no Airflow, no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import Field
 
@@ -29,6 +30,9 @@ from elasticgrid_provider.core.fleet.ledger import ShrinkRequest
 from elasticgrid_provider.core.fleet.sharing import JobClaim, shortfall_sentence
 from elasticgrid_provider.core.validation import Count, JsonModel, Text, model
 
+GRID_CAPACITY = "grid capacity"
+"""How a hold by :attr:`HoldRule.CAPACITY` is named: the shared grid's capacity, never the
+policy's ``max_nodes`` (the job may be well within its own bounds)."""
 CAPACITY_REASON = "GridCapacity"
 """The reason of the ``ScalingLimited`` condition when the shared grid clamped a scale-up."""
 
@@ -62,6 +66,27 @@ class GridShare(JsonModel):
         claim = JobClaim(job=self.job, nodes=current, wanted=wanted, min_nodes=min(current, wanted))
         room = max(0, (self.max_nodes if self.max_nodes is not None else wanted) - current)
         return shortfall_sentence(claim, room, self.holders)
+
+
+def grid_capacity_text(grid: Any, current_nodes: Any) -> str:
+    """A hold by the shared grid's capacity as recorded: ``grid capacity (0 free; 'b' holds 4
+    on local)`` from a decision's ``grid`` (its room and holders) and current size; just
+    ``grid capacity`` when the record says no more."""
+    grid = grid if isinstance(grid, Mapping) else {}
+    room, current = grid.get("max_nodes"), current_nodes
+    facts = []
+    if isinstance(room, int) and isinstance(current, int) and not isinstance(room, bool):
+        facts.append(f"{max(0, room - current)} free")
+    holders = grid.get("holders")
+    if isinstance(holders, Mapping):
+        facts += holder_phrases(
+            {
+                str(job): {str(p): n for p, n in nodes.items() if isinstance(n, int)}
+                for job, nodes in holders.items()
+                if isinstance(nodes, Mapping)
+            }
+        )
+    return f"{GRID_CAPACITY} ({'; '.join(facts)})" if facts else GRID_CAPACITY
 
 
 def holder_phrases(holders: Mapping[str, Mapping[str, int]]) -> list[str]:

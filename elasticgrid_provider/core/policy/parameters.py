@@ -60,7 +60,7 @@ class ScalePolicy(JsonModel):
     ] = 1
     max_nodes: Annotated[
         Positive,
-        _about("largest size", DecisionRule.BOUNDS, HoldRule.CEILING, HoldRule.CAPACITY),
+        _about("largest size", DecisionRule.BOUNDS, HoldRule.CEILING),
     ] = 1024
     cooldown_s: Annotated[
         NonNegative,

@@ -1,0 +1,147 @@
+"""The jobs' state Variables as the pages read them: parsed once per change, per API-server process.
+
+A state of 10,000 decisions is about 80 MB of JSON (more once encrypted): decrypting and
+parsing it takes over a second, so each API-server process keeps the states it parsed and
+parses a state again only when its Variable changed. A change is seen without reading the
+whole value:
+
+* an encrypted value (Fernet, the default with a ``fernet_key``) begins with the time and
+  a random IV of its encryption, so every write changes its first 64 characters; those
+  and its length are read from the metadata DB, the value itself only when they changed;
+* a plain value is read whole and compared by its hash (reading is cheap, parsing is not).
+
+What is kept of each history entry: everything but ``inputs`` (the recorded window and
+policy, which only a replay reads: ``elasticgrid simulate --state`` reads the Variable) and
+``context.readable`` (the page formats its own). The cache holds at most
+:data:`MAX_CACHED_ENTRIES` history entries over all jobs, least recently read first out
+(a bigger state is still kept, alone). Nothing here raises on a state's content: a state
+that does not load is kept with its error (:func:`~.jobs.parse_state`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from elasticgrid_provider.core.state import state_variable_key
+from elasticgrid_provider.plugins.jobs import StoredState, parse_state
+
+MAX_CACHED_ENTRIES = 20_000
+"""History entries kept parsed over all jobs (about 7 KB of memory each)."""
+HEAD_CHARS = 64  # an encrypted value's time and IV (and more): new with every write
+DROPPED_KEYS = ("inputs",)
+DROPPED_CONTEXT_KEYS = ("readable",)
+
+Token = tuple[Any, ...]
+
+_lock = threading.Lock()
+_cache: OrderedDict[str, tuple[Token, StoredState]] = OrderedDict()
+
+
+def _slim(stored: StoredState) -> StoredState:
+    """``stored`` without what no page reads (module docstring), its error kept."""
+    data = stored.data
+    if not data or not isinstance(data.get("history"), list):
+        return stored
+    history = []
+    for entry in data["history"]:
+        if isinstance(entry, dict):
+            entry = {k: v for k, v in entry.items() if k not in DROPPED_KEYS}
+            context = entry.get("context")
+            if isinstance(context, dict):
+                entry["context"] = {
+                    k: v for k, v in context.items() if k not in DROPPED_CONTEXT_KEYS
+                }
+        history.append(entry)
+    return StoredState(
+        stored.job_name, stored.variable_key, {**data, "history": history}, stored.error
+    )
+
+
+def _size(stored: StoredState) -> int:
+    return max(1, len(stored.history))
+
+
+def _remember(key: str, token: Token, stored: StoredState) -> None:
+    with _lock:
+        _cache[key] = (token, stored)
+        _cache.move_to_end(key)
+        total = sum(_size(kept) for _, kept in _cache.values())
+        while total > MAX_CACHED_ENTRIES and len(_cache) > 1:
+            _, (_, dropped) = _cache.popitem(last=False)
+            total -= _size(dropped)
+
+
+def _cached(key: str, token: Token) -> StoredState | None:
+    with _lock:
+        found = _cache.get(key)
+        if found is None or found[0] != token:
+            return None
+        _cache.move_to_end(key)
+        return found[1]
+
+
+def forget() -> None:
+    """Empty the cache (tests, and the benchmark's cold reads)."""
+    with _lock:
+        _cache.clear()
+
+
+def _decrypted(key: str, raw: str) -> str | None:
+    """An encrypted value's text, as ``Variable.get_val`` decrypts it (the columns are read
+    without loading Variable rows, whose loading decrypts and registers each value with
+    the secrets masker: a third of a cold read); None when it cannot be decrypted."""
+    from airflow.models.crypto import get_fernet
+
+    try:
+        return get_fernet().decrypt(raw.encode()).decode()
+    except Exception:  # a bad token or no key: the page says the state is unreadable
+        return None
+
+
+def read_scale_states(job_name: str | None = None) -> list[StoredState]:
+    """Every job's state (or ``job_name``'s), parsed or from the cache, sorted by job name."""
+    from airflow.models.variable import Variable
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    if job_name is None:
+        where = Variable.key.startswith(state_variable_key(""), autoescape=True)
+    else:
+        where = Variable.key == state_variable_key(job_name)
+    found: dict[str, StoredState] = {}
+    with create_session() as session:
+        heads = session.execute(
+            select(
+                Variable.key,
+                Variable.is_encrypted,
+                func.length(Variable._val),
+                func.substr(Variable._val, 1, HEAD_CHARS),
+            ).where(where)
+        ).all()
+        unread = []
+        for key, encrypted, length, head in heads:
+            hit = _cached(key, ("fernet", length, head)) if encrypted else None
+            if hit is not None:
+                found[key] = hit
+            else:
+                unread.append(key)
+        if unread:
+            rows = session.execute(
+                select(Variable.key, Variable.is_encrypted, Variable._val).where(
+                    Variable.key.in_(unread)
+                )
+            ).all()
+            for key, encrypted, raw in rows:
+                raw = raw or ""
+                if encrypted:
+                    token: Token = ("fernet", len(raw), raw[:HEAD_CHARS])
+                else:
+                    token = ("plain", len(raw), hash(raw))
+                hit = _cached(key, token)
+                if hit is None:
+                    hit = _slim(parse_state(key, _decrypted(key, raw) if encrypted else raw))
+                    _remember(key, token, hit)
+                found[key] = hit
+    return sorted(found.values(), key=lambda state: state.job_name)
