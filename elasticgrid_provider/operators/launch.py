@@ -42,7 +42,12 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
+from elasticgrid_provider.core.errors import (
+    ElasticGridError,
+    GridCapacityError,
+    JobLaunchError,
+    NewerRecordError,
+)
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
@@ -185,7 +190,7 @@ class LaunchOperator(BaseOperator):
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
         try:
             placement, outcome = self._launch()
-        except (JobLaunchError, GridCapacityError) as exc:  # a retry may succeed
+        except (JobLaunchError, GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
             raise AirflowFailException(str(exc)) from None
