@@ -260,10 +260,6 @@ def test_attach_needs_the_same_run_envs_and_setup(airflow_db, jobs_root, capfd, 
 
 
 def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, capfd, caplog):
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
     secret = "https://user:pa55w0rd@data.example/shard-17"
     result = run_dag("launch_with_envs", {"job_name": "secret", "nodes": 3, "data_url": secret})
     assert result.task_states["launch"] == "success"
@@ -272,15 +268,7 @@ def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, c
     assert f"TRAINING_DATA_URL={secret}".encode() in Path(f"/proc/{rank}/environ").read_bytes()
     # the task's log and its rendered fields do not, although the key does not sound secret
     assert secret not in _text(capfd, caplog)
-    with create_session() as session:
-        rendered = session.scalars(
-            select(RenderedTaskInstanceFields).where(
-                RenderedTaskInstanceFields.dag_id == "launch_with_envs",
-                RenderedTaskInstanceFields.run_id == result.run_id,
-                RenderedTaskInstanceFields.task_id == "launch",
-            )
-        ).one()
-    assert rendered.rendered_fields["envs"] == {"TRAINING_DATA_URL": "***"}
+    assert result.rendered_fields("launch")["envs"] == {"TRAINING_DATA_URL": "***"}
     # no file under the jobs root holds it once the job started
     files = [path for path in jobs_root.rglob("*") if path.is_file()]
     assert [path for path in files if secret.encode() in path.read_bytes()] == []
@@ -306,10 +294,7 @@ def test_only_secret_envs_values_are_masked_never_the_job_name_or_paths(
     what the task registered; applied to the task's output, it gives what the task log
     shows (a deployment's supervisor masks the log file the same way, which
     integration/test_deployment.py reads)."""
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.sdk._shared.secrets_masker import redact, reset_secrets_masker
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
 
     reset_secrets_masker()  # this process's masker: only what this task registers
     token, password = f"hf_{secrets.token_hex(12)}", f"s3cr3t-{secrets.token_hex(4)}"
@@ -336,18 +321,11 @@ def test_only_secret_envs_values_are_masked_never_the_job_name_or_paths(
         "part chaos-resize--onprem rank 0 (global rank 0) failed",
     ):
         assert line in log, line
-    with create_session() as session:
-        rendered = session.scalars(
-            select(RenderedTaskInstanceFields).where(
-                RenderedTaskInstanceFields.dag_id == "launch_printing_envs",
-                RenderedTaskInstanceFields.run_id == result.run_id,
-                RenderedTaskInstanceFields.task_id == "launch",
-            )
-        ).one()
+    rendered = result.rendered_fields("launch")
     envs = ("MODE", "CHAOS_ITER", "HF_TOKEN", "DB_URL", "DATA_URL", "RUN_SIGNATURE")
-    assert rendered.rendered_fields["envs"] == dict.fromkeys(envs, "***")
-    assert rendered.rendered_fields["secret_envs"] == ["***"]  # Airflow hides "secret" fields
-    assert rendered.rendered_fields["job_name"] == "chaos-resize"
+    assert rendered["envs"] == dict.fromkeys(envs, "***")
+    assert rendered["secret_envs"] == ["***"]  # Airflow hides a field whose name sounds secret
+    assert rendered["job_name"] == "chaos-resize"
 
 
 def test_a_secret_envs_name_that_is_no_envs_key_fails_in_one_sentence(
