@@ -127,3 +127,7 @@ def test_a_retry_adopts_a_start_killed_in_its_grace_over_ssh(
     for address, pids in first.items():
         assert any(f"={address}:{pid}" in text for pid in pids), (address, pids)
     assert "resized from" not in text and "Stopped part" not in text
+    from iroh_tinker.cloud import JobManager
+
+    JobManager(root=jobs_root).stop(f"{job}--onprem")  # while its hosts are still up
+    assert _host_processes(ssh_pool, job) == {address: {} for address in first}
