@@ -165,13 +165,18 @@ class ForwardCompatible:
         if cls.LAYOUT is not None:
             major, data = cls.LAYOUT.read(data, cls._remedy(data))
             data = cls._migrate(data, major)
-        fields, unknown = split_unknown(data, known_fields(cls))
-        return {**fields, EXTRAS: unknown} if unknown else fields
+        known = known_fields(cls)
+        if data.keys() <= known:  # the common case: nothing unknown, nothing to copy
+            return data
+        fields, unknown = split_unknown(data, known)
+        return {**fields, EXTRAS: unknown}
 
     @model_serializer(mode="wrap")
     def _write_stored(self, handler: Any):  # no return type: pydantic keeps the JSON Schema
         """The fields, the unknown ones kept from reading, and a root's version fields."""
-        dumped = with_unknown(handler(self), getattr(self, EXTRAS))
+        dumped = handler(self)
+        if self.extras:  # type: ignore[attr-defined]  # every model declares it
+            dumped = with_unknown(dumped, self.extras)  # type: ignore[attr-defined]
         return dumped if self.LAYOUT is None else self.LAYOUT.stamp(dumped)
 
     @classmethod
