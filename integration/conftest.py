@@ -34,6 +34,7 @@ DAG_IDS = [
     "it_launch_on_w1",
     "it_check_on_w2",
     "it_descriptor_probe",
+    "it_printing_envs",
     "it_ssh_training",
     "it_fleet_w1",
     "it_fleet_w2",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -275,6 +276,44 @@ def test_ranks_inherit_no_task_descriptor_and_a_non_waiting_launch_frees_its_wor
     assert job_still_running
     assert delay < 10, f"the worker reported the launch finished {delay:.0f}s after it ended"
     stop_job(deployment, job)
+
+
+def test_the_task_log_masks_the_secret_envs_values_only(deployment: Deployment):
+    """The supervisor's log file of a real Celery task: the job's name and folders as they
+    are, the non-secret values readable, the token and the passwords never (issue 33)."""
+    dag_id, job = "it_printing_envs", "chaos-resize"
+    token, password = f"hf_{secrets.token_hex(12)}", f"s3cr3t-{secrets.token_hex(4)}"
+    signature = f"sig-{secrets.token_hex(6)}"
+    conf = {
+        "job_name": job,
+        "nodes": 2,
+        "hf_token": token,
+        "data_url": f"https://reader:{password}@data.example/shard-17",
+        "signature": signature,
+    }
+    run_id = deployment.trigger(dag_id, conf)
+    assert deployment.wait_for_run(dag_id, run_id, timeout=300) == "failed"
+    launch = deployment.task_instances(dag_id, run_id)["launch"]
+    assert launch["state"] == "failed"
+    path = _task_log(deployment, "w1", dag_id, run_id, "launch", 1)
+
+    def failure_logged() -> str | None:
+        text = path.read_text(errors="replace")
+        return text if f"job '{job}' failed." in text else None
+
+    log = wait_until("the failure in the task log", failure_logged, timeout=60)
+    for secret in (token, password, signature, "u:pw@h"):
+        assert secret not in log
+    assert (
+        "MODE=train CHAOS_ITER=resize HF_TOKEN=*** DB_URL=***/db "
+        "DATA_URL=https://reader:***@data.example/shard-17 RUN_SIGNATURE=***"
+    ) in log
+    part_logs = deployment.jobs_root / f"{job}--onprem" / "logs"
+    assert f"Launched job {job}: 2 nodes" in log
+    assert f"Part {job}--onprem: 2 node(s) on local, logs in {part_logs}" in log
+    assert f"job '{job}' failed." in log
+    envs = ("MODE", "CHAOS_ITER", "HF_TOKEN", "DB_URL", "DATA_URL", "RUN_SIGNATURE")
+    assert launch["rendered_fields"]["envs"] == dict.fromkeys(envs, "***")
 
 
 def _task_log(

@@ -38,6 +38,22 @@ class DagRunResult:
         """The XCom a task of this run pushed (None when it pushed none)."""
         return read_xcom(self.dag_id, self.run_id, task_id, key)
 
+    def rendered_fields(self, task_id: str) -> dict[str, Any]:
+        """A task's rendered template fields as stored for the UI's "Rendered Templates"."""
+        from airflow.models.renderedtifields import RenderedTaskInstanceFields as Rendered
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            row = session.scalars(
+                select(Rendered).where(
+                    Rendered.dag_id == self.dag_id,
+                    Rendered.run_id == self.run_id,
+                    Rendered.task_id == task_id,
+                )
+            ).one()
+            return dict(row.rendered_fields)
+
 
 def load_dag(dag_id: str) -> Any:
     """The DAG ``dag_id`` from the DAG folder, parsed the way Airflow parses it."""

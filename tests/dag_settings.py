@@ -56,6 +56,13 @@ LATE_FAILING_RUN = (
     f"{PYTHON} -c \"import sys, time; time.sleep(6); print('loading shard 7'); "
     "print('boom: corrupt batch'); sys.exit(3)\""
 )
+# a job that starts fine, prints the envs of launch_printing_envs 6 s later, and fails
+PRINTED_ENVS = ("MODE", "CHAOS_ITER", "HF_TOKEN", "DB_URL", "DATA_URL", "RUN_SIGNATURE")
+ENV_PRINTING_RUN = (
+    f'{PYTHON} -c "import os, sys, time; time.sleep(6); '
+    f"print(' '.join(k + '=' + os.environ[k] for k in '{' '.join(PRINTED_ENVS)}'.split())); "
+    'sys.exit(3)"'
+)
 # a job whose part-local rank 1 fails at once while the other ranks keep running
 ONE_RANK_FAILING_RUN = (
     f'{PYTHON} -c "import os, sys, time; '

@@ -5,6 +5,7 @@ The hierarchy::
     ValueError
       ElasticGridError        bad input: one sentence naming the field and the value
         CorruptStateError     a stored scale state that cannot be used (left as it is)
+        NewerRecordError      a record a newer release wrote (a higher major; left as it is)
         UsageError            a bad ``elasticgrid`` command line
         NotEnoughCapacityError  a plan that does not fit the capacity other jobs leave free
         JobNotFoundError      a stop of a job that was never launched under the jobs root
@@ -64,6 +65,12 @@ class ElasticGridError(ValueError):
 
 class CorruptStateError(ElasticGridError):
     """A stored scale state cannot be used; it is left exactly as it is for a person to fix."""
+
+
+class NewerRecordError(ElasticGridError):
+    """A record (state, ledger, manifest, request) has a higher major version than this
+    release reads: a newer release wrote it. Refused in one sentence and left as it is; the
+    operators fail such a try *with* retry (an upgraded worker may take the next one)."""
 
 
 class UsageError(ElasticGridError):

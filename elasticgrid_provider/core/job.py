@@ -27,12 +27,12 @@ with no fingerprints (so the next launch relaunches rather than attaches).
 
 Everything here is plain data that round-trips through JSON (XCom, logs).
 
-Manifest versions: ``manifest.json`` carries ``schema_version``
-(:data:`MANIFEST_SCHEMA_VERSION`); one without it is version 1 (the same
-layout). A field may only be added with a new version. A worker refuses a
-newer version in one sentence naming both (upgrade the worker), and an
-unknown field within a version as malformed, so it never half-understands
-a launch.
+Manifest versions: ``manifest.json`` is a record
+(:mod:`~elasticgrid_provider.core.records`, :data:`MANIFEST_LAYOUT`); one without
+``schema_version`` is version 1. A worker refuses a newer major in one sentence
+(upgrade the worker) and leaves the manifest as it is; the fields a newer minor
+added to the manifest or to its parts are kept when it rewrites the manifest (a new
+launch writes a new one).
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from pydantic import computed_field, model_serializer, model_validator
+from pydantic import model_serializer
 
-from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
 from elasticgrid_provider.core.validation import (
     AnyText,
     Choice,
@@ -52,13 +52,13 @@ from elasticgrid_provider.core.validation import (
     JsonModel,
     Positive,
     Text,
-    check_integer,
     choice,
     model,
     none_as_default,
 )
 
-MANIFEST_SCHEMA_VERSION = 1  # the layout of manifest.json this worker writes and reads
+MANIFEST_LAYOUT = RecordLayout("job manifest", major=1, unversioned=1)
+"""The layout of ``manifest.json`` this release writes and reads."""
 
 
 class JobStatus(Choice):
@@ -84,7 +84,7 @@ class JobStatus(Choice):
 
 
 @model
-class PartRecord(JsonModel):
+class PartRecord(ForwardCompatible, JsonModel):
     """One iroh-tinker job that runs one provider's share of the nodes."""
 
     WHERE = "job part"
@@ -98,11 +98,14 @@ class PartRecord(JsonModel):
     status: Annotated[JobStatus, choice(JobStatus)] = JobStatus.LAUNCHING
     job_dir: AnyText = ""
     last_error: AnyText | None = None
+    extras: Extras = extras_field()
 
 
 @model
-class JobManifest(JsonModel):
+class JobManifest(ForwardCompatible, JsonModel):
     """Which parts make up a job, at which placement, from which launch."""
+
+    LAYOUT = MANIFEST_LAYOUT
 
     job_name: Text
     launch_id: Text
@@ -117,28 +120,12 @@ class JobManifest(JsonModel):
     down_reason: AnyText | None = None
     fingerprint_salt: AnyText = ""
     fingerprints: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    extras: Extras = extras_field()
 
-    @model_validator(mode="before")
     @classmethod
-    def _versioned(cls, data: Any) -> Any:
-        """Refuse a newer layout in one sentence; read a manifest without a version as 1."""
-        if not isinstance(data, dict):
-            return data
-        where = "job manifest schema_version"
-        version = check_integer(where, data.get("schema_version", 1), minimum=1)
-        if version > MANIFEST_SCHEMA_VERSION:
-            raise ElasticGridError(
-                f"job manifest schema_version {version} is newer than this worker reads "
-                f"({MANIFEST_SCHEMA_VERSION}); upgrade elasticgrid-provider on this worker"
-            )
-        fields = {key: value for key, value in data.items() if key != "schema_version"}
-        return none_as_default(fields, "fingerprints")
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def schema_version(self) -> int:
-        """The layout of ``manifest.json`` (module docstring)."""
-        return MANIFEST_SCHEMA_VERSION
+    def _migrate(cls, data: dict[str, Any], major: int) -> dict[str, Any]:
+        """An older manifest's null ``fingerprints`` take the default."""
+        return none_as_default(data, "fingerprints")
 
     @property
     def nodes(self) -> int:

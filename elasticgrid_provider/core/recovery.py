@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobStatus
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, extras_field
 from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import (
     AboveZero,
@@ -107,31 +108,34 @@ class LostPart(JsonModel):
 
 
 @model
-class QuarantineEntry(JsonModel):
+class QuarantineEntry(ForwardCompatible, JsonModel):
     """A provider left out of every placement until ``until`` (epoch seconds), and why."""
 
     provider: AnyText
     since: Finite
     until: Finite
     reason: AnyText
+    extras: Extras = extras_field()
 
 
 @model
-class PastRecovery(JsonModel):
+class PastRecovery(ForwardCompatible, JsonModel):
     """A recovery that was decided: when, and for which launch."""
 
     at: Finite
     launch_id: AnyText
+    extras: Extras = extras_field()
 
 
 @model
-class RecoveryMemory(JsonModel):
+class RecoveryMemory(ForwardCompatible, JsonModel):
     """What the job's scale state keeps about recoveries: quarantines and past recoveries."""
 
     WHERE = "scale state recovery"
 
     quarantine: tuple[QuarantineEntry, ...] = ()
     recoveries: tuple[PastRecovery, ...] = ()
+    extras: Extras = extras_field()
 
     def active_quarantine(self, now: float) -> tuple[QuarantineEntry, ...]:
         """The quarantines that still hold at ``now``, one per provider (the longest)."""

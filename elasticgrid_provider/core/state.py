@@ -16,10 +16,14 @@ job (:func:`state_variable_key`):
   with its inputs, so it replays exactly;
 * ``recovery``: quarantined providers and recent recoveries
   (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`; absent before it);
-* ``schema_version``: the layout (2). Version 1 (before ``capacity`` and
+* ``schema_version``: the layout (:data:`STATE_LAYOUT`, a record:
+  :mod:`~elasticgrid_provider.core.records`). Version 1 (before ``capacity`` and
   ``recent``) is migrated on load: no measurements, no recent recommendations,
-  its history as recorded (it replays under today's policy). Other versions
-  are refused with one sentence saying what to do.
+  its history as recorded (it replays under today's policy). A newer major is
+  refused in one sentence (upgrade the worker); other versions too, saying what
+  to do. Fields a newer minor added (to the state, its cooldown, cursors, capacity,
+  recent recommendations and recovery memory) are kept when a check rewrites it;
+  history entries are kept as they were written.
 
 A document that is not a whole, valid state of the expected job is refused
 with one sentence; the caller must leave it alone, never replace it with a
@@ -56,7 +60,6 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
-    computed_field,
     field_validator,
     model_serializer,
     model_validator,
@@ -71,6 +74,7 @@ from elasticgrid_provider.core.policy.load import estimate_load
 from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import ScaleAction
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
 from elasticgrid_provider.core.recovery import (
     NO_RECOVERIES,
     PAST_RECOVERIES_KEPT,
@@ -94,8 +98,8 @@ from elasticgrid_provider.core.validation import (
     none_as_default,
 )
 
-SCHEMA_VERSION = 2
-MIGRATABLE_SCHEMA_VERSIONS = (1,)  # older layouts still read (and upgraded)
+STATE_LAYOUT = RecordLayout("scale state", major=2, migrated=(1,))
+"""2: ``capacity`` and ``recent``; 1 is migrated (module docstring)."""
 DEFAULT_HISTORY_LIMIT = 20
 JOB_ENDED_RULE = "job_ended"  # the rule of the history entry that records the end of the job
 RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")  # keys of an entry beside the decision
@@ -109,7 +113,7 @@ def state_variable_key(job_name: str) -> str:
 
 
 @model
-class DecisionInputs(JsonModel):
+class DecisionInputs(ForwardCompatible, JsonModel):
     """Everything a decision was computed from; :meth:`decide` reproduces it exactly."""
 
     scheduler: ScalePolicy
@@ -123,6 +127,7 @@ class DecisionInputs(JsonModel):
     capacity: CapacityMemory = NO_MEASUREMENTS
     recent: tuple[Recommendation, ...] = ()
     grid: GridShare | None = None
+    extras: Extras = extras_field()
 
     @model_validator(mode="before")
     @classmethod
@@ -131,7 +136,7 @@ class DecisionInputs(JsonModel):
 
     def decide(self) -> ScaleDecision:
         """Run the scheduler on these inputs (the fields after ``window`` are its keywords)."""
-        options = {field.name: getattr(self, field.name) for field in fields(self)[2:]}
+        options = {f.name: getattr(self, f.name) for f in fields(self)[2:] if f.name != "extras"}
         return decide(self.scheduler, self.window, **options)
 
 
@@ -187,8 +192,10 @@ def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
 
 
 @model
-class ScaleState(JsonModel):
+class ScaleState(ForwardCompatible, JsonModel):
     """One job's window, cursors, cooldown clock and decision history (see module docstring)."""
+
+    LAYOUT = STATE_LAYOUT
 
     job_name: Text
     window: MetricsWindow = Field(default_factory=MetricsWindow)
@@ -206,22 +213,17 @@ class ScaleState(JsonModel):
     capacity: CapacityMemory = NO_MEASUREMENTS
     recent: tuple[Recommendation, ...] = ()
     recovery: RecoveryMemory = NO_RECOVERIES
+    extras: Extras = extras_field()
 
-    @model_validator(mode="before")
     @classmethod
-    def _migrated(cls, data: Any) -> Any:
-        """Check the stored layout's version (always named); version 1 gains the defaults."""
-        if not isinstance(data, dict):  # built in code, or refused as no JSON object
-            return data
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION and version not in MIGRATABLE_SCHEMA_VERSIONS:
-            raise ElasticGridError(
-                f"scale state schema_version must be {SCHEMA_VERSION} (or 1, which is migrated), "
-                f"got {version!r}; delete the job's Variable "
-                f"{state_variable_key(str(data.get('job_name', '<job>')))} to start afresh"
-            )
-        fields = {key: value for key, value in data.items() if key != "schema_version"}
-        return none_as_default(fields, "cooldown", "capacity", "recent", "recovery")
+    def _migrate(cls, data: dict[str, Any], major: int) -> dict[str, Any]:
+        """Version 1 (and any older null) gains the defaults."""
+        return none_as_default(data, "cooldown", "capacity", "recent", "recovery")
+
+    @classmethod
+    def _remedy(cls, data: Any) -> str:
+        job = state_variable_key(str(data.get("job_name", "<job>")))
+        return f"; delete the job's Variable {job} to start afresh"
 
     @field_validator("cursors", mode="before")
     @classmethod
@@ -237,12 +239,6 @@ class ScaleState(JsonModel):
                 cursor = check_integer(where, cursor)
             cursors[str(source)] = cursor
         return cursors
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def schema_version(self) -> int:
-        """The layout of this document (module docstring)."""
-        return SCHEMA_VERSION
 
     def cursor(self, source: str) -> int:
         """The position already consumed in ``source`` (0 when never read)."""

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, extras_field
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.validation import AnyText, Count, JsonModel, model
 
@@ -53,7 +54,7 @@ def cut_report(text: str, limit: int = REPORT_LIMIT) -> str:
 
 
 @model
-class LogCursor(JsonModel):
+class LogCursor(ForwardCompatible, JsonModel):
     """Where the previous read stopped in one step log, and which file that was.
 
     ``offset``: bytes consumed; ``inode`` and ``head`` (a fingerprint of the
@@ -67,6 +68,7 @@ class LogCursor(JsonModel):
     inode: Count | None = None
     head: AnyText | None = None
     last_step: Count | None = None
+    extras: Extras = extras_field()
 
 
 @dataclass(frozen=True)

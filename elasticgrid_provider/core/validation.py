@@ -284,7 +284,7 @@ def model_error(
     kind, value = problem["type"], problem.get("input")
     cause = (problem.get("ctx") or {}).get("error")
     if isinstance(cause, ElasticGridError):
-        return ElasticGridError(str(cause))
+        return type(cause)(str(cause))
     loc = list(problem["loc"])
     if loc and isinstance(loc[0], int) and loc[0] < len(positional):
         loc[0] = positional[loc[0]]

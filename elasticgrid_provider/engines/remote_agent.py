@@ -11,7 +11,8 @@ not this package. Requests (``op``):
   each rank (iroh's runner run as its file: see :func:`_command`) detached (own session, stdin ``/dev/null``, output appended to
   its log), answer each rank's pid and start time (a pid's identity: a pid
   reused by another process never reads as the rank).
-* ``status``: per rank, alive (not a zombie) or not, and its markers.
+* ``status``: per rank, alive (not a zombie) or not, the launch id its environment
+  carries (``ELASTICGRID_LAUNCH_ID``, while alive), and its markers.
 * ``stop``: SIGKILL each rank's runner (the session leader, so it cannot
   restart the rank it was told to stop), SIGTERM the rest of its group, then
   SIGKILL what outlives the grace.
@@ -191,7 +192,9 @@ def status(request):
                     markers[kind] = handle.read()
             except OSError:
                 markers[kind] = None
-        ranks[rank] = {"alive": _is_rank(pid, started), **markers}
+        alive = _is_rank(pid, started)
+        launch_id = process_environment(pid).get("ELASTICGRID_LAUNCH_ID") if alive else None
+        ranks[rank] = {"alive": alive, "launch_id": launch_id, **markers}
     return {"ranks": ranks}
 
 

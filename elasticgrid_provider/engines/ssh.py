@@ -23,7 +23,9 @@ remote command line and never detaches its ranks.
   ``os.kill`` them on this machine. ``status`` mirrors the remote markers
   into the local job folder (iroh reads ``done_0`` there) and writes
   ``remote-status.json`` (an unreachable host's ranks are ``stopped`` to iroh,
-  ``unreachable`` in the file).
+  ``unreachable`` in the file), with each live rank's ``host:pid`` and the launch
+  id its environment carries: what a retry adopting a start confirms
+  (:func:`~elasticgrid_provider.hooks.remote_parts.remote_ranks_unconfirmed`).
 """
 
 from __future__ import annotations
@@ -246,6 +248,7 @@ class SshEngine(Engine):
 
         results = for_each_host(by_host, probe)
         words: dict[int, str] = {}
+        processes: dict[str, dict[str, Any]] = {}
         unreachable = []
         job_dir = Path(cluster.meta["job_dir"]) if cluster.meta.get("job_dir") else None
         for host, answer in results.items():
@@ -257,12 +260,16 @@ class SshEngine(Engine):
             for node in by_host[host]:
                 found = answer.get(str(node.rank), {})
                 words[node.rank] = "running" if found.get("alive") else "stopped"
+                if found.get("alive"):
+                    pid = f"{host_address(host)}:{_pid(node)[0]}"
+                    processes[str(node.rank)] = {"pid": pid, "launch_id": found.get("launch_id")}
                 for kind in ("done", "attempt"):
                     if job_dir is not None and job_dir.is_dir():
                         _mirror(job_dir / f"{kind}_{node.rank}", found.get(kind))
         record = {
             "checked_at": time.time(),
             "ranks": {str(rank): words[rank] for rank in sorted(words)},
+            "processes": processes,
             "unreachable_hosts": unreachable,
         }
         if job_dir is not None and job_dir.is_dir():

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
@@ -66,9 +66,19 @@ from elasticgrid_provider.core.fleet.sharing import (
 from elasticgrid_provider.core.launch_record import new_launch_id
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.records import (
+    RecordLayout,
+    known_fields,
+    split_unknown,
+    with_unknown,
+)
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 
 log = logging.getLogger(__name__)
+
+REQUEST_LAYOUT = RecordLayout("capacity request", major=1, unversioned=1)
+"""The layout of a request handed to a :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`
+(a record: :mod:`~elasticgrid_provider.core.records`; a triggerer may run another release)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,7 @@ class CapacityRequest:
     mode: ShortfallMode = ShortfallMode.WAIT
     timeout_s: float | None = None
     lease_s: float = DEFAULT_LEASE_S  # lease_for(the task's poll_interval)
+    extras: dict[str, Any] = field(default_factory=dict, hash=False)  # a newer minor's fields
 
     def as_queued(self, since: float, current_nodes: int = 0) -> QueuedRequest:
         """The request as it waits in the ledger's queue (``current_nodes``: what it uses)."""
@@ -97,8 +108,8 @@ class CapacityRequest:
         )
 
     def model_dump(self) -> dict[str, Any]:
-        """Plain JSON (a trigger's arguments)."""
-        return {
+        """Plain JSON (a trigger's arguments), with its version and the fields kept."""
+        dumped = {
             "job": self.job,
             "nodes": self.nodes,
             "min_nodes": self.min_nodes,
@@ -107,10 +118,14 @@ class CapacityRequest:
             "timeout_s": self.timeout_s,
             "lease_s": self.lease_s,
         }
+        return REQUEST_LAYOUT.stamp(with_unknown(dumped, self.extras))
 
     @classmethod
     def model_validate(cls, data: Mapping[str, Any]) -> CapacityRequest:
-        """The request from :meth:`model_dump`'s JSON."""
+        """The request from :meth:`model_dump`'s JSON; a newer major is refused in one
+        sentence (:class:`~elasticgrid_provider.core.errors.NewerRecordError`)."""
+        _, stored = REQUEST_LAYOUT.read(data)
+        data, extras = split_unknown(stored, known_fields(cls))
         return cls(
             job=str(data["job"]),
             nodes=int(data["nodes"]),
@@ -119,6 +134,7 @@ class CapacityRequest:
             mode=ShortfallMode(data["mode"]),
             timeout_s=None if data.get("timeout_s") is None else float(data["timeout_s"]),
             lease_s=float(data.get("lease_s", DEFAULT_LEASE_S)),
+            extras=extras,
         )
 
 

@@ -18,7 +18,11 @@ Rules:
   killed while holding the lock releases it (the kernel drops its ``flock``), and the
   next transaction reconciles what it left (a reservation no launch confirmed expires).
 * A missing ledger is rebuilt from the launch records; a corrupt one is moved aside,
-  logged, and rebuilt, never silently lost.
+  logged, and rebuilt, never silently lost. One a newer release wrote (a higher major:
+  :mod:`~elasticgrid_provider.core.records`) is not corrupt: a transaction refuses it in
+  one sentence (:class:`~elasticgrid_provider.core.errors.NewerRecordError`) and leaves it
+  where it is, untouched; a snapshot shows the ledger rebuilt, saying why. Fields a newer
+  minor added are kept when a transaction rewrites the ledger.
 * :meth:`GridLedgerStore.snapshot` reads without the lock and writes nothing (the file
   is only ever replaced whole): for the CLI and the UI.
 * A jobs root that cannot be written fails with one sentence naming it.
@@ -43,7 +47,7 @@ from pathlib import Path
 
 from elasticgrid_provider.atomic_files import write_atomically
 from elasticgrid_provider.core.clock import epoch_now
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.errors import ElasticGridError, NewerRecordError
 from elasticgrid_provider.core.fleet.ledger import (
     GridLedger,
     lapsed_requests,
@@ -186,6 +190,11 @@ class GridLedgerStore:
             return rebuild(records, now=now), note
         try:
             stored = GridLedger.model_validate(json.loads(text))
+        except NewerRecordError as exc:  # not corrupt: never moved aside, never rewritten
+            if keep_corrupt:
+                raise NewerRecordError(f"the grid ledger {self.path}: {exc}") from None
+            note = f"the grid ledger {self.path} cannot be read here ({exc})"
+            return rebuild(records, now=now), note + "; shown rebuilt from the launch records"
         except ValueError as exc:  # not JSON, or not a ledger
             note = f"the grid ledger {self.path} cannot be read ({exc})"
             if keep_corrupt:

@@ -10,7 +10,9 @@ confirm* (:mod:`elasticgrid_provider.core.launch_record`) under the job's lock
   and the placement and the ``run``/``envs``/``setup`` fingerprints are unchanged;
 * **adopt** (confirm it, start nothing) a launch on the same terms that a task
   killed in its start-up grace left ``starting``, once every part started and
-  every rank is a live process of that launch;
+  every rank is a live process of that launch: on this machine, found by the launch
+  id in its environment; on SSH hosts, by the engine's probe of each recorded rank's
+  pid and start time and the launch id its environment carries;
 * otherwise **launch** or **resize**: prepare and write the new launch
   (:mod:`elasticgrid_provider.hooks.launch_prepare`), record the old launch
   ``stopping`` and stop it (:mod:`elasticgrid_provider.hooks.launch_stop`), put the
@@ -70,6 +72,7 @@ from elasticgrid_provider.hooks.launcher import (
     redact_part_specs,
     start_launcher,
 )
+from elasticgrid_provider.hooks.remote_parts import remote_ranks_unconfirmed, spec_params
 
 DEFAULT_STARTUP_GRACE_S = 3.0
 """How long a new launch's ranks must stay up before the launch counts as started."""
@@ -119,6 +122,7 @@ class LaunchManager:
         self._cancelled = False
         self._in_progress: JobManifest | None = None
         self._launcher: subprocess.Popen[Any] | None = None
+        self._found_ranks: list[str] = []  # the ranks an adoption found: ``part rank=pid``
 
     @property
     def log(self) -> Any:
@@ -211,15 +215,24 @@ class LaunchManager:
         if missing:
             return f"its launch {launch_id} was cut short before {', '.join(missing)} started"
         alive = set(launch_processes(job, [launch_id]))
+        found_ranks = []
         for part in current.parts:
-            pids = self.store.job_manager.status(part.name).pids
-            gone = sorted(int(rank) for rank, pid in pids.items() if int(pid) not in alive)
+            since = time.time()
+            pids = self.store.job_manager.status(part.name).pids  # SSH hosts: a fresh probe
+            if spec_params(part.spec_path) is not None:
+                ranks = range(part.nodes * manifest.procs_per_node)
+                gone, found = remote_ranks_unconfirmed(part.job_dir, launch_id, ranks, since)
+            else:
+                gone = sorted(int(rank) for rank, pid in pids.items() if int(pid) not in alive)
+                found = {int(rank): str(pid) for rank, pid in pids.items()}
             restarted = list(Path(part.job_dir).glob("attempt_*")) if part.job_dir else []
-            if not pids or gone or ranks_down(part) or restarted:
+            if not found or gone or ranks_down(part) or restarted:
                 return (
                     f"its launch {launch_id} was cut short while starting and part {part.name} "
                     f"is not whole (rank(s) down: {gone or ranks_down(part) or 'restarted'})"
                 )
+            found_ranks += [f"{part.name} {rank}={pid}" for rank, pid in sorted(found.items())]
+        self._found_ranks = found_ranks
         return None
 
     def _adopt(self, manifest: JobManifest, grace_s: float) -> LaunchOutcome:
@@ -227,9 +240,10 @@ class LaunchManager:
         ``grace_s`` since it was recorded; the launch is then this manager's own."""
         self.log.info(
             "Job %s's launch %s was left starting by a task that ended, with every part started "
-            "and every rank up; confirming it instead of starting it again.",
+            "and every rank up (rank=pid: %s); adopting it instead of starting it again.",
             manifest.job_name,
             manifest.launch_id,
+            ", ".join(self._found_ranks),
         )
         self._in_progress = manifest
         recorded = datetime.fromisoformat(manifest.launched_at).timestamp()

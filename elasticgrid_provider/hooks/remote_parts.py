@@ -9,6 +9,11 @@ root, so the rest of the hook reads a remote part as it reads a local one:
   runner's ``done_<n>``/``attempt_<n>`` markers into the local part folder and writes
   ``remote-status.json`` (each rank ``running``, ``stopped`` or ``unreachable``).
   :func:`remote_down_ranks` turns it into iroh-tinker's ``down ranks: [..]`` words.
+* **Adoption.** A retry that finds a start left ``starting`` by a killed task adopts it
+  only when every rank of each part is a live process of that launch: on this machine,
+  by the launch id in its environment; on SSH hosts, by the engine's probe, which finds
+  each recorded rank by its pid and start time and reads the launch id its environment
+  carries (:func:`remote_ranks_unconfirmed`).
 * **Sweep.** A launch killed before iroh-tinker recorded its ranks leaves processes that
   only their environment names (``ELASTICGRID_JOB``, ``ELASTICGRID_LAUNCH_ID``):
   :func:`sweep_remote_launch` kills them on every host of the launch's specs.
@@ -114,6 +119,29 @@ def remote_down_ranks(job_dir: str | os.PathLike[str]) -> str | None:
     unreachable = [str(host) for host in probe.get("unreachable_hosts") or ()]
     cut_off = f"host(s) {', '.join(unreachable)} unreachable; " if unreachable else ""
     return f"{cut_off}down ranks: {down}"
+
+
+def remote_ranks_unconfirmed(
+    job_dir: str | os.PathLike[str], launch_id: str, ranks: Iterable[int], since: float
+) -> tuple[list[int], dict[int, str]]:
+    """Which of a remote part's ``ranks`` the engine's probe (made at or after ``since``) did
+    not find running as processes of ``launch_id``, and the ``host:pid`` of those it did; every
+    rank counts as unconfirmed when there is no such probe (a host could not be asked)."""
+    wanted = sorted(ranks)
+    try:
+        probe = json.loads((Path(job_dir) / REMOTE_STATUS_FILE).read_text())
+        fresh = float(probe["checked_at"]) >= since
+        processes = {int(rank): dict(found) for rank, found in probe["processes"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return wanted, {}
+    if not fresh:
+        return wanted, {}
+    confirmed = {
+        rank: str(found.get("pid"))
+        for rank, found in processes.items()
+        if rank in wanted and found.get("launch_id") == launch_id
+    }
+    return [rank for rank in wanted if rank not in confirmed], confirmed
 
 
 def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]) -> list[str]:

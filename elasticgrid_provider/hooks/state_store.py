@@ -36,7 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from elasticgrid_provider.core.clock import utc_iso_now
-from elasticgrid_provider.core.errors import CorruptStateError, ElasticGridError, StateReadError
+from elasticgrid_provider.core.errors import (
+    CorruptStateError,
+    ElasticGridError,
+    NewerRecordError,
+    StateReadError,
+)
 from elasticgrid_provider.core.state import ScaleState, state_variable_key
 from elasticgrid_provider.core.step_log import cut_report
 
@@ -160,6 +165,8 @@ def read_scale_state(job_folder: Path, job_name: str) -> ScaleState:
         if data is None:
             raise ElasticGridError("it holds null instead of a state object")
         return ScaleState.model_validate(data, job_name=job_name)
+    except NewerRecordError as exc:  # not corrupt: a newer release wrote it
+        raise NewerRecordError(f"scale state Variable {key!r}: {exc}") from None
     except ElasticGridError as exc:
         raise CorruptStateError(
             f"scale state Variable {key!r} cannot be used: {cut_report(str(exc))}; fix or "

@@ -26,14 +26,18 @@ with every rank up, which a retry confirms instead of restarting). A job it
 attached to, or was still waiting (on the job's lock) to launch or attach to,
 keeps running. A killed task fails.
 
-Every ``envs`` value is registered with Airflow's secrets masker as soon as
-the fields are rendered, so neither logs nor rendered fields show it.
+Once the fields are rendered, the rendered-fields view shows every ``envs``
+value as ``***``, and the secret ones go to Airflow's secrets masker, so no log
+shows them: those of the keys named in ``secret_envs``, of keys Airflow deems
+sensitive, and the passwords of URLs (:mod:`elasticgrid_provider.core.secret_envs`).
+The other values stay readable wherever they appear (a job ``chaos-resize`` with
+``CHAOS_ITER=resize`` is logged as it is named).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -42,10 +46,16 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
-from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
+from elasticgrid_provider.core.errors import (
+    ElasticGridError,
+    GridCapacityError,
+    JobLaunchError,
+    NewerRecordError,
+)
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.secret_envs import HiddenValues, check_secret_envs, secret_values
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.launch_manager import (
     DEFAULT_STARTUP_GRACE_S,
@@ -74,6 +84,8 @@ class LaunchOperator(BaseOperator):
     :param procs_per_node, backend: processes per node, and the iroh-tinker backend name.
     :param envs, setup, workdir: extra environment variables for every rank, a command run once
         per part before the ranks start, and the ranks' working directory (templated).
+    :param secret_envs: names of ``envs`` whose values the logs must never show, beyond the
+        keys Airflow deems sensitive and URL passwords, which are masked anyway (templated).
     :param rendezvous: ``dir:/path``, ``s3://...`` or ``gs://...``; default: a folder per launch.
     :param recovery, checkpoint: iroh-tinker's settings, e.g. ``recovery={"mode": "none"}``.
     :param wait_for_completion, poll_interval: wait for the job to end, polling every N seconds.
@@ -88,6 +100,7 @@ class LaunchOperator(BaseOperator):
         "run",
         "placement",
         "envs",
+        "secret_envs",
         "setup",
         "workdir",
         "rendezvous",
@@ -105,6 +118,7 @@ class LaunchOperator(BaseOperator):
         procs_per_node: int = 1,
         backend: str = "numpy",
         envs: dict[str, str] | None = None,
+        secret_envs: Sequence[str] | None = None,
         setup: str | None = None,
         workdir: str = ".",
         rendezvous: str | None = None,
@@ -123,7 +137,8 @@ class LaunchOperator(BaseOperator):
         self.placement = placement
         self.procs_per_node = procs_per_node
         self.backend = backend
-        self.envs = envs or {}
+        self.envs: Any = envs or {}
+        self.secret_envs = secret_envs
         self.setup = setup
         self.workdir = workdir
         self.rendezvous = rendezvous
@@ -147,36 +162,47 @@ class LaunchOperator(BaseOperator):
         return self.hook.launch_manager(self.job_name)
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
-        """Render, then mask every ``envs`` value before the rendered fields are stored."""
+        """Render, mask the secret ``envs`` values and hide them all from the rendered-fields
+        view, before the rendered fields are stored (module docstring)."""
         super().render_template_fields(context, jinja_env)
-        self._mask_envs()
+        if isinstance(self.envs, Mapping) and not isinstance(self.envs, HiddenValues):
+            self._mask_secret_envs()
+            self.envs = HiddenValues(self.envs)
 
-    def _mask_envs(self) -> None:
-        """Register every ``envs`` value with the secrets masker, whatever its key is called."""
-        if isinstance(self.envs, dict):
-            for value in self.envs.values():
-                if isinstance(value, str) and value:
-                    mask_secret(value)
+    def _mask_secret_envs(self) -> None:
+        """Register the secret ``envs`` values with Airflow's secrets masker; with a bad
+        ``secret_envs`` (the launch fails on it) every value, failing closed."""
+        # Airflow's own rule for a sensitive key, on the task SDK's masker (Airflow 3.3)
+        from airflow.sdk._shared.secrets_masker import should_hide_value_for_key
+
+        try:
+            names = check_secret_envs(self.secret_envs, self.envs)
+        except ElasticGridError:
+            names = tuple(self.envs)
+        min_length = conf.getint("logging", "min_length_masked_secret", fallback=5)
+        for value in secret_values(self.envs, names, should_hide_value_for_key, min_length):
+            mask_secret(value)
 
     def _launch(self) -> tuple[Placement, LaunchOutcome]:
         placement = Placement.model_validate(self.placement)  # build_launch_parts refuses 0 nodes
+        envs = dict(self.envs) if isinstance(self.envs, Mapping) else self.envs
         options = LaunchOptions(
             run=self.run,
             workdir=self.workdir,
             procs_per_node=self.procs_per_node,
             backend=self.backend,
-            envs=self.envs,
+            envs=envs,
             setup=self.setup,
             rendezvous=self.rendezvous,
             recovery=self.recovery,
             checkpoint=self.checkpoint,
         )
+        check_secret_envs(self.secret_envs, options.envs)
         # a state Variable but no files here: never start a second copy
         if self.hook.job_store.read_manifest(self.job_name) is None and (
             message := unshared_jobs_root_message(self.job_name, self.hook.jobs_root)
         ):
             raise ElasticGridError(message)
-        self._mask_envs()
         grace = self.startup_grace_s
         outcome = self.launch_manager.launch(placement, options, startup_grace_s=grace)
         return placement, outcome
@@ -185,7 +211,7 @@ class LaunchOperator(BaseOperator):
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
         try:
             placement, outcome = self._launch()
-        except (JobLaunchError, GridCapacityError) as exc:  # a retry may succeed
+        except (JobLaunchError, GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
             raise AirflowFailException(str(exc)) from None

@@ -30,7 +30,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from elasticgrid_provider.core.clock import epoch_now
-from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
+from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, NewerRecordError
 from elasticgrid_provider.core.fleet.sharing import DEFAULT_SHORTFALL_MODE, ShortfallMode, Verdict
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import check_job_name
@@ -188,7 +188,7 @@ class PlanPlacementOperator(BaseOperator):
                 return self._plan_on_shared_grid(context, request, timeout_at)
             planner = self._planner()
             placement = planner.plan(nodes, leave_out=quarantine_from_record(self.nodes))
-        except GridCapacityError as exc:  # a pool other jobs hold: a retry may succeed
+        except (GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None
@@ -308,10 +308,12 @@ class PlanPlacementOperator(BaseOperator):
         """Woken by the trigger: plan again under the lock, or fail on its timeout."""
         try:
             request = self.capacity_request(nodes_from_argument(self.nodes))
+            if CapacityEventStatus(event["status"]) is CapacityEventStatus.REFUSED:
+                raise AirflowException(event["reason"])  # a retry may meet another triggerer
             if CapacityEventStatus(event["status"]) is CapacityEventStatus.TIMEOUT:
                 self._timed_out(request.job, event.get("holders") or "nobody")
             return self._plan_on_shared_grid(context, request, event.get("timeout_at"))
-        except GridCapacityError as exc:  # a pool other jobs hold: a retry may succeed
+        except (GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None

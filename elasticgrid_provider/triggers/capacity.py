@@ -10,7 +10,10 @@ thread, off the event loop) and fires:
   (:func:`~elasticgrid_provider.hooks.grid_capacity.decide_request`); the resumed task
   plans again under the lock, and waits again if another job took the nodes first;
 * ``timeout`` once ``timeout_at`` (epoch seconds) has passed, with ``holders`` (who
-  uses the grid); never an exception: the task turns it into a failure naming them.
+  uses the grid); never an exception: the task turns it into a failure naming them;
+* ``refused`` when the request was written by a newer release than this triggerer's
+  (a higher major, :mod:`~elasticgrid_provider.core.records`), with the sentence saying
+  so: the task fails that try, and a retry defers again (to an upgraded triggerer).
 
 At every look that fires nothing it renews the request's lease, under the lock
 (:meth:`~elasticgrid_provider.hooks.grid_capacity.GridCapacity.renew`): a request
@@ -33,7 +36,7 @@ from typing import Any
 from airflow.triggers.base import TriggerEvent
 
 from elasticgrid_provider.core.clock import epoch_now
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.errors import ElasticGridError, NewerRecordError
 from elasticgrid_provider.core.validation import Choice
 from elasticgrid_provider.triggers.base import ElasticGridTrigger
 
@@ -45,6 +48,7 @@ class CapacityEventStatus(Choice):
 
     GRANTED = "granted"  # the request would be granted now: plan again under the lock
     TIMEOUT = "timeout"  # ``timeout_at`` passed first
+    REFUSED = "refused"  # a newer release wrote the request: ``reason`` says so
 
 
 @dataclass(eq=False, repr=False)
@@ -76,7 +80,11 @@ class GridCapacityTrigger(ElasticGridTrigger):
         """The event to fire now, or None (runs in a thread: it reads files)."""
         from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
 
-        request = CapacityRequest.model_validate(self.request)
+        try:
+            request = CapacityRequest.model_validate(self.request)
+        except NewerRecordError as exc:
+            refused = CapacityEventStatus.REFUSED.value
+            return {"status": refused, "job": self.request.get("job"), "reason": str(exc)}
         capacity = self._capacity()
         if capacity.would_grant(request, self.capacities):
             granted = CapacityEventStatus.GRANTED.value

@@ -66,6 +66,29 @@ launch_dag(
     retry_delay=timedelta(seconds=2),
 )
 
+# a job named like an envs value whose ranks print their environment 6 s after they
+# started, then fail: the launch's task log on w1 shows what the masker left of each value
+PRINTED = "MODE CHAOS_ITER HF_TOKEN DB_URL DATA_URL RUN_SIGNATURE"
+launch_dag(
+    "it_printing_envs",
+    f'{sys.executable} -c "import os, sys, time; time.sleep(6); '
+    f"print(' '.join(k + '=' + os.environ[k] for k in '{PRINTED}'.split())); sys.exit(3)\"",
+    envs={
+        "MODE": "train",
+        "CHAOS_ITER": "resize",
+        "HF_TOKEN": "{{ dag_run.conf['hf_token'] }}",
+        "DB_URL": "postgres://u:pw@h/db",
+        "DATA_URL": "{{ dag_run.conf['data_url'] }}",
+        "RUN_SIGNATURE": "{{ dag_run.conf['signature'] }}",
+    },
+    secret_envs=["RUN_SIGNATURE"],
+    wait_for_completion=True,
+    poll_interval=1,
+    startup_grace_s=1,
+    queue="w1",  # its task log is in w1's folder
+    retries=0,
+)
+
 
 def scale_check(**arguments: Any) -> ElasticScaleSensor:
     """A check of the run's job on the grid: 1 to 4 nodes, a decision after 3 samples."""

@@ -480,8 +480,12 @@ def test_simulate_state_skips_recoveries_and_refuses_to_replay_one(
         ([1, 2], "must hold a scale state"),
         ({"key": "{not json"}, "the value of 'key' is not valid JSON"),
         (
+            {"schema_version": 0, "job_name": "x"},
+            "schema_version must be 2 (or 1, which is migrated), got 0; delete the job's Variable",
+        ),
+        (
             {"schema_version": 99, "job_name": "x"},
-            "schema_version must be 2 (or 1, which is migrated), got 99; delete the job's Variable",
+            "scale state schema_version 99 was written by a newer release of elasticgrid-provider",
         ),
         ({"schema_version": 1}, "missing the field 'job_name'"),
         (

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.errors import ElasticGridError, NewerRecordError
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.state import (
-    SCHEMA_VERSION,
+    STATE_LAYOUT,
     DecisionRecord,
     ScaleState,
 )
@@ -87,7 +87,7 @@ def test_recent_recommendations_outside_the_window_are_dropped():
 def test_the_state_round_trips_as_schema_2():
     state, _ = ScaleState("job").advance(ScalePolicy(), steps(4, 4, step_s=1.0), 4, T0)
     data = json.loads(json.dumps(state.model_dump()))
-    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["schema_version"] == STATE_LAYOUT.major == 2
     assert ScaleState.model_validate(data) == state
 
 
@@ -112,11 +112,18 @@ def test_a_version_1_state_is_migrated():
 
 def test_an_unknown_version_fails_with_one_sentence_saying_what_to_do():
     with pytest.raises(ElasticGridError) as error:
-        ScaleState.model_validate({"schema_version": 3, "job_name": "job"})
+        ScaleState.model_validate({"schema_version": 0, "job_name": "job"})
     message = str(error.value)
     assert message == (
-        "scale state schema_version must be 2 (or 1, which is migrated), got 3; delete the "
+        "scale state schema_version must be 2 (or 1, which is migrated), got 0; delete the "
         "job's Variable elasticgrid_scale_state__job to start afresh"
+    )
+    with pytest.raises(NewerRecordError) as newer:
+        ScaleState.model_validate({"schema_version": 3, "job_name": "job"})
+    assert str(newer.value) == (
+        "scale state schema_version 3 was written by a newer release of elasticgrid-provider "
+        "than this worker's, which reads 2.0: upgrade elasticgrid-provider here; the scale "
+        "state is left as it is"
     )
 
 

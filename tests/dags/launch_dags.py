@@ -7,6 +7,7 @@ from airflow.sdk import DAG
 from elasticgrid_provider.dag_builders import plan_and_launch
 from elasticgrid_provider.operators import PlanPlacementOperator
 from tests.dag_settings import (
+    ENV_PRINTING_RUN,
     FAILING_RUN,
     HALF_FAILING_RUN,
     JOB,
@@ -113,3 +114,31 @@ with DAG(dag_id="launch_on_iroh_cloud_engines", schedule=None, catchup=False):
         providers=[{"name": "gcp", "max_nodes": 4, "cost_per_node_hour": 1.0}],
         job_name=f"{JOB}-gcp",
     )
+
+# a job named like an envs value: its ranks print their environment, then fail, so the
+# rank log's tail (in the task log) shows what the masker left of each value
+launch_dag(
+    "launch_printing_envs",
+    TWO_LOCAL_PROVIDERS,
+    ENV_PRINTING_RUN,
+    envs={
+        "MODE": "train",
+        "CHAOS_ITER": "resize",
+        "HF_TOKEN": "{{ dag_run.conf['hf_token'] }}",
+        "DB_URL": "postgres://u:pw@h/db",
+        "DATA_URL": "{{ dag_run.conf['data_url'] }}",
+        "RUN_SIGNATURE": "{{ dag_run.conf['signature'] }}",
+    },
+    secret_envs=["RUN_SIGNATURE"],
+    wait_for_completion=True,
+    **QUICK_START,
+)
+# a secret_envs name that is not a key of envs (a typo)
+launch_dag(
+    "launch_secret_typo",
+    TWO_LOCAL_PROVIDERS,
+    SLEEPING_RUN,
+    envs={"MODE": "train-all", "HF_TOKEN": "hf_not_a_real_token"},
+    secret_envs=["HF_TOKN"],
+    **QUICK_START,
+)

@@ -92,3 +92,7 @@ with DAG(dag_id="ssh_launch_setup", schedule=None, catchup=False):
         retries=0,
         **LAUNCH,
     )
+
+with DAG(dag_id="ssh_launch_long_grace", schedule=None, catchup=False):
+    # ssh_launch with a start-up grace that outlasts any test's kill with every rank up
+    plan_and_launch(NODES, retries=0, **{**LAUNCH, "startup_grace_s": 120})

@@ -27,6 +27,7 @@ from elasticgrid_provider.core.fleet.ledger import (
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.hooks.grid_ledger import (
     GRID_FOLDER,
+    GRID_LOCK_NAME,
     LEDGER_NAME,
     GridLedgerStore,
     LedgerTransaction,
@@ -221,3 +222,45 @@ def test_an_unwritable_jobs_root_is_one_sentence(tmp_path):
         pass
     assert str(caught.value).startswith(f"jobs root {blocker / 'jobs'} cannot be written")
     assert "\n" not in str(caught.value)
+
+
+def _ledger_of_another_release(root: Path, **fields: Any) -> Path:
+    """The grid ledger of tests/fixtures/records, with ``fields`` a newer release wrote."""
+    fixture = PROJECT / "tests" / "fixtures" / "records" / "grid-ledger.json"
+    data = {**json.loads(fixture.read_text()), **fields}
+    data["holdings"][0]["zone"] = "rack-7"  # an entry's field of a newer minor
+    path = root / GRID_FOLDER / LEDGER_NAME
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_ledger_of_a_newer_minor_keeps_its_fields_through_a_transaction(tmp_path):
+    path = _ledger_of_another_release(tmp_path, schema_minor=3, borrowed={"by": "x"})
+    write_manifest(tmp_path, "a", OLD_LAUNCH, {"local": 2})  # the launch "a" holds
+    with GridLedgerStore(tmp_path).transaction() as txn:
+        reserve_in(txn, "e", {"local": 1}, capacities={"local": 4, "cloud": 8})
+    written = json.loads(path.read_text())
+    assert written["borrowed"] == {"by": "x"}
+    assert [h.get("zone") for h in written["holdings"]][:1] == ["rack-7"]
+    assert [h["job"] for h in written["holdings"]][-1] == "e"  # the transaction did write
+    assert (written["schema_version"], written.get("schema_minor")) == (2, None)
+    assert not list(path.parent.glob(f"{LEDGER_NAME}.corrupt-*"))
+
+
+def test_a_ledger_of_a_newer_major_is_refused_and_left_where_it_is(tmp_path):
+    path = _ledger_of_another_release(tmp_path, schema_version=3, holdings_v3=[])
+    before = path.read_bytes()
+    store = GridLedgerStore(tmp_path)
+    with pytest.raises(ElasticGridError) as refused, store.transaction():
+        pytest.fail("the transaction must not start")  # pragma: no cover
+    assert str(refused.value) == (
+        f"the grid ledger {path}: grid ledger schema_version 3 was written by a newer release "
+        "of elasticgrid-provider than this worker's, which reads 2.0: upgrade "
+        "elasticgrid-provider here; the grid ledger is left as it is"
+    )
+    view = store.snapshot()  # the views show what they can, and say why
+    assert "cannot be read here" in (view.note or "")
+    assert "shown rebuilt from the launch records" in (view.note or "")
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [GRID_LOCK_NAME, LEDGER_NAME]

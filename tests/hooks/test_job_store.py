@@ -80,3 +80,25 @@ def test_variables_are_read_through_the_state_store_and_the_job_store(monkeypatc
         store.read_scale_state("never-checked").model_dump()
         == ScaleState(job_name="never-checked").model_dump()
     )
+
+
+def test_a_manifest_of_a_newer_major_is_refused_and_left_where_it_is(tmp_path, caplog):
+    """A worker of this release meets a manifest a newer one wrote: one sentence, the file
+    untouched, and the grid ledger keeps the job's nodes (its record cannot be read)."""
+    from elasticgrid_provider.core.errors import NewerRecordError
+    from elasticgrid_provider.hooks.grid_ledger import read_launch_records
+    from tests.conftest import PROJECT
+
+    fixture = PROJECT / "tests" / "fixtures" / "records" / "job-manifest.json"
+    folder = tmp_path / "llm"
+    folder.mkdir()
+    path = folder / "manifest.json"
+    path.write_text(json.dumps({**json.loads(fixture.read_text()), "schema_version": 2}))
+    before = path.read_bytes()
+    store = ElasticGridHook(jobs_root=str(tmp_path)).job_store
+    with pytest.raises(NewerRecordError, match=r"^job manifest schema_version 2 was written by"):
+        store.job_snapshot("llm")
+    records, unreadable = read_launch_records(tmp_path)
+    assert (records, unreadable) == ({}, {"llm"})
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import stat
 import time
 from pathlib import Path
@@ -259,10 +260,6 @@ def test_attach_needs_the_same_run_envs_and_setup(airflow_db, jobs_root, capfd, 
 
 
 def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, capfd, caplog):
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
     secret = "https://user:pa55w0rd@data.example/shard-17"
     result = run_dag("launch_with_envs", {"job_name": "secret", "nodes": 3, "data_url": secret})
     assert result.task_states["launch"] == "success"
@@ -271,15 +268,7 @@ def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, c
     assert f"TRAINING_DATA_URL={secret}".encode() in Path(f"/proc/{rank}/environ").read_bytes()
     # the task's log and its rendered fields do not, although the key does not sound secret
     assert secret not in _text(capfd, caplog)
-    with create_session() as session:
-        rendered = session.scalars(
-            select(RenderedTaskInstanceFields).where(
-                RenderedTaskInstanceFields.dag_id == "launch_with_envs",
-                RenderedTaskInstanceFields.run_id == result.run_id,
-                RenderedTaskInstanceFields.task_id == "launch",
-            )
-        ).one()
-    assert rendered.rendered_fields["envs"] == {"TRAINING_DATA_URL": "***"}
+    assert result.rendered_fields("launch")["envs"] == {"TRAINING_DATA_URL": "***"}
     # no file under the jobs root holds it once the job started
     files = [path for path in jobs_root.rglob("*") if path.is_file()]
     assert [path for path in files if secret.encode() in path.read_bytes()] == []
@@ -293,6 +282,69 @@ def test_envs_values_are_masked_and_do_not_stay_at_rest(airflow_db, jobs_root, c
         assert stat.S_IMODE(spec.stat().st_mode) == 0o600, spec
         assert stat.S_IMODE(spec.parent.stat().st_mode) == 0o700, spec.parent
         assert json.loads(spec.read_text())["envs"]["TRAINING_DATA_URL"] == "***"
+
+
+def test_only_secret_envs_values_are_masked_never_the_job_name_or_paths(
+    airflow_db, jobs_root, capfd, caplog
+):
+    """A job named like an envs value (``chaos-resize``, ``CHAOS_ITER=resize``) whose ranks
+    print their environment, then fail: the failure report carries their log's tail.
+
+    The task runs in this process (``dag.test()``), so Airflow's secrets masker here holds
+    what the task registered; applied to the task's output, it gives what the task log
+    shows (a deployment's supervisor masks the log file the same way, which
+    integration/test_deployment.py reads)."""
+    from airflow.sdk._shared.secrets_masker import redact, reset_secrets_masker
+
+    reset_secrets_masker()  # this process's masker: only what this task registers
+    token, password = f"hf_{secrets.token_hex(12)}", f"s3cr3t-{secrets.token_hex(4)}"
+    signature = f"sig-{secrets.token_hex(6)}"
+    data_url = f"https://reader:{password}@data.example/shard-17"
+    conf = {"job_name": "chaos-resize", "nodes": 2, "hf_token": token, "data_url": data_url}
+    result = run_dag("launch_printing_envs", {**conf, "signature": signature})
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    output = _text(capfd, caplog)
+    assert token in output and password in output  # printed, so masking has work to do
+    log = str(redact(output))
+
+    for secret in (token, password, signature, "u:pw@h"):
+        assert secret not in log
+    assert (
+        "MODE=train CHAOS_ITER=resize HF_TOKEN=*** DB_URL=***/db "
+        "DATA_URL=https://reader:***@data.example/shard-17 RUN_SIGNATURE=***"
+    ) in log
+    part_logs = jobs_root / "chaos-resize--onprem" / "logs"
+    for line in (
+        f"Launched job chaos-resize: 2 nodes, world size 2, 1 part(s) under {jobs_root}",
+        f"Part chaos-resize--onprem: 2 node(s) on local, logs in {part_logs}",
+        "job 'chaos-resize' failed.",
+        "part chaos-resize--onprem rank 0 (global rank 0) failed",
+    ):
+        assert line in log, line
+    rendered = result.rendered_fields("launch")
+    envs = ("MODE", "CHAOS_ITER", "HF_TOKEN", "DB_URL", "DATA_URL", "RUN_SIGNATURE")
+    assert rendered["envs"] == dict.fromkeys(envs, "***")
+    assert rendered["secret_envs"] == ["***"]  # Airflow hides a field whose name sounds secret
+    assert rendered["job_name"] == "chaos-resize"
+
+
+def test_a_secret_envs_name_that_is_no_envs_key_fails_in_one_sentence(
+    airflow_db, jobs_root, capfd, caplog
+):
+    """A typo in ``secret_envs`` fails the task before anything starts; meanwhile every
+    value is masked (failing closed)."""
+    from airflow.sdk._shared.secrets_masker import redact, reset_secrets_masker
+
+    reset_secrets_masker()
+    result = run_dag("launch_secret_typo", {"job_name": "typo", "nodes": 2})
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    assert (
+        "secret_envs names 'HF_TOKN', which is not a key of envs (envs: HF_TOKEN, MODE)"
+        in _text(capfd, caplog)
+    )
+    assert str(redact("MODE=train-all")) == "MODE=***"
+    assert job_ranks("typo") == {}
+    assert not (jobs_root / "typo" / "manifest.json").exists()
 
 
 def test_launch_ids_are_utc_and_every_rank_carries_its_own(airflow_db, jobs_root):
@@ -310,7 +362,7 @@ def test_launch_ids_are_utc_and_every_rank_carries_its_own(airflow_db, jobs_root
 def _no_stray_ranks():
     """Ranks iroh-tinker never recorded are not stopped by the jobs_root fixture."""
     yield
-    for job in ("keep", "dies", "partly", "same", "secret", "ids"):
+    for job in ("keep", "dies", "partly", "same", "secret", "ids", "chaos-resize", "typo"):
         stop_job_processes(job)
 
 

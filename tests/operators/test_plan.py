@@ -40,3 +40,17 @@ def test_a_decision_targeting_zero_nodes_is_rejected(airflow_db, capfd, caplog):
     captured = capfd.readouterr()
     output = captured.out + captured.err + caplog.text
     assert "AirflowFailException: nodes must be at least 1, got 0" in output
+
+
+def test_a_request_refused_by_an_older_triggerer_fails_the_try_with_a_retry():
+    """The trigger's ``refused`` event (a newer release wrote the request) is retried: the
+    next try may defer to an upgraded triggerer."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from elasticgrid_provider.operators import PlanPlacementOperator
+
+    plan = PlanPlacementOperator(task_id="plan", nodes=2, job_name="waiter")
+    reason = "capacity request schema_version 2 was written by a newer release ..."
+    with pytest.raises(AirflowException, match=r"^capacity request schema_version 2") as failed:
+        plan.execute_complete({}, {"status": "refused", "job": "waiter", "reason": reason})
+    assert not isinstance(failed.value, AirflowFailException)

@@ -539,3 +539,35 @@ def test_a_corrupt_state_fails_the_check_in_one_sentence_and_is_left_alone(
         assert result.xcom("scale_check") is None
     # the state of the job named in the foreign document was not touched either
     assert _raw_variable(state_variable_key("someone-else")) is None
+
+
+def test_a_state_of_another_release_is_refused_or_kept_whole(airflow_db, jobs_root, capfd, caplog):
+    """A newer major fails the check in one sentence and stays as it is (never "corrupt");
+    a newer minor's fields, at the top and in the cooldown, survive the check's rewrite."""
+    step_log = _sleeping_job("other-release", jobs_root)
+    step_log.write_text("".join(_sample_line(step) for step in range(4)))
+    key = state_variable_key("other-release")
+    newer = _stored_state("other-release", schema_version=3, autoscaler={"mode": "v3"})
+    _set_raw_variable(key, newer)
+    capfd.readouterr()
+    result = run_dag("scale_check_patient", {"job_name": "other-release"})
+    assert result.task_states == {"scale_check": "failed"}
+    captured = capfd.readouterr()
+    output = captured.out + captured.err + caplog.text
+    assert (
+        f"NewerRecordError: scale state Variable {key!r}: scale state schema_version 3 was "
+        "written by a newer release of elasticgrid-provider than this worker's, which reads "
+        "2.0: upgrade elasticgrid-provider here; the scale state is left as it is\n"
+    ) in output
+    assert "CorruptStateError" not in output
+    assert _raw_variable(key) == newer
+
+    cooldown = {"last_change_at": 1.0, "last_action": "scale_up", "by": "policy v2.4"}
+    minor = {"schema_version": 2, "schema_minor": 4, "autoscaler": {"mode": "v2.4"}}
+    _set_raw_variable(key, _stored_state("other-release", **minor, cooldown=cooldown))
+    _check("other-release", capfd)
+    state = _state("other-release")
+    assert state["revision"] == 4  # the check wrote it
+    assert (state["schema_version"], "schema_minor" in state) == (2, False)
+    assert state["autoscaler"] == {"mode": "v2.4"}
+    assert state["cooldown"] == cooldown

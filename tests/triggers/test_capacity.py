@@ -73,6 +73,25 @@ def test_serialize_round_trips_through_the_classpath(tmp_path):
     assert kwargs["request"]["mode"] == "wait"
 
 
+def test_a_request_of_a_newer_release_is_an_event_saying_so_never_an_exception(tmp_path):
+    """A triggerer of an older release meets a request a newer worker wrote: one sentence."""
+    newer = {**WAITER.model_dump(), "schema_version": 2, "reach": "rack-7"}
+    trigger = GridCapacityTrigger(str(tmp_path), newer, CAPACITIES, poll_interval=0.2)
+
+    event = asyncio.run(_first_event(trigger))
+
+    assert event == {
+        "status": "refused",
+        "job": "waiter",
+        "reason": "capacity request schema_version 2 was written by a newer release of "
+        "elasticgrid-provider than this worker's, which reads 1.0: upgrade "
+        "elasticgrid-provider here; the capacity request is left as it is",
+    }
+    minor = {**WAITER.model_dump(), "schema_minor": 1, "reach": "rack-7"}
+    kept = CapacityRequest.model_validate(minor)  # a newer minor's field is kept
+    assert kept.model_dump() == {**WAITER.model_dump(), "reach": "rack-7"}
+
+
 @pytest.mark.long
 def test_the_trigger_fires_when_the_holders_job_ends(jobs_root):
     _hold(jobs_root, "holder", 2, f'{PYTHON} -c "import time; time.sleep(4)"')

@@ -35,6 +35,10 @@ minutes) lapsed: its task died without a word (a worker lost, a triggerer down),
 it leaves the queue, and the shrink requests it made go with it. A task that comes
 back re-queues at the back of its priority.
 
+The ledger is a record (:mod:`~elasticgrid_provider.core.records`): its
+``schema_version`` is :data:`LEDGER_LAYOUT`'s, and the fields a newer minor added to it
+or to its entries are kept when a worker of this release rewrites it.
+
 Matching the ledger to the jobs' launch records is
 :mod:`~elasticgrid_provider.core.fleet.reconcile`'s.
 
@@ -50,6 +54,7 @@ from typing import Annotated
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
 from elasticgrid_provider.core.fleet.pools import PoolRecord, check_pools
 from elasticgrid_provider.core.fleet.sharing import JobClaim, PreemptionPlan
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
 from elasticgrid_provider.core.validation import (
     AboveZero,
     Choice,
@@ -64,7 +69,8 @@ from elasticgrid_provider.core.validation import (
     whole,
 )
 
-LEDGER_SCHEMA_VERSION = 2  # 2: queued requests carry their claim; shrink requests
+LEDGER_LAYOUT = RecordLayout("grid ledger", major=2, migrated=(1,), unversioned=2)
+"""2: queued requests carry their claim; shrink requests (1 reads as 2: it only lacks them)."""
 REBUILT_PRIORITY = 0  # the priority of a holding rebuilt from a launch record alone
 DEFAULT_LEASE_S = 600.0  # the lease of a request written before leases (no lease_s of its own)
 MIN_LEASE_S = 120.0  # the shortest lease: a busy worker or triggerer may look late
@@ -87,7 +93,7 @@ class HoldingPhase(Choice):
 
 
 @model
-class Holding(JsonModel):
+class Holding(ForwardCompatible, JsonModel):
     """Nodes one job holds (or reserved) on one provider for one launch."""
 
     WHERE = "ledger holding"
@@ -100,10 +106,11 @@ class Holding(JsonModel):
     recorded_at: Finite
     priority: Priority = REBUILT_PRIORITY
     min_nodes: Count = 0
+    extras: Extras = extras_field()
 
 
 @model
-class QueuedRequest(JsonModel):
+class QueuedRequest(ForwardCompatible, JsonModel):
     """A job waiting for nodes: how many it wants, at least how many, since when."""
 
     job: Text
@@ -119,6 +126,7 @@ class QueuedRequest(JsonModel):
     deadline_nodes: Count = 0
     renewed_at: Finite | None = None  # the waiting task's last look (None: since)
     lease_s: AboveZero = DEFAULT_LEASE_S
+    extras: Extras = extras_field()
 
     def as_claim(self) -> JobClaim:
         """The request as the sharing rules read it (:class:`JobClaim`)."""
@@ -154,7 +162,7 @@ class QueuedRequest(JsonModel):
 
 
 @model
-class ShrinkRequest(JsonModel):
+class ShrinkRequest(ForwardCompatible, JsonModel):
     """A higher-priority job asked ``job`` to shrink to ``to_nodes`` (its next check does it,
     through the job's own safe resize path, recording ``preempted_by``)."""
 
@@ -163,11 +171,14 @@ class ShrinkRequest(JsonModel):
     by_job: Text
     by_priority: Priority
     since: Finite
+    extras: Extras = extras_field()
 
 
 @model
-class GridLedger(JsonModel):
+class GridLedger(ForwardCompatible, JsonModel):
     """The grid's holdings, its queue, and the providers' capacities last recorded."""
+
+    LAYOUT = LEDGER_LAYOUT
 
     holdings: tuple[Holding, ...] = ()
     queue: tuple[QueuedRequest, ...] = ()
@@ -178,7 +189,7 @@ class GridLedger(JsonModel):
     """``{job: launch_id}`` of launches released as ended while their record reads running."""
     pools: dict[str, PoolRecord] | None = None
     """``{provider: pool}``: what each name stood for at its last reservation (:mod:`.pools`)."""
-    schema_version: Annotated[int, whole(1, LEDGER_SCHEMA_VERSION)] = LEDGER_SCHEMA_VERSION
+    extras: Extras = extras_field()
 
     def holdings_of(self, job: str) -> tuple[Holding, ...]:
         """The job's holdings, reserved and held."""

@@ -28,18 +28,20 @@ from collections.abc import Iterable, Mapping
 
 from elasticgrid_provider.core.errors import GridCapacityError
 from elasticgrid_provider.core.providers import Provider
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, extras_field
 from elasticgrid_provider.core.validation import AnyText, JsonModel, Text, model
 
 SSH_PORT = 22  # the port of an SSH host whose provider names none
 
 
 @model
-class PoolRecord(JsonModel):
+class PoolRecord(ForwardCompatible, JsonModel):
     """The pool a provider name stood for when it was reserved (module docstring)."""
 
     engine: Text
     params_digest: Text
     hosts: tuple[AnyText, ...] = ()
+    extras: Extras = extras_field()
 
     @property
     def text(self) -> str:

@@ -45,11 +45,13 @@ RESERVATION_GRACE_S = 600.0  # a reservation no launch record confirmed within t
 def _record_holdings(
     manifest: JobManifest, known: Iterable[Holding], now: float
 ) -> tuple[Holding, ...]:
-    """The record's launch as held holdings, keeping the job's priority and min_nodes."""
+    """The record's launch as held holdings, keeping the job's priority and min_nodes, and
+    the fields of a newer minor each holding of that launch has (core/records.py)."""
     known = list(known)
     source = next((h for h in known if h.launch_id == manifest.launch_id), None)
     source = source or (known[0] if known else None)
     confirmed_at = {h.provider: h.recorded_at for h in known if h.phase == HoldingPhase.HELD}
+    same_launch = {h.provider: h.extras for h in known if h.launch_id == manifest.launch_id}
     held = []
     for share in manifest.placement.assignments:
         name = share.provider.name
@@ -67,6 +69,7 @@ def _record_holdings(
                 recorded_at=recorded_at,
                 priority=source.priority if source else REBUILT_PRIORITY,
                 min_nodes=source.min_nodes if source else manifest.nodes,
+                extras=same_launch.get(name, {}),
             )
         )
     return tuple(held)

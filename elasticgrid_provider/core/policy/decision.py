@@ -23,6 +23,7 @@ from elasticgrid_provider.core.policy.conditions import ScaleCondition
 from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, extras_field
 from elasticgrid_provider.core.samples import WindowSignals
 from elasticgrid_provider.core.validation import (
     Count,
@@ -36,7 +37,7 @@ from elasticgrid_provider.core.validation import (
 
 
 @model
-class CooldownClock(JsonModel):
+class CooldownClock(ForwardCompatible, JsonModel):
     """When the job last changed size, and how: the whole cooldown state, stored by the caller."""
 
     WHERE = "cooldown"
@@ -46,6 +47,7 @@ class CooldownClock(JsonModel):
         Annotated[ScaleAction, choice(ScaleAction, ScaleAction.SCALE_UP, ScaleAction.SCALE_DOWN)]
         | None
     ) = None
+    extras: Extras = extras_field()
 
     def seconds_since_change(self, now: float) -> float | None:
         """Seconds from the last change to ``now``; ``None`` when there was none."""
@@ -67,11 +69,12 @@ class HeldBy(JsonModel):
 
 
 @model
-class Recommendation(JsonModel):
+class Recommendation(ForwardCompatible, JsonModel):
     """The size one check recommended (before stabilisation), and when."""
 
     at: Finite
     nodes: Positive
+    extras: Extras = extras_field()
 
 
 def verb(action: ScaleAction) -> str:
@@ -80,7 +83,7 @@ def verb(action: ScaleAction) -> str:
 
 
 @model
-class ScaleDecision(JsonModel):
+class ScaleDecision(ForwardCompatible, JsonModel):
     """One scale decision with everything an auditor needs to check or replay it.
 
     ``cooldown`` is the clock *after* this decision: store it and pass it to
@@ -108,6 +111,7 @@ class ScaleDecision(JsonModel):
     conditions: tuple[ScaleCondition, ...] = ()
     grid: GridShare | None = None
     preempted_by: Text | None = None
+    extras: Extras = extras_field()
 
     @field_validator("thresholds")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import field_validator
 
 from elasticgrid_provider.core.policy.rules import WorkBasis
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, extras_field
 from elasticgrid_provider.core.validation import (
     Count,
     Finite,
@@ -44,7 +45,7 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 
 @model
-class SizeMeasurement(JsonModel):
+class SizeMeasurement(ForwardCompatible, JsonModel):
     """Per-node throughput the job measured at one size (work per node-second of busy time)."""
 
     WHERE = "measurement"
@@ -54,6 +55,7 @@ class SizeMeasurement(JsonModel):
     tokens_per_node_s: NonNegative
     samples: Count = 0
     measured_at: Finite | None = None
+    extras: Extras = extras_field()
 
     def rate(self, basis: WorkBasis) -> float:
         """Per-node throughput in ``basis`` (``steps`` or ``tokens``) per second."""
@@ -61,11 +63,12 @@ class SizeMeasurement(JsonModel):
 
 
 @model
-class CapacityMemory(JsonModel):
+class CapacityMemory(ForwardCompatible, JsonModel):
     """What the job measured at each size it ran at, kept across resizes (one entry per size)."""
 
     sizes: tuple[SizeMeasurement, ...] = ()
     arrivals: Flag = False
+    extras: Extras = extras_field()
     """The job's work was once seen arriving on its own clock (a stream): later windows are
     read as an open loop too, even when the stream runs so busy that no gap shows."""
 
