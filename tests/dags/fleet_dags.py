@@ -2,7 +2,8 @@
 
 Each DAG plans ``nodes`` (conf, default 3) with ``job_name`` set, so the plan counts
 what the other job uses and reserves its placement, then launches a job that sleeps
-``seconds`` (conf, default 8) and waits for it to end, which gives its nodes back.
+``seconds`` (conf, default 8; less once the file ``release`` exists) and waits for it to
+end, which gives its nodes back.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from tests.dag_settings import JOB, PYTHON
 FOUR_LOCAL_NODES = [
     {"name": "local", "engine": "local", "max_nodes": 4, "cost_per_node_hour": 0.0, "spot": False}
 ]
+# sleeps ``seconds``, or less once the file ``release`` (conf, optional) exists
 SHORT_RUN = (
-    f"{PYTHON} -c \"import time; time.sleep(float({{{{ dag_run.conf.get('seconds', 8) }}}}))\""
+    f'{PYTHON} -c "import os, time; end = time.time() + float('
+    "{{ dag_run.conf.get('seconds', 8) }}); release = '{{ dag_run.conf.get('release', '') }}'\n"
+    'while time.time() < end and not (release and os.path.exists(release)): time.sleep(0.1)"'
 )
 NODES = "{{ dag_run.conf.get('nodes', 3) }}"
 MIN_NODES = "{{ dag_run.conf.get('min_nodes', dag_run.conf.get('nodes', 3)) }}"

@@ -6,6 +6,7 @@ the real rank processes of both jobs all along: never more than 4 at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -229,9 +230,18 @@ def test_bad_fleet_arguments_fail_in_one_sentence_and_write_nothing(
 def test_a_deferred_plan_waits_in_the_triggerer_and_launches_when_the_holder_ends(
     airflow_db, jobs_root, capfd
 ):
-    run_dag("fleet_hold", {"job_name": "holder", "nodes": 3, "seconds": 4})
+    release = jobs_root / "release-holder"
+    run_dag(
+        "fleet_hold", {"job_name": "holder", "nodes": 3, "seconds": 600, "release": str(release)}
+    )
+    # the holder ends on its own once the waiter is queued behind it, however slow the start
+    releaser = threading.Thread(
+        target=_release_when_queued, args=(jobs_root, "waiter", release), daemon=True
+    )
+    releaser.start()
 
     waiter = run_dag("fleet_wait_deferrable", {"job_name": "waiter", "nodes": 2, "seconds": 1})
+    releaser.join(timeout=5)
 
     assert waiter.task_states == {"plan": "success", "launch": "success"}
     assert waiter.xcom("plan", "reservation")["nodes"] == {"local": 2}
@@ -240,6 +250,17 @@ def test_a_deferred_plan_waits_in_the_triggerer_and_launches_when_the_holder_end
         output.out + output.err
     )
     assert job_ranks("holder") == {}  # it ended on its own; nobody released it but the ledger
+
+
+def _release_when_queued(jobs_root: Path, job: str, release: Path, timeout: float = 240) -> None:
+    """Create ``release`` once ``job`` is in the grid queue (or after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # the ledger may not exist yet
+            if [request for request in _ledger(jobs_root).queue if request.job == job]:
+                break
+        time.sleep(0.1)
+    release.touch()
 
 
 def test_killing_a_plan_while_it_waits_takes_it_out_of_the_queue(airflow_db, jobs_root, tmp_path):
