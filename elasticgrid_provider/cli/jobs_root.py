@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from elasticgrid_provider.airflow_internals import PROCESS_CONTEXT
 from elasticgrid_provider.core.errors import ElasticGridError
 
 DEFAULT_CONN_ID = "elasticgrid_default"
-PROCESS_CONTEXT = "_AIRFLOW_PROCESS_CONTEXT"  # Airflow's: "server" searches the metadata DB
 
 
 def add_jobs_root_arguments(parser: argparse.ArgumentParser) -> None:

@@ -55,11 +55,10 @@ def _cause(error: Any) -> str:
 def read_variable(key: str) -> str | None:
     """The Variable's raw text, None only when every secrets backend says it does not
     exist; :class:`StateReadError` (one sentence) when that cannot be told."""
-    from airflow.sdk.execution_time.secrets.execution_api import ExecutionAPISecretsBackend
-    from airflow.sdk.execution_time.supervisor import ensure_secrets_backend_loaded
+    from elasticgrid_provider.airflow_internals import secrets_backends
 
-    for backend in ensure_secrets_backend_loaded():
-        if isinstance(backend, ExecutionAPISecretsBackend):
+    for backend, is_execution_api in secrets_backends():
+        if is_execution_api:
             value = _ask_the_api_server(key)
         else:
             try:
@@ -76,36 +75,32 @@ def read_variable(key: str) -> str | None:
 
 def _ask_the_api_server(key: str) -> str | None:
     """The value the Execution API returns, None on a confirmed "not found"."""
-    from airflow.sdk.exceptions import ErrorType
-    from airflow.sdk.execution_time.comms import ErrorResponse, GetVariable, VariableResult
-    from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+    from elasticgrid_provider.airflow_internals import ask_api_server_for_variable
 
     try:
-        answer = SUPERVISOR_COMMS.send(GetVariable(key=key))
+        answer = ask_api_server_for_variable(key)
     except Exception as exc:
         raise StateReadError(
             f"Variable {key!r} could not be read through the Execution API ({_cause(exc)})"
         ) from None
-    if isinstance(answer, VariableResult):
-        return answer.value
-    if isinstance(answer, ErrorResponse) and answer.error == ErrorType.VARIABLE_NOT_FOUND:
+    if answer.not_found:
         _confirm_absent(key)
         return None
-    detail = answer.detail if isinstance(answer, ErrorResponse) else answer
-    error = answer.error.value if isinstance(answer, ErrorResponse) else "an unexpected answer"
-    raise StateReadError(
-        f"Variable {key!r} could not be read through the Execution API "
-        f"({error}: {cut_report(str(detail))})"
-    )
+    if answer.error is not None:
+        raise StateReadError(
+            f"Variable {key!r} could not be read through the Execution API "
+            f"({cut_report(answer.error)})"
+        )
+    return answer.value
 
 
 def _confirm_absent(key: str) -> None:
     """Raise unless the metastore's key listing agrees that ``key`` does not exist (the API
     server answers "not found" also when its own read of the Variable failed)."""
-    from airflow.sdk.execution_time.context import _get_variable_keys
+    from elasticgrid_provider.airflow_internals import variable_keys
 
     try:
-        keys = _get_variable_keys(prefix=key)
+        keys = variable_keys(prefix=key)
     except Exception as exc:
         raise StateReadError(
             f"Variable {key!r} was reported missing, but listing the metadata DB's keys to "

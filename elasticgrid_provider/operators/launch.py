@@ -172,15 +172,14 @@ class LaunchOperator(BaseOperator):
     def _mask_secret_envs(self) -> None:
         """Register the secret ``envs`` values with Airflow's secrets masker; with a bad
         ``secret_envs`` (the launch fails on it) every value, failing closed."""
-        # Airflow's own rule for a sensitive key, on the task SDK's masker (Airflow 3.3)
-        from airflow.sdk._shared.secrets_masker import should_hide_value_for_key
+        from elasticgrid_provider.airflow_internals import is_sensitive_key
 
         try:
             names = check_secret_envs(self.secret_envs, self.envs)
         except ElasticGridError:
             names = tuple(self.envs)
         min_length = conf.getint("logging", "min_length_masked_secret", fallback=5)
-        for value in secret_values(self.envs, names, should_hide_value_for_key, min_length):
+        for value in secret_values(self.envs, names, is_sensitive_key, min_length):
             mask_secret(value)
 
     def _launch(self) -> tuple[Placement, LaunchOutcome]:

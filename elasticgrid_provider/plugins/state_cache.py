@@ -92,10 +92,10 @@ def _decrypted(key: str, raw: str) -> str | None:
     """An encrypted value's text, as ``Variable.get_val`` decrypts it (the columns are read
     without loading Variable rows, whose loading decrypts and registers each value with
     the secrets masker: a third of a cold read); None when it cannot be decrypted."""
-    from airflow.models.crypto import get_fernet
+    from elasticgrid_provider.airflow_internals import decrypt_variable_value
 
     try:
-        return get_fernet().decrypt(raw.encode()).decode()
+        return decrypt_variable_value(raw)
     except Exception:  # a bad token or no key: the page says the state is unreadable
         return None
 
@@ -105,6 +105,10 @@ def read_scale_states(job_name: str | None = None) -> list[StoredState]:
     from airflow.models.variable import Variable
     from airflow.utils.session import create_session
     from sqlalchemy import func, select
+
+    from elasticgrid_provider.airflow_internals import variable_value_column
+
+    stored = variable_value_column()
 
     if job_name is None:
         where = Variable.key.startswith(state_variable_key(""), autoescape=True)
@@ -116,8 +120,8 @@ def read_scale_states(job_name: str | None = None) -> list[StoredState]:
             select(
                 Variable.key,
                 Variable.is_encrypted,
-                func.length(Variable._val),
-                func.substr(Variable._val, 1, HEAD_CHARS),
+                func.length(stored),
+                func.substr(stored, 1, HEAD_CHARS),
             ).where(where)
         ).all()
         unread = []
@@ -129,9 +133,7 @@ def read_scale_states(job_name: str | None = None) -> list[StoredState]:
                 unread.append(key)
         if unread:
             rows = session.execute(
-                select(Variable.key, Variable.is_encrypted, Variable._val).where(
-                    Variable.key.in_(unread)
-                )
+                select(Variable.key, Variable.is_encrypted, stored).where(Variable.key.in_(unread))
             ).all()
             for key, encrypted, raw in rows:
                 raw = raw or ""
