@@ -281,7 +281,11 @@ class LaunchManager:
             for record in manifest.parts:  # the launcher redacts too, unless it was killed first
                 redact_part_specs(jobs_root, record.name, record.spec_path)
         if failure is not None:
-            stopped, untracked = self._give_up(manifest, failure)
+            # a cloud with no room for a part (its error says so): capacity, not a crash, so
+            # the next scale check recovers the launch elsewhere (core/recovery.py)
+            no_room = failure.startswith("provider ") and is_capacity_loss(failure)
+            phase = LaunchPhase.LOST if no_room else LaunchPhase.DOWN
+            stopped, untracked = self._give_up(manifest, failure, phase)
             leftovers = (
                 f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
                 f"recorded (pids {', '.join(map(str, untracked))})"

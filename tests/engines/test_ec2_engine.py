@@ -138,7 +138,7 @@ def test_a_capacity_error_on_the_second_call_terminates_the_first_and_says_no_ro
         engine(cloud, tmp_path, nodes=3).provision(str(tmp_path / "part"))
     text = str(refused.value)
     assert text == (
-        f"provider of part {PART!r} has no capacity for t3.micro instance 2 of 3: EC2 "
+        "provider 'aws' has no capacity for t3.micro instance 2 of 3: EC2 "
         f"RunInstances failed: InsufficientInstanceCapacity: {message}"
     )
     (only,) = cloud.instances()
