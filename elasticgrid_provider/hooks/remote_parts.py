@@ -105,8 +105,12 @@ def ec2_spec(spec_path: str | os.PathLike[str]) -> tuple[Any, str | None] | None
         return None
     for entry in resources.get("infra") or ():
         if is_ec2_target(str(entry)):
+            # a spec iroh-tinker saved keeps instance_type and image_id beside params
+            known = {
+                key: resources[key] for key in ("instance_type", "image_id") if resources.get(key)
+            }
             try:
-                params = Ec2Params.parse(resources.get("params") or {})
+                params = Ec2Params.parse({**known, **(resources.get("params") or {})})
             except ElasticGridError:
                 return None
             region = str(entry).split("/", 1)[1] if "/" in str(entry) else None

@@ -255,3 +255,13 @@ def test_stop_terminates_the_parts_instances_by_tag_and_a_second_stop_finds_none
     part.stop(cluster)  # nothing left: no error
     other.stop(other_cluster)
     assert cloud.not_terminated() == [] and len(ids) == 2
+
+
+def test_the_engine_rebuilt_from_iroh_tinkers_saved_spec_keeps_its_params(cloud, tmp_path):
+    from iroh_tinker.cloud.spec import dump_spec, load_spec
+
+    part = engine(cloud, tmp_path)
+    dump_spec(part.spec, tmp_path / "spec.json")  # what JobManager saves and rebuilds from
+    rebuilt = Ec2Engine(load_spec(tmp_path / "spec.json"), target=part.target)
+    assert rebuilt.spec.resources.params.get("instance_type") is None  # moved out by iroh
+    assert rebuilt.params == part.params
