@@ -3,7 +3,10 @@
 A part on SSH hosts (:mod:`elasticgrid_provider.engines.ssh`) runs where the Airflow
 workers see none of its files. Everything the hook needs from there goes through the
 engine's SSH connection, and leaves a local trace in the part's folder under the jobs
-root, so the rest of the hook reads a remote part as it reads a local one:
+root, so the rest of the hook reads a remote part as it reads a local one. A part on EC2
+instances (:mod:`elasticgrid_provider.engines.ec2`) is one too: its engine runs the ranks
+through the ssh engine's code and writes the same local files; its sweep terminates the
+launch's instances by tag (:func:`ec2_spec`, :func:`sweep_remote_launch`).
 
 * **Status.** Each ``JobManager.status`` call runs the engine's probe, which mirrors the
   runner's ``done_<n>``/``attempt_<n>`` markers into the local part folder and writes
