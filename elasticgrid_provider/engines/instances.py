@@ -235,17 +235,22 @@ def terminate_tagged(
     attempts: int = TERMINATE_ATTEMPTS,
     backoff_s: float = TERMINATE_BACKOFF_S,
     sleep: Callable[[float], None] = time.sleep,
+    found_alive: Sequence[str] | None = None,
 ) -> list[str]:
     """Terminate every live instance with these ``tags`` (``what`` names them in logs and
-    errors), retrying with doubling backoff; the ids terminated. Raises
+    errors), retrying with doubling backoff; the ids terminated. ``found_alive``: the ids a
+    describe by these tags just found (the first look is skipped). Raises
     :class:`InstancesLeftError` naming the ids still alive after ``attempts`` tries."""
     ended: list[str] = []
     last_error: Exception | None = None
     alive: list[str] = []
     for attempt in range(attempts + 1):
         try:
-            found = api.describe(tags, LIVE_STATES)
-            alive = [item.instance_id for item in found if item.state not in ENDING]
+            if attempt == 0 and found_alive is not None:
+                alive = list(found_alive)
+            else:
+                found = api.describe(tags, LIVE_STATES)
+                alive = [item.instance_id for item in found if item.state not in ENDING]
             if not alive:
                 return ended
             if attempt == attempts:

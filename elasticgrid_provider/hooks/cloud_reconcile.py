@@ -114,7 +114,8 @@ def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None)
             )
             what = f"the instances of job {job!r} launch {launch}"
             try:
-                ended += terminate_tagged(api, launch_tags(job, None, launch), what)
+                tags = launch_tags(job, None, launch)
+                ended += terminate_tagged(api, tags, what, found_alive=ids)
             except InstancesLeftError as error:
                 store.log.error("Reconcile: %s; the next reconcile tries again.", error)
     return ended
