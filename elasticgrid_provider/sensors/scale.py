@@ -73,6 +73,8 @@ from elasticgrid_provider.core.recovery import (
 )
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
+from elasticgrid_provider.hooks.cloud_events import instance_entries
+from elasticgrid_provider.hooks.cloud_reconcile import reconcile_quietly
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
@@ -259,6 +261,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                     LOCK_WAIT_S,
                 )
                 return None
+            reconcile_quietly(store)  # instances of launches no longer current: terminated
             snapshot = store.job_snapshot(self.job_name)
             jobs_root = str(hook.jobs_root)
             if snapshot is None:
@@ -273,6 +276,9 @@ class ElasticScaleSensor(BaseSensorOperator):
                 raise JobFailedError(failure)
             state = store.read_scale_state(self.job_name)
             now = epoch_now()
+            entries, said = instance_entries(snapshot, now)  # instances started or ended
+            for entry in entries:  # before the decision, which stays the newest entry
+                state = state.remember_event(entry, now)
             chunks = (
                 []
                 if self.samples is not None
@@ -328,6 +334,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                     self.log.warning("%s", warning)
                 self.log.info("%s", found.describe(now))
             store.write_scale_state(outcome.state)
+            said()  # the instance entries are in the written history
             if outcome.verdict is CheckVerdict.GIVE_UP:
                 stopped, _ = give_up(store, snapshot.manifest, outcome.reason)
                 if stopped:
