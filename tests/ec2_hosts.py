@@ -26,6 +26,7 @@ import base64
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 import urllib.request
@@ -113,6 +114,7 @@ class FakeEc2:
             "key_name": KEY_NAME,
             "ssh_key": self.key,
             "ssh_user": "root",
+            "python": sys.executable,  # the hosts see this machine's interpreter
             "boot_timeout_s": 60,
             "shared_dir": f"{POOL_MOUNT}/eg",
             **extra,
@@ -277,6 +279,11 @@ class FakeEc2:
         )
         encoded = answer.get("UserData", {}).get("Value")
         return base64.b64decode(encoded).decode() if encoded else ""
+
+    def booted(self) -> dict[str, int]:
+        """Each instance that has a host now: instance id -> host index in :attr:`lan`."""
+        with self._lock:
+            return dict(self._hosts)
 
     def host_index(self, instance_id: str) -> int | None:
         """The SSH test host index (in :attr:`lan`) of a booted instance, or None."""

@@ -172,14 +172,16 @@ class SshTestHosts:
         """Start one more host at ``address`` (in this LAN's ``prefix``.0/24) and return its
         index: its sshd uses ``host_key`` (a private key's text; a new random key when None)
         and root's ``authorized_keys`` holds ``authorized_keys`` (the session key when None).
-        It is not waited for: :meth:`wait_listening` does that."""
+        Its key joins :attr:`known_hosts`; it is not waited for (:meth:`wait_listening`)."""
         if not self.prefix or address.rpartition(".")[0] != self.prefix:
             raise ValueError(f"address {address!r} is not in this LAN's {self.prefix}.0/24")
         index = len(self.namespaces)
         self.namespaces.append(f"egh{self.suffix}{index}")
         self.veths.append(f"egv{self.suffix}{index}")
         self.addresses.append(address)
-        self._start_host(index, host_key, authorized_keys)
+        line = self._start_host(index, host_key, authorized_keys)
+        with open(self.known_hosts, "a") as known:  # so that run() reaches it too
+            known.write(line)
         return index
 
     def remove_host(self, index: int) -> None:
