@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -147,6 +148,7 @@ class FakeEc2:
         from moto.server import ThreadedMotoServer
 
         self.lan.__enter__()
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per API call
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()

@@ -101,7 +101,12 @@ class Ec2Engine(Engine):
         cached = self.__dict__.get("_params")
         if cached is None:
             where = f"part {self.spec.name!r} params"
-            cached = self.__dict__["_params"] = Ec2Params.parse(self.spec.resources.params, where)
+            # iroh-tinker's saved spec (what stop, status and logs rebuild the engine from)
+            # moves instance_type and image_id out of params into its own resources fields
+            resources = self.spec.resources
+            raw = {k: getattr(resources, k) for k in ("instance_type", "image_id")}
+            raw = {k: v for k, v in raw.items() if v is not None}
+            cached = self.__dict__["_params"] = Ec2Params.parse({**raw, **resources.params}, where)
         return cached
 
     @property
