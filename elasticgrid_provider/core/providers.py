@@ -131,6 +131,16 @@ class Provider(JsonModel):
         return self.engine_name == EC2_ENGINE
 
     @property
+    def fallback_cost_per_node_hour(self) -> float | None:
+        """The on-demand price a spot request of this provider may fall back to (the ec2
+        engine's ``spot_fallback: on_demand``), or None when it never falls back."""
+        fallback = self.params.get("spot_fallback") == "on_demand"
+        if not (self.runs_on_ec2 and self.spot and fallback):
+            return None
+        price = self.params.get("on_demand_cost_per_node_hour")
+        return float(price) if isinstance(price, (int, float)) else None
+
+    @property
     def iroh_cloud_engine(self) -> str | None:
         """iroh-tinker's own cloud engine (``aws``, ``gcp``, ``azure``) that this provider
         names, by name or by module reference; None for any other engine."""

@@ -214,8 +214,9 @@ class Ec2Engine(Engine):
                 answer = self.instances.run(request)
             except CloudCapacityError as error:
                 if market is not Market.SPOT or not params.can_fall_back:
+                    provider = part.rsplit("--", 1)[-1]
                     raise CloudCapacityError(
-                        f"provider of part {part!r} has no capacity for {params.instance_type} "
+                        f"provider {provider!r} has no capacity for {params.instance_type} "
                         f"instance {index + 1} of {self.spec.num_nodes}: {error}"
                     ) from None
                 price = params.on_demand_cost_per_node_hour

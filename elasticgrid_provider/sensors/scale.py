@@ -73,6 +73,7 @@ from elasticgrid_provider.core.recovery import (
 )
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
+from elasticgrid_provider.hooks.cloud_reconcile import reconcile_quietly
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
@@ -259,6 +260,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                     LOCK_WAIT_S,
                 )
                 return None
+            reconcile_quietly(store)  # instances of launches no longer current: terminated
             snapshot = store.job_snapshot(self.job_name)
             jobs_root = str(hook.jobs_root)
             if snapshot is None:

@@ -140,3 +140,20 @@ def test_machines_record_reads_back_and_refuses_a_bad_one(tmp_path):
     )
     with pytest.raises(ElasticGridError, match=r"machines record .* is missing the field"):
         read_machines(tmp_path)
+
+
+def test_the_plan_shows_the_on_demand_price_when_spot_may_fall_back(key_file):
+    from elasticgrid_provider.core.formatting import placement_table
+    from elasticgrid_provider.core.placement import Assignment, Placement
+
+    entry = ec2_entry(key_file, spot_fallback="on_demand", on_demand_cost_per_node_hour=4.5)
+    falls_back = provider_from_dict({**entry, "spot": True, "cost_per_node_hour": 1.5})
+    assert falls_back.fallback_cost_per_node_hour == 4.5
+    placement = Placement((Assignment(falls_back, 2),))
+    assert (placement.cost_per_hour, placement.fallback_cost_per_hour) == (3.0, 9.0)
+    assert (
+        placement_table(placement).splitlines()[-1] == "if spot falls back to on-demand: 9.00 $/h"
+    )
+    never = provider_from_dict({**ec2_entry(key_file), "spot": True})
+    assert Placement((Assignment(never, 2),)).fallback_cost_per_hour is None
+    assert "falls back" not in placement_table(Placement((Assignment(never, 2),)))

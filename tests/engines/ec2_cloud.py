@@ -111,3 +111,15 @@ def moto_ec2(monkeypatch: Any, conn_id: str = "aws_default") -> Iterator[MotoEc2
         yield cloud
     finally:
         server.stop()
+
+
+def reclaim(cloud: MotoEc2, instance_id: str) -> None:
+    """Play a spot interruption on moto's backend: the instance terminated by AWS."""
+    from moto.ec2.models.instances import StateReason
+
+    cloud.backend.terminate_instances([instance_id])
+    instance = cloud.backend.get_instance(instance_id)
+    instance.state_reason = StateReason(
+        "Server.SpotInstanceTermination: Spot instance termination",
+        "Server.SpotInstanceTermination",
+    )

@@ -138,7 +138,7 @@ def test_a_capacity_error_on_the_second_call_terminates_the_first_and_says_no_ro
         engine(cloud, tmp_path, nodes=3).provision(str(tmp_path / "part"))
     text = str(refused.value)
     assert text == (
-        f"provider of part {PART!r} has no capacity for t3.micro instance 2 of 3: EC2 "
+        "provider 'aws' has no capacity for t3.micro instance 2 of 3: EC2 "
         f"RunInstances failed: InsufficientInstanceCapacity: {message}"
     )
     (only,) = cloud.instances()
@@ -207,3 +207,51 @@ def test_a_multi_instance_part_without_a_rendezvous_fails_before_any_instance(cl
     with pytest.raises(ElasticGridError, match=r"2 instances need a rendezvous their ranks all"):
         part.provision(str(tmp_path / "part"))
     assert cloud.instances() == []
+
+
+def started_cluster(part: Ec2Engine, folder: Path):
+    """The part's instances as provision returns them (no host answers in these tests)."""
+    from iroh_tinker.cloud.engines.base import ClusterInfo, Node
+
+    instances = part.run_instances(folder, part.record_intent(folder))
+    nodes = [
+        Node(rank=rank, host=f"root@{item.private_address}", env={"instance_id": item.instance_id})
+        for rank, item in enumerate(instances)
+    ]
+    meta = {"pids": {}, "job_dir": str(folder)}
+    return ClusterInfo(part.spec.name, part.name, nodes, meta), [i.instance_id for i in instances]
+
+
+def test_a_spot_reclaim_is_lost_capacity_with_its_cause_and_the_part_ends(cloud, tmp_path):
+    from tests.engines.ec2_cloud import reclaim
+
+    part = engine(cloud, tmp_path, spot=True, boot_timeout_s=60)
+    folder = tmp_path / "part"
+    cluster, (first, second) = started_cluster(part, folder)
+    reclaim(cloud, first)
+    words = part.status(cluster)  # no host answers: every rank stopped, the part has ended
+    assert words == {0: "stopped", 1: "stopped"}
+    assert part.logs(cluster, 0) == f"preempted: spot instance {first} reclaimed by AWS\n"
+    from elasticgrid_provider.core.recovery import is_capacity_loss, loss_cause
+
+    cause = loss_cause(part.logs(cluster, 0), "down ranks: [0]")
+    assert cause == f"preempted: spot instance {first} reclaimed by AWS" and is_capacity_loss(cause)
+    machines = {machine.instance_id: machine for machine in read_machines(folder)}
+    assert machines[first].reclaimed and machines[first].market is Market.SPOT
+    assert machines[second].state == "terminated" and not machines[second].reclaimed
+    remote = json.loads((folder / "remote-status.json").read_text())
+    assert sorted(remote["unreachable_hosts"]) == sorted(node.host for node in cluster.nodes)
+
+
+def test_stop_terminates_the_parts_instances_by_tag_and_a_second_stop_finds_none(cloud, tmp_path):
+    part = engine(cloud, tmp_path, boot_timeout_s=60)
+    folder = tmp_path / "part"
+    cluster, ids = started_cluster(part, folder)
+    other = engine(cloud, tmp_path, boot_timeout_s=60, launch_id="L9")
+    other_cluster, kept = started_cluster(other, tmp_path / "other")
+    part.stop(cluster)
+    assert sorted(cloud.not_terminated()) == sorted(kept)  # another launch is left alone
+    assert {machine.state for machine in read_machines(folder)} == {"terminated"}
+    part.stop(cluster)  # nothing left: no error
+    other.stop(other_cluster)
+    assert cloud.not_terminated() == [] and len(ids) == 2
