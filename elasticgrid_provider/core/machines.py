@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +30,9 @@ MACHINES_FILE = "machines.json"
 """The part's machines record, in its LOCAL job folder."""
 SPOT_RECLAIM_CODE = "Server.SpotInstanceTermination"
 """The EC2 state reason code of an instance the cloud took back."""
+INSTANCES_RULE = "instances"
+"""The rule of a decision-history entry that records instances started, terminated, reclaimed."""
+ENDED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 
 
 class Market(Choice):
@@ -55,6 +59,13 @@ class Machine(JsonModel):
     def reclaimed(self) -> bool:
         """Whether the cloud took the instance back (a spot interruption)."""
         return bool(self.state_reason and SPOT_RECLAIM_CODE in self.state_reason)
+
+    @property
+    def event(self) -> str:
+        """What the history says happened to it: ``started``, ``terminated`` or ``reclaimed``."""
+        if self.reclaimed:
+            return "reclaimed"
+        return "terminated" if self.state in ENDED_STATES else "started"
 
 
 @model
@@ -86,3 +97,46 @@ def read_machines(folder: str | os.PathLike[str]) -> list[Machine]:
     """The machines of the part whose LOCAL job folder is ``folder`` (empty when it has none)."""
     record = read_machines_record(folder)
     return list(record.instances) if record is not None else []
+
+
+def instance_changes(machines: Sequence[Machine], recorded: Mapping[str, str]) -> dict[str, str]:
+    """``instance id -> event`` for the machines whose event differs from ``recorded`` (what
+    the history said last)."""
+    return {
+        machine.instance_id: machine.event
+        for machine in machines
+        if recorded.get(machine.instance_id) != machine.event
+    }
+
+
+def instances_entry(
+    job_name: str,
+    part: str,
+    changes: Mapping[str, str],
+    machines: Sequence[Machine],
+    nodes: int,
+    now: float,
+) -> dict[str, Any]:
+    """The decision-history entry of a part's instance changes (no scale decision: a hold at
+    the job's size with rule :data:`INSTANCES_RULE`)."""
+    by_id = {machine.instance_id: machine for machine in machines}
+    phrases = []
+    for event in ("started", "terminated", "reclaimed"):
+        ids = sorted(instance for instance, found in changes.items() if found == event)
+        if ids:
+            described = ", ".join(
+                f"{instance} ({by_id[instance].instance_type}, {by_id[instance].market})"
+                for instance in ids
+            )
+            phrases.append(
+                f"{'reclaimed by the cloud' if event == 'reclaimed' else event} {described}"
+            )
+    return {
+        "action": "hold",
+        "current_nodes": nodes,
+        "target_nodes": nodes,
+        "rule": INSTANCES_RULE,
+        "reason": f"part {part} of job {job_name!r}: instances {'; '.join(phrases)}",
+        "decided_at": now,
+        "context": {"job_name": job_name, "part": part, "instances": dict(sorted(changes.items()))},
+    }

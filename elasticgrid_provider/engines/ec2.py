@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,12 @@ from elasticgrid_provider.core.ec2_params import (
     AddressKind,
     Ec2Params,
 )
-from elasticgrid_provider.core.errors import CloudCapacityError, ElasticGridError, RemoteHostError
+from elasticgrid_provider.core.errors import (
+    CloudApiError,
+    CloudCapacityError,
+    ElasticGridError,
+    RemoteHostError,
+)
 from elasticgrid_provider.core.machines import MACHINES_FILE, Market
 from elasticgrid_provider.core.providers import EC2_ENGINE, ENGINE_REFERENCES
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
@@ -372,11 +378,17 @@ class Ec2Engine(Engine):
     # -- the end -----------------------------------------------------------------------------
 
     def _end_instances(self, folder: Path, why: str) -> None:
-        """Terminate every instance of this launch's part, found by tag (retried); log why."""
+        """Terminate every instance of this launch's part, found by tag (retried); log why.
+        ``machines.json`` then records what is left, even when some could not be ended (the
+        raised :class:`~elasticgrid_provider.core.errors.InstancesLeftError` names them; the
+        reconcile keeps trying)."""
         what = f"the instances of part {self.spec.name!r} (launch {self.launch_id}; {why})"
-        terminate_tagged(self.instances, self.tags, what)
-        if folder.is_dir():
-            self._write_machines(folder, self.instances.describe(self.tags))
+        try:
+            terminate_tagged(self.instances, self.tags, what)
+        finally:
+            if folder.is_dir():
+                with suppress(CloudApiError):  # the record waits for the next status
+                    self._write_machines(folder, self.instances.describe(self.tags))
 
     def _write_machines(self, folder: Path, instances: list[Instance]) -> None:
         record = {

@@ -3,7 +3,10 @@
 A part on SSH hosts (:mod:`elasticgrid_provider.engines.ssh`) runs where the Airflow
 workers see none of its files. Everything the hook needs from there goes through the
 engine's SSH connection, and leaves a local trace in the part's folder under the jobs
-root, so the rest of the hook reads a remote part as it reads a local one:
+root, so the rest of the hook reads a remote part as it reads a local one. A part on EC2
+instances (:mod:`elasticgrid_provider.engines.ec2`) is one too: its engine runs the ranks
+through the ssh engine's code and writes the same local files; its sweep terminates the
+launch's instances by tag (:func:`ec2_spec`, :func:`sweep_remote_launch`).
 
 * **Status.** Each ``JobManager.status`` call runs the engine's probe, which mirrors the
   runner's ``done_<n>``/``attempt_<n>`` markers into the local part folder and writes
@@ -105,8 +108,12 @@ def ec2_spec(spec_path: str | os.PathLike[str]) -> tuple[Any, str | None] | None
         return None
     for entry in resources.get("infra") or ():
         if is_ec2_target(str(entry)):
+            # a spec iroh-tinker saved keeps instance_type and image_id beside params
+            known = {
+                key: resources[key] for key in ("instance_type", "image_id") if resources.get(key)
+            }
             try:
-                params = Ec2Params.parse(resources.get("params") or {})
+                params = Ec2Params.parse({**known, **(resources.get("params") or {})})
             except ElasticGridError:
                 return None
             region = str(entry).split("/", 1)[1] if "/" in str(entry) else None

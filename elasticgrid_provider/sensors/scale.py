@@ -73,6 +73,7 @@ from elasticgrid_provider.core.recovery import (
 )
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
+from elasticgrid_provider.hooks.cloud_events import instance_entries
 from elasticgrid_provider.hooks.cloud_reconcile import reconcile_quietly
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
@@ -275,6 +276,9 @@ class ElasticScaleSensor(BaseSensorOperator):
                 raise JobFailedError(failure)
             state = store.read_scale_state(self.job_name)
             now = epoch_now()
+            entries, said = instance_entries(snapshot, now)  # instances started or ended
+            for entry in entries:  # before the decision, which stays the newest entry
+                state = state.remember_event(entry, now)
             chunks = (
                 []
                 if self.samples is not None
@@ -330,6 +334,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                     self.log.warning("%s", warning)
                 self.log.info("%s", found.describe(now))
             store.write_scale_state(outcome.state)
+            said()  # the instance entries are in the written history
             if outcome.verdict is CheckVerdict.GIVE_UP:
                 stopped, _ = give_up(store, snapshot.manifest, outcome.reason)
                 if stopped:

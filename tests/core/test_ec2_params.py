@@ -157,3 +157,23 @@ def test_the_plan_shows_the_on_demand_price_when_spot_may_fall_back(key_file):
     never = provider_from_dict({**ec2_entry(key_file), "spot": True})
     assert Placement((Assignment(never, 2),)).fallback_cost_per_hour is None
     assert "falls back" not in placement_table(Placement((Assignment(never, 2),)))
+
+
+def test_the_ssh_engine_params_of_instances_carry_the_key_source_and_the_launch_known_hosts(
+    tmp_path,
+):
+    from elasticgrid_provider.core.ssh_params import SshParams
+    from elasticgrid_provider.engines.ec2_launch import ssh_engine_params
+
+    raw = {"instance_type": "t3", "image_id": "ami-1", "key_name": "k", "ssh_conn_id": "pool"}
+    params = Ec2Params.parse({**raw, "python": "/opt/py/bin/python", "remote_dir": "/scratch/p"})
+    hosts = ["ubuntu@10.0.0.5", "ubuntu@10.0.0.5", "ubuntu@10.0.0.6"]  # one per rank
+    ssh = SshParams.parse(ssh_engine_params(params, tmp_path, hosts))
+    assert ssh.hosts == ("ubuntu@10.0.0.5", "ubuntu@10.0.0.6")
+    assert (ssh.ssh_conn_id, ssh.ssh_key) == ("pool", None)
+    assert ssh.known_hosts == str(tmp_path / "known_hosts")
+    assert (ssh.python, ssh.remote_dir, ssh.connect_timeout_s) == (
+        "/opt/py/bin/python",
+        "/scratch/p",
+        5.0,
+    )

@@ -255,3 +255,24 @@ def test_stop_terminates_the_parts_instances_by_tag_and_a_second_stop_finds_none
     part.stop(cluster)  # nothing left: no error
     other.stop(other_cluster)
     assert cloud.not_terminated() == [] and len(ids) == 2
+
+
+def test_the_engine_rebuilt_from_iroh_tinkers_saved_spec_keeps_its_params(cloud, tmp_path):
+    from iroh_tinker.cloud.spec import dump_spec, load_spec
+
+    part = engine(cloud, tmp_path)
+    dump_spec(part.spec, tmp_path / "spec.json")  # what JobManager saves and rebuilds from
+    rebuilt = Ec2Engine(load_spec(tmp_path / "spec.json"), target=part.target)
+    assert rebuilt.spec.resources.params.get("instance_type") is None  # moved out by iroh
+    assert rebuilt.params == part.params
+
+
+def test_a_failed_provision_retries_a_refused_termination_until_nothing_is_left(cloud, tmp_path):
+    refuse = "IncorrectInstanceState"
+    with (
+        cloud.fail("terminate_instances", refuse, "still pending", lambda n, kw: n <= 2),
+        pytest.raises(RemoteHostError, match="not reachable over SSH"),
+    ):
+        engine(cloud, tmp_path, boot_timeout_s=2).provision(str(tmp_path / "part"))
+    assert cloud.calls["terminate_instances"] == 3
+    assert {machine.state for machine in read_machines(tmp_path / "part")} == {"terminated"}

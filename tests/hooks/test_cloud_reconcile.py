@@ -4,6 +4,7 @@ longer a job's current one are terminated, the current and newer ones are left."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,7 @@ def write_manifest(store: JobStore, launch_id: str, state: LaunchPhase) -> None:
         parts=(PartRecord(PART, "aws", "ec2", 2, 0, str(store.spec_folder(JOB, launch_id))),),
         state=state,
     )
+    store.job_folder(JOB).mkdir(parents=True, exist_ok=True)
     write_json(store.job_folder(JOB) / MANIFEST_NAME, manifest.model_dump())
 
 
@@ -110,3 +112,53 @@ def test_a_job_without_ec2_parts_or_manifest_is_left_alone(cloud, tmp_path):
     sweep_remote_launch(JOB, OLD, store.spec_files(JOB, OLD))
     assert alive(cloud) == []
     assert json.loads((tmp_path / OLD / "ec2-launch.json").read_text())["launch_id"] == OLD
+
+
+def test_the_history_records_instances_started_terminated_and_reclaimed_once(tmp_path):
+    from elasticgrid_provider.core.job import JobSnapshot
+    from elasticgrid_provider.core.machines import INSTANCES_RULE
+    from elasticgrid_provider.core.state import ScaleState
+    from elasticgrid_provider.hooks.cloud_events import instance_entries
+
+    folder = tmp_path / PART
+    folder.mkdir()
+
+    def machines(*states: tuple[str, str, str | None]) -> None:
+        instances = [
+            {
+                "instance_id": instance_id,
+                "instance_type": "t3.micro",
+                "market": "spot",
+                "zone": "us-east-1a",
+                "state": state,
+                "launched_at": "2026-01-01T00:00:00+00:00",
+                "address": "192.0.2.4",
+                "state_reason": reason,
+            }
+            for instance_id, state, reason in states
+        ]
+        write_json(
+            folder / "machines.json", {"part": PART, "launch_id": CURRENT, "instances": instances}
+        )
+
+    store = JobStore(tmp_path / "jobs", Lines())
+    write_manifest(store, CURRENT, LaunchPhase.RUNNING)
+    manifest = store.read_manifest(JOB)
+    assert manifest is not None
+    part = replace(manifest.parts[0], job_dir=str(folder))
+    snapshot = JobSnapshot(manifest=manifest, parts=(part,))
+    machines(("i-1", "running", None), ("i-2", "pending", None))
+    (entry,), said = instance_entries(snapshot, 100.0)
+    assert entry["rule"] == INSTANCES_RULE and entry["action"] == "hold"
+    assert entry["reason"] == (
+        f"part {PART} of job {JOB!r}: instances started i-1 (t3.micro, spot), i-2 (t3.micro, spot)"
+    )
+    said()
+    assert instance_entries(snapshot, 101.0)[0] == []  # said once
+    spot_end = "Server.SpotInstanceTermination: Spot instance termination"
+    machines(("i-1", "terminated", spot_end), ("i-2", "terminated", "Client.UserInitiated: x"))
+    (entry,), said = instance_entries(snapshot, 102.0)
+    assert entry["context"]["instances"] == {"i-1": "reclaimed", "i-2": "terminated"}
+    assert "terminated i-2 (t3.micro, spot); reclaimed by the cloud i-1" in entry["reason"]
+    state = ScaleState(job_name=JOB).remember_event(entry, 102.0)
+    assert ScaleState.model_validate(state.model_dump()).history[-1]["rule"] == INSTANCES_RULE
