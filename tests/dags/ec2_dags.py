@@ -50,6 +50,10 @@ with DAG(dag_id="ec2_training", schedule=None, catchup=False):
 with DAG(dag_id="ec2_launch", schedule=None, catchup=False):
     plan_and_launch(NODES, **LAUNCH)
 
+with DAG(dag_id="ec2_launch_once", schedule=None, catchup=False):
+    # no retry: a launch that fails shows what it left behind (nothing)
+    plan_and_launch(NODES, retries=0, **LAUNCH)
+
 with DAG(dag_id="ec2_recovery", schedule=None, catchup=False):
     # an author's scaling pipeline: nothing in it is about spot reclaims
     recovery_check = ElasticScaleSensor(
