@@ -60,7 +60,7 @@ from elasticgrid_provider.core.errors import (
 )
 from elasticgrid_provider.core.machines import MACHINES_FILE, Market
 from elasticgrid_provider.core.providers import EC2_ENGINE, ENGINE_REFERENCES
-from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
+from elasticgrid_provider.core.rank_environment import ENV_CHECKPOINT_DIR, ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.engines.cloud_init import (
     HostKey,
     user_data,
@@ -173,7 +173,15 @@ class Ec2Engine(Engine):
 
     def _check_rendezvous(self) -> None:
         """A part of several instances needs a way for its ranks to meet that is not the
-        worker's disk: ``rendezvous``/``shared_dir`` in params, or an object-store rendezvous."""
+        worker's disk: ``rendezvous``/``shared_dir`` in params, or an object-store rendezvous;
+        an ``s3://`` checkpoint_dir is refused until the runtime's Checkpoint can use one."""
+        checkpoint = self.params.checkpoint_dir
+        if checkpoint is not None and checkpoint.startswith("s3://"):
+            raise ElasticGridError(
+                f"part {self.spec.name!r} params.checkpoint_dir: an s3:// checkpoint is not "
+                f"supported by elasticgrid_provider.runtime.Checkpoint yet, got {checkpoint!r}; "
+                "give a folder under shared_dir"
+            )
         if self.spec.num_nodes < 2 or self.params.has_rendezvous():
             return
         if self.spec.rendezvous.mode in ("s3", "gs"):
@@ -331,8 +339,14 @@ class Ec2Engine(Engine):
     def start(
         self, cluster: ClusterInfo, commands: dict[int, list[str]], env: dict[str, str]
     ) -> None:
-        """Start the ranks (``envs`` on stdin); a failure terminates the part's instances."""
+        """Start the ranks (``envs`` on stdin; ``checkpoint_dir``, scoped to the job, as
+        ``ELASTICGRID_CHECKPOINT_DIR``); a failure terminates the part's instances."""
         ssh = self._ssh(cluster)
+        if self.params.checkpoint_dir:
+            env = {
+                **env,
+                ENV_CHECKPOINT_DIR: f"{self.params.checkpoint_dir.rstrip('/')}/{self.job_name}",
+            }
         self._guarded(cluster, "start", lambda: ssh.start(cluster, commands, env))
 
     def status(self, cluster: ClusterInfo) -> dict[int, str]:

@@ -45,8 +45,10 @@ CAPACITY_CODES = frozenset(
 """EC2 error codes that mean the cloud has no room for the request (not a bad request)."""
 ENDED_STATES = frozenset({"terminated"})
 ENDING = frozenset({"shutting-down", "terminated"})  # asked to terminate already
+LIVE_STATES = ("pending", "running", "stopping", "stopped")  # what may still cost
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 TERMINATE_ATTEMPTS = 5
+TERMINATE_BATCH = 500
 TERMINATE_BACKOFF_S = 1.0
 
 
@@ -107,8 +109,11 @@ class InstanceApi(Protocol):
         """Start the instance(s) of ``request``; raises CloudApiError/CloudCapacityError."""
         ...
 
-    def describe(self, tags: Mapping[str, Sequence[str]]) -> list[Instance]:
-        """Every instance (all states) whose tag ``key`` has one of the values given for it."""
+    def describe(
+        self, tags: Mapping[str, Sequence[str]], states: Sequence[str] | None = None
+    ) -> list[Instance]:
+        """Every instance whose tag ``key`` has one of the values given for it, in one of
+        ``states`` (None: all states)."""
         ...
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
@@ -175,8 +180,12 @@ class Ec2Instances:
         answer = self._call("run_instances", **kwargs)
         return [_instance(item) for item in answer.get("Instances", [])]
 
-    def describe(self, tags: Mapping[str, Sequence[str]]) -> list[Instance]:
+    def describe(
+        self, tags: Mapping[str, Sequence[str]], states: Sequence[str] | None = None
+    ) -> list[Instance]:
         filters = [{"Name": f"tag:{key}", "Values": list(values)} for key, values in tags.items()]
+        if states is not None:
+            filters.append({"Name": "instance-state-name", "Values": list(states)})
         found: list[Instance] = []
         token: str | None = None
         while True:
@@ -191,8 +200,9 @@ class Ec2Instances:
                 return found
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
-        if instance_ids:
-            self._call("terminate_instances", InstanceIds=list(instance_ids))
+        ids = list(instance_ids)
+        for start in range(0, len(ids), TERMINATE_BATCH):  # one call per batch of ids
+            self._call("terminate_instances", InstanceIds=ids[start : start + TERMINATE_BATCH])
 
 
 def _call_name(method: str) -> str:
@@ -225,16 +235,22 @@ def terminate_tagged(
     attempts: int = TERMINATE_ATTEMPTS,
     backoff_s: float = TERMINATE_BACKOFF_S,
     sleep: Callable[[float], None] = time.sleep,
+    found_alive: Sequence[str] | None = None,
 ) -> list[str]:
     """Terminate every live instance with these ``tags`` (``what`` names them in logs and
-    errors), retrying with doubling backoff; the ids terminated. Raises
+    errors), retrying with doubling backoff; the ids terminated. ``found_alive``: the ids a
+    describe by these tags just found (the first look is skipped). Raises
     :class:`InstancesLeftError` naming the ids still alive after ``attempts`` tries."""
     ended: list[str] = []
     last_error: Exception | None = None
     alive: list[str] = []
     for attempt in range(attempts + 1):
         try:
-            alive = [item.instance_id for item in api.describe(tags) if item.state not in ENDING]
+            if attempt == 0 and found_alive is not None:
+                alive = list(found_alive)
+            else:
+                found = api.describe(tags, LIVE_STATES)
+                alive = [item.instance_id for item in found if item.state not in ENDING]
             if not alive:
                 return ended
             if attempt == attempts:

@@ -8,8 +8,10 @@ launch whose task was SIGKILLed between RunInstances and its record), or the cur
 once it is over (``stopped``, ``down``, ``lost``). Each is logged by id.
 
 Launch ids sort by time, so a launch newer than the manifest read (one being written right
-now by another task) is never touched. Which AWS connections and regions to ask comes from
-the ec2 parts' specs of every launch of the job (kept in its spec folders). A termination that
+now by another task) is never touched. Every launch keeps its spec folder, so the candidate
+launches are known without asking the cloud, which is asked only for their live instances
+(a job that only ever ran its current launch costs no call). Which AWS connections and
+regions to ask comes from the ec2 parts' specs of every launch of the job. A termination that
 fails is retried with backoff; what is still alive after that is logged as an error, and the
 next reconcile tries again.
 """
@@ -51,10 +53,16 @@ def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None)
     the job's current one (module docstring); the ids asked to terminate."""
     from elasticgrid_provider.core.ec2_params import TAG_JOB, TAG_LAUNCH
     from elasticgrid_provider.engines.ec2_launch import launch_tags
-    from elasticgrid_provider.engines.instances import ENDING, Ec2Instances, terminate_tagged
+    from elasticgrid_provider.engines.instances import (
+        ENDING,
+        LIVE_STATES,
+        Ec2Instances,
+        terminate_tagged,
+    )
 
     by_cloud: dict[tuple[str, str | None], list[str]] = {}
     current: dict[str, tuple[str, bool]] = {}
+    candidates: dict[str, list[str]] = {}  # per job: its launches that may not run any more
     for job in _jobs(store, job_names):
         try:
             manifest = store.read_manifest(job)
@@ -63,20 +71,32 @@ def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None)
         if manifest is None:
             continue
         current[job] = (manifest.launch_id, manifest.state.is_terminal)
+        candidates[job] = [
+            launch for launch in store.launch_ids(job) if _stale(launch, *current[job])
+        ]
+        if not candidates[job]:
+            continue  # only its current launch was ever started: nothing to ask the cloud
         for cloud in _clouds(store, job):
             by_cloud.setdefault(cloud, []).append(job)
     ended: list[str] = []
     for (conn_id, region), jobs in sorted(by_cloud.items(), key=str):
         api = Ec2Instances(conn_id, region)
         stale: dict[tuple[str, str], list[str]] = {}
-        try:
-            for start in range(0, len(jobs), MAX_FILTER_VALUES):
-                for instance in api.describe({TAG_JOB: jobs[start : start + MAX_FILTER_VALUES]}):
-                    job, launch = instance.tags.get(TAG_JOB, ""), instance.tags.get(TAG_LAUNCH, "")
-                    if instance.state in ENDING or job not in current:
-                        continue
-                    if _stale(launch, *current[job]):
-                        stale.setdefault((job, launch), []).append(instance.instance_id)
+        launches = sorted({launch for job in jobs for launch in candidates[job]})
+        try:  # only the candidate launches' live instances: the cloud filters them
+            for job_start in range(0, len(jobs), MAX_FILTER_VALUES):
+                for start in range(0, len(launches), MAX_FILTER_VALUES):
+                    chunk = {
+                        TAG_JOB: jobs[job_start : job_start + MAX_FILTER_VALUES],
+                        TAG_LAUNCH: launches[start : start + MAX_FILTER_VALUES],
+                    }
+                    for instance in api.describe(chunk, LIVE_STATES):
+                        job = instance.tags.get(TAG_JOB, "")
+                        launch = instance.tags.get(TAG_LAUNCH, "")
+                        if instance.state in ENDING or job not in current:
+                            continue
+                        if _stale(launch, *current[job]):
+                            stale.setdefault((job, launch), []).append(instance.instance_id)
         except CloudApiError as error:
             store.log.error(
                 "Reconcile of EC2 instances (%s, %s) failed: %s", conn_id, region, error
@@ -94,7 +114,8 @@ def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None)
             )
             what = f"the instances of job {job!r} launch {launch}"
             try:
-                ended += terminate_tagged(api, launch_tags(job, None, launch), what)
+                tags = launch_tags(job, None, launch)
+                ended += terminate_tagged(api, tags, what, found_alive=ids)
             except InstancesLeftError as error:
                 store.log.error("Reconcile: %s; the next reconcile tries again.", error)
     return ended
