@@ -12,7 +12,9 @@ Before it stops or starts anything, the launch reserves its placement in the gri
 ledger (docs/fleet-ledger.md): a placement other jobs' nodes leave no room for fails
 the try naming them, retryable, and stops nothing. The job's nodes go back to the
 grid when its launch fails to start, when the task stops it, and when the wait sees
-the job end.
+the job end; a launch that fails before it started anything gives back at once the
+nodes its plan reserved for it (the upstream plan's XCom ``reservation``), instead of
+leaving them reserved until the reservation's lease ends.
 
 The job's identity and state go to XCom (key ``job``) right after the launch.
 With ``wait_for_completion`` the task then waits for the job to end, polling
@@ -64,6 +66,7 @@ from elasticgrid_provider.hooks.launch_manager import (
     LaunchOutcome,
     StopAction,
 )
+from elasticgrid_provider.operators.plan import RESERVATION_XCOM_KEY, PlanPlacementOperator
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import (
@@ -211,8 +214,10 @@ class LaunchOperator(BaseOperator):
         try:
             placement, outcome = self._launch()
         except (JobLaunchError, GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
+            self._give_back_plan_reservation(context)
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
+            self._give_back_plan_reservation(context)
             raise AirflowFailException(str(exc)) from None
         snapshot = outcome.snapshot
         attached = outcome.action is LaunchAction.ATTACHED
@@ -299,6 +304,34 @@ class LaunchOperator(BaseOperator):
             if event_ended(event):
                 return self.execute_complete(context, event)
             time.sleep(self.poll_interval)
+
+    def _give_back_plan_reservation(self, context: Context) -> None:
+        """The launch failed: the reservation its upstream plan made for this job goes back to
+        the grid now (no rank of this launch holds it; a launch that got further replaced it
+        with its own, which the launch manager already released)."""
+        plans = [
+            task.task_id for task in self.upstream_list if isinstance(task, PlanPlacementOperator)
+        ]
+        if not plans:
+            return
+        pulled = context["ti"].xcom_pull(task_ids=plans, key=RESERVATION_XCOM_KEY)
+        for reservation in pulled if isinstance(pulled, list) else [pulled]:
+            if not isinstance(reservation, Mapping) or reservation.get("job") != self.job_name:
+                continue
+            try:
+                dropped = self.launch_manager.grid.drop_reservation(
+                    self.job_name, str(reservation["launch_id"])
+                )
+            except (OSError, TimeoutError, ValueError) as exc:
+                self.log.warning("The plan's reservation stays until its lease ends: %s", exc)
+                continue
+            if dropped:
+                self.log.info(
+                    "Gave back the nodes the plan reserved for job %s (launch %s): %s.",
+                    self.job_name,
+                    reservation["launch_id"],
+                    ", ".join(f"{n} on {p}" for p, n in sorted(dropped.items())),
+                )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Finish the wait: pass on ``done``, fail (with the log tail) on anything else."""
