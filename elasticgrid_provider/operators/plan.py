@@ -211,16 +211,11 @@ class PlanPlacementOperator(BaseOperator):
     def _launched_job_name(self, context: Context) -> str | None:
         """The job the launch of this plan's placement starts (its rendered ``job_name``),
         when exactly one downstream launch reads this plan's output; else None."""
-        from elasticgrid_provider.operators.launch import LaunchOperator
-
         names = set()
-        for task in self.downstream_list:
+        for task in self.downstream_list:  # a LaunchOperator (not imported: it imports this)
             source = getattr(getattr(task, "placement", None), "operator", None)
             # the running task is a copy of the DAG's: compared by id
-            if (
-                isinstance(task, LaunchOperator)
-                and getattr(source, "task_id", None) == self.task_id
-            ):
+            if hasattr(task, "job_name") and getattr(source, "task_id", None) == self.task_id:
                 names.add(task.render_template(task.job_name, context))
         if len(names) != 1:
             return None
