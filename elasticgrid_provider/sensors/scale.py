@@ -83,6 +83,14 @@ from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
+MIN_RESCHEDULE_S = 15.0
+"""The shortest reschedule the sensor makes; a shorter ``poke_interval`` checks in poke mode.
+
+A reschedule keeps the try number, so when the scheduler reads the executor's "success"
+of one check after the next check has been queued, it fails the task as killed
+externally (apache/airflow #71172, fix proposed in PR #71194, not released).
+"""
+
 LOCK_WAIT_S = 60.0
 """How long a check waits for a job that a launch or another check is busy with."""
 
@@ -181,7 +189,12 @@ class ElasticScaleSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=record is not None, xcom_value=record)
 
     def execute(self, context: Context) -> Any:
-        """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
+        """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer.
+
+        A wait shorter than a real scheduler can safely turn around (a deferral under
+        :data:`MIN_DEFERRAL_S`, a reschedule under :data:`MIN_RESCHEDULE_S`) is done in
+        poke mode instead, and the log says so: both race the executor's stale "success".
+        """
         if self.deferrable and self.poke_interval >= MIN_DEFERRAL_S:
             return self._check_or_defer(context, started_at=time.time())
         if self.deferrable:  # a sooner trigger races the scheduler
@@ -190,6 +203,16 @@ class ElasticScaleSensor(BaseSensorOperator):
                 "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
                 self.poke_interval,
                 MIN_DEFERRAL_S,
+                self.job_name,
+            )
+            self.mode = "poke"
+        elif self.mode == "reschedule" and self.poke_interval < MIN_RESCHEDULE_S:
+            self.log.info(
+                "poke_interval %.0fs is below the %.0fs a reschedule must wait to be safe on a "
+                "real scheduler (apache/airflow #71172); checking job %s in poke mode (the "
+                "task keeps its worker slot between checks).",
+                self.poke_interval,
+                MIN_RESCHEDULE_S,
                 self.job_name,
             )
             self.mode = "poke"
