@@ -24,10 +24,13 @@ from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.policy.decision import HeldBy, verb
 from elasticgrid_provider.core.policy.holds import (
     ceiling_hold,
+    falling_hold,
     final_stretch_hold,
     floor_hold,
+    is_stream,
     price_hold,
     startup_hold,
+    stream_restart_hold,
 )
 from elasticgrid_provider.core.policy.load import MAX_QUEUE_TREND, LoadEstimate
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
@@ -64,12 +67,21 @@ def projected_capacity(
     policy: ScalePolicy, situation: Situation, basis: WorkBasis, nodes: int
 ) -> float:
     """Projected throughput of the whole job at ``nodes`` (work per second)."""
-    loss, _ = situation.memory.scaling(basis, policy.scaling_loss)
+    loss, _ = scaling(policy, situation, basis)
     measured = [size for size, _ in situation.memory.measured(basis)]
     if measured and nodes < min(measured):
         # below every measured size, a shrink counts on no more than fit or prior promise
         loss = min(loss, policy.scaling_loss)
     return nodes * situation.memory.per_node_rate(basis, nodes, loss)
+
+
+def scaling(policy: ScalePolicy, situation: Situation, basis: WorkBasis) -> tuple[float, str]:
+    """The per-doubling loss the sizing counts on and its source: a stream's calibrated prior
+    (:meth:`~elasticgrid_provider.core.policy.memory.CapacityMemory.calibrated_scaling`), any
+    other job's fit blended with ``scaling_loss``."""
+    if is_stream(situation):
+        return situation.memory.calibrated_scaling(basis, policy.scaling_loss)
+    return situation.memory.scaling(basis, policy.scaling_loss)
 
 
 def finish_s(policy: ScalePolicy, situation: Situation, work: RemainingWork, nodes: int) -> float:
@@ -157,13 +169,12 @@ def deadline_rule(policy: ScalePolicy, situation: Situation) -> Verdict:
 
 
 def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -> Verdict:
+    """An open loop: the smallest size covering the demand's recent peak plus the band (a
+    stream, :func:`stream_need`), or a backlog that would not drain within ``drain_s``."""
     current = situation.current
     basis, demand, capacity = load.basis, load.demand_per_s, load.capacity_per_s
     drain = load.drain_s
-    headroom = min(
-        policy.headroom, max(policy.tolerance, ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread)
-    )
-    need = max(demand * (1.0 + headroom), demand * (1.0 + policy.startup_s / policy.drain_s))
+    need, band = stream_need(policy, situation, load)
     backlog_text = ""
     backlog = f"; the backlog of {seconds_text(load.backlog_s)}"
     if load.backlog_s > 0:
@@ -189,17 +200,13 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
                     "clear it much sooner"
                 )
     target = _serving(policy, situation, basis, need)
-    if target < current and headroom < policy.headroom:
-        # a shrink keeps the full headroom: the band that keeps a steady load steady
-        headroom = policy.headroom
-        need = max(need, demand * (1.0 + headroom))
-        target = _serving(policy, situation, basis, need)
     numbers = {
         **load.model_dump(),
         "target_capacity_per_s": projected_capacity(policy, situation, basis, target),
         "needed_per_s": need,
-        "headroom": headroom,
+        "band": band,
         "arrival_spread": situation.arrival_spread,
+        **stream_numbers(policy, situation, basis, need),
     }
     why = (
         f"demand {number_text(demand)} {basis}/s against a capacity of "
@@ -211,7 +218,7 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
     )
     previous = situation.recent[-1].nodes if situation.recent else None
     speeding = _queue_speeding_up(policy, situation)
-    held = list(verdict.held_by)
+    held: list[HeldBy | None] = list(verdict.held_by)
     unsettled = None  # why a scale-up waits for the next check
     if verdict.action is ScaleAction.SCALE_UP:
         if speeding is not None and load.backlog_s < policy.drain_s / 2.0:
@@ -246,14 +253,65 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
                 f"{seconds_text(policy.drain_s)}"
             )
             held.append(HeldBy(HoldRule.RESTART_COST, why))
-    if verdict.action is ScaleAction.SCALE_DOWN and load.falling:
-        why = (
-            f"the load is still falling: the newer half of the window arrives at "
-            f"{number_text(load.recent_demand_per_s)} {basis}/s, the whole at "
-            f"{number_text(load.window_demand_per_s)}"
-        )
-        held.append(HeldBy(HoldRule.STABILISATION, why))
-    return replace(verdict, held_by=tuple(held))
+    if verdict.action is ScaleAction.SCALE_DOWN:
+        held.append(falling_hold(load, basis))
+    return replace(verdict, held_by=tuple(hold for hold in held if hold is not None))
+
+
+def stream_need(
+    policy: ScalePolicy, situation: Situation, load: LoadEstimate
+) -> tuple[float, float]:
+    """The capacity a stream needs and the band above its peak: the recent peak plus
+    ``stream_band`` (wider, up to ``headroom``, for irregular arrivals: two standard
+    deviations), and no less than the level plus a restart's arrivals drained in ``drain_s``."""
+    demand = situation.demand
+    band = policy.stream_band
+    if demand is None:  # an open loop with a deadline: its level is the measured demand
+        spread = ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread
+        band = min(max(policy.headroom, band), max(band, spread))
+        peak = level = load.demand_per_s
+    else:
+        peak, level = demand.peak_per_s, demand.rate_per_s
+    return max(peak * (1.0 + band), level * (1.0 + policy.startup_s / policy.drain_s)), band
+
+
+def stream_numbers(
+    policy: ScalePolicy, situation: Situation, basis: WorkBasis, need: float
+) -> dict[str, Any]:
+    """What a stream's record says about its sizing: the demand level and peak, the covering
+    size and its capacity, the restart trade-off of moving there, the prior counted on."""
+    demand, current = situation.demand, situation.current
+    if demand is None:
+        return {}
+    covering = _serving(policy, situation, basis, need)
+    saving, price, steady_s = restart_tradeoff(policy, situation, covering)
+    loss, source = scaling(policy, situation, basis)
+    return {
+        "demand_rate_per_s": demand.rate_per_s,
+        "demand_peak_per_s": demand.peak_per_s,
+        "peak_window_s": demand.window_s,
+        "covering_nodes": covering,
+        "covering_capacity_per_s": projected_capacity(policy, situation, basis, covering),
+        "steady_s": steady_s,
+        "saving_node_s": saving if covering < current else None,
+        "restart_price_node_s": price if covering != current else 0.0,
+        "stabilisation_window_s": policy.stream_window_s,
+        "prior_scaling_loss": loss,
+        "prior_source": source,
+    }
+
+
+def restart_tradeoff(
+    policy: ScalePolicy, situation: Situation, target: int
+) -> tuple[float, float, float]:
+    """A stream's resize to ``target``: the node-seconds it saves until the next expected
+    change, the restart price, and that expected steady time (``horizon_s`` shortened by the
+    demand's variability: a peak far above the level means the level will not hold long)."""
+    demand = situation.demand
+    variability = 0.0 if demand is None else demand.variability
+    steady_s = max(policy.horizon_s * (1.0 - variability), policy.startup_s)
+    saving = (situation.current - target) * max(steady_s - policy.startup_s, 0.0)
+    return saving, restart_price_node_s(policy, situation.current, target), steady_s
 
 
 def _queue_speeding_up(policy: ScalePolicy, situation: Situation) -> float | None:
@@ -389,18 +447,19 @@ def _sized(
     else:
         action = ScaleAction.SCALE_DOWN
         if rule is DecisionRule.DEMAND:
-            gain = (current - target) * max(horizon - policy.startup_s, 0.0)
+            gain, _, horizon = restart_tradeoff(policy, situation, target)
+            numbers["horizon_s"] = bounded_or_none(horizon)
         else:
             served = horizon * capacity_now
             gain = current * horizon - target * (
                 served / capacity_target if capacity_target > 0 else sys.float_info.max
             )
         price, unit = restart_price_node_s(policy, current, target), "node-seconds"
-        held = [
-            floor_hold(policy, current),
-            final_stretch_hold(policy, situation),
-            price_hold(policy, gain, price, unit),
-        ]
+        if rule is DecisionRule.DEMAND:
+            paid = stream_restart_hold(policy, gain, price, horizon)
+        else:
+            paid = price_hold(policy, gain, price, unit)
+        held = [floor_hold(policy, current), final_stretch_hold(policy, situation), paid]
     numbers.update({"gain": bounded_or_none(gain), "gain_unit": unit, "price": price})
     why += f"; {verb(action)} pays {number_text(gain)} {unit} for a {number_text(price)}"
     why += f" {unit} restart over {seconds_text(horizon)}"
