@@ -4,7 +4,8 @@ As HPA's replica calculator turns metrics into a replica count, these rules turn
 :class:`~elasticgrid_provider.core.policy.situation.Situation` into a
 :class:`~elasticgrid_provider.core.policy.situation.Verdict`: ``deadline_pressure`` /
 ``deadline_slack`` (with a deadline and remaining work), ``demand`` (open loop: cover the
-arrival rate with headroom, and a backlog that would not drain within ``drain_s``),
+arrival rate, a stream's recent peak plus its band (:mod:`.streams`), and a backlog that
+would not drain within ``drain_s``),
 ``queue_bound`` / ``idle`` (closed loop), else ``balanced``. Each resize is priced as a
 restart of ``startup_s``; the holds that apply are attached
 (:mod:`~elasticgrid_provider.core.policy.holds`). The maths is in ``docs/policy.md``.
@@ -27,7 +28,6 @@ from elasticgrid_provider.core.policy.holds import (
     falling_hold,
     final_stretch_hold,
     floor_hold,
-    is_stream,
     price_hold,
     startup_hold,
     stream_restart_hold,
@@ -36,15 +36,18 @@ from elasticgrid_provider.core.policy.load import MAX_QUEUE_TREND, LoadEstimate
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.policy.situation import (
-    RemainingWork,
     Situation,
     Verdict,
     change,
     stay,
 )
-
-ARRIVAL_SPREAD_DEVIATIONS = 2.0
-"""A stream's headroom covers the arrival rate two standard deviations above its mean."""
+from elasticgrid_provider.core.policy.streams import restart_tradeoff, stream_need, stream_numbers
+from elasticgrid_provider.core.policy.throughput import (
+    finish_s,
+    projected_capacity,
+    restart_price_node_s,
+    serving_size,
+)
 
 
 def recommend(policy: ScalePolicy, situation: Situation) -> Verdict:
@@ -58,42 +61,6 @@ def recommend(policy: ScalePolicy, situation: Situation) -> Verdict:
         return closed_loop_rule(policy, situation, load)
     why = "the samples show no work to size from; hold the current size"
     return stay(DecisionRule.BALANCED, why, situation.current)
-
-
-# -- the throughput model -------------------------------------------------
-
-
-def projected_capacity(
-    policy: ScalePolicy, situation: Situation, basis: WorkBasis, nodes: int
-) -> float:
-    """Projected throughput of the whole job at ``nodes`` (work per second)."""
-    loss, _ = scaling(policy, situation, basis)
-    measured = [size for size, _ in situation.memory.measured(basis)]
-    if measured and nodes < min(measured):
-        # below every measured size, a shrink counts on no more than fit or prior promise
-        loss = min(loss, policy.scaling_loss)
-    return nodes * situation.memory.per_node_rate(basis, nodes, loss)
-
-
-def scaling(policy: ScalePolicy, situation: Situation, basis: WorkBasis) -> tuple[float, str]:
-    """The per-doubling loss the sizing counts on and its source: a stream's calibrated prior
-    (:meth:`~elasticgrid_provider.core.policy.memory.CapacityMemory.calibrated_scaling`), any
-    other job's fit blended with ``scaling_loss``."""
-    if is_stream(situation):
-        return situation.memory.calibrated_scaling(basis, policy.scaling_loss)
-    return situation.memory.scaling(basis, policy.scaling_loss)
-
-
-def finish_s(policy: ScalePolicy, situation: Situation, work: RemainingWork, nodes: int) -> float:
-    """Seconds ``work`` takes at ``nodes`` (no restart); capped to stay finite."""
-    capacity = projected_capacity(policy, situation, work.basis, nodes)
-    if capacity <= 0:
-        return sys.float_info.max
-    return min(work.amount / capacity, sys.float_info.max)
-
-
-def restart_price_node_s(policy: ScalePolicy, current: int, target: int) -> float:
-    return max(current, target) * policy.startup_s
 
 
 def deadline_rule(policy: ScalePolicy, situation: Situation) -> Verdict:
@@ -188,7 +155,7 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
             drain_need = max(demand, waiting / usable_s)
             grows = load.utilisation >= 1.0 or load.backlog_trend > 0
             stay_s = math.inf if drain is None else drain
-            serving = _serving(policy, situation, basis, drain_need)
+            serving = serving_size(policy, situation, basis, drain_need)
             after_s = _drain_after_resize(policy, situation, load, serving)
             if grows or stay_s >= (1.0 + policy.resize_margin) * max(after_s, policy.drain_s):
                 need = max(need, drain_need)
@@ -199,7 +166,7 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
                     f"{backlog} drains in {seconds_text(stay_s)}, and a restart would not "
                     "clear it much sooner"
                 )
-    target = _serving(policy, situation, basis, need)
+    target = serving_size(policy, situation, basis, need)
     numbers = {
         **load.model_dump(),
         "target_capacity_per_s": projected_capacity(policy, situation, basis, target),
@@ -258,62 +225,6 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
     return replace(verdict, held_by=tuple(hold for hold in held if hold is not None))
 
 
-def stream_need(
-    policy: ScalePolicy, situation: Situation, load: LoadEstimate
-) -> tuple[float, float]:
-    """The capacity a stream needs and the band above its peak: the recent peak plus
-    ``stream_band`` (wider, up to ``headroom``, for irregular arrivals: two standard
-    deviations), and no less than the level plus a restart's arrivals drained in ``drain_s``."""
-    demand = situation.demand
-    band = policy.stream_band
-    if demand is None:  # an open loop with a deadline: its level is the measured demand
-        spread = ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread
-        band = min(max(policy.headroom, band), max(band, spread))
-        peak = level = load.demand_per_s
-    else:
-        peak, level = demand.peak_per_s, demand.rate_per_s
-    return max(peak * (1.0 + band), level * (1.0 + policy.startup_s / policy.drain_s)), band
-
-
-def stream_numbers(
-    policy: ScalePolicy, situation: Situation, basis: WorkBasis, need: float
-) -> dict[str, Any]:
-    """What a stream's record says about its sizing: the demand level and peak, the covering
-    size and its capacity, the restart trade-off of moving there, the prior counted on."""
-    demand, current = situation.demand, situation.current
-    if demand is None:
-        return {}
-    covering = _serving(policy, situation, basis, need)
-    saving, price, steady_s = restart_tradeoff(policy, situation, covering)
-    loss, source = scaling(policy, situation, basis)
-    return {
-        "demand_rate_per_s": demand.rate_per_s,
-        "demand_peak_per_s": demand.peak_per_s,
-        "peak_window_s": demand.window_s,
-        "covering_nodes": covering,
-        "covering_capacity_per_s": projected_capacity(policy, situation, basis, covering),
-        "steady_s": steady_s,
-        "saving_node_s": saving if covering < current else None,
-        "restart_price_node_s": price if covering != current else 0.0,
-        "stabilisation_window_s": policy.stream_window_s,
-        "prior_scaling_loss": loss,
-        "prior_source": source,
-    }
-
-
-def restart_tradeoff(
-    policy: ScalePolicy, situation: Situation, target: int
-) -> tuple[float, float, float]:
-    """A stream's resize to ``target``: the node-seconds it saves until the next expected
-    change, the restart price, and that expected steady time (``horizon_s`` shortened by the
-    demand's variability: a peak far above the level means the level will not hold long)."""
-    demand = situation.demand
-    variability = 0.0 if demand is None else demand.variability
-    steady_s = max(policy.horizon_s * (1.0 - variability), policy.startup_s)
-    saving = (situation.current - target) * max(steady_s - policy.startup_s, 0.0)
-    return saving, restart_price_node_s(policy, situation.current, target), steady_s
-
-
 def _queue_speeding_up(policy: ScalePolicy, situation: Situation) -> float | None:
     """How much more demand (``capacity / (1 - slope)``) the newest queue growth implies than
     the one before it; ``None`` unless the queue grows and that is over ``tolerance``."""
@@ -325,16 +236,6 @@ def _queue_speeding_up(policy: ScalePolicy, situation: Situation) -> float | Non
         return None
     extra = (1.0 - older) / (1.0 - newest) - 1.0
     return extra if extra > policy.tolerance else None
-
-
-def _serving(policy: ScalePolicy, situation: Situation, basis: WorkBasis, need: float) -> int:
-    """The smallest size whose projected capacity covers ``need`` (else ``max_nodes``)."""
-    target = smallest_satisfying(
-        lambda nodes: projected_capacity(policy, situation, basis, nodes) >= need,
-        policy.min_nodes,
-        policy.max_nodes,
-    )
-    return policy.max_nodes if target is None else target
 
 
 def _drain_after_resize(

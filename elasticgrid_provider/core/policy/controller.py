@@ -24,11 +24,7 @@ from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import bounded_or_none, seconds_text
-from elasticgrid_provider.core.policy.calculator import (
-    finish_s,
-    recommend,
-    restart_price_node_s,
-)
+from elasticgrid_provider.core.policy.calculator import recommend
 from elasticgrid_provider.core.policy.conditions import (
     ScaleCondition,
     able_to_scale,
@@ -68,6 +64,7 @@ from elasticgrid_provider.core.policy.situation import (
     Verdict,
     change,
 )
+from elasticgrid_provider.core.policy.throughput import finish_s, restart_price_node_s
 from elasticgrid_provider.core.samples import MetricsWindow
 from elasticgrid_provider.core.validation import check_integer, check_number
 
