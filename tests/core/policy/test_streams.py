@@ -19,6 +19,8 @@ from elasticgrid_provider.core.policy.memory import (
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import HoldRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.samples import MetricsWindow, StepSample
+from elasticgrid_provider.core.state import ScaleState
+from tests.benchmarks import load_bench_policy
 from tests.core.policy.windows import T0, stream
 
 TOKENS = 1000.0
@@ -217,3 +219,44 @@ def test_the_first_scale_up_records_which_prior_it_used() -> None:
     assert projection["prior_source"].startswith("pessimistic default")
     assert projection["prior_scaling_loss"] == pytest.approx(PESSIMISM * 0.1)
     assert decision.recommended_nodes is not None and decision.recommended_nodes > 2
+
+
+def test_a_stream_grows_when_its_rate_rises_and_shrinks_after_it_falls_each_step_explained():
+    """Through the sensor's transition (:meth:`ScaleState.advance`), checked every 60 s."""
+    bench = load_bench_policy()
+    # 1 node serves 1800 tokens/s; the load runs 1500/s, then 6000/s, then 1500/s again
+    job = bench.StreamJob(
+        segments=((1800.0, 1500.0), (3600.0, 6000.0), (3600.0, 1500.0)),
+        node_rate=1800.0,
+        beta=0.05,
+        batch_tokens=30_000.0,
+        launch_nodes=1,
+        startup_s=60.0,
+    )
+    policy = bench.scheduler_for(job.startup_s)
+    state = ScaleState(job_name="stream")
+    resizes = []
+
+    def decide(samples, nodes, now):
+        nonlocal state
+        state, record = state.advance(policy, samples, nodes, now, window_size=10)
+        decision = record.decision
+        if decision.target_nodes != nodes:
+            resizes.append(decision)
+        return decision.target_nodes
+
+    outcome = bench.run_stream(job, decide, latency_s=policy.drain_s)
+    _, optimum_changes = bench.stream_plan(job)
+    assert outcome.met_goal
+    sizes = outcome.sizes
+    assert sizes[0] == 1 and max(sizes) >= 4 and sizes[-1] < max(sizes), sizes
+    assert len(resizes) <= optimum_changes + 1, sizes
+    for decision in resizes:
+        covered = [c for c in decision.conditions if c.type == "DemandCovered"]
+        assert len(covered) == 1, decision.reason
+        projection = decision.projection or {}
+        assert projection["covering_nodes"] >= 1
+        assert projection["restart_price_node_s"] > 0
+        if decision.action is ScaleAction.SCALE_DOWN:
+            assert projection["saving_node_s"] >= 2 * projection["restart_price_node_s"]
+            assert "restart trade-off" in covered[0].message
