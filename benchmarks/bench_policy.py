@@ -119,27 +119,9 @@ class Tally:
             f"{resizes:.2f}",
             f"{changes:.2f}",
             f"{kept}/{len(self.stream)}",
-            "met" if not self.missed() else "MISSED: " + "; ".join(self.missed()),
+            _verdict(self.stream_missed()),
+            _verdict(self.batch_missed()),
         ]
-
-    def missed(self) -> list[str]:
-        """The targets this day missed (empty: every target met)."""
-        batch, streams = self.kinds()
-        missed = []
-        if streams and _median(streams) > STREAM_TARGET:
-            missed.append(f"stream median {_median(streams):.3f}x > {STREAM_TARGET}x")
-        if self.stream:
-            resizes = statistics.fmean(o.resizes for o in self.stream)
-            allowed = statistics.fmean(self.optimum_changes) + EXTRA_RESIZES
-            if resizes > allowed:
-                missed.append(f"{resizes:.2f} resizes per stream > {allowed:.2f}")
-        if not all(o.met_goal for o in self.stream):
-            missed.append("a stream fell behind")
-        if batch and _median(batch) > BATCH_TARGET:
-            missed.append(f"batch median {_median(batch):.3f}x > {BATCH_TARGET}x")
-        if not all(o.met_goal for o in self.batch):
-            missed.append("a deadline was missed")
-        return missed
 
     def row(self) -> list[str]:
         outcomes = self.batch + self.stream
@@ -158,6 +140,39 @@ class Tally:
             f"{statistics.fmean(rates):.2f}" if rates else "-",
             f"{max(rates):.2f}" if rates else "-",
         ]
+
+    def missed(self) -> list[str]:
+        """The targets this day missed (empty: every target met)."""
+        return self.stream_missed() + self.batch_missed()
+
+    def stream_missed(self) -> list[str]:
+        """The streams' targets this day missed."""
+        _, streams = self.kinds()
+        missed = []
+        if streams and _median(streams) > STREAM_TARGET:
+            missed.append(f"stream median {_median(streams):.3f}x > {STREAM_TARGET}x")
+        if self.stream:
+            resizes = statistics.fmean(o.resizes for o in self.stream)
+            allowed = statistics.fmean(self.optimum_changes) + EXTRA_RESIZES
+            if resizes > allowed:
+                missed.append(f"{resizes:.2f} resizes per stream > {allowed:.2f}")
+        if not all(o.met_goal for o in self.stream):
+            missed.append("a stream fell behind")
+        return missed
+
+    def batch_missed(self) -> list[str]:
+        """The batch jobs' targets this day missed."""
+        batch, _ = self.kinds()
+        missed = []
+        if batch and _median(batch) > BATCH_TARGET:
+            missed.append(f"batch median {_median(batch):.3f}x > {BATCH_TARGET}x")
+        if not all(o.met_goal for o in self.batch):
+            missed.append("a deadline was missed")
+        return missed
+
+
+def _verdict(missed: list[str]) -> str:
+    return "met" if not missed else "MISSED: " + "; ".join(missed)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -181,7 +196,8 @@ KIND_HEADER = [
     "resizes/stream",
     "optimum's size changes/stream",
     "streams kept up",
-    "verdict",
+    "streams' targets",
+    "batch targets",
 ]
 
 HEADER = [
@@ -405,11 +421,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{BATCH_TARGET}x, every deadline met. The mostly-stream days ({STREAM_DAY_BATCH_JOBS} "
         f"batch jobs, {JOBS_PER_KIND} streams) are not in the fingerprint."
     )
-    verdicts = [tally.missed() for _, tally in days]
-    missed_days = [day for (day, _), missed in zip(days, verdicts, strict=True) if missed]
+    stream_days = [day for day, tally in days if not tally.stream_missed()]
+    batch_days = [day for day, tally in days if not tally.batch_missed()]
     report.notes.append(
-        f"Verdict: targets met on {len(days) - len(missed_days)} of {len(days)} days"
-        + (f"; missed on {', '.join(missed_days)}." if missed_days else ".")
+        f"Verdict: the streams' targets met on {len(stream_days)} of {len(days)} days, the "
+        f"batch jobs' on {len(batch_days)} of {len(days)}"
+        + (
+            "."
+            if len(stream_days) == len(batch_days) == len(days)
+            else "; missed as the table says."
+        )
     )
     report.notes.append(
         f"Decisions identical, job for job, to the committed fingerprint ({SHOWN})."

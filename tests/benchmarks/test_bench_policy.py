@@ -162,4 +162,6 @@ def test_a_day_misses_its_targets_by_name():
     tally.ratios = [1.05, 1.2]
     assert tally.missed() == ["stream median 1.200x > 1.15x", "batch median 1.050x > 1.03x"]
     tally.ratios = [1.0, 1.0]
-    assert tally.missed() == [] and tally.kind_row()[-1] == "met"
+    assert tally.missed() == [] and tally.kind_row()[-2:] == ["met", "met"]
+    tally.batch = [bench.Outcome(1.0, 1.0, False, resizes=0)]
+    assert tally.stream_missed() == [] and tally.batch_missed() == ["a deadline was missed"]
