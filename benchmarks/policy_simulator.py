@@ -297,26 +297,35 @@ def batch_optimum(job: BatchJob, max_nodes: int = MAX_NODES) -> float:
 
 def stream_optimum(job: StreamJob, max_nodes: int = MAX_NODES) -> float:
     """The cheapest node-seconds that serve every segment's rate, from the launch size."""
+    return stream_plan(job, max_nodes)[0]
+
+
+def stream_plan(job: StreamJob, max_nodes: int = MAX_NODES) -> tuple[float, int]:
+    """The optimum's cost (:func:`stream_optimum`) and its number of size changes (the fewest
+    among the cheapest schedules): the resizes a stream's demand calls for."""
     needs = [_smallest_serving(job, rate, max_nodes) for _, rate in job.segments]
     candidates = sorted({job.launch_nodes, *needs})
-    # cost[c] = cheapest cost so far ending at size c
-    cost = {
-        size: (0.0 if size == job.launch_nodes else max(size, job.launch_nodes) * job.startup_s)
-        for size in candidates
-    }
+
+    def moved(before: int, size: int) -> tuple[float, int]:
+        if before == size:
+            return 0.0, 0
+        return max(before, size) * job.startup_s, 1
+
+    # best[c] = (cheapest cost so far ending at size c, its fewest changes)
+    best = {size: moved(job.launch_nodes, size) for size in candidates}
     for (length, _), need in zip(job.segments, needs, strict=True):
-        step: dict[int, float] = {}
+        step: dict[int, tuple[float, int]] = {}
         for size in candidates:
             if size < need:
                 continue
-            arriving = min(
-                cost[before] + (0.0 if before == size else max(before, size) * job.startup_s)
+            cost, changes = min(
+                (best[before][0] + moved(before, size)[0], best[before][1] + moved(before, size)[1])
                 for before in candidates
-                if before in cost
+                if before in best
             )
-            step[size] = arriving + size * length
-        cost = step
-    return min(cost.values())
+            step[size] = (cost + size * length, changes)
+        best = step
+    return min(best.values())
 
 
 def _smallest_serving(job: StreamJob, rate: float, max_nodes: int) -> int:

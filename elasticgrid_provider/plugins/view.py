@@ -115,10 +115,12 @@ def _demand_row(last: dict[str, Any]) -> tuple[str, str, str] | None:
     )
     if projection.get("loop") == "open":
         tolerance = as_number(limits.get("tolerance")) or 0.0
-        headroom = as_number(projection.get("headroom"))
+        # a stream's band (older records: the fixed headroom), as the policy recorded it
+        name = "band" if "band" in projection else "headroom"
+        headroom = as_number(projection.get(name))
         headroom = as_number(limits.get("headroom")) if headroom is None else headroom
         threshold = (1.0 + tolerance) / (1.0 + (headroom or 0.0))
-        rule = f"headroom {number_text(headroom)}, tolerance {number_text(tolerance)}"
+        rule = f"{name} {number_text(headroom)}, tolerance {number_text(tolerance)}"
     else:
         queue = as_number(limits.get("target_queue_fraction"))
         threshold = 1.0 / (1.0 - queue) if queue is not None and queue < 1 else 1.0

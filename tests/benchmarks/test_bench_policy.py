@@ -138,3 +138,30 @@ def test_a_changed_decision_fails_against_the_committed_fingerprint():
         "run python benchmarks/bench_policy.py --update-fingerprint and commit "
         "benchmarks/policy_fingerprint.json with it"
     )
+
+
+def test_the_stream_optimum_counts_its_size_changes():
+    stream = bench.StreamJob(
+        ((3600.0, 10.0), (3600.0, 30.0), (3600.0, 10.0)), 10.0, 0.0, 10.0, 1, 100.0
+    )
+    cost, changes = bench.stream_plan(stream, max_nodes=16)
+    assert changes == 2  # up to 3 nodes, back down to 1
+    assert cost == pytest.approx(3600 + 300 + 3 * 3600 + 300 + 3600)
+    steady = bench.StreamJob(((3600.0, 10.0), (3600.0, 9.0)), 10.0, 0.0, 10.0, 1, 100.0)
+    assert bench.stream_plan(steady, max_nodes=16) == (pytest.approx(7200.0), 0)
+
+
+def test_a_day_misses_its_targets_by_name():
+    tally = bench.Tally("policy")
+    tally.stream = [bench.Outcome(1.0, 1.0, True, resizes=3)]
+    tally.batch = [bench.Outcome(1.0, 1.0, True, resizes=0)]
+    tally.ratios = [1.0, 1.10]
+    tally.optimum_changes = [2]
+    assert tally.missed() == ["3.00 resizes per stream > 2.50"]
+    tally.optimum_changes = [3]
+    tally.ratios = [1.05, 1.2]
+    assert tally.missed() == ["stream median 1.200x > 1.15x", "batch median 1.050x > 1.03x"]
+    tally.ratios = [1.0, 1.0]
+    assert tally.missed() == [] and tally.kind_row()[-2:] == ["met", "met"]
+    tally.batch = [bench.Outcome(1.0, 1.0, False, resizes=0)]
+    assert tally.stream_missed() == [] and tally.batch_missed() == ["a deadline was missed"]

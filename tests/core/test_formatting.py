@@ -34,7 +34,9 @@ def test_the_new_rules_show_the_parameters_they_compare_against():
     assert rule_text("restart_cost", limits) == (
         "restart_cost (startup_s=60, resize_margin=1, horizon_s=3600)"
     )
-    assert rule_text("demand", limits) == "demand (headroom=0.2, tolerance=0.1, drain_s=1800)"
+    assert rule_text("demand", limits) == (
+        "demand (headroom=0.2, tolerance=0.1, drain_s=1800, stream_band=0.05, peak_window_s=120)"
+    )
     assert rule_text("deadline_pressure", limits) == (
         "deadline_pressure (deadline_margin=0.1, startup_s=60)"
     )

@@ -354,3 +354,34 @@ def test_a_stored_shared_grid_of_the_wrong_types_still_renders():
     entry = {"grid": {"max_nodes": "two", "holders": {"big": {"local": -3}, "b": "x"}}}
     assert shared_grid_of(entry) == {"room": None, "holders": [], "preempted_by": None}
     assert shared_grid_of({"grid": [], "preempted_by": 7}) == {}
+
+
+def test_a_streams_page_prints_its_demand_peak_band_covering_size_and_restart_trade_off():
+    # 1000 tokens every 10 s on 10 nodes that serve 380 tokens/s: 3 nodes cover 105/s
+    scheduler = ScalePolicy(min_nodes=1, max_nodes=16, cooldown_s=0, startup_s=60)
+    service_s = 1000 / 380
+    samples = [
+        StepSample(step, service_s, 0.0, 10, 1000.0, T0 - 60 + 10 * step + service_s)
+        for step in range(6)
+    ]
+    state, record = ScaleState("stream").advance(scheduler, samples, 10, T0)
+    projection = record.decision.projection
+    assert projection is not None and projection["covering_nodes"] == 3
+    view = job_view(_stored(state), now=T0 + 10)
+    status, reason, message = _conditions(view)["DemandCovered"]
+    assert (status, reason) == (True, "PeakCovered")
+    # the page prints what the policy recorded, not a figure of its own
+    assert message == next(
+        c.message for c in record.decision.conditions if c.type == "DemandCovered"
+    )
+    text = _text(job_page(view))
+    for expected in (
+        "demand 100 tokens/s, peak 100 over the newest 120s",
+        # 3 nodes, below the measured 10, count on the 10% prior's gain per halving
+        "with the 5% band 3 nodes cover it (136.89 tokens/s)",
+        "restart trade-off: 24780 node-seconds saved over the 3600s until the next expected "
+        "change against a restart price of 600",
+        "prior: pessimistic default",
+        "band 0.05, tolerance 0.1",
+    ):
+        assert expected in text, expected

@@ -4,7 +4,8 @@ As HPA's replica calculator turns metrics into a replica count, these rules turn
 :class:`~elasticgrid_provider.core.policy.situation.Situation` into a
 :class:`~elasticgrid_provider.core.policy.situation.Verdict`: ``deadline_pressure`` /
 ``deadline_slack`` (with a deadline and remaining work), ``demand`` (open loop: cover the
-arrival rate with headroom, and a backlog that would not drain within ``drain_s``),
+arrival rate, a stream's recent peak plus its band (:mod:`.streams`), and a backlog that
+would not drain within ``drain_s``),
 ``queue_bound`` / ``idle`` (closed loop), else ``balanced``. Each resize is priced as a
 restart of ``startup_s``; the holds that apply are attached
 (:mod:`~elasticgrid_provider.core.policy.holds`). The maths is in ``docs/policy.md``.
@@ -24,24 +25,29 @@ from elasticgrid_provider.core.monotone import smallest_satisfying
 from elasticgrid_provider.core.policy.decision import HeldBy, verb
 from elasticgrid_provider.core.policy.holds import (
     ceiling_hold,
+    falling_hold,
     final_stretch_hold,
     floor_hold,
     price_hold,
     startup_hold,
+    stream_restart_hold,
 )
 from elasticgrid_provider.core.policy.load import MAX_QUEUE_TREND, LoadEstimate
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.policy.situation import (
-    RemainingWork,
     Situation,
     Verdict,
     change,
     stay,
 )
-
-ARRIVAL_SPREAD_DEVIATIONS = 2.0
-"""A stream's headroom covers the arrival rate two standard deviations above its mean."""
+from elasticgrid_provider.core.policy.streams import restart_tradeoff, stream_need, stream_numbers
+from elasticgrid_provider.core.policy.throughput import (
+    finish_s,
+    projected_capacity,
+    restart_price_node_s,
+    serving_size,
+)
 
 
 def recommend(policy: ScalePolicy, situation: Situation) -> Verdict:
@@ -55,33 +61,6 @@ def recommend(policy: ScalePolicy, situation: Situation) -> Verdict:
         return closed_loop_rule(policy, situation, load)
     why = "the samples show no work to size from; hold the current size"
     return stay(DecisionRule.BALANCED, why, situation.current)
-
-
-# -- the throughput model -------------------------------------------------
-
-
-def projected_capacity(
-    policy: ScalePolicy, situation: Situation, basis: WorkBasis, nodes: int
-) -> float:
-    """Projected throughput of the whole job at ``nodes`` (work per second)."""
-    loss, _ = situation.memory.scaling(basis, policy.scaling_loss)
-    measured = [size for size, _ in situation.memory.measured(basis)]
-    if measured and nodes < min(measured):
-        # below every measured size, a shrink counts on no more than fit or prior promise
-        loss = min(loss, policy.scaling_loss)
-    return nodes * situation.memory.per_node_rate(basis, nodes, loss)
-
-
-def finish_s(policy: ScalePolicy, situation: Situation, work: RemainingWork, nodes: int) -> float:
-    """Seconds ``work`` takes at ``nodes`` (no restart); capped to stay finite."""
-    capacity = projected_capacity(policy, situation, work.basis, nodes)
-    if capacity <= 0:
-        return sys.float_info.max
-    return min(work.amount / capacity, sys.float_info.max)
-
-
-def restart_price_node_s(policy: ScalePolicy, current: int, target: int) -> float:
-    return max(current, target) * policy.startup_s
 
 
 def deadline_rule(policy: ScalePolicy, situation: Situation) -> Verdict:
@@ -157,13 +136,12 @@ def deadline_rule(policy: ScalePolicy, situation: Situation) -> Verdict:
 
 
 def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -> Verdict:
+    """An open loop: the smallest size covering the demand's recent peak plus the band (a
+    stream, :func:`stream_need`), or a backlog that would not drain within ``drain_s``."""
     current = situation.current
     basis, demand, capacity = load.basis, load.demand_per_s, load.capacity_per_s
     drain = load.drain_s
-    headroom = min(
-        policy.headroom, max(policy.tolerance, ARRIVAL_SPREAD_DEVIATIONS * situation.arrival_spread)
-    )
-    need = max(demand * (1.0 + headroom), demand * (1.0 + policy.startup_s / policy.drain_s))
+    need, band = stream_need(policy, situation, load)
     backlog_text = ""
     backlog = f"; the backlog of {seconds_text(load.backlog_s)}"
     if load.backlog_s > 0:
@@ -177,7 +155,7 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
             drain_need = max(demand, waiting / usable_s)
             grows = load.utilisation >= 1.0 or load.backlog_trend > 0
             stay_s = math.inf if drain is None else drain
-            serving = _serving(policy, situation, basis, drain_need)
+            serving = serving_size(policy, situation, basis, drain_need)
             after_s = _drain_after_resize(policy, situation, load, serving)
             if grows or stay_s >= (1.0 + policy.resize_margin) * max(after_s, policy.drain_s):
                 need = max(need, drain_need)
@@ -188,18 +166,14 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
                     f"{backlog} drains in {seconds_text(stay_s)}, and a restart would not "
                     "clear it much sooner"
                 )
-    target = _serving(policy, situation, basis, need)
-    if target < current and headroom < policy.headroom:
-        # a shrink keeps the full headroom: the band that keeps a steady load steady
-        headroom = policy.headroom
-        need = max(need, demand * (1.0 + headroom))
-        target = _serving(policy, situation, basis, need)
+    target = serving_size(policy, situation, basis, need)
     numbers = {
         **load.model_dump(),
         "target_capacity_per_s": projected_capacity(policy, situation, basis, target),
         "needed_per_s": need,
-        "headroom": headroom,
+        "band": band,
         "arrival_spread": situation.arrival_spread,
+        **stream_numbers(policy, situation, basis, need),
     }
     why = (
         f"demand {number_text(demand)} {basis}/s against a capacity of "
@@ -211,7 +185,7 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
     )
     previous = situation.recent[-1].nodes if situation.recent else None
     speeding = _queue_speeding_up(policy, situation)
-    held = list(verdict.held_by)
+    held: list[HeldBy | None] = list(verdict.held_by)
     unsettled = None  # why a scale-up waits for the next check
     if verdict.action is ScaleAction.SCALE_UP:
         if speeding is not None and load.backlog_s < policy.drain_s / 2.0:
@@ -246,14 +220,9 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
                 f"{seconds_text(policy.drain_s)}"
             )
             held.append(HeldBy(HoldRule.RESTART_COST, why))
-    if verdict.action is ScaleAction.SCALE_DOWN and load.falling:
-        why = (
-            f"the load is still falling: the newer half of the window arrives at "
-            f"{number_text(load.recent_demand_per_s)} {basis}/s, the whole at "
-            f"{number_text(load.window_demand_per_s)}"
-        )
-        held.append(HeldBy(HoldRule.STABILISATION, why))
-    return replace(verdict, held_by=tuple(held))
+    if verdict.action is ScaleAction.SCALE_DOWN:
+        held.append(falling_hold(load, basis))
+    return replace(verdict, held_by=tuple(hold for hold in held if hold is not None))
 
 
 def _queue_speeding_up(policy: ScalePolicy, situation: Situation) -> float | None:
@@ -267,16 +236,6 @@ def _queue_speeding_up(policy: ScalePolicy, situation: Situation) -> float | Non
         return None
     extra = (1.0 - older) / (1.0 - newest) - 1.0
     return extra if extra > policy.tolerance else None
-
-
-def _serving(policy: ScalePolicy, situation: Situation, basis: WorkBasis, need: float) -> int:
-    """The smallest size whose projected capacity covers ``need`` (else ``max_nodes``)."""
-    target = smallest_satisfying(
-        lambda nodes: projected_capacity(policy, situation, basis, nodes) >= need,
-        policy.min_nodes,
-        policy.max_nodes,
-    )
-    return policy.max_nodes if target is None else target
 
 
 def _drain_after_resize(
@@ -389,18 +348,19 @@ def _sized(
     else:
         action = ScaleAction.SCALE_DOWN
         if rule is DecisionRule.DEMAND:
-            gain = (current - target) * max(horizon - policy.startup_s, 0.0)
+            gain, _, horizon = restart_tradeoff(policy, situation, target)
+            numbers["horizon_s"] = bounded_or_none(horizon)
         else:
             served = horizon * capacity_now
             gain = current * horizon - target * (
                 served / capacity_target if capacity_target > 0 else sys.float_info.max
             )
         price, unit = restart_price_node_s(policy, current, target), "node-seconds"
-        held = [
-            floor_hold(policy, current),
-            final_stretch_hold(policy, situation),
-            price_hold(policy, gain, price, unit),
-        ]
+        if rule is DecisionRule.DEMAND:
+            paid = stream_restart_hold(policy, gain, price, horizon)
+        else:
+            paid = price_hold(policy, gain, price, unit)
+        held = [floor_hold(policy, current), final_stretch_hold(policy, situation), paid]
     numbers.update({"gain": bounded_or_none(gain), "gain_unit": unit, "price": price})
     why += f"; {verb(action)} pays {number_text(gain)} {unit} for a {number_text(price)}"
     why += f" {unit} restart over {seconds_text(horizon)}"

@@ -19,7 +19,11 @@ status (True/False), a CamelCase reason and a one-sentence message:
   left fewer nodes than the policy wants (``GridCapacity``, who holds what in the message).
   Else ``DesiredWithinRange``.
 
-For ``AbleToScale`` and ``ScalingActive`` True is the healthy status; for
+* ``DemandCovered`` (streams only): whether the current size covers the demand's recent
+  peak (``PeakCovered``, else ``BelowPeak``); the message gives the demand level, its peak,
+  the band, the size that covers them and the restart trade-off of moving there.
+
+For ``AbleToScale``, ``ScalingActive`` and ``DemandCovered`` True is the healthy status; for
 ``ScalingLimited`` False is (:attr:`ConditionType.healthy_status`).
 
 Pure: no Airflow, no I/O.
@@ -28,9 +32,9 @@ Pure: no Airflow, no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
-from elasticgrid_provider.core.formatting import clock_text, number_text
+from elasticgrid_provider.core.formatting import clock_text, number_text, seconds_text
 from elasticgrid_provider.core.policy.grid import CAPACITY_REASON, GRID_CAPACITY
 from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule
 from elasticgrid_provider.core.validation import Choice, Flag, JsonModel, Text, choice, model
@@ -42,6 +46,7 @@ class ConditionType(Choice):
     ABLE_TO_SCALE = "AbleToScale"
     SCALING_ACTIVE = "ScalingActive"
     SCALING_LIMITED = "ScalingLimited"
+    DEMAND_COVERED = "DemandCovered"
 
     @property
     def healthy_status(self) -> bool:
@@ -166,3 +171,32 @@ def scaling_limited(
     else:
         message = f"the recommended {recommended} nodes are within the bounds ({bounds})"
     return ScaleCondition(ConditionType.SCALING_LIMITED, False, "DesiredWithinRange", message)
+
+
+def demand_covered(
+    numbers: dict[str, Any], *, basis: str, current: int, capacity: float
+) -> ScaleCondition:
+    """A stream's sizing in one sentence, from the numbers the policy computed
+    (:func:`~elasticgrid_provider.core.policy.calculator.stream_numbers`)."""
+    peak = float(numbers["demand_peak_per_s"])
+    covering = int(numbers["covering_nodes"])
+    parts = [
+        f"demand {number_text(numbers['demand_rate_per_s'])} {basis}/s, peak "
+        f"{number_text(peak)} over the newest {seconds_text(numbers['peak_window_s'])}; "
+        f"with the {float(numbers['band']):.0%} band {covering} nodes cover it "
+        f"({number_text(numbers['covering_capacity_per_s'])} {basis}/s)"
+    ]
+    price = float(numbers.get("restart_price_node_s") or 0.0)
+    saving = numbers.get("saving_node_s")
+    if covering < current and saving is not None:
+        parts.append(
+            f"restart trade-off: {number_text(saving)} node-seconds saved over the "
+            f"{seconds_text(numbers['steady_s'])} until the next expected change against a "
+            f"restart price of {number_text(price)}"
+        )
+    elif covering > current:
+        parts.append(f"a restart price of {number_text(price)} node-seconds, paid to keep up")
+    parts.append(f"prior: {numbers['prior_source']}")
+    covered = capacity >= peak
+    reason = "PeakCovered" if covered else "BelowPeak"
+    return ScaleCondition(ConditionType.DEMAND_COVERED, covered, reason, "; ".join(parts))

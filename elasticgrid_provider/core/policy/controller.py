@@ -24,43 +24,47 @@ from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import bounded_or_none, seconds_text
-from elasticgrid_provider.core.policy.calculator import (
-    finish_s,
-    recommend,
-    restart_price_node_s,
-)
+from elasticgrid_provider.core.policy.calculator import recommend
 from elasticgrid_provider.core.policy.conditions import (
     ScaleCondition,
     able_to_scale,
+    demand_covered,
     scaling_active,
     scaling_limited,
 )
 from elasticgrid_provider.core.policy.decision import (
     NO_COOLDOWN,
     CooldownClock,
-    HeldBy,
     Recommendation,
     ScaleDecision,
     verb,
 )
 from elasticgrid_provider.core.policy.grid import GridShare
-from elasticgrid_provider.core.policy.holds import capacity_hold, cooldown_hold, floor_hold
+from elasticgrid_provider.core.policy.holds import (
+    capacity_hold,
+    cooldown_hold,
+    floor_hold,
+    scale_down_window_s,
+    stabilised,
+)
 from elasticgrid_provider.core.policy.load import (
     TREND_SAMPLES,
     arrival_spread,
     estimate_load,
     queue_slopes,
     since_rate_change,
+    stream_demand,
 )
 from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
-from elasticgrid_provider.core.policy.rules import DecisionRule, HoldRule, ScaleAction, WorkBasis
+from elasticgrid_provider.core.policy.rules import DecisionRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.policy.situation import (
     RemainingWork,
     Situation,
     Verdict,
     change,
 )
+from elasticgrid_provider.core.policy.throughput import finish_s, restart_price_node_s
 from elasticgrid_provider.core.samples import MetricsWindow
 from elasticgrid_provider.core.validation import check_integer, check_number
 
@@ -138,7 +142,11 @@ def decide(
     spread = 0.0
     if load is not None and load.open_loop:
         spread = arrival_spread(since_rate_change(window.samples, load.basis), load.basis)
+    demand = None
+    if load is not None and load.open_loop and work is None:
+        demand = stream_demand(window.samples, load, policy.peak_window_s)
     situation = Situation(
+        demand=demand,
         signals=signals,
         current=current,
         now=now,
@@ -183,10 +191,12 @@ def _preempted_rule(policy: ScalePolicy, situation: Situation) -> Verdict | None
     cooldown = cooldown_hold(policy, situation, ScaleAction.SCALE_DOWN)
     if cooldown is not None:
         overridden.append(cooldown.reason)
-    window_start = situation.now - policy.scale_down_window_s
-    wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
+    window_s = scale_down_window_s(policy, situation)
+    wanted = [
+        r.nodes for r in situation.recent if situation.now - window_s <= r.at <= situation.now
+    ]
     if wanted and max(wanted) > target:
-        within = seconds_text(policy.scale_down_window_s)
+        within = seconds_text(window_s)
         overridden.append(f"{max(wanted)} nodes were recommended within the last {within}")
     if overridden:
         why += (
@@ -252,21 +262,11 @@ def _gated(policy: ScalePolicy, situation: Situation, verdict: Verdict) -> Verdi
         return verdict
     held, target, why = list(verdict.held_by), verdict.target, verdict.why
     if verdict.action is ScaleAction.SCALE_DOWN and target < situation.current:
-        window_start = situation.now - policy.scale_down_window_s
-        wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
-        stabilised = max([target, *wanted])
         newest = verdict.recommended if verdict.recommended is not None else target
-        within = f"within the last {seconds_text(policy.scale_down_window_s)}"
-        if stabilised < situation.current and newest < stabilised * (1.0 - policy.tolerance):
-            falling = f"the recommendations are still falling: {newest} nodes now, {stabilised}"
-            held.append(HeldBy(HoldRule.STABILISATION, f"{falling} {within}"))
-        elif stabilised >= situation.current:
-            held.append(
-                HeldBy(HoldRule.STABILISATION, f"{stabilised} nodes were recommended {within}")
-            )
-        elif stabilised > target:
-            why += f"; {stabilised} nodes, the largest size recommended {within}, is the target"
-            target = stabilised
+        target, hold, more = stabilised(policy, situation, target, newest)
+        why += more
+        if hold is not None:
+            held.append(hold)
     cooldown = cooldown_hold(policy, situation, verdict.action)
     if cooldown is not None:
         held.append(cooldown)
@@ -337,7 +337,7 @@ def _conditions(
     if changed_at is not None:
         cooldown_s = policy.cooldown_s if up else policy.effective_scale_down_cooldown_s
         cooldown_until = changed_at + cooldown_s
-    return (
+    conditions: tuple[ScaleCondition, ...] = (
         able_to_scale(
             changed=changed,
             verb="scale-up" if up else "scale-down",
@@ -361,6 +361,13 @@ def _conditions(
             grid_limit=grid_limit,
         ),
     )
+    load, numbers = situation.load, verdict.numbers
+    if load is not None and "covering_nodes" in numbers:
+        covered = demand_covered(
+            numbers, basis=str(load.basis), current=current, capacity=load.capacity_per_s
+        )
+        conditions = (*conditions, covered)
+    return conditions
 
 
 def _unclamped(policy: ScalePolicy, situation: Situation, verdict: Verdict) -> int | None:

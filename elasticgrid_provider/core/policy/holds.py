@@ -1,10 +1,13 @@
-"""What holds a scale change back, one function per :class:`HoldRule`.
+"""What holds a scale change back: every hold is here, one function per case.
 
 Each returns a :class:`HeldBy` (the rule and one sentence) or ``None``: ``ceiling`` and
 ``floor`` (the bounds), ``deadline`` (new nodes cannot start before it), ``final_stretch``
-(no shrink near the deadline), ``restart_cost`` (the gain does not beat the restart price
-by ``resize_margin``), ``cooldown`` (a recent change), ``capacity`` (the shared grid has no
-free node for it, :mod:`.grid`). Pure: no Airflow, no I/O.
+(no shrink near the deadline, only for a job with work left), ``restart_cost`` (the gain
+does not beat the restart price by ``resize_margin``; for a stream, the saving until the
+next expected change), ``stabilisation`` (:func:`stabilised`: the highest recommendation
+within the scale-down window, a stream's from its restart price; :func:`falling_hold`; a
+rise still being measured), ``cooldown`` (a recent change), ``capacity`` (the shared grid
+has no free node for it, :mod:`.grid`). The controller applies them. Pure: no Airflow, no I/O.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from elasticgrid_provider.core.formatting import number_text, seconds_text
 from elasticgrid_provider.core.policy.decision import HeldBy
 from elasticgrid_provider.core.policy.grid import GridShare
+from elasticgrid_provider.core.policy.load import LoadEstimate
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import HoldRule, ScaleAction
 from elasticgrid_provider.core.policy.situation import Situation
@@ -45,7 +49,10 @@ def startup_hold(policy: ScalePolicy, situation: Situation) -> HeldBy | None:
 
 
 def final_stretch_hold(policy: ScalePolicy, situation: Situation) -> HeldBy | None:
+    """No shrink near the deadline, for a job with work left (a stream never ends: never)."""
     time_left = situation.time_left_s
+    if situation.work is None or situation.work.amount <= 0:
+        return None
     stretch = policy.effective_final_stretch_s
     if time_left is None or time_left > stretch:
         return None
@@ -90,4 +97,71 @@ def capacity_hold(grid: GridShare, current: int, wanted: int) -> HeldBy:
     return HeldBy(
         HoldRule.CAPACITY,
         f"the shared grid has no free node for it: {grid.shortfall(current, wanted)}",
+    )
+
+
+def is_stream(situation: Situation) -> bool:
+    """Work arrives on its own clock and no deadline ends it: a stream."""
+    load = situation.load
+    return load is not None and load.open_loop and situation.work is None
+
+
+def scale_down_window_s(policy: ScalePolicy, situation: Situation) -> float:
+    """The scale-down stabilisation window: a stream's from its restart price
+    (:attr:`ScalePolicy.stream_window_s`), any other job's ``scale_down_window_s``."""
+    return policy.stream_window_s if is_stream(situation) else policy.scale_down_window_s
+
+
+def stabilised(
+    policy: ScalePolicy, situation: Situation, target: int, newest: int
+) -> tuple[int, HeldBy | None, str]:
+    """A scale-down to ``target`` (``newest``: this check's recommendation) stabilised as HPA
+    does: the highest recommendation within the window is the target; held while that is
+    the current size or more, or while the recommendations are still falling beyond the
+    tolerance. Returns the target, the hold (or None) and what to add to the reason."""
+    window_s = scale_down_window_s(policy, situation)
+    window_start = situation.now - window_s
+    wanted = [r.nodes for r in situation.recent if window_start <= r.at <= situation.now]
+    highest = max([target, *wanted])
+    within = f"within the last {seconds_text(window_s)}"
+    if highest < situation.current and newest < highest * (1.0 - policy.tolerance):
+        falling = f"the recommendations are still falling: {newest} nodes now, {highest}"
+        return target, HeldBy(HoldRule.STABILISATION, f"{falling} {within}"), ""
+    if highest >= situation.current:
+        held = HeldBy(HoldRule.STABILISATION, f"{highest} nodes were recommended {within}")
+        return target, held, ""
+    if highest > target:
+        return (
+            highest,
+            None,
+            f"; {highest} nodes, the largest size recommended {within}, is the target",
+        )
+    return target, None, ""
+
+
+def falling_hold(load: LoadEstimate, unit: str) -> HeldBy | None:
+    """A shrink waits while the newer half of the window arrives slower than the whole."""
+    if not load.falling:
+        return None
+    return HeldBy(
+        HoldRule.STABILISATION,
+        f"the load is still falling: the newer half of the window arrives at "
+        f"{number_text(load.recent_demand_per_s)} {unit}/s, the whole at "
+        f"{number_text(load.window_demand_per_s)}",
+    )
+
+
+def stream_restart_hold(
+    policy: ScalePolicy, saving: float, price: float, steady_s: float
+) -> HeldBy | None:
+    """A stream resizes only when the node-seconds it saves until the next expected change
+    (``steady_s`` away) beat the restart price by ``resize_margin``."""
+    needed = price * (1.0 + policy.resize_margin)
+    if saving > 0 and saving >= needed:
+        return None
+    return HeldBy(
+        HoldRule.RESTART_COST,
+        f"saving {number_text(max(saving, 0.0))} node-seconds over the "
+        f"{seconds_text(steady_s)} until the next expected change does not beat the restart "
+        f"price of {number_text(price)} node-seconds by the {policy.resize_margin:.0%} margin",
     )

@@ -31,6 +31,10 @@ MAX_QUEUE_TREND = 0.9
 """A queue growing this fast or faster reads as 10 times the capacity (the estimate's cap)."""
 IDLE_GAP_SHARE = 0.2
 """Idle gaps (nothing queued) this share of the time mean the job waits for arriving work."""
+PEAK_MIN_GAPS = 2
+"""A stream's peak rate is read over at least two gaps between arrivals."""
+MAX_SKIPPED_STEPS = 1000
+"""A step number this far past the previous one is a restarted counter, not a gap."""
 LOOP_TOLERANCE = 0.05
 """Gaps between steps within 5% of a step (and 1 ms) are bookkeeping, not idle time."""
 
@@ -121,14 +125,60 @@ def is_open_loop(samples: tuple[StepSample, ...]) -> bool:
 
 
 def arrival_rate(samples: Sequence[StepSample], basis: WorkBasis) -> float:
-    """Work per second between the first and the last arrival (0 without a time span)."""
+    """Work per second between the first and the last arrival (0 without a time span).
+
+    A gap in the step log (step numbers skipped: lines lost, not work) counts the skipped
+    steps as arrived with the work of the step after them, so it does not read as a fall."""
     starts = [sample.started_at or 0.0 for sample in samples]
     span = starts[-1] - starts[0]
     if span <= 0:
         return 0.0
-    later = samples[1:]
-    work = math.fsum(s.tokens for s in later) if basis == WorkBasis.TOKENS else float(len(later))
-    return work / span
+    work = 0.0
+    for previous, sample in itertools.pairwise(samples):
+        steps = sample.step - previous.step
+        steps = steps if 1 <= steps <= MAX_SKIPPED_STEPS else 1
+        work += steps * (sample.tokens if basis == WorkBasis.TOKENS else 1.0)
+    return min(work / span, sys.float_info.max)
+
+
+@dataclass(frozen=True)
+class StreamDemand:
+    """A stream's demand (work per second): its level since the rate last changed, and its
+    peak: the highest of that level, the rate over the newest ``window_s`` of arrivals and
+    what the queue's growth implies (:func:`stream_demand`)."""
+
+    rate_per_s: float
+    peak_per_s: float
+    window_s: float
+
+    @property
+    def variability(self) -> float:
+        """How far the level sits below the peak, as a share of the peak (0: steady)."""
+        if self.peak_per_s <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.rate_per_s / self.peak_per_s)
+
+
+def stream_demand(
+    samples: Sequence[StepSample], load: LoadEstimate, window_s: float
+) -> StreamDemand:
+    """The demand of a stream whose ``load`` was estimated from ``samples``: the level is the
+    arrival rate since it last changed; the peak adds the newest ``window_s`` of arrivals (at
+    least ``PEAK_MIN_GAPS`` gaps, so one early batch is not a peak) and the queue's growth."""
+    level = load.window_demand_per_s if load.window_demand_per_s > 0 else load.demand_per_s
+    newest_start = samples[-1].started_at if samples else None
+    recent: Sequence[StepSample] = ()
+    if newest_start is not None:
+        recent = [
+            s
+            for s in samples
+            if s.started_at is not None and s.started_at >= newest_start - window_s
+        ]
+        if len(recent) <= PEAK_MIN_GAPS:
+            recent = samples[-(PEAK_MIN_GAPS + 1) :]
+    peak_rate = arrival_rate(recent, load.basis) if len(recent) > PEAK_MIN_GAPS else 0.0
+    peak = max(level, load.demand_per_s, peak_rate)
+    return StreamDemand(min(level, peak), peak, window_s)
 
 
 def work_gaps(samples: Sequence[StepSample], basis: WorkBasis) -> list[float] | None:

@@ -29,6 +29,9 @@ from elasticgrid_provider.core.validation import (
 
 SCALING_LOSS_CAP = 0.5
 """The largest per-doubling loss a fit may report: beyond it extra nodes would not help."""
+PESSIMISM = 1.25
+"""Before a job measured two sizes, a stream's first scale-up counts on this many times the
+prior's loss per doubling: a too-small jump costs a second restart and a backlog."""
 FIT_MIN_SPAN = 1.2
 """Sizes closer than 20% only fit noise: below this span the prior is used alone."""
 FIT_FULL_SPAN_DOUBLINGS = 1.0
@@ -94,18 +97,39 @@ class CapacityMemory(ForwardCompatible, JsonModel):
         basis = WorkBasis.TOKENS if self.measured(WorkBasis.TOKENS) else WorkBasis.STEPS
         return {nodes: nodes * rate for nodes, rate in self.measured(basis)}
 
-    def scaling(self, basis: WorkBasis, prior: float) -> tuple[float, str]:
-        """The per-doubling loss of per-node throughput, and where it comes from."""
+    def fitted_loss(self, basis: WorkBasis) -> tuple[float, float] | None:
+        """The least-squares per-doubling loss over the measured sizes and how far to trust it
+        (1 once they span a factor of 2); ``None`` with fewer than two sizes 20% apart."""
         points = self.measured(basis)
         sizes_known = [nodes for nodes, _ in points]
         if len(points) < 2 or max(sizes_known) < FIT_MIN_SPAN * min(sizes_known):
-            return prior, "prior"
+            return None
         trust = min(1.0, math.log2(max(sizes_known) / min(sizes_known)) / FIT_FULL_SPAN_DOUBLINGS)
         fit = slope([math.log2(nodes) for nodes, _ in points], [math.log(r) for _, r in points])
-        fitted = min(SCALING_LOSS_CAP, max(0.0, 1.0 - math.exp(fit)))
+        return min(SCALING_LOSS_CAP, max(0.0, 1.0 - math.exp(fit))), trust
+
+    def scaling(self, basis: WorkBasis, prior: float) -> tuple[float, str]:
+        """The per-doubling loss of per-node throughput, and where it comes from."""
+        found = self.fitted_loss(basis)
+        if found is None:
+            return prior, "prior"
+        fitted, trust = found
         loss = trust * fitted + (1.0 - trust) * prior
-        sizes = ", ".join(str(nodes) for nodes, _ in points)
+        sizes = ", ".join(str(nodes) for nodes, _ in self.measured(basis))
         return loss, f"measured at {sizes} nodes ({trust:.0%} weight, the rest the prior)"
+
+    def calibrated_scaling(self, basis: WorkBasis, prior: float) -> tuple[float, str]:
+        """The loss a stream counts on for a size it never ran at: learnt from this job's own
+        sizes when two or more are measured (the larger of the fit and :meth:`scaling`'s
+        blend, so a short span never promises more than the prior), else the pessimistic
+        default, ``PESSIMISM`` times the prior."""
+        found = self.fitted_loss(basis)
+        if found is None:
+            default = min(SCALING_LOSS_CAP, PESSIMISM * prior)
+            return default, f"pessimistic default ({PESSIMISM:g} x the prior)"
+        blended, _ = self.scaling(basis, prior)
+        sizes = ", ".join(str(nodes) for nodes, _ in self.measured(basis))
+        return max(found[0], blended), f"learnt from this job's sizes {sizes}"
 
     def per_node_rate(self, basis: WorkBasis, nodes: int, loss: float) -> float:
         """Per-node throughput at ``nodes``: the nearest measured size's, ``loss`` per doubling."""

@@ -171,6 +171,25 @@ class ScalePolicy(JsonModel):
         finite(exclusive_minimum=True),
         _about("seconds a backlog may take to clear", DecisionRule.DEMAND),
     ] = 1800.0
+    stream_band: Annotated[
+        float,
+        finite(0.0, 1.0, exclusive_maximum=True),
+        _about("capacity a stream keeps above its recent peak demand", DecisionRule.DEMAND),
+    ] = 0.05
+    peak_window_s: Annotated[
+        float,
+        finite(exclusive_minimum=True),
+        _about(
+            "seconds of a stream's newest arrivals its peak rate is read over", DecisionRule.DEMAND
+        ),
+    ] = 120.0
+    stream_window_restarts: Annotated[
+        NonNegative,
+        _about(
+            "a stream's scale-down window in restarts (capped at --scale-down-window)",
+            HoldRule.STABILISATION,
+        ),
+    ] = 3.0
     scaling_loss: Annotated[
         float,
         finite(0.0, SCALING_LOSS_CAP),
@@ -196,6 +215,12 @@ class ScalePolicy(JsonModel):
         """The no-shrink stretch before a deadline: ``final_stretch_s``, else 4 restarts."""
         stretch = self.final_stretch_s
         return 4.0 * self.startup_s if stretch is None else stretch
+
+    @property
+    def stream_window_s(self) -> float:
+        """A stream's scale-down stabilisation window: ``stream_window_restarts`` restarts of
+        ``startup_s`` (what a wrong shrink costs to undo), at most ``scale_down_window_s``."""
+        return min(self.scale_down_window_s, self.stream_window_restarts * self.startup_s)
 
     def thresholds(self) -> dict[str, Any]:
         """Every parameter as used (defaults resolved), for the audit record."""

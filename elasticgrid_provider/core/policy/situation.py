@@ -15,7 +15,7 @@ from typing import Any
 from elasticgrid_provider.core.formatting import number_text
 from elasticgrid_provider.core.policy.decision import CooldownClock, HeldBy, Recommendation
 from elasticgrid_provider.core.policy.grid import GridShare
-from elasticgrid_provider.core.policy.load import LoadEstimate
+from elasticgrid_provider.core.policy.load import LoadEstimate, StreamDemand
 from elasticgrid_provider.core.policy.memory import CapacityMemory
 from elasticgrid_provider.core.policy.rules import DecisionRule, ScaleAction, WorkBasis
 from elasticgrid_provider.core.samples import WindowSignals
@@ -51,6 +51,8 @@ class Situation:
     """The slope of ``queue_s`` over time between each pair of the newest steps, oldest first."""
     grid: GridShare | None = None
     """What the shared grid leaves the job (None: alone on its grid)."""
+    demand: StreamDemand | None = None
+    """A stream's demand level and recent peak (None for any other job)."""
 
     @property
     def time_left_s(self) -> float | None:

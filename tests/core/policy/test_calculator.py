@@ -102,33 +102,36 @@ def test_a_draining_backlog_does_not_trigger_another_scale_up() -> None:
     assert "drains in" in decision.reason
 
 
-def test_a_steady_stream_grows_with_the_tolerance_as_headroom_and_shrinks_with_all_of_it() -> None:
+def test_a_stream_is_sized_to_its_peak_plus_the_band_not_a_fixed_headroom() -> None:
     scheduler = ScalePolicy(scaling_loss=0.0)
-    # steady arrivals every 5 s, a growing wait: the arrival rate does not vary at all
-    growing = stream(2, every_s=5, service_s=8, queues=[0, 3, 6, 9, 12, 15])
-    up = decide(scheduler, growing, now=T0, recent=(Recommendation(T0 - 60, 8),))
-    assert up.projection is not None
-    assert up.projection["arrival_spread"] == pytest.approx(0.0)
-    assert up.projection["headroom"] == pytest.approx(scheduler.tolerance)
-    # a shrink keeps the full headroom: 100/s needs 1.2 x 100 = 120/s, 3 nodes of 50/s
-    down = decide(scheduler, stream(10, every_s=10, service_s=2, queues=[0.0] * 6), now=T0)
+    # 100 tokens/s arrive; 10 nodes serve 380/s, 38 per node: 105/s (the 5% band) needs 3
+    # nodes (114/s); the old fixed +20% (120/s) needed 4
+    window = stream(10, every_s=10, service_s=1000 / 380, queues=[0.0] * 6)
+    down = decide(scheduler, window, now=T0)
     assert (down.action, down.target_nodes) == (ScaleAction.SCALE_DOWN, 3)
-    assert down.projection is not None
-    assert down.projection["headroom"] == pytest.approx(scheduler.headroom)
+    projection = down.projection
+    assert projection is not None
+    assert projection["band"] == pytest.approx(scheduler.stream_band)
+    assert projection["demand_rate_per_s"] == pytest.approx(100.0)
+    assert projection["demand_peak_per_s"] == pytest.approx(100.0)
+    assert projection["covering_nodes"] == 3
+    assert projection["covering_capacity_per_s"] == pytest.approx(114.0)
 
 
-def test_irregular_arrivals_get_more_headroom_than_steady_ones() -> None:
-    # gaps alternate 2 s and 18 s: the same mean rate as every 10 s, far from steady
-    arrivals = [T0 - 100 + offset for offset in (0, 2, 20, 22, 40, 42, 60)]
+def test_irregular_arrivals_are_sized_to_their_peak() -> None:
+    # gaps alternate 2 s and 18 s: the newest arrivals come faster than the level
+    arrivals = [T0 - 100 + offset for offset in (0, 2, 20, 22, 40, 42, 60, 62)]
     samples = tuple(
         StepSample(i, 30.0 + 5 * i, 25.0 + 5 * i, 1, 1000.0, at + 30.0 + 5 * i)
         for i, at in enumerate(arrivals)
     )
-    irregular = decide(ScalePolicy(scaling_loss=0.0), MetricsWindow(samples=samples), now=T0 + 60)
-    assert irregular.recommended_nodes is not None and irregular.recommended_nodes > 1  # growth
-    assert irregular.projection is not None
-    assert irregular.projection["arrival_spread"] > 0.1
-    assert irregular.projection["headroom"] == pytest.approx(0.2)
+    scheduler = ScalePolicy(scaling_loss=0.0, peak_window_s=5.0)
+    irregular = decide(scheduler, MetricsWindow(samples=samples), now=T0 + 60)
+    projection = irregular.projection
+    assert projection is not None
+    assert projection["demand_peak_per_s"] > 1.05 * projection["demand_rate_per_s"]
+    assert projection["needed_per_s"] >= projection["demand_peak_per_s"] * 1.05
+    assert irregular.recommended_nodes is not None and irregular.recommended_nodes > 1
 
 
 def test_a_shrink_below_every_measured_size_counts_on_no_more_than_the_prior() -> None:
