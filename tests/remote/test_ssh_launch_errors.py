@@ -42,7 +42,7 @@ BAD_PARAMS = [
     (
         {"hosts": ["gpu@10.0.0.11"], "colour": "blue"},
         1,
-        "provider 'onprem' params.colour: unknown key (known: hosts, ssh_port, ssh_key, "
+        "provider 'onprem' params.colour: unknown key (known: hosts, ssh_port, ssh_key, ssh_conn_id, "
         "ssh_opts, remote_dir, known_hosts, connect_timeout_s, python, shared_dir)",
     ),
     (
