@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint typecheck check clean integration docs
 .PHONY: bench bench-quick bench-planner bench-step-log bench-policy bench-resize bench-recovery
-.PHONY: bench-remote bench-fleet bench-pages
+.PHONY: bench-remote bench-ec2 bench-fleet bench-pages
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,10 @@ bench-recovery: $(BIN)/.installed  ## recovery gap after a lost spot part vs a b
 bench-remote: $(BIN)/.installed  ## launch time and resize gap on SSH test hosts vs iroh-tinker's own
 	bash scripts/system-packages.sh ssh
 	$(BIN)/python benchmarks/bench_remote.py $(BENCH_ARGS)
+
+bench-ec2: $(BIN)/.installed  ## fake EC2 VMs: the ec2 engine's launch vs the SSH engine on booted VMs; a 1,000-instance reconcile
+	bash scripts/system-packages.sh ssh
+	$(BIN)/python benchmarks/bench_ec2.py $(BENCH_ARGS)
 
 bench-fleet: $(BIN)/.installed  ## many jobs on one grid: the sharing rules vs FCFS and a Kueue-like quota
 	$(BIN)/python benchmarks/bench_fleet.py $(BENCH_ARGS)

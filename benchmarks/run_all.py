@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.report import Report  # noqa: E402
 
 PAGE = ROOT / "docs" / "performance.md"
-ORDER = ("planner", "step-log", "policy", "resize", "recovery", "remote", "fleet", "pages")
+ORDER = ("planner", "step-log", "policy", "resize", "recovery", "remote", "ec2", "fleet", "pages")
 TIMEOUT_S = {True: 900, False: 4 * 3600}  # per benchmark, quick or not
 STOP_GRACE_S = 90  # a benchmark interrupted on timeout stops what it started
 

@@ -71,6 +71,7 @@ from elasticgrid_provider.atomic_files import write_atomically
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import CheckpointFencedError
 from elasticgrid_provider.core.rank_environment import (
+    ENV_CHECKPOINT_DIR,
     ENV_HOST,
     ENV_JOB,
     ENV_JOB_DIR,
@@ -107,6 +108,7 @@ class DistributedContext:
     shared_dir: str | None = None
     host: str | None = None
     launch_id: str | None = None
+    checkpoint_dir: str | None = None
 
     @property
     def nodes(self) -> int:
@@ -170,6 +172,7 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
         shared_dir=env.get(ENV_SHARED_DIR) or None,
         host=env.get(ENV_HOST) or None,
         launch_id=env.get(ENV_LAUNCH_ID) or None,
+        checkpoint_dir=env.get(ENV_CHECKPOINT_DIR) or None,
     )
 
 
@@ -323,7 +326,8 @@ CHECKPOINT_FOLDER = "checkpoint"  # the checkpoint's folder inside the job's sha
 class Checkpoint:
     """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
 
-    ``folder`` defaults to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a shared folder
+    ``folder`` defaults to ``ELASTICGRID_CHECKPOINT_DIR`` when the engine sets it, else to
+    ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a shared folder
     there is nothing to resume and :meth:`save` does nothing.
     """
 
@@ -335,6 +339,8 @@ class Checkpoint:
         self.context = context if context is not None else distributed_context()
         if folder is not None:
             self.folder: Path | None = Path(folder).resolve()
+        elif self.context.checkpoint_dir:  # the provider's own (the ec2 engine's checkpoint_dir)
+            self.folder = Path(self.context.checkpoint_dir)
         elif self.context.shared_dir:
             self.folder = Path(self.context.shared_dir) / CHECKPOINT_FOLDER
         else:

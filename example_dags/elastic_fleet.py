@@ -79,6 +79,7 @@ with DAG(
         startup_s=10,
         cooldown_s=120,
         poke_interval=5,
+        mode="poke",  # checks this close: a reschedule under 15 s races the scheduler
         timeout=timedelta(minutes=30),
     )
     replan_and_relaunch(

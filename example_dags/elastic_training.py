@@ -86,6 +86,7 @@ with DAG(
         startup_s=10,
         cooldown_s=120,
         poke_interval=2,
+        mode="poke",  # checks this close: a reschedule under 15 s races the scheduler
         timeout=timedelta(minutes=3),
     )
     # re-plan at the size the check decides, relaunch at it and wait for the job to finish

@@ -77,3 +77,10 @@ STUBBORN_RUN = (
     "if os.environ['ELASTICGRID_PART'].endswith('--onprem') else None; "
     'time.sleep(600)"'
 )
+# on remote hosts (SSH, fake EC2 VMs): the engine syncs train_elastic.py's folder and starts
+# the ranks there; 4 micro-batches per step: at 1 rank three of them wait (queue-bound)
+REMOTE_WORKDIR = str(TRAIN.parent)
+REMOTE_TRAIN_RUN = (
+    f"{PYTHON} {TRAIN.name} --steps {{{{ dag_run.conf.get('steps', 30) }}}} "
+    "--global-batch 4 --microbatch-seconds 0.05"
+)

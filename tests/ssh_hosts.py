@@ -166,11 +166,49 @@ class SshTestHosts:
         Path(self.known_hosts).write_text("".join(known))
         self._wait_until_listening()
 
-    def _start_host(self, index: int) -> str:
+    def add_host(
+        self, address: str, host_key: str | None = None, authorized_keys: str | None = None
+    ) -> int:
+        """Start one more host at ``address`` (in this LAN's ``prefix``.0/24) and return its
+        index: its sshd uses ``host_key`` (a private key's text; a new random key when None)
+        and root's ``authorized_keys`` holds ``authorized_keys`` (the session key when None).
+        Its key joins :attr:`known_hosts`; it is not waited for (:meth:`wait_listening`)."""
+        if not self.prefix or address.rpartition(".")[0] != self.prefix:
+            raise ValueError(f"address {address!r} is not in this LAN's {self.prefix}.0/24")
+        index = len(self.namespaces)
+        self.namespaces.append(f"egh{self.suffix}{index}")
+        self.veths.append(f"egv{self.suffix}{index}")
+        self.addresses.append(address)
+        line = self._start_host(index, host_key, authorized_keys)
+        with open(self.known_hosts, "a") as known:  # so that run() reaches it too
+            known.write(line)
+        return index
+
+    def remove_host(self, index: int) -> None:
+        """Kill host ``index`` (its sshd and every process in it) and delete its namespace and
+        link, as a machine switched off; its address can then be given to a new host."""
+        self._kill_host(index)
+        _run("ip", "netns", "del", self.namespaces[index], check=False)
+        if Path(f"/sys/class/net/{self.veths[index]}").exists():
+            _run("ip", "link", "del", self.veths[index], check=False)
+
+    def _start_host(
+        self, index: int, host_key_text: str | None = None, authorized_keys: str | None = None
+    ) -> str:
         """Create host ``index``'s namespace and start its sshd; returns its known_hosts line."""
         namespace, veth, address = self.namespaces[index], self.veths[index], self.addresses[index]
         host_key = self.folder / f"host{index}_ed25519"
-        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
+        if host_key_text is None:
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
+        else:
+            host_key.write_text(host_key_text.rstrip("\n") + "\n")
+            host_key.chmod(0o600)
+            public = _run("ssh-keygen", "-y", "-f", str(host_key)).stdout
+            Path(f"{host_key}.pub").write_text(public)
+        authorized = Path(f"{self.key}.pub")
+        if authorized_keys is not None:
+            authorized = self.folder / f"authorized{index}"
+            authorized.write_text(authorized_keys.rstrip("\n") + "\n")
         config = self.folder / f"sshd{index}.conf"
         config.write_text(_SSHD_CONFIG.format(address=address, host_key=host_key))
         _run("ip", "netns", "add", namespace)
@@ -189,7 +227,7 @@ class SshTestHosts:
                 *mounts,
                 *self._keep_interpreter_mounts(index),
                 "mkdir -p /root/.ssh",
-                f"cp {shlex.quote(self.key)}.pub /root/.ssh/authorized_keys",
+                f"cp {shlex.quote(str(authorized))} /root/.ssh/authorized_keys",
                 f"exec /usr/sbin/sshd -D -f {shlex.quote(str(config))} "
                 f"-E {shlex.quote(str(self.folder / f'sshd{index}.log'))}",
             ]
@@ -203,7 +241,7 @@ class SshTestHosts:
             "--propagation",
             "private",
         )
-        self._servers.append(
+        self._servers.append(  # index == len(self._servers): hosts start in index order
             subprocess.Popen(
                 [*inside, *unshare, "bash", "-c", script],
                 stdin=subprocess.DEVNULL,
@@ -236,16 +274,23 @@ class SshTestHosts:
 
     def _wait_until_listening(self, timeout: float = 15.0) -> None:
         deadline = time.monotonic() + timeout
-        for index, address in enumerate(self.addresses):
-            while True:
-                if self._servers[index].poll() is not None:
-                    log = (self.folder / f"start{index}.log").read_text(errors="replace")
-                    raise RuntimeError(f"sshd of test host {address} exited: {log.strip()}")
-                with contextlib.suppress(OSError), socket.create_connection((address, 22), 0.5):
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd of test host {address} did not listen in {timeout}s")
-                time.sleep(0.05)
+        for index in range(len(self.addresses)):
+            self.wait_listening(index, max(0.0, deadline - time.monotonic()))
+
+    def wait_listening(self, index: int, timeout: float = 15.0) -> None:
+        """Return once host ``index``'s sshd accepts connections; raise when it exited or did
+        not listen within ``timeout`` seconds."""
+        address = self.addresses[index]
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._servers[index].poll() is not None:
+                log = (self.folder / f"start{index}.log").read_text(errors="replace")
+                raise RuntimeError(f"sshd of test host {address} exited: {log.strip()}")
+            with contextlib.suppress(OSError), socket.create_connection((address, 22), 0.5):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sshd of test host {address} did not listen in {timeout}s")
+            time.sleep(0.05)
 
     def sshd_pid(self, index: int) -> int | None:
         """The host's sshd (its PID 1), as a pid of this machine, or None when it is gone."""
@@ -262,20 +307,9 @@ class SshTestHosts:
         for veth in self.veths:  # links up: clients' connections see their end at once
             if Path(f"/sys/class/net/{veth}").exists():
                 _run("ip", "link", "set", veth, "up", check=False)
-        for index, server in enumerate(self._servers):
-            pid = self.sshd_pid(index)
-            if pid is not None:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.killpg(server.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                server.wait(timeout=10)
+        for index in range(len(self._servers)):
+            self._kill_host(index)
         for namespace in self.namespaces:
-            pids = _run("ip", "netns", "pids", namespace, check=False).stdout.split()
-            for pid in pids:
-                with contextlib.suppress(OSError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
             _run("ip", "netns", "del", namespace, check=False)
         for veth in self.veths:
             if Path(f"/sys/class/net/{veth}").exists():
@@ -285,6 +319,25 @@ class SshTestHosts:
             self._bridge_made = False
         self._servers = []
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _kill_host(self, index: int) -> None:
+        """SIGKILL host ``index``'s sshd (its PID 1, so every process of the host) and any
+        process left in its namespace."""
+        server = self._servers[index]
+        pid = self.sshd_pid(index)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.killpg(server.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=10)
+        namespace = self.namespaces[index]
+        if Path(f"/run/netns/{namespace}").exists():
+            pids = _run("ip", "netns", "pids", namespace, check=False).stdout.split()
+            for pid_text in pids:
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(pid_text), signal.SIGKILL)
 
     # -- what tests do to the hosts ------------------------------------------------------------
     def cut(self, index: int) -> None:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from elasticgrid_provider.sensors import ElasticScaleSensor
+from elasticgrid_provider.sensors.scale import MIN_RESCHEDULE_S
+from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 from example_dags.elastic_fleet import EVALUATE, PRETRAIN
 from example_dags.elastic_fleet import dag as elastic_fleet
 from example_dags.elastic_rescale_check import DEFAULT_JOB_NAME
+from example_dags.elastic_rescale_check import dag as elastic_rescale_check
 from example_dags.elastic_training import dag as elastic_training
 from tests.airflow_support import run_dag
 from tests.job_processes import wait_for_lines
@@ -23,6 +27,21 @@ def test_its_default_job_is_not_elastic_trainings():
     training_job = elastic_training.get_task("launch").job_name
     assert DEFAULT_JOB_NAME not in training_job
     assert "elastic-demo'" in training_job  # elastic_training's default, for the record
+
+
+def test_no_example_check_waits_less_than_a_real_scheduler_can_turn_around():
+    checks = [
+        task
+        for dag in (elastic_training, elastic_fleet, elastic_rescale_check)
+        for task in dag.tasks
+        if isinstance(task, ElasticScaleSensor)
+    ]
+    assert len(checks) >= 3
+    for task in checks:  # the sensor never has to switch mode, so its log never says so
+        if task.deferrable:
+            assert task.poke_interval >= MIN_DEFERRAL_S, task.task_id
+        elif task.mode == "reschedule":
+            assert task.poke_interval >= MIN_RESCHEDULE_S, task.task_id
 
 
 def test_a_launch_run_starts_the_job_and_the_next_run_resizes_it(airflow_db, jobs_root):

@@ -11,6 +11,7 @@ import pytest
 
 from elasticgrid_provider.runtime import (
     STEP_LOG_NAME,
+    Checkpoint,
     DistributedContext,
     StepReporter,
     distributed_context,
@@ -266,3 +267,12 @@ def test_a_kill_between_commit_and_log_leaves_every_committed_step_logged_once(t
     assert run(-1).wait(timeout=60) == 0
 
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == list(range(6))
+
+
+def test_a_checkpoint_dir_the_engine_sets_is_where_the_checkpoint_lives(tmp_path):
+    env = {**part_env(tmp_path, 0), "ELASTICGRID_CHECKPOINT_DIR": str(tmp_path / "ckpt" / "job")}
+    context = distributed_context(env)
+    assert context.checkpoint_dir == str(tmp_path / "ckpt" / "job")
+    assert Checkpoint(context).folder == tmp_path / "ckpt" / "job"
+    plain = distributed_context(part_env(tmp_path, 0))
+    assert plain.checkpoint_dir is None and Checkpoint(plain).folder != tmp_path / "ckpt" / "job"

@@ -3,8 +3,8 @@
 Commands (``--help`` lists the options; the README gives the synopsis): ``providers``,
 ``plan --nodes N``, ``spec --nodes N``, ``simulate --samples FILE [--timeline]``,
 ``simulate --state FILE [--decision I]``, ``schema state|decision``, ``fleet``
-(:mod:`~elasticgrid_provider.cli.fleet`), ``stop JOB`` (:mod:`~elasticgrid_provider.cli.stop`);
-``--version``.
+(:mod:`~elasticgrid_provider.cli.fleet`), ``stop JOB`` (:mod:`~elasticgrid_provider.cli.stop`),
+``machines JOB`` (:mod:`~elasticgrid_provider.cli.machines`); ``--version``.
 
 ``--json`` is accepted before or after the command. Exit status: 0 on success; 1
 when ``simulate --state`` replays a decision that differs from the recorded one, or a
@@ -40,7 +40,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from elasticgrid_provider.cli import commands, fleet, parsing, stop
+from elasticgrid_provider.cli import commands, fleet, machines, parsing, stop
 from elasticgrid_provider.cli.commands import REPLAY_FIELDS as REPLAY_FIELDS
 from elasticgrid_provider.cli.parsing import Command
 from elasticgrid_provider.cli.rendering import EXIT_FAILED, EXIT_OK, Result, emit, fail
@@ -80,6 +80,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("fleet", fleet.FLEET_HELP, fleet.add_fleet_arguments, fleet.run_fleet),
     Command("stop", stop.STOP_HELP, stop.add_stop_arguments, stop.run_stop),
+    Command(
+        "machines",
+        machines.MACHINES_HELP,
+        machines.add_machines_arguments,
+        machines.run_machines,
+    ),
 )
 """Every ``elasticgrid`` command, in the order ``--help`` lists them: the one registry."""
 

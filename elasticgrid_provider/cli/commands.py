@@ -69,6 +69,7 @@ from elasticgrid_provider.cli.rendering import (
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
+from elasticgrid_provider.core.machines import INSTANCES_RULE
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
@@ -281,6 +282,8 @@ def _not_a_decision(entry: Any) -> str:
     rule = entry.get("rule") if isinstance(entry, dict) else None
     if rule == JOB_ENDED_RULE:
         return "records the end of the job; it has no decision to replay"
+    if rule == INSTANCES_RULE:
+        return "records a part's instances starting or ending; it has no decision to replay"
     if rule == RECOVER_RULE:
         return (
             f"is a recovery ({entry.get('action')}), not a policy decision, "

@@ -14,6 +14,9 @@ The hierarchy::
       JobStopError            a stop that could not finish; the job's record says ``stopping``
       JobFailedError          the checked job failed, is down, or was never launched
       RemoteHostError         an ssh training host was unreachable or refused a request
+      CloudApiError           a cloud API call failed: the cloud's code and message
+        CloudCapacityError    the cloud has no room (capacity, spot price, limits): no room here
+      InstancesLeftError      instances that could not be terminated, named by id
       GridCapacityError       a reservation other jobs' nodes leave no room for (nothing changed)
       StateReadError          a job's scale state could not be read (nothing was decided)
       CheckpointFencedError   a rank of a replaced launch tried to commit (in the rank only)
@@ -87,6 +90,21 @@ class JobFailedError(RuntimeError):
 
 class RemoteHostError(RuntimeError):
     """A training host could not be reached or refused a request: one sentence naming the host."""
+
+
+class CloudApiError(RuntimeError):
+    """A cloud API call failed: one sentence with the provider, the call, and the cloud's
+    own error code and message (never swallowed)."""
+
+
+class CloudCapacityError(CloudApiError):
+    """The cloud had no room for a part's instances (no capacity, a spot price or instance
+    limit): the provider counts as having no capacity, so a recovery may place elsewhere."""
+
+
+class InstancesLeftError(RuntimeError):
+    """Instances that termination could not end after its retries: the sentence names every
+    instance id still alive (the reconcile keeps trying; nothing moves on silently)."""
 
 
 class StateReadError(RuntimeError):

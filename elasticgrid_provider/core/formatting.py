@@ -38,7 +38,11 @@ def placement_table(placement: Placement) -> str:
     rows.append(
         ("total", "", f"{placement.spot_fraction:.0%}", str(placement.total_nodes), "", cost)
     )
-    return aligned_table(rows, right=(3, 4, 5))
+    table = aligned_table(rows, right=(3, 4, 5))
+    fallback = placement.fallback_cost_per_hour
+    if fallback is not None:  # spot_fallback: on_demand may cost more than the spot price
+        table += f"\nif spot falls back to on-demand: {fallback:.2f} $/h"
+    return table
 
 
 def aligned_table(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:

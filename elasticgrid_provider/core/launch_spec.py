@@ -30,7 +30,7 @@ Rules:
 * A provider's ``params`` become the part's ``resources.params``. On an SSH
   provider, ``hosts`` becomes the hosts of the part's own nodes (its first
   ``nodes`` entries, one per node) and ``remote_dir`` gains the part name, so
-  that jobs sharing a pool never share a working folder.
+  that jobs sharing a pool never share a working folder (on an EC2 provider too).
 * ``options.envs`` may not set the variables above nor the ones iroh's
   runner owns (``RANK``, ``WORLD_SIZE``, ``IROH_TINKER_JOB_DIR``,
   ``IROH_TINKER_RENDEZVOUS``): they would be silently overridden.
@@ -229,6 +229,8 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
 def _engine_params(provider: Provider, part: str, nodes: int) -> dict[str, Any]:
     """The part's ``resources.params``: the provider's, scoped to the part (module rules)."""
     params = dict(provider.params)
+    if provider.runs_on_ec2 and params.get("remote_dir"):
+        params["remote_dir"] = f"{str(params['remote_dir']).rstrip('/')}/{part}"
     if not provider.runs_on_ssh_hosts:
         return params
     from elasticgrid_provider.core.ssh_params import SshParams

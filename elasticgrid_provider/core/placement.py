@@ -107,6 +107,21 @@ class Placement(JsonModel):
         return round(sum(share.cost_per_hour for share in self.assignments), 2)
 
     @property
+    def fallback_cost_per_hour(self) -> float | None:
+        """Dollars per hour if every share that may fall back from spot to on-demand does (at
+        its provider's on-demand price), or None when none may."""
+        prices = [share.provider.fallback_cost_per_node_hour for share in self.assignments]
+        if all(price is None for price in prices):
+            return None
+        return round(
+            sum(
+                share.nodes * (share.provider.cost_per_node_hour if price is None else price)
+                for share, price in zip(self.assignments, prices, strict=True)
+            ),
+            2,
+        )
+
+    @property
     def spot_nodes(self) -> int:
         """Nodes placed on spot capacity."""
         return sum(share.nodes for share in self.assignments if share.provider.spot)

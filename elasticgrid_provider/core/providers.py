@@ -56,11 +56,16 @@ from elasticgrid_provider.core.validation import (
 
 SSH_ENGINE = "ssh"
 """The engine name of hosts reached over SSH: the provider's own engine, loaded by reference."""
-ENGINE_REFERENCES = {SSH_ENGINE: "module=elasticgrid_provider.engines.ssh:SshEngine"}
+EC2_ENGINE = "ec2"
+"""The engine name of EC2 instances the provider's own engine starts and terminates."""
+ENGINE_REFERENCES = {
+    SSH_ENGINE: "module=elasticgrid_provider.engines.ssh:SshEngine",
+    EC2_ENGINE: "module=elasticgrid_provider.engines.ec2:Ec2Engine",
+}
 """Engine names that iroh-tinker loads from this package rather than its own registry."""
 IROH_CLOUD_ENGINES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure"}
 """iroh-tinker's own cloud engines, and their clouds: never launched (module docstring)."""
-PRODUCT_ENGINES = {"aws": "ec2"}
+PRODUCT_ENGINES = {"aws": EC2_ENGINE}
 """The engine of this package that replaces iroh-tinker's own for a cloud (docs/clouds.md)."""
 _IROH_ENGINE_MODULES = "module=iroh_tinker.cloud.engines."
 
@@ -103,17 +108,37 @@ class Provider(JsonModel):
 
     @model_validator(mode="after")
     def _engine_params(self) -> Provider:
-        """An SSH provider's params are checked here, so a bad one fails the plan, not the launch."""
+        """An SSH or EC2 provider's params are checked here, so a bad one fails the plan, not
+        the launch (an EC2 provider without params plans; its engine refuses to provision)."""
         if self.engine_name == SSH_ENGINE:
             from elasticgrid_provider.core.ssh_params import SshParams
 
             SshParams.from_provider(self.name, dict(self.params), self.max_nodes)
+        elif self.engine_name == EC2_ENGINE and self.params:
+            from elasticgrid_provider.core.ec2_params import Ec2Params
+
+            Ec2Params.from_provider(self.name, dict(self.params))
         return self
 
     @property
     def runs_on_ssh_hosts(self) -> bool:
         """Whether its nodes are machines reached over SSH (no folder shared with Airflow)."""
         return self.engine_name == SSH_ENGINE
+
+    @property
+    def runs_on_ec2(self) -> bool:
+        """Whether its nodes are EC2 instances the ec2 engine starts (reached over SSH)."""
+        return self.engine_name == EC2_ENGINE
+
+    @property
+    def fallback_cost_per_node_hour(self) -> float | None:
+        """The on-demand price a spot request of this provider may fall back to (the ec2
+        engine's ``spot_fallback: on_demand``), or None when it never falls back."""
+        fallback = self.params.get("spot_fallback") == "on_demand"
+        if not (self.runs_on_ec2 and self.spot and fallback):
+            return None
+        price = self.params.get("on_demand_cost_per_node_hour")
+        return float(price) if isinstance(price, (int, float)) else None
 
     @property
     def iroh_cloud_engine(self) -> str | None:

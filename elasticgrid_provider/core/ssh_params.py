@@ -1,7 +1,9 @@
 """A provider's ``params`` for the ssh engine: which hosts, how to reach them, where to run.
 
 iroh-tinker's own names (``hosts``, ``ssh_port``, ``ssh_key``, ``ssh_opts``,
-``remote_dir``) plus the provider's: ``known_hosts`` (the file host keys are
+``remote_dir``) plus the provider's: ``ssh_conn_id`` (an Airflow SSH connection
+holding the private key, as the ssh provider's connections do: extra
+``private_key`` or ``key_file``; instead of ``ssh_key``), ``known_hosts`` (the file host keys are
 checked against), ``connect_timeout_s``, ``python`` (the hosts' interpreter;
 None means the worker's own ``sys.executable`` path, which iroh's runner
 command already names) and ``shared_dir`` (a folder every host of the
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BeforeValidator, ValidationError
 
@@ -78,6 +80,7 @@ class SshParams(JsonModel):
     hosts: HostList
     ssh_port: Port | None = None
     ssh_key: Text | None = None
+    ssh_conn_id: Text | None = None
     ssh_opts: StringList = ()
     remote_dir: Text | None = None
     known_hosts: Text | None = None
@@ -88,23 +91,12 @@ class SshParams(JsonModel):
     @classmethod
     def parse(cls, params: Any, where: str = "resources.params") -> SshParams:
         """Validate a params mapping, or raise one sentence ``<where>.<field>: <problem>``."""
-        if not isinstance(params, Mapping):
-            raise ElasticGridError(f"{where}: must be a JSON object, got {params!r}")
-        known = tuple(cls.__dataclass_fields__)
-        for key in params:
-            if key not in known:
-                raise ElasticGridError(f"{where}.{key}: unknown key (known: {', '.join(known)})")
-        if "hosts" not in params:
-            raise ElasticGridError(f"{where}.hosts: missing (list one '[user@]host' per node)")
-        try:
-            return cls.type_adapter().validate_python(dict(params))
-        except ValidationError as error:
-            problem = error.errors(include_url=False)[0]
-            field = str(problem["loc"][0]) if problem["loc"] else "?"
-            cause = (problem.get("ctx") or {}).get("error")
-            phrase = str(cause) if cause is not None else str(problem["msg"])
-            phrase = phrase.removeprefix("Value error, ")
-            raise ElasticGridError(f"{where}.{field}: {phrase}") from None
+        parsed = parse_engine_params(
+            cls, params, where, {"hosts": "list one '[user@]host' per node"}
+        )
+        if parsed.ssh_key is not None and parsed.ssh_conn_id is not None:
+            raise ElasticGridError(f"{where}.ssh_conn_id: give ssh_key or ssh_conn_id, not both")
+        return parsed
 
     @classmethod
     def from_provider(cls, provider_name: str, params: Any, max_nodes: int) -> SshParams:
@@ -143,6 +135,34 @@ class SshParams(JsonModel):
     def remote_job_dir(self, part_name: str) -> str:
         """The part's job folder on every host: logs, iroh's markers, ``steps.jsonl``."""
         return f"{self.remote_root(part_name).rstrip('/')}/{REMOTE_JOB_FOLDER}"
+
+
+ParamsT = TypeVar("ParamsT")
+
+
+def parse_engine_params(
+    cls: type[ParamsT], params: Any, where: str, required: Mapping[str, str]
+) -> ParamsT:
+    """An engine's params model from a mapping, or one sentence ``<where>.<field>: <problem>``
+    (an unknown key, a missing ``required`` one with its hint, or a bad value)."""
+    if not isinstance(params, Mapping):
+        raise ElasticGridError(f"{where}: must be a JSON object, got {params!r}")
+    known = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    for key in params:
+        if key not in known:
+            raise ElasticGridError(f"{where}.{key}: unknown key (known: {', '.join(known)})")
+    for key, hint in required.items():
+        if key not in params:
+            raise ElasticGridError(f"{where}.{key}: missing ({hint})")
+    try:
+        return cls.type_adapter().validate_python(dict(params))  # type: ignore[attr-defined]
+    except ValidationError as error:
+        problem = error.errors(include_url=False)[0]
+        field = str(problem["loc"][0]) if problem["loc"] else "?"
+        cause = (problem.get("ctx") or {}).get("error")
+        phrase = str(cause) if cause is not None else str(problem["msg"])
+        phrase = phrase.removeprefix("Value error, ")
+        raise ElasticGridError(f"{where}.{field}: {phrase}") from None
 
 
 def _readable_file(path: str) -> bool:

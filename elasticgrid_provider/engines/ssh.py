@@ -61,7 +61,7 @@ from elasticgrid_provider.engines.ssh_transport import (
     last_line,
     read_remote_file,
     run_with_timeout,
-    ssh_options,
+    session_options,
     sweep_launch,
 )
 
@@ -161,10 +161,13 @@ class SshEngine(Engine):
         source = f"{Path(workdir).resolve()}/"
         root = self.remote_root
         target = root[2:] if root.startswith("~/") else root  # rsync's relative paths start at ~
-        shell = shlex.join(["ssh", *ssh_options(self.params)])
         excludes = [word for name in SYNC_EXCLUDES for word in ("--exclude", name)]
 
         def copy(host: str) -> None:
+            with session_options(self.params) as options:
+                copy_with(host, shlex.join(["ssh", *options]))
+
+        def copy_with(host: str, shell: str) -> None:
             argv = ["rsync", "-a", f"--timeout={SYNC_STALL_S}", "-e", shell, *excludes]
             try:
                 result = run_with_timeout(

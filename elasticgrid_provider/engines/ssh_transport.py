@@ -21,7 +21,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -65,8 +65,10 @@ def control_folder() -> Path:
     return folder
 
 
-def ssh_options(params: SshParams) -> list[str]:
-    """The options of every ssh call (ours first: ssh keeps the first value of an option)."""
+def ssh_options(params: SshParams, key_file: str | None = None) -> list[str]:
+    """The options of every ssh call (ours first: ssh keeps the first value of an option);
+    ``key_file`` is the private key when it came from ``ssh_conn_id`` (:func:`session_options`)."""
+    key = key_file or params.ssh_key
     options = [
         *("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"),
         *(["-o", f"UserKnownHostsFile={params.known_hosts}"] if params.known_hosts else []),
@@ -75,9 +77,47 @@ def ssh_options(params: SshParams) -> list[str]:
         *("-o", "ControlMaster=auto", "-o", f"ControlPath={control_folder()}/%C"),
         *("-o", f"ControlPersist={CONTROL_PERSIST_S}"),
         *(["-p", str(params.ssh_port)] if params.ssh_port else []),
-        *(["-i", str(Path(params.ssh_key).expanduser())] if params.ssh_key else []),
+        *(["-i", str(Path(key).expanduser())] if key else []),
     ]
     return [*options, *params.ssh_opts]
+
+
+def connection_private_key(conn_id: str) -> str:
+    """The private key text an Airflow SSH connection holds (the ssh provider's extra
+    ``private_key``, or the file its ``key_file`` names)."""
+    from airflow.sdk import BaseHook
+
+    try:
+        extra = BaseHook.get_connection(conn_id).extra_dejson
+    except Exception as error:  # the SDK's not-found error, a secrets backend's failure
+        raise RemoteHostError(f"ssh_conn_id {conn_id!r} cannot be read: {error}") from None
+    if extra.get("private_key"):
+        text = str(extra["private_key"]).replace("\\n", "\n")
+    elif extra.get("key_file"):
+        text = Path(str(extra["key_file"])).expanduser().read_text()
+    else:
+        raise RemoteHostError(
+            f"ssh_conn_id {conn_id!r}: the connection holds no private key "
+            "(set its extra 'private_key' or 'key_file')"
+        )
+    return text if text.endswith("\n") else text + "\n"
+
+
+@contextlib.contextmanager
+def session_options(params: SshParams) -> Iterator[list[str]]:
+    """:func:`ssh_options` for the calls in the block; a key from ``ssh_conn_id`` is written
+    to a 0600 file in this user's 0700 control folder for the block and removed after it."""
+    if params.ssh_conn_id is None:
+        yield ssh_options(params)
+        return
+    text = connection_private_key(params.ssh_conn_id)
+    descriptor, path = tempfile.mkstemp(prefix="key-", dir=control_folder())
+    try:
+        with os.fdopen(descriptor, "w") as handle:  # mkstemp creates it 0600
+            handle.write(text)
+        yield ssh_options(params, path)
+    finally:
+        Path(path).unlink(missing_ok=True)
 
 
 def run_with_timeout(
@@ -119,9 +159,9 @@ def call_agent(
     python = params.python or sys.executable
     command = shlex.join([python, "-c", LOADER])
     payload = f"{json.dumps(_agent_source())}\n{json.dumps(request)}\n".encode()
-    argv = ["ssh", *ssh_options(params), "--", host, command]
     try:
-        result = run_with_timeout(argv, payload, timeout)
+        with session_options(params) as options:
+            result = run_with_timeout(["ssh", *options, "--", host, command], payload, timeout)
     except subprocess.TimeoutExpired:
         raise RemoteHostError(f"ssh host {host!r} did not answer within {timeout:g} s") from None
     if result.returncode == 255:
@@ -213,7 +253,7 @@ def close_connections(params: Mapping[str, Any] | SshParams) -> None:
     parsed = parse_params(params)
 
     def close(host: str) -> None:
-        argv = ["ssh", *ssh_options(parsed), "-O", "exit", "--", host]
+        argv = ["ssh", *ssh_options(parsed), "-O", "exit", "--", host]  # no key needed
         try:
             run_with_timeout(argv, b"", parsed.connect_timeout_s + PROBE_EXTRA_S)
         except subprocess.TimeoutExpired:

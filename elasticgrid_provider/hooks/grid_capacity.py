@@ -37,6 +37,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     DEFAULT_LEASE_S,
     REBUILT_PRIORITY,
     GridLedger,
+    HoldingPhase,
     QueuedRequest,
     ShrinkRequest,
     confirm,
@@ -316,6 +317,13 @@ class GridCapacity:
         ledger = self.store.snapshot().ledger
         return decide_request(ledger, request, capacities).verdict is Verdict.GRANTED
 
+    def held_by_others(self, job: str | None = None) -> dict[str, int]:
+        """Nodes every job but ``job`` uses, per provider, read without the lock ({} with no
+        ledger): what a plan that reserves nothing places around."""
+        if not self.store.path.exists():
+            return {}
+        return used_nodes(self.store.snapshot().ledger, except_job=job)
+
     def holders(self, job: str) -> str:
         """Who uses the grid now but ``job`` (read without the lock), for a failure's sentence."""
         return holders_text(self.store.snapshot().ledger, except_job=job)
@@ -371,10 +379,16 @@ class GridCapacity:
                     f"job {job!r} was not launched and nothing was stopped: {exc}"
                 ) from None
 
-    def drop_reservation(self, job: str, launch_id: str) -> None:
-        """Forget the reservation of a launch that stopped and started nothing."""
+    def drop_reservation(self, job: str, launch_id: str) -> dict[str, int]:
+        """Forget the reservation of a launch that stopped and started nothing; the nodes it
+        reserved, by provider ({} when there was none: confirmed, replaced or lapsed)."""
         with self.store.transaction() as current:
+            dropped: dict[str, int] = {}
+            for holding in current.ledger.holdings_of(job):
+                if holding.launch_id == launch_id and holding.phase == HoldingPhase.RESERVED:
+                    dropped[holding.provider] = dropped.get(holding.provider, 0) + holding.nodes
             current.ledger = drop_reservation(current.ledger, job, launch_id, now=current.now)
+            return dropped
 
     def confirm(self, job: str, launch_id: str) -> None:
         """The launch is confirmed: its reservation becomes held (a reconciled-away one is

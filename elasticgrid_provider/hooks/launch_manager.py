@@ -57,6 +57,7 @@ from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.core.recovery import describe_loss, is_capacity_loss
 from elasticgrid_provider.core.validation import Choice, check_number
+from elasticgrid_provider.hooks.cloud_reconcile import reconcile_quietly
 from elasticgrid_provider.hooks.grid_capacity import GridCapacity
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, ranks_down
@@ -153,6 +154,7 @@ class LaunchManager:
                     f"job {job_name!r} was not launched: the task was killed while it waited "
                     "for the job's lock, so nothing was started or stopped"
                 )
+            reconcile_quietly(store)  # instances of launches no longer current: terminated
             current = store.job_snapshot(job_name)
             previous_nodes = None
             if current is not None:
@@ -279,7 +281,11 @@ class LaunchManager:
             for record in manifest.parts:  # the launcher redacts too, unless it was killed first
                 redact_part_specs(jobs_root, record.name, record.spec_path)
         if failure is not None:
-            stopped, untracked = self._give_up(manifest, failure)
+            # a cloud with no room for a part (its error says so): capacity, not a crash, so
+            # the next scale check recovers the launch elsewhere (core/recovery.py)
+            no_room = failure.startswith("provider ") and is_capacity_loss(failure)
+            phase = LaunchPhase.LOST if no_room else LaunchPhase.DOWN
+            stopped, untracked = self._give_up(manifest, failure, phase)
             leftovers = (
                 f", and {len(untracked)} process(es) of this launch that iroh-tinker had not "
                 f"recorded (pids {', '.join(map(str, untracked))})"

@@ -75,6 +75,12 @@ def prepare_launch(
         for share in placement.assignments
     }
     world_size = placement.total_nodes * options.procs_per_node
+    stores = {share.provider.params.get("rendezvous") for share in placement.assignments}
+    if options.rendezvous is None and len(stores) == 1 and None not in stores:
+        # every provider names one object store (ec2's params.rendezvous): a fresh prefix
+        options = replace(
+            options, rendezvous=f"{str(stores.pop()).rstrip('/')}/{job_name}/{launch_id}"
+        )
     home = shared_home(homes, world_size, options.rendezvous)
     if options.rendezvous is None and home is not None:
         options = replace(options, rendezvous=f"dir:{home}/rendezvous/{launch_id}")

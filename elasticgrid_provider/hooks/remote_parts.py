@@ -3,7 +3,10 @@
 A part on SSH hosts (:mod:`elasticgrid_provider.engines.ssh`) runs where the Airflow
 workers see none of its files. Everything the hook needs from there goes through the
 engine's SSH connection, and leaves a local trace in the part's folder under the jobs
-root, so the rest of the hook reads a remote part as it reads a local one:
+root, so the rest of the hook reads a remote part as it reads a local one. A part on EC2
+instances (:mod:`elasticgrid_provider.engines.ec2`) is one too: its engine runs the ranks
+through the ssh engine's code and writes the same local files; its sweep terminates the
+launch's instances by tag (:func:`ec2_spec`, :func:`sweep_remote_launch`).
 
 * **Status.** Each ``JobManager.status`` call runs the engine's probe, which mirrors the
   runner's ``done_<n>``/``attempt_<n>`` markers into the local part folder and writes
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticgrid_provider.atomic_files import write_atomically
-from elasticgrid_provider.core.providers import ENGINE_REFERENCES, SSH_ENGINE
+from elasticgrid_provider.core.providers import EC2_ENGINE, ENGINE_REFERENCES, SSH_ENGINE
 from elasticgrid_provider.core.ssh_params import REMOTE_STATUS_FILE
 
 PULL_LIMIT = 4 * 1024 * 1024
@@ -57,31 +60,72 @@ _DOWN = re.compile(r"down ranks: \[([0-9, ]*)\]")
 
 
 def is_ssh_target(engine_target: str) -> bool:
-    """Whether an infra entry names the SSH engine or a ``module=`` subclass of it (with or
+    """Whether an infra entry runs its ranks on machines reached over SSH: the SSH engine, the
+    ec2 engine (whose instances it reaches so), or a ``module=`` subclass of either (with or
     without a region); a module that cannot be imported is not one."""
     base = engine_target.split("/", 1)[0]
-    if base == ENGINE_REFERENCES[SSH_ENGINE]:
+    if base in (ENGINE_REFERENCES[SSH_ENGINE], ENGINE_REFERENCES[EC2_ENGINE]):
         return True
+    return _engine_subclass(base, "ssh:SshEngine") or _engine_subclass(base, "ec2:Ec2Engine")
+
+
+def is_ec2_target(engine_target: str) -> bool:
+    """Whether an infra entry names the ec2 engine or a ``module=`` subclass of it."""
+    base = engine_target.split("/", 1)[0]
+    return base == ENGINE_REFERENCES[EC2_ENGINE] or _engine_subclass(base, "ec2:Ec2Engine")
+
+
+def _engine_subclass(base: str, engine: str) -> bool:
     module, _, name = base.removeprefix("module=").partition(":")
     if not base.startswith("module=") or not name:
         return False
-    from elasticgrid_provider.engines.ssh import SshEngine
-
+    ours, _, kind = engine.partition(":")
     try:
-        engine = getattr(importlib.import_module(module), name)
+        parent = getattr(importlib.import_module(f"elasticgrid_provider.engines.{ours}"), kind)
+        found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         return False
-    return isinstance(engine, type) and issubclass(engine, SshEngine)
+    return isinstance(found, type) and issubclass(found, parent)
 
 
-def spec_params(spec_path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The ``resources.params`` of an SSH part's spec file; None for any other engine."""
+def _spec_resources(spec_path: str | os.PathLike[str]) -> dict[str, Any] | None:
     try:
         spec = json.loads(Path(spec_path).read_text())
     except (OSError, ValueError):
         return None
     resources = spec.get("resources") if isinstance(spec, dict) else None
-    if not isinstance(resources, dict):
+    return resources if isinstance(resources, dict) else None
+
+
+def ec2_spec(spec_path: str | os.PathLike[str]) -> tuple[Any, str | None] | None:
+    """An ec2 part's checked params and region (from its spec file); None for other engines
+    or a spec whose params do not validate."""
+    from elasticgrid_provider.core.ec2_params import Ec2Params
+    from elasticgrid_provider.core.errors import ElasticGridError
+
+    resources = _spec_resources(spec_path)
+    if resources is None:
+        return None
+    for entry in resources.get("infra") or ():
+        if is_ec2_target(str(entry)):
+            # a spec iroh-tinker saved keeps instance_type and image_id beside params
+            known = {
+                key: resources[key] for key in ("instance_type", "image_id") if resources.get(key)
+            }
+            try:
+                params = Ec2Params.parse({**known, **(resources.get("params") or {})})
+            except ElasticGridError:
+                return None
+            region = str(entry).split("/", 1)[1] if "/" in str(entry) else None
+            return params, region
+    return None
+
+
+def spec_params(spec_path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``resources.params`` of a part's spec file on SSH hosts (the ssh or ec2 engine);
+    None for any other engine."""
+    resources = _spec_resources(spec_path)
+    if resources is None:
         return None
     if not any(is_ssh_target(str(entry)) for entry in resources.get("infra") or ()):
         return None
@@ -145,9 +189,16 @@ def remote_ranks_unconfirmed(
 
 
 def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]) -> list[str]:
-    """Kill every process of ``launch_id`` on the SSH hosts of these specs; what was killed."""
+    """Kill every process of ``launch_id`` on the SSH hosts of these specs, and terminate the
+    instances of its ec2 parts (found by tag); what was killed or terminated."""
     killed: list[str] = []
     for spec_path in spec_paths:
+        ec2 = ec2_spec(spec_path)
+        if ec2 is not None:
+            from elasticgrid_provider.engines.ec2_launch import terminate_launch
+
+            killed.extend(terminate_launch(ec2[0], ec2[1], job_name, launch_id))
+            continue
         params = spec_params(spec_path)
         if params is None:
             continue
@@ -163,6 +214,10 @@ def pull_step_log(params: Mapping[str, Any], part_name: str, mirror: Path) -> No
     from elasticgrid_provider.core.ssh_params import SshParams
     from elasticgrid_provider.engines.ssh_transport import read_remote_file
 
+    if "hosts" not in params:  # an ec2 part: the engine wrote its instances' ssh params
+        from elasticgrid_provider.engines.ec2_launch import SSH_PARAMS_FILE
+
+        params = json.loads((mirror.parent / SSH_PARAMS_FILE).read_text())
     ssh = SshParams.parse(params)
     host, remote = ssh.hosts[0], f"{ssh.remote_job_dir(part_name)}/{mirror.name}"
     sidecar = mirror.with_name(mirror.name + SIDECAR_SUFFIX)

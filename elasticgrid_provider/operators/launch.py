@@ -12,7 +12,9 @@ Before it stops or starts anything, the launch reserves its placement in the gri
 ledger (docs/fleet-ledger.md): a placement other jobs' nodes leave no room for fails
 the try naming them, retryable, and stops nothing. The job's nodes go back to the
 grid when its launch fails to start, when the task stops it, and when the wait sees
-the job end.
+the job end; a launch that fails before it started anything gives back at once the
+nodes its plan reserved for it (the upstream plan's XCom ``reservation``), instead of
+leaving them reserved until the reservation's lease ends.
 
 The job's identity and state go to XCom (key ``job``) right after the launch.
 With ``wait_for_completion`` the task then waits for the job to end, polling
@@ -55,7 +57,9 @@ from elasticgrid_provider.core.errors import (
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
+from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.secret_envs import HiddenValues, check_secret_envs, secret_values
+from elasticgrid_provider.core.validation import number_from_text
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.launch_manager import (
     DEFAULT_STARTUP_GRACE_S,
@@ -64,6 +68,7 @@ from elasticgrid_provider.hooks.launch_manager import (
     LaunchOutcome,
     StopAction,
 )
+from elasticgrid_provider.operators.plan import RESERVATION_XCOM_KEY, PlanPlacementOperator
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import (
@@ -182,8 +187,9 @@ class LaunchOperator(BaseOperator):
         for value in secret_values(self.envs, names, is_sensitive_key, min_length):
             mask_secret(value)
 
-    def _launch(self) -> tuple[Placement, LaunchOutcome]:
-        placement = Placement.model_validate(self.placement)  # build_launch_parts refuses 0 nodes
+    def _launch(self, placement: Placement | None = None) -> tuple[Placement, LaunchOutcome]:
+        if placement is None:  # build_launch_parts refuses 0 nodes
+            placement = Placement.model_validate(self.placement)
         envs = dict(self.envs) if isinstance(self.envs, Mapping) else self.envs
         options = LaunchOptions(
             run=self.run,
@@ -209,10 +215,12 @@ class LaunchOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
         try:
-            placement, outcome = self._launch()
+            placement, outcome = self._launch_recovering_startup_loss(context)
         except (JobLaunchError, GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
+            self._give_back_plan_reservation(context)
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
+            self._give_back_plan_reservation(context)
             raise AirflowFailException(str(exc)) from None
         snapshot = outcome.snapshot
         attached = outcome.action is LaunchAction.ATTACHED
@@ -299,6 +307,85 @@ class LaunchOperator(BaseOperator):
             if event_ended(event):
                 return self.execute_complete(context, event)
             time.sleep(self.poll_interval)
+
+    def _launch_recovering_startup_loss(self, context: Context) -> tuple[Placement, LaunchOutcome]:
+        """Launch; a part a provider took away while it started is placed again without that
+        provider, as a later loss is (:mod:`~elasticgrid_provider.hooks.startup_loss`)."""
+        from elasticgrid_provider.hooks.startup_loss import replace_lost, startup_losses
+
+        placement: Placement | None = None
+        left_out: dict[str, str] = {}
+        while True:
+            try:
+                return self._launch(placement)
+            except JobLaunchError as exc:
+                lost = startup_losses(self.hook.job_store, self.job_name)
+                if not lost or self._killed:
+                    raise
+                self.log.warning("%s", exc)  # the launch record says lost, and why
+                placement = placement or Placement.model_validate(self.placement)
+                planner = self._grid_planner(context, placement)
+                held = self.launch_manager.grid.held_by_others(self.job_name)
+                placement = replace_lost(
+                    self.job_name,
+                    planner,
+                    placement,
+                    lost,
+                    left_out=left_out,
+                    held_by_others=held,
+                )
+                left_out = dict(placement.left_out)
+                for part in lost:
+                    self.log.warning(
+                        "Provider %s took part %s away while it started (%s): leaving it out "
+                        "and placing its nodes again.",
+                        part.provider,
+                        part.part,
+                        part.cause,
+                    )
+                self.log.info(
+                    "Launching job %s again:\n%s", self.job_name, placement_table(placement)
+                )
+
+    def _grid_planner(self, context: Context, placement: Placement) -> GridPlanner:
+        """The grid the placement came from: the upstream plan's (its rendered ``providers``,
+        spot cap and preference), else the placement's own providers."""
+        plans = [task for task in self.upstream_list if isinstance(task, PlanPlacementOperator)]
+        if len(plans) != 1:
+            return GridPlanner(providers=tuple(share.provider for share in placement.assignments))
+        plan = plans[0]
+        providers = plan.render_template(plan.providers, context)
+        hook = ElasticGridHook(plan.elasticgrid_conn_id, providers=providers)
+        spot = number_from_text(plan.render_template(plan.max_spot_fraction, context))
+        return hook.get_planner(spot, plan.render_template(plan.prefer, context))
+
+    def _give_back_plan_reservation(self, context: Context) -> None:
+        """The launch failed: the reservation its upstream plan made for this job goes back to
+        the grid now (no rank of this launch holds it; a launch that got further replaced it
+        with its own, which the launch manager already released)."""
+        plans = [
+            task.task_id for task in self.upstream_list if isinstance(task, PlanPlacementOperator)
+        ]
+        if not plans:
+            return
+        pulled = context["ti"].xcom_pull(task_ids=plans, key=RESERVATION_XCOM_KEY)
+        for reservation in pulled if isinstance(pulled, list) else [pulled]:
+            if not isinstance(reservation, Mapping) or reservation.get("job") != self.job_name:
+                continue
+            try:
+                dropped = self.launch_manager.grid.drop_reservation(
+                    self.job_name, str(reservation["launch_id"])
+                )
+            except (OSError, TimeoutError, ValueError) as exc:
+                self.log.warning("The plan's reservation stays until its lease ends: %s", exc)
+                continue
+            if dropped:
+                self.log.info(
+                    "Gave back the nodes the plan reserved for job %s (launch %s): %s.",
+                    self.job_name,
+                    reservation["launch_id"],
+                    ", ".join(f"{n} on {p}" for p, n in sorted(dropped.items())),
+                )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Finish the wait: pass on ``done``, fail (with the log tail) on anything else."""

@@ -14,8 +14,10 @@ over the nodes the others leave free and reserves what it placed (XCom key
 that hold the nodes, or waits in the grid's queue (``on_shortfall``), asking
 strictly-lower-priority jobs to shrink: deferred (:class:`GridCapacityTrigger`) or
 polling in the worker, then plans again under the lock. A timeout, or the task's
-kill, takes the request out of the queue. Without ``job_name``, the grid is the
-job's alone.
+kill, takes the request out of the queue. Without ``job_name`` the plan takes the job's
+name from the launch of its placement (a downstream ``LaunchOperator`` reading its
+output); with none to learn it from, it places around the nodes other jobs hold and
+reserves nothing, and its log says so.
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ class PlanPlacementOperator(BaseOperator):
     :param providers: an inline grid (list of provider dicts); default: the connection's.
     :param max_spot_fraction: cap on the share of spot nodes; default: the connection's, else 1.
     :param prefer: ``cost`` (cheapest) or ``balance`` (spread); default: the connection's.
-    :param job_name: the job the plan is for (templated); set, the plan shares the grid with
-        the other jobs (module docstring); None: the whole grid is free.
+    :param job_name: the job the plan is for (templated); the plan shares the grid with the
+        other jobs (module docstring); None: the job its launch starts, else no reservation.
     :param priority: the job's priority, a whole number >= 0, higher first (templated).
     :param min_nodes: the fewest nodes the job may run on (templated; default ``nodes``).
     :param on_shortfall: ``wait`` (default), ``take_what_fits`` or ``fail`` (templated).
@@ -182,17 +184,48 @@ class PlanPlacementOperator(BaseOperator):
         """Plan the placement, log it as a table and return it for XCom."""
         try:
             nodes = nodes_from_argument(self.nodes)
+            if self.job_name is None:
+                self.job_name = self._launched_job_name(context)
             if self.job_name is not None:
                 request = self.capacity_request(nodes)
                 timeout_at = None if request.timeout_s is None else epoch_now() + request.timeout_s
                 return self._plan_on_shared_grid(context, request, timeout_at)
             planner = self._planner()
-            placement = planner.plan(nodes, leave_out=quarantine_from_record(self.nodes))
+            held = self.grid_capacity.held_by_others()
+            if any(held.values()):
+                self.log.warning(
+                    "This plan names no job (no job_name, and no launch of its placement "
+                    "names one), so it reserves nothing: it places around the nodes other "
+                    "jobs hold now (%s), which may be taken before its launch.",
+                    ", ".join(f"{n} on {p}" for p, n in sorted(held.items()) if n),
+                )
+            placement = planner.plan(
+                nodes, leave_out=quarantine_from_record(self.nodes), held_by_others=held
+            )
         except (GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None
         return self._placed(planner, placement)
+
+    def _launched_job_name(self, context: Context) -> str | None:
+        """The job the launch of this plan's placement starts (its rendered ``job_name``),
+        when exactly one downstream launch reads this plan's output; else None."""
+        names = set()
+        for task in self.downstream_list:  # a LaunchOperator (not imported: it imports this)
+            source = getattr(getattr(task, "placement", None), "operator", None)
+            # the running task is a copy of the DAG's: compared by id
+            if hasattr(task, "job_name") and getattr(source, "task_id", None) == self.task_id:
+                names.add(task.render_template(task.job_name, context))
+        if len(names) != 1:
+            return None
+        (name,) = names
+        self.log.info(
+            "Planning for job %s, which the launch of this placement starts (its job_name): "
+            "the plan counts the nodes other jobs hold and reserves what it places.",
+            name,
+        )
+        return str(name)
 
     def _placed(self, planner: GridPlanner, placement: Placement) -> dict[str, Any]:
         """Log the placement as a table and return it as plain JSON."""

@@ -84,6 +84,13 @@ class StopJobOperator(BaseOperator):
         except JobStopError as exc:  # a retry finishes what the record says is left
             raise AirflowException(str(exc)) from None
         self.log.info("%s", report.text())
+        if report.stopped and self.is_teardown:  # whatever watched the job ended first
+            self.log.warning(
+                "Job %s was still running when its teardown ran: the tasks that watched it "
+                "(its checks, its relaunch) had all ended before it did (one failed, or the "
+                "scheduler failed it), so nothing watched it since; the teardown stopped it.",
+                self.job_name,
+            )
         if self._killed:
             raise AirflowException(
                 f"the task was killed while it stopped job {self.job_name!r}; the stop "

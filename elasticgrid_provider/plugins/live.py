@@ -20,6 +20,7 @@ from typing import Any
 
 from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.launch_record import LaunchPhase
+from elasticgrid_provider.hooks.job_machines import part_machines
 from elasticgrid_provider.plugins.jobs import as_dict, one_line
 
 LAUNCH_XCOM_KEY = "job"
@@ -40,7 +41,9 @@ def live_status(job_name: str, hook: Any = None) -> dict[str, Any]:
     """The job now: ``status``, ``nodes``, ``cost_per_hour`` (of the placement it runs),
     ``launch_id``, ``launched_at``, ``launch_state`` (the launch record's phase; a launch
     still recorded ``running`` whose parts all ended reads as the job's end, ``done``),
-    ``down_reason`` and ``parts`` (name, provider, nodes, status, ranks, error); or ``error``."""
+    ``down_reason``, ``parts`` (name, provider, nodes, status, ranks, error), ``machines``
+    (each part's cloud instances, :mod:`~elasticgrid_provider.hooks.job_machines`) and
+    ``machine_errors``; or ``error``."""
     try:
         hook = hook or connection_hook()
         snapshot = hook.job_store.job_snapshot(job_name)
@@ -60,6 +63,7 @@ def live_status(job_name: str, hook: Any = None) -> dict[str, Any]:
     if status.is_terminal and not manifest.state.is_terminal:
         phase = status.value  # nobody rewrote the record when the job ended on its own
     per_node = manifest.procs_per_node
+    machines, machine_errors = part_machines(hook.jobs_root, [part.name for part in snapshot.parts])
     return {
         "status": status.value,
         "nodes": snapshot.nodes,
@@ -79,6 +83,8 @@ def live_status(job_name: str, hook: Any = None) -> dict[str, Any]:
             }
             for part in snapshot.parts
         ],
+        "machines": machines,
+        "machine_errors": machine_errors,
         "error": None,
     }
 

@@ -22,6 +22,7 @@ from elasticgrid_provider.core.formatting import number_text
 from elasticgrid_provider.plugins.chart import chart_svg
 from elasticgrid_provider.plugins.jobs import as_number
 from elasticgrid_provider.plugins.links import job_page_path
+from elasticgrid_provider.plugins.machines import MACHINE_COLUMNS
 from elasticgrid_provider.plugins.times import moment
 
 # a table's columns: header -> the row's key, or a function of the row (:func:`_table`)
@@ -190,6 +191,7 @@ ACTION: Columns = {
     "action": lambda row: Markup(f"<strong>{esc(row.get('action'))}</strong>"),
     "from -> to": lambda row: _arrow(row.get("from_nodes"), row.get("to_nodes")),
 }
+MACHINES: Columns = {**MACHINE_COLUMNS, "launched": lambda row: time_html(row.get("launched"))}
 SIGNALS: Columns = {"signal": "name", "current": "current", "target": "target"}
 CONDITIONS: Columns = {"type": "type", "status": _status, "reason": "reason", "message": "message"}
 RECOVERIES: Columns = {
@@ -363,6 +365,8 @@ def job_page(
         )
         + "</div></div>"
     )
+    if machines := [row for row in view.get("machines") or () if isinstance(row, dict)]:
+        parts.append(_section("Machines", _table(machines, MACHINES), "machines"))
     if view["signals"]:
         parts.append(
             _section("Signals at the last decision", _table(view["signals"], SIGNALS), "signals")

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from elasticgrid_provider.core.formatting import decision_summary, held_text, rule_text
+from elasticgrid_provider.core.machines import INSTANCES_RULE
 from elasticgrid_provider.core.recovery import RECOVER_RULE
 from elasticgrid_provider.core.state import JOB_ENDED_RULE, hold_run
 from elasticgrid_provider.plugins.jobs import (
@@ -33,7 +34,7 @@ from elasticgrid_provider.plugins.jobs import (
 from elasticgrid_provider.plugins.times import moment
 
 ROWS_PER_PAGE = 50
-NOT_FOLDED = (JOB_ENDED_RULE, RECOVER_RULE)
+NOT_FOLDED = (JOB_ENDED_RULE, RECOVER_RULE, INSTANCES_RULE)
 
 
 def run_links(airflow_root: str, context: dict[str, Any]) -> dict[str, str | None]:

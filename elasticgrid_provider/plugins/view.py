@@ -48,6 +48,7 @@ from elasticgrid_provider.plugins.jobs import (
     last_decision,
     one_line,
 )
+from elasticgrid_provider.plugins.machines import machine_rows
 from elasticgrid_provider.plugins.timeline import (
     find_entry,
     fold,
@@ -295,8 +296,8 @@ def job_view(
     ``page`` (of the whole history, or of the folded ``run``, :mod:`.timeline`) and, with
     ``highlight`` (``dag_id``, ``run_id``, ``task_id``, ``map_index``), that check's newest
     decision as ``this_check`` (its row; the page that holds it by default)."""
-    errors: list[str] = []
     live = live or {}
+    errors: list[str] = [str(problem) for problem in live.get("machine_errors") or ()]
     data = stored.data or {}
     history = stored.history
     newest = history[-1] if history else {}
@@ -348,6 +349,7 @@ def job_view(
         "finished": finished is not None,
         "live": live,
         "launched_at": moment(live.get("launched_at"), now, zone),
+        "machines": _guarded(errors, "the machines", lambda: machine_rows(live, now, zone), []),
         "revision": data.get("revision"),
         "updated_at": moment(data.get("updated_at"), now, zone),
         "summary": {

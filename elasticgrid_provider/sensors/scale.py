@@ -73,6 +73,8 @@ from elasticgrid_provider.core.recovery import (
 )
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
+from elasticgrid_provider.hooks.cloud_events import instance_entries
+from elasticgrid_provider.hooks.cloud_reconcile import reconcile_quietly
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
@@ -80,6 +82,14 @@ from elasticgrid_provider.hooks.launch_stop import give_up
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
+
+MIN_RESCHEDULE_S = 15.0
+"""The shortest reschedule the sensor makes; a shorter ``poke_interval`` checks in poke mode.
+
+A reschedule keeps the try number, so when the scheduler reads the executor's "success"
+of one check after the next check has been queued, it fails the task as killed
+externally (apache/airflow #71172, fix proposed in PR #71194, not released).
+"""
 
 LOCK_WAIT_S = 60.0
 """How long a check waits for a job that a launch or another check is busy with."""
@@ -179,7 +189,12 @@ class ElasticScaleSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=record is not None, xcom_value=record)
 
     def execute(self, context: Context) -> Any:
-        """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer."""
+        """Poke/reschedule as usual; deferrable: check now, then wait in the triggerer.
+
+        A wait shorter than a real scheduler can safely turn around (a deferral under
+        :data:`MIN_DEFERRAL_S`, a reschedule under :data:`MIN_RESCHEDULE_S`) is done in
+        poke mode instead, and the log says so: both race the executor's stale "success".
+        """
         if self.deferrable and self.poke_interval >= MIN_DEFERRAL_S:
             return self._check_or_defer(context, started_at=time.time())
         if self.deferrable:  # a sooner trigger races the scheduler
@@ -188,6 +203,16 @@ class ElasticScaleSensor(BaseSensorOperator):
                 "real scheduler (apache/airflow #72716); checking job %s in the worker instead.",
                 self.poke_interval,
                 MIN_DEFERRAL_S,
+                self.job_name,
+            )
+            self.mode = "poke"
+        elif self.mode == "reschedule" and self.poke_interval < MIN_RESCHEDULE_S:
+            self.log.info(
+                "poke_interval %.0fs is below the %.0fs a reschedule must wait to be safe on a "
+                "real scheduler (apache/airflow #71172); checking job %s in poke mode (the "
+                "task keeps its worker slot between checks).",
+                self.poke_interval,
+                MIN_RESCHEDULE_S,
                 self.job_name,
             )
             self.mode = "poke"
@@ -259,6 +284,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                     LOCK_WAIT_S,
                 )
                 return None
+            reconcile_quietly(store)  # instances of launches no longer current: terminated
             snapshot = store.job_snapshot(self.job_name)
             jobs_root = str(hook.jobs_root)
             if snapshot is None:
@@ -273,6 +299,9 @@ class ElasticScaleSensor(BaseSensorOperator):
                 raise JobFailedError(failure)
             state = store.read_scale_state(self.job_name)
             now = epoch_now()
+            entries, said = instance_entries(snapshot, now)  # instances started or ended
+            for entry in entries:  # before the decision, which stays the newest entry
+                state = state.remember_event(entry, now)
             chunks = (
                 []
                 if self.samples is not None
@@ -328,6 +357,7 @@ class ElasticScaleSensor(BaseSensorOperator):
                     self.log.warning("%s", warning)
                 self.log.info("%s", found.describe(now))
             store.write_scale_state(outcome.state)
+            said()  # the instance entries are in the written history
             if outcome.verdict is CheckVerdict.GIVE_UP:
                 stopped, _ = give_up(store, snapshot.manifest, outcome.reason)
                 if stopped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -46,7 +47,7 @@ def test_a_full_set_of_params_is_kept(tmp_path):
         "shared_dir": "/nfs/eg",
     }
     params = SshParams.from_provider("onprem", raw, 1)
-    assert params.model_dump() == raw
+    assert params.model_dump() == {**raw, "ssh_conn_id": None}
     assert params == SshParams.parse(params.model_dump())
 
 
@@ -100,3 +101,30 @@ def test_a_key_file_that_cannot_be_read_is_refused(tmp_path):
         (tmp_path / "id").chmod(0)
     with pytest.raises(ElasticGridError, match=r"params\.ssh_key: file .* cannot be read"):
         SshParams.from_provider("onprem", {"hosts": ["a"], "ssh_key": path}, 1)
+
+
+def test_the_key_may_come_from_an_airflow_ssh_connection_written_0600_for_the_call(monkeypatch):
+    from elasticgrid_provider.engines.ssh_transport import session_options
+
+    assert SshParams.parse({"hosts": ["a"], "ssh_conn_id": "pool"}).ssh_conn_id == "pool"
+    with pytest.raises(ElasticGridError, match=r"params.ssh_conn_id: give ssh_key or ssh_conn_id"):
+        SshParams.parse({"hosts": ["a"], "ssh_key": "/k", "ssh_conn_id": "pool"})
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    connection = {"conn_type": "ssh", "host": "a", "extra": {"private_key": key}}
+    monkeypatch.setenv("AIRFLOW_CONN_POOL_KEY", json.dumps(connection))
+    params = SshParams.parse({"hosts": ["a"], "ssh_conn_id": "pool_key"})
+    with session_options(params) as options:
+        path = options[options.index("-i") + 1]
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        with open(path) as handle:
+            assert handle.read() == key + "\n"
+    assert not os.path.exists(path)
+    monkeypatch.setenv("AIRFLOW_CONN_EMPTY", json.dumps({"conn_type": "ssh", "host": "a"}))
+    from elasticgrid_provider.core.errors import RemoteHostError
+
+    empty = SshParams.parse({"hosts": ["a"], "ssh_conn_id": "empty"})
+    with (
+        pytest.raises(RemoteHostError, match="'empty': the connection holds no private key"),
+        session_options(empty),
+    ):
+        pass

@@ -11,7 +11,8 @@ from __future__ import annotations
 from airflow.sdk import DAG
 
 from elasticgrid_provider.dag_builders import plan_and_launch
-from tests.dag_settings import JOB, PYTHON
+from elasticgrid_provider.operators import PlanPlacementOperator
+from tests.dag_settings import JOB, PYTHON, TWO_LOCAL_PROVIDERS
 
 FOUR_LOCAL_NODES = [
     {"name": "local", "engine": "local", "max_nodes": 4, "cost_per_node_hour": 0.0, "spot": False}
@@ -28,14 +29,18 @@ PRIORITY = "{{ dag_run.conf.get('priority', 0) }}"
 
 
 def fleet_dag(
-    dag_id: str, on_shortfall: str, wait_for_completion: bool = True, **plan_arguments: object
+    dag_id: str,
+    on_shortfall: str,
+    wait_for_completion: bool = True,
+    providers: list | None = None,
+    **plan_arguments: object,
 ) -> DAG:
     """plan (fleet-aware, ``on_shortfall``) -> launch a short sleeping job and wait for it
     (or, without ``wait_for_completion``, leave it running)."""
     with DAG(dag_id=dag_id, schedule=None, catchup=False) as dag:
         plan_and_launch(
             NODES,
-            providers=FOUR_LOCAL_NODES,
+            providers=providers or FOUR_LOCAL_NODES,
             job_name=JOB,
             run=SHORT_RUN,
             recovery={"mode": "none"},
@@ -67,14 +72,35 @@ fleet_dag(
     capacity_timeout="{{ dag_run.conf.get('capacity_timeout', 60) }}",
 )
 
-# a plan that does not share the grid (no job_name): its launch's reservation may be refused
+# on two providers (2 free on-prem nodes, 4 paid cloud ones): a job that holds on-prem nodes
+fleet_dag("fleet_hold_on_two", "fail", wait_for_completion=False, providers=TWO_LOCAL_PROVIDERS)
+
+# a plan without job_name: it learns the job's name from the launch of its placement
 with DAG(dag_id="fleet_unaware_plan", schedule=None, catchup=False):
     plan_and_launch(
         NODES,
-        providers=FOUR_LOCAL_NODES,
-        plan_arguments={"job_name": None},  # a plan that ignores the grid's other jobs
+        providers=TWO_LOCAL_PROVIDERS,
+        plan_arguments={"job_name": None, "on_shortfall": "fail"},
         job_name=JOB,
         run=SHORT_RUN,
+        recovery={"mode": "none"},
+        startup_grace_s=1,
+    )
+
+# a plan without job_name and no launch to learn it from: it reserves nothing
+with DAG(dag_id="fleet_plan_only", schedule=None, catchup=False):
+    PlanPlacementOperator(task_id="plan", nodes=NODES, providers=TWO_LOCAL_PROVIDERS)
+
+# a launch that fails before it starts anything (secret_envs names no key of envs)
+with DAG(dag_id="fleet_bad_launch", schedule=None, catchup=False):
+    plan_and_launch(
+        NODES,
+        providers=FOUR_LOCAL_NODES,
+        plan_arguments={"job_name": JOB, "on_shortfall": "fail"},
+        job_name=JOB,
+        run=SHORT_RUN,
+        envs={},
+        secret_envs=["MISSING"],
         recovery={"mode": "none"},
         startup_grace_s=1,
     )

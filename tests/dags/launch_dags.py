@@ -95,8 +95,9 @@ launch_dag(
     **QUICK_START,
 )
 
-# iroh-tinker's own cloud engines: gcp plans and its launch is refused, aws is refused at plan,
-# and a plan for a job (which reserves on the grid) refuses gcp too
+# iroh-tinker's own cloud engines: gcp plans for no job (costing only) with a warning, but a
+# plan of a launch (its job's name learned from it) refuses it, as does a plan for a job;
+# aws is refused at plan
 with DAG(dag_id="launch_on_iroh_cloud_engines", schedule=None, catchup=False):
     for cloud in ("gcp", "aws"):
         plan_and_launch(
@@ -104,10 +105,15 @@ with DAG(dag_id="launch_on_iroh_cloud_engines", schedule=None, catchup=False):
             providers=[{"name": cloud, "max_nodes": 4, "cost_per_node_hour": 1.0}],
             plan_task_id=f"plan_{cloud}",
             launch_task_id=f"launch_{cloud}",
-            plan_arguments={"job_name": None},  # a plan for no job: costing only
+            plan_arguments={"job_name": None},  # learned from the launch
             job_name=f"{JOB}-{cloud}",
             run=TRAIN_RUN,
         )
+    PlanPlacementOperator(
+        task_id="cost_gcp",
+        nodes=NODES,
+        providers=[{"name": "gcp", "max_nodes": 4, "cost_per_node_hour": 1.0}],
+    )
     PlanPlacementOperator(
         task_id="plan_gcp_for_job",
         nodes=NODES,

@@ -68,6 +68,10 @@ def check_and_relaunch(grid: list[dict], **relaunch_arguments) -> ElasticScaleSe
 with DAG(dag_id="recovery_launch", schedule=None, catchup=False):
     plan_and_launch(NODES, providers=RECOVERY_GRID, **TRAINING)
 
+# on onprem and spot alone: a part lost while starting cannot be placed again by the launch
+with DAG(dag_id="recovery_launch_no_spare", schedule=None, catchup=False):
+    plan_and_launch(NODES, providers=RECOVERY_GRID[:2], **TRAINING)
+
 with DAG(dag_id="recovery_check", schedule=None, catchup=False):
     check_and_relaunch(RECOVERY_GRID, poll_interval=0.5)
 
@@ -91,3 +95,7 @@ with DAG(dag_id="recovery_check_only", schedule=None, catchup=False):
     ElasticScaleSensor(
         task_id="scale_check", providers=SLOW_BACKUP_GRID, **{**CHECK, "timeout": 3}, soft_fail=True
     )
+
+# a launch whose spot part is reclaimed within its start-up grace: placed again without it
+with DAG(dag_id="recovery_startup_loss", schedule=None, catchup=False):
+    plan_and_launch(NODES, providers=RECOVERY_GRID, startup_grace_s=3, **TRAINING)

@@ -13,6 +13,7 @@ from airflow.sdk import DAG, AsyncCallback, DeadlineAlert, DeadlineReference
 
 from elasticgrid_provider.dag_builders import replan_and_relaunch
 from elasticgrid_provider.sensors import ElasticScaleSensor
+from elasticgrid_provider.sensors.scale import MIN_RESCHEDULE_S
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 from tests.dag_settings import JOB, QUEUE_BOUND_RUN, QUICK_START
 from tests.dag_settings import TWO_LOCAL_PROVIDERS as GRID
@@ -60,6 +61,13 @@ with DAG(dag_id="scale_check_patient", schedule=None, catchup=False):
 with DAG(dag_id="scale_check_deferrable", schedule=None, catchup=False):
     # below MIN_DEFERRAL_S: checks in the worker instead of deferring
     check(min_nodes=1, max_nodes=4, min_samples=3, deferrable=True, poke_interval=2)
+
+with DAG(dag_id="scale_check_quick_reschedule", schedule=None, catchup=False):
+    # reschedule mode below MIN_RESCHEDULE_S: checks in poke mode instead
+    check(min_nodes=1, max_nodes=4, min_samples=3, poke_interval=1)
+
+with DAG(dag_id="scale_check_safe_reschedule", schedule=None, catchup=False):
+    check(min_nodes=1, max_nodes=4, min_samples=3, poke_interval=MIN_RESCHEDULE_S)
 
 with DAG(dag_id="scale_check_deferred", schedule=None, catchup=False):
     check(min_nodes=1, max_nodes=4, min_samples=3, deferrable=True, poke_interval=MIN_DEFERRAL_S)

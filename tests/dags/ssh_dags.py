@@ -13,15 +13,11 @@ from airflow.sdk import DAG
 from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaunch
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
-from tests.dag_settings import JOB, PYTHON, TRAIN
+from tests.dag_settings import JOB, REMOTE_TRAIN_RUN, REMOTE_WORKDIR
 
 SSH_CONN = "elasticgrid_ssh"
-WORKDIR = str(TRAIN.parent)
-# 4 micro-batches per step: at 1 rank three of them wait for the worker (queue-bound)
-SSH_TRAIN_RUN = (
-    f"{PYTHON} {TRAIN.name} --steps {{{{ dag_run.conf.get('steps', 30) }}}} "
-    "--global-batch 4 --microbatch-seconds 0.05"
-)
+WORKDIR = REMOTE_WORKDIR
+SSH_TRAIN_RUN = REMOTE_TRAIN_RUN
 SSH = {"elasticgrid_conn_id": SSH_CONN}
 NODES = "{{ dag_run.conf.get('nodes', 1) }}"
 LAUNCH = {

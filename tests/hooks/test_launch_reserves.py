@@ -114,26 +114,73 @@ def test_a_job_that_ends_on_its_own_holds_nothing_though_nobody_saw_it_end(jobs_
     assert len(job_ranks("next")) == 4
 
 
-def test_a_launch_task_refused_by_the_ledger_fails_retryably_naming_the_holder(
+def _shares(placement: dict) -> dict[str, int]:
+    return {share["provider"]: share["nodes"] for share in placement["assignments"]}
+
+
+def test_a_plan_without_job_name_learns_it_from_its_launch_and_avoids_held_nodes(
     airflow_db, jobs_root, capfd
 ):
     from tests.airflow_support import run_dag
 
-    run_dag("fleet_hold", {"job_name": "holder", "nodes": 3, "seconds": 600})
+    run_dag("fleet_hold_on_two", {"job_name": "holder", "nodes": 1, "seconds": 600})
     ranks = job_ranks("holder")
+    assert job_usage(_ledger(jobs_root), "holder") == {"onprem": 1}
     capfd.readouterr()
 
     result = run_dag("fleet_unaware_plan", {"job_name": "blind", "nodes": 2})
 
-    assert result.task_states == {"plan": "success", "launch": "failed"}
-    output = capfd.readouterr()
-    text = output.out + output.err
+    assert result.task_states == {"plan": "success", "launch": "success"}
+    # the cheapest placement that fits beside the holder: the free on-prem node, one cloud
+    assert _shares(result.xcom("plan")) == {"onprem": 1, "cloud": 1}
+    reservation = result.xcom("plan", "reservation")
+    assert reservation["job"] == "blind"
+    assert reservation["nodes"] == {"onprem": 1, "cloud": 1}
+    assert job_usage(_ledger(jobs_root), "blind") == {"onprem": 1, "cloud": 1}
+    assert len(job_ranks("blind")) == 2 and job_ranks("holder") == ranks
+    assert "Planning for job blind, which the launch of this placement starts" in (
+        capfd.readouterr().out
+    )
+
+
+def test_a_plan_with_no_job_to_learn_places_around_held_nodes_and_says_it_reserves_nothing(
+    airflow_db, jobs_root, capfd
+):
+    from tests.airflow_support import run_dag
+
+    run_dag("fleet_hold_on_two", {"job_name": "holder", "nodes": 2, "seconds": 600})
+    before = _ledger(jobs_root)
+    capfd.readouterr()
+
+    result = run_dag("fleet_plan_only", {"nodes": 2})
+
+    assert result.task_states == {"plan": "success"}
+    assert _shares(result.xcom("plan")) == {"cloud": 2}  # on-prem is held
+    assert result.xcom("plan", "reservation") is None
+    assert _ledger(jobs_root).holdings == before.holdings  # nothing reserved
     assert (
-        "AirflowException: job 'blind' was not launched and nothing was stopped: provider "
-        "'local' has 1 free nodes but job 'blind' asked for 2; held by 'holder' (3 nodes)"
-    ) in text  # an AirflowException, not AirflowFailException: a retry may find room
-    assert job_ranks("blind") == {} and job_ranks("holder") == ranks
-    assert not (jobs_root / "blind" / "manifest.json").exists()
+        "so it reserves nothing: it places around the nodes other jobs hold now (2 on onprem)"
+        in (capfd.readouterr().out)
+    )
+
+
+def test_a_launch_that_fails_before_starting_gives_its_plans_nodes_back_at_once(
+    airflow_db, jobs_root, capfd
+):
+    from tests.airflow_support import run_dag
+
+    result = run_dag("fleet_bad_launch", {"job_name": "bad-launch", "nodes": 3})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    assert result.xcom("plan", "reservation")["nodes"] == {"local": 3}
+    assert job_usage(_ledger(jobs_root), "bad-launch") == {}  # not after the lease: now
+    out = capfd.readouterr().out
+    assert "secret_envs names 'MISSING', which is not a key of envs" in out
+    assert "Gave back the nodes the plan reserved for job bad-launch" in out
+    # another job's plan that asks for the whole grid, or fails, gets it
+    other = run_dag("fleet_hold", {"job_name": "next", "nodes": 4, "seconds": 600})
+    assert other.task_states == {"plan": "success", "launch": "success"}
+    assert len(job_ranks("next")) == 4
 
 
 def test_a_launch_whose_provider_name_means_another_pool_is_refused_before_anything(jobs_root):

@@ -372,15 +372,16 @@ def test_iroh_tinkers_own_cloud_engines_are_refused_and_nothing_is_written(
     result = run_dag("launch_on_iroh_cloud_engines", {"job_name": "refused"})
 
     assert result.task_states == {
-        "plan_gcp": "success",  # a cloud without a product engine stays plannable
-        "launch_gcp": "failed",
+        "plan_gcp": "failed",  # the plan of a launch reserves nothing no launch can use
+        "launch_gcp": "upstream_failed",
         "plan_aws": "failed",  # use ec2
         "launch_aws": "upstream_failed",
+        "cost_gcp": "success",  # a cloud without a product engine stays plannable
         "plan_gcp_for_job": "failed",  # a plan for a job reserves nothing no launch can use
     }
     output = capfd.readouterr()
     text = output.out + output.err
-    assert "Provider 'gcp' can be planned but not launched" in text  # the plan's warning
+    assert "Provider 'gcp' can be planned but not launched" in text  # the costing's warning
     assert "provider 'gcp' can be planned but not launched: GCP has no elasticgrid engine" in text
     assert "provider 'aws' would launch on iroh-tinker's own AWS engine" in text
     assert "set its engine to 'ec2'" in text

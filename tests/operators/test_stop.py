@@ -67,7 +67,9 @@ def test_the_teardown_stops_every_part_when_the_training_task_fails(airflow_db, 
         reason,
     )
     assert job_usage(GridLedgerStore(jobs_root).snapshot().ledger, "torn") == {}
-    assert "Stopped job 'torn' (launch " in capfd.readouterr().out
+    out = capfd.readouterr().out
+    assert "Stopped job 'torn' (launch " in out
+    assert "Job torn was still running when its teardown ran" in out
 
     again = run_dag("stop_job", {"job_name": "torn"})
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ec2_hosts import FakeEc2
 from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
 
 SHARED_DIR = f"{POOL_MOUNT}/eg"
@@ -29,11 +30,28 @@ _JOB_PROCESSES = (
 )
 
 
-def use_grid(monkeypatch: pytest.MonkeyPatch, jobs_root: Path, grid: list[dict]) -> None:
-    """Point the ``elasticgrid_ssh`` connection at ``grid`` and the test's jobs root."""
+def use_grid(
+    monkeypatch: pytest.MonkeyPatch, jobs_root: Path, grid: list[dict], conn: str = "ssh"
+) -> None:
+    """Point the ``elasticgrid_<conn>`` connection at ``grid`` and the test's jobs root."""
     extra = {"jobs_root": str(jobs_root), "providers": grid}
     connection = {"conn_type": "elasticgrid", "extra": extra}
-    monkeypatch.setenv("AIRFLOW_CONN_ELASTICGRID_SSH", json.dumps(connection))
+    monkeypatch.setenv(f"AIRFLOW_CONN_ELASTICGRID_{conn.upper()}", json.dumps(connection))
+
+
+def ec2_provider(
+    name: str, ec2: FakeEc2, max_nodes: int, cost: float = 1.0, spot: bool = True
+) -> dict:
+    """An ``ec2`` provider of ``max_nodes`` fake VMs (one node each)."""
+    return {
+        "name": name,
+        "engine": "ec2",
+        "region": "us-east-1",
+        "max_nodes": max_nodes,
+        "cost_per_node_hour": cost,
+        "spot": spot,
+        "params": ec2.params(shared_dir=SHARED_DIR),
+    }
 
 
 def ssh_provider(name: str, hosts: SshTestHosts, members: list[str], cost: float = 0.0) -> dict:
@@ -78,3 +96,26 @@ def two_pools(
         ]
         use_grid(monkeypatch, jobs_root, grid)
         yield hosts
+
+
+@pytest.fixture
+def ec2_pool(jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEc2]:
+    """Fake EC2 VMs as provider ``aws`` (spot, up to 2 instances) of the ``elasticgrid_ec2``
+    connection."""
+    with FakeEc2(hide=[jobs_root], pool=tmp_path / "pool") as ec2:
+        use_grid(monkeypatch, jobs_root, [ec2_provider("aws", ec2, 2)], "ec2")
+        yield ec2
+
+
+@pytest.fixture
+def two_clouds(
+    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FakeEc2]:
+    """Providers ``spot`` (1 spot instance, cheap) and ``ondemand`` (1 on-demand instance)."""
+    with FakeEc2(hide=[jobs_root], pool=tmp_path / "pool") as ec2:
+        grid = [
+            ec2_provider("spot", ec2, 1, cost=1.0),
+            ec2_provider("ondemand", ec2, 1, cost=3.0, spot=False),
+        ]
+        use_grid(monkeypatch, jobs_root, grid, "ec2")
+        yield ec2

@@ -260,16 +260,20 @@ def _text(capfd, caplog) -> str:
 
 
 def test_a_loss_while_starting_is_recovered_by_the_next_check(airflow_db, jobs_root, capfd, caplog):
-    """spot is reclaimed 1 s after its ranks start, inside the launch's grace: the launch fails
-    naming the cause and is recorded ``lost``; the next check recovers it on what is left."""
+    """spot is reclaimed 1 s after its ranks start, inside the launch's grace, on a grid with
+    no spare provider: the launch fails in one sentence naming the loss and is recorded
+    ``lost``; the next check recovers it on what its grid has left."""
     job = "lose-at-start"
     conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=1"}
-    launched = run_dag("recovery_launch", conf)
+    launched = run_dag("recovery_launch_no_spare", conf)
     assert launched.task_states == {"plan": "success", "launch": "failed"}
     cause = (
         "preempted: spot capacity reclaimed by module=tests.preemptible_engine:PreemptibleEngine"
     )
-    assert f"(part {job}--spot (provider 'spot', global rank 1: {cause}))" in _text(capfd, caplog)
+    text = _text(capfd, caplog)
+    assert f"(part {job}--spot (provider 'spot', global rank 1: {cause}))" in text
+    assert f"job '{job}' lost part {job}--spot (provider 'spot', global rank 1: {cause}) " in text
+    assert "while it started, and its 2 nodes do not fit on the grid without spot" in text
     lost = _manifest(jobs_root, job)
     assert lost["state"] == "lost"
 
@@ -291,7 +295,7 @@ def test_a_loss_while_starting_without_recovery_budget_fails_the_check_saying_wh
 ):
     job = "lose-at-start-off"
     conf = {"job_name": job, "nodes": 2, "preempt": "spot=1", "max_recoveries": 0}
-    assert run_dag("recovery_launch", conf).task_states["launch"] == "failed"
+    assert run_dag("recovery_launch_no_spare", conf).task_states["launch"] == "failed"
     capfd.readouterr()
 
     result = run_dag("recovery_check", conf)
@@ -304,3 +308,26 @@ def test_a_loss_while_starting_without_recovery_budget_fails_the_check_saying_wh
         in _text(capfd, caplog)
     )
     assert _manifest(jobs_root, job)["state"] == "down"
+
+
+def test_a_part_reclaimed_while_the_launch_starts_is_placed_again_without_its_provider(
+    airflow_db, jobs_root, capfd
+):
+    # the spot part's ranks are killed 0.5 s after they start: within the 3 s start-up grace
+    result = run_dag("recovery_startup_loss", {"job_name": "early-loss", "preempt": "spot=0.5"})
+
+    assert result.task_states == {"plan": "success", "launch": "success"}
+    job = result.xcom("launch", "job")
+    assert job["nodes"] == 2
+    assert sorted(part["provider"] for part in job["parts"]) == ["backup", "onprem"]
+    manifest = json.loads((jobs_root / "early-loss" / "manifest.json").read_text())
+    assert manifest["state"] == "running"
+    left_out = manifest["placement"]["left_out"]
+    assert [entry["provider"] for entry in left_out] == ["spot"]
+    assert (
+        "lost capacity while the launch started (preempted: spot capacity reclaimed"
+        in (left_out[0]["reason"])
+    )
+    out = capfd.readouterr().out
+    assert "Provider spot took part early-loss--spot away while it started (preempted:" in out
+    assert "not all up" in out  # the first launch's loss is logged, then recovered

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from elasticgrid_provider.core.state import state_variable_key
+from elasticgrid_provider.sensors.scale import MIN_RESCHEDULE_S
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
 from tests.airflow_support import read_variable, run_dag, start_dags_test
 from tests.job_processes import wait_for_lines
@@ -259,6 +260,62 @@ def test_deferrable_check_below_the_safe_deferral_checks_in_the_worker(
     assert "checking job undeferred in the worker instead" in text
     assert "in the triggerer" not in text
     assert "[DAG TEST] Trigger completed" not in text
+
+
+def _reschedules(dag_id: str, run_id: str) -> int:
+    """How many times the scheduler was asked to reschedule a task of this run."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskreschedule import TaskReschedule
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        query = (
+            select(func.count())
+            .select_from(TaskReschedule)
+            .join(TaskInstance, TaskInstance.id == TaskReschedule.ti_id)
+            .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
+        )
+        return int(session.scalar(query) or 0)
+
+
+def test_a_reschedule_below_the_safe_interval_checks_in_poke_mode(
+    airflow_db, jobs_root, capfd, caplog
+):
+    run_dag("launch_sleeping", {"job_name": "quick-resched", "nodes": 2})
+    step_log = jobs_root / "quick-resched--onprem" / "steps.jsonl"
+    writer = _write_samples_after_the_first_check("quick-resched", step_log)
+    try:
+        result = run_dag("scale_check_quick_reschedule", {"job_name": "quick-resched"})
+    finally:
+        writer.join()
+    assert result.task_states == {"scale_check": "success"}
+    assert result.xcom("scale_check")["action"] == "scale_up"
+    assert len(_state("quick-resched")["history"]) >= 2  # it held, then decided
+    # the hold was waited out in the worker: the task was never rescheduled
+    assert _reschedules("scale_check_quick_reschedule", result.run_id) == 0
+    output = capfd.readouterr()
+    text = output.out + output.err + caplog.text
+    assert f"poke_interval 1s is below the {MIN_RESCHEDULE_S:.0f}s a reschedule must wait" in text
+    assert "checking job quick-resched in poke mode" in text
+
+
+@pytest.mark.long
+def test_a_reschedule_at_the_safe_interval_frees_the_worker_between_checks(
+    airflow_db, jobs_root, capfd, caplog
+):
+    run_dag("launch_sleeping", {"job_name": "safe-resched", "nodes": 2})
+    step_log = jobs_root / "safe-resched--onprem" / "steps.jsonl"
+    writer = _write_samples_after_the_first_check("safe-resched", step_log)
+    try:
+        result = run_dag("scale_check_safe_reschedule", {"job_name": "safe-resched"})
+    finally:
+        writer.join()
+    assert result.task_states == {"scale_check": "success"}
+    assert result.xcom("scale_check")["action"] == "scale_up"
+    assert _reschedules("scale_check_safe_reschedule", result.run_id) >= 1
+    output = capfd.readouterr()
+    assert "in poke mode" not in output.out + output.err + caplog.text
 
 
 def test_a_recorded_decision_replays_to_the_same_decision(airflow_db, jobs_root, tmp_path):

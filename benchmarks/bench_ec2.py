@@ -1,0 +1,274 @@
+"""Fake EC2 VMs: the ec2 engine's launch against the SSH engine on the same hosts, and a reconcile.
+
+``make bench-ec2`` starts moto's EC2 API on loopback and the fake-VM harness
+(:mod:`tests.ec2_hosts`: each running instance boots as an SSH host in a network namespace,
+root only), and measures:
+
+* **Launch to all ranks running** on 1 and 8 fake VMs (one rank per VM): iroh-tinker's real
+  ``JobManager.launch`` of a spec on the ec2 engine, from the call until every rank has
+  written a file in the pool folder the VMs share. Then, on the same VMs already booted,
+  the same job on the provider's SSH engine (connections closed first, so it starts cold).
+  The ratio is the instances' lifecycle overhead: RunInstances, the wait for ``running``
+  and SSH, the per-launch host keys. Target: at most 1.3x at 8 VMs. A fake VM boots as fast
+  as a namespace host starts; a real VM's boot comes on top of both.
+* **A reconcile pass over 1,000 tagged instances** (200 with ``--quick``): a job launched on
+  one fake VM plus 999 instances tagged with the job and its current launch (no host boots
+  for them): the time of
+  :func:`~elasticgrid_provider.hooks.cloud_reconcile.reconcile_instances`, which finds no
+  stale launch in the job's spec folders and so asks the cloud nothing. Then 100 more (20
+  with ``--quick``) tagged with an older launch whose spec folder exists, as a superseded
+  launch leaves it: the time of the pass that finds them (DescribeInstances filtered on that
+  launch and on live states) and terminates them. Target: under 2 s. Measured once: moto's
+  TerminateInstances slows with every instance it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import Report, Table, arguments, check, ratio, seconds_range  # noqa: E402
+
+TRAIN = """\
+import os, sys
+with open(os.path.join(sys.argv[1], "rank_" + os.environ["RANK"]), "w") as marker:
+    marker.write("up")
+"""
+EC2_REF = "module=elasticgrid_provider.engines.ec2:Ec2Engine/us-east-1"
+SHARED = "/srv/pool/eg"
+OLD_LAUNCH = "20000101T000000Z-000000"  # sorts before any launch of today
+
+
+def wait_ranks(marks: Path, ranks: int, began: float, what: str) -> float:
+    """Seconds from ``began`` until ``ranks`` marker files exist in ``marks``."""
+    deadline = began + 180
+    while len(list(marks.iterdir())) < ranks:
+        check(
+            time.monotonic() < deadline,
+            f"{what}: only {len(list(marks.iterdir()))} of {ranks} ranks came up in 180 s",
+        )
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
+def launch(ec2, jobs_root: Path, work: Path, name: str, infra: str, params: dict, nodes: int):
+    """Launch ``name`` on ``nodes`` nodes; (JobManager, seconds until every rank ran)."""
+    from iroh_tinker.cloud import JobManager
+
+    marks = ec2.lan.pool / name
+    marks.mkdir()
+    spec = {
+        "name": name,
+        "run": f"{sys.executable} train.py /srv/pool/{name}",
+        "workdir": str(work),
+        "num_nodes": nodes,
+        "procs_per_node": 1,
+        "recovery": {"mode": "none"},
+        "envs": {"ELASTICGRID_JOB": name, "ELASTICGRID_LAUNCH_ID": f"bench-{name}"},
+        "resources": {"infra": [infra], "params": params},
+    }
+    path = work.parent / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    manager = JobManager(root=jobs_root)
+    began = time.monotonic()
+    manager.launch(path)
+    return manager, wait_ranks(marks, nodes, began, name)
+
+
+def launch_round(ec2, jobs_root: Path, work: Path, nodes: int) -> tuple[float, float]:
+    """(ec2 seconds, ssh seconds) of one job on ``nodes`` fake VMs, then every VM terminated."""
+    from elasticgrid_provider.engines.ssh import ENGINE_REF
+    from elasticgrid_provider.engines.ssh_transport import close_connections
+
+    name = f"ec2-{nodes}-{time.monotonic_ns()}"
+    manager, on_ec2 = launch(ec2, jobs_root, work, name, EC2_REF, ec2.params(), nodes)
+    addresses = [i["PrivateIpAddress"] for i in ec2.instances() if i["InstanceId"] in ec2.alive()]
+    check(len(addresses) == nodes, f"{nodes} instances expected, {len(addresses)} running")
+    ssh_params = {
+        "hosts": [f"root@{address}" for address in addresses],
+        "ssh_key": ec2.key,
+        "known_hosts": ec2.lan.known_hosts,
+        "python": sys.executable,
+        "shared_dir": SHARED,
+    }
+    close_connections(ssh_params)
+    ssh_name = f"ssh-{nodes}-{time.monotonic_ns()}"
+    _, on_ssh = launch(ec2, jobs_root, work, ssh_name, ENGINE_REF, ssh_params, nodes)
+    manager.stop(ssh_name)
+    close_connections(ssh_params)
+    manager.stop(name)  # the engine terminates the part's instances, found by tag
+    deadline = time.monotonic() + 60
+    while ec2.alive() or ec2.booted():
+        check(time.monotonic() < deadline, f"{name}: instances left after its stop")
+        ec2.sync()
+        time.sleep(0.1)
+    return on_ec2, on_ssh
+
+
+def run_tagged(ec2, tags: dict[str, str], count: int) -> None:
+    """``count`` instances with ``tags`` (no subnet: outside the LAN, so no host boots)."""
+    tag_list = [{"Key": key, "Value": value} for key, value in tags.items()]
+    for start in range(0, count, 250):
+        size = min(250, count - start)
+        ec2.client.run_instances(
+            ImageId=ec2.image_id,
+            InstanceType="t3.micro",
+            MinCount=size,
+            MaxCount=size,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tag_list}],
+        )
+
+
+def reconcile_round(
+    ec2, jobs_root: Path, work: Path, count: int, stale: int
+) -> tuple[float, float]:
+    """(seconds of a reconcile pass over ``count`` instances of the job's current launch, which
+    terminates none; seconds of one that terminates ``stale`` instances of an older launch)."""
+    from elasticgrid_provider.core.launch_spec import LaunchOptions
+    from elasticgrid_provider.core.placement import Placement
+    from elasticgrid_provider.hooks.cloud_reconcile import reconcile_instances
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from tests.job_processes import stop_job
+
+    job = f"reconciled-{time.monotonic_ns()}"
+    provider = {
+        "name": "aws",
+        "engine": "ec2",
+        "region": "us-east-1",
+        "max_nodes": 1,
+        "cost_per_node_hour": 1.0,
+        "spot": True,
+        "params": ec2.params(),
+    }
+    hook = ElasticGridHook(jobs_root=str(jobs_root))
+    options = LaunchOptions(
+        run=f"{sys.executable} -c 'import time; time.sleep(600)'",
+        workdir=str(work),
+        recovery={"mode": "none"},
+    )
+    placement = Placement.model_validate(
+        {"assignments": [{**provider, "provider": "aws", "nodes": 1}]}
+    )
+    hook.launch_manager(job).launch(placement, options, startup_grace_s=1)
+    current = hook.job_store.read_manifest(job)
+    check(current is not None, f"{job} has no launch record")
+    ec2.poll_s = 3600.0  # the watcher rests: these instances need no hosts
+    tags = {"elasticgrid:job": job, "elasticgrid:part": f"{job}--aws"}
+    run_tagged(ec2, {**tags, "elasticgrid:launch": current.launch_id}, count - 1)
+    began = time.monotonic()
+    asked = reconcile_instances(hook.job_store, [job])
+    steady = time.monotonic() - began
+    check(asked == [], f"the reconcile terminated {len(asked)} instances of the current launch")
+    # a superseded launch leaves its spec folder, which is where the reconcile finds it
+    specs = hook.job_store.job_folder(job) / "specs"
+    shutil.copytree(specs / current.launch_id, specs / OLD_LAUNCH)
+    run_tagged(ec2, {**tags, "elasticgrid:launch": OLD_LAUNCH}, stale)
+    began = time.monotonic()
+    asked = reconcile_instances(hook.job_store, [job])
+    cleanup = time.monotonic() - began
+    check(len(asked) == stale, f"the reconcile asked to terminate {len(asked)} of {stale}")
+    left = ec2.instances(**{"tag:elasticgrid:launch": [OLD_LAUNCH]})
+    alive = [i for i in left if i["State"]["Name"] != "terminated"]
+    check(not alive, f"{len(alive)} stale instances survived the reconcile")
+    ec2.poll_s = 0.1
+    stop_job(jobs_root, job)  # terminates the current launch's instances too
+    return steady, cleanup
+
+
+def main() -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    rounds = 1 if args.quick else args.rounds
+    sizes = (1, 8)
+    count, stale = (200, 20) if args.quick else (1000, 100)
+    logging.getLogger("elasticgrid_provider").setLevel(logging.WARNING)
+
+    from tests.ec2_hosts import FakeEc2
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-ec2-"))
+    jobs_root, work = folder / "jobs", folder / "work"
+    jobs_root.mkdir()
+    work.mkdir()
+    (work / "train.py").write_text(TRAIN)
+    launches: dict[int, list[tuple[float, float]]] = {size: [] for size in sizes}
+    reconciles: list[tuple[float, float]] = []
+    try:
+        with FakeEc2(hide=[jobs_root]) as ec2:
+            for _ in range(rounds):
+                for size in sizes:
+                    launches[size].append(launch_round(ec2, jobs_root, work, size))
+            # once: moto's TerminateInstances slows with every instance it holds
+            reconciles.append(reconcile_round(ec2, jobs_root, work, count, stale))
+            check(not ec2.errors, f"the fake-VM watcher failed: {ec2.errors[-1:]}")
+            check(not ec2.alive(), f"instances left running: {ec2.alive()}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    report = Report(
+        name="ec2",
+        title="Fake EC2 VMs: launch overhead and the reconcile",
+        about=(
+            "The ec2 engine (RunInstances, wait for running and SSH, per-launch host keys, then "
+            "the SSH engine) against the SSH engine alone on the same VMs already booted; and "
+            "reconcile passes over tagged instances, against moto's EC2 API on loopback."
+        ),
+        quick=args.quick,
+        settings=f"median of {rounds} round(s)",
+    )
+    rows = []
+    for size in sizes:
+        on_ec2 = [figures[0] for figures in launches[size]]
+        on_ssh = [figures[1] for figures in launches[size]]
+        rows.append(
+            [
+                f"{size} VM(s)",
+                seconds_range(on_ec2),
+                seconds_range(on_ssh),
+                ratio(statistics.median(on_ec2), statistics.median(on_ssh)),
+            ]
+        )
+    report.tables.append(
+        Table(
+            [
+                "size",
+                "ec2 engine: launch to all ranks running (s)",
+                "SSH engine, VMs already booted (s)",
+                "ratio (target <= 1.3 at 8)",
+            ],
+            rows,
+        )
+    )
+    report.tables.append(
+        Table(
+            ["reconcile pass (paginated DescribeInstances by tag)", "seconds (target < 2)"],
+            [
+                [
+                    f"{count} tagged instances of the current launch (no stale launch to ask for)",
+                    f"{reconciles[0][0]:.2f}",
+                ],
+                [
+                    f"{count + stale} tagged instances, {stale} stale terminated",
+                    f"{reconciles[0][1]:.2f}",
+                ],
+            ],
+        )
+    )
+    report.notes.append(
+        "A fake VM is running as soon as RunInstances returns and boots in the time a network "
+        "namespace host takes to start; a real VM's boot (tens of seconds) adds to the ec2 side."
+    )
+    report.publish(args.json)
+
+
+if __name__ == "__main__":
+    main()

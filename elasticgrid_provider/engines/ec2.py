@@ -1,0 +1,415 @@
+"""The provider's ec2 engine: ranks on EC2 instances it starts, and always terminates.
+
+An iroh-tinker ``Engine``, loaded as ``module=elasticgrid_provider.engines.ec2:Ec2Engine``
+(its ``name``, so ``JobManager`` rebuilds it from a job's state for ``status``, ``stop``
+and ``logs``). Params: :class:`~elasticgrid_provider.core.ec2_params.Ec2Params`. It owns
+the instances' whole life and runs the ranks on them through the ssh engine
+(:class:`~elasticgrid_provider.engines.ssh.SshEngine`: one code path for ranks on remote
+machines; ``envs`` values go on standard input, never in user data, tags or a command line).
+
+* **Found by tag, never by memory.** Every instance carries ``elasticgrid:job``,
+  ``elasticgrid:part``, ``elasticgrid:launch`` and ``Name`` (``<part>-<index>``) from
+  RunInstances on (``TagSpecifications``: no instance is ever untagged). One RunInstances per
+  instance, with a ``ClientToken`` derived from (launch, part, index, market): a retried
+  provision finds the instances already tagged, or EC2 returns the same ones.
+* **Intent first.** Before RunInstances the part's local folder gets ``ec2-launch.json``
+  (launch id, part, client tokens, the launch's host key): a kill at any instant leaves
+  instances that their tags name, which a stop, a retry's sweep or the reconcile terminates.
+* **Host keys** (:mod:`.cloud_init`): one ed25519 pair per launch and part, given to the
+  instances in cloud-init user data; the worker writes ``known_hosts`` for their addresses
+  before the first connection, and checks strictly.
+* **Provision** waits until every instance is ``running`` and answers over SSH within
+  ``boot_timeout_s``. ANY failure on the way (a capacity error on the 2nd call, a host never
+  reachable, a sync, setup or start failure) terminates every instance of the part's launch
+  found by tag, retried with backoff (:func:`~.instances.terminate_tagged`); if some survive,
+  the error names them.
+* **Capacity.** A ``ClientError`` meaning no room (:data:`~.instances.CAPACITY_CODES`) fails
+  the part with AWS's code and message, as that provider having no capacity; with
+  ``spot_fallback: on_demand`` a spot request retries on-demand, logged and recorded in the
+  intent (``fallback``) with its price.
+* **Status** probes the ranks (the ssh engine writes ``remote-status.json``), describes the
+  instances and writes ``machines.json`` (:mod:`elasticgrid_provider.core.machines`). An
+  instance reclaimed (state reason ``Server.SpotInstanceTermination``) or gone is lost
+  capacity: its ranks' log reads ``preempted: spot instance i-... reclaimed by AWS``, which
+  the recovery path takes as the cause. A part whose ranks all stopped has ended: its
+  instances are terminated.
+* **Stop** stops the ranks over SSH (best effort), then terminates by tag.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import suppress
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from iroh_tinker.cloud.engines.base import ClusterInfo, Engine, Node
+
+from elasticgrid_provider.atomic_files import write_json
+from elasticgrid_provider.core.ec2_params import (
+    AddressKind,
+    Ec2Params,
+)
+from elasticgrid_provider.core.errors import (
+    CloudApiError,
+    CloudCapacityError,
+    ElasticGridError,
+    RemoteHostError,
+)
+from elasticgrid_provider.core.machines import MACHINES_FILE, Market
+from elasticgrid_provider.core.providers import EC2_ENGINE, ENGINE_REFERENCES
+from elasticgrid_provider.core.rank_environment import ENV_CHECKPOINT_DIR, ENV_JOB, ENV_LAUNCH_ID
+from elasticgrid_provider.engines.cloud_init import (
+    HostKey,
+    user_data,
+    write_known_hosts,
+)
+from elasticgrid_provider.engines.ec2_launch import (
+    KNOWN_HOSTS_FILE,
+    NO_LAUNCH_ID,
+    SSH_PARAMS_FILE,
+    client_token,
+    launch_tags,
+    record_fallback,
+    record_intent,
+    ssh_engine_params,
+)
+from elasticgrid_provider.engines.instances import (
+    GONE_STATES,
+    Ec2Instances,
+    Instance,
+    InstanceApi,
+    RunRequest,
+    terminate_tagged,
+)
+from elasticgrid_provider.engines.ssh import SshEngine
+
+log = logging.getLogger(__name__)
+
+ENGINE_REF = ENGINE_REFERENCES[EC2_ENGINE]
+POLL_S = 1.0
+
+
+class Ec2Engine(Engine):
+    """Ranks on EC2 instances the engine starts and terminates (module docstring)."""
+
+    name = ENGINE_REF
+
+    @classmethod
+    def probe(cls) -> bool:
+        return SshEngine.probe()
+
+    @property
+    def params(self) -> Ec2Params:
+        """The spec's params, validated (``ElasticGridError`` naming the field)."""
+        cached = self.__dict__.get("_params")
+        if cached is None:
+            where = f"part {self.spec.name!r} params"
+            # iroh-tinker's saved spec (what stop, status and logs rebuild the engine from)
+            # moves instance_type and image_id out of params into its own resources fields
+            resources = self.spec.resources
+            raw = {k: getattr(resources, k) for k in ("instance_type", "image_id")}
+            raw = {k: v for k, v in raw.items() if v is not None}
+            cached = self.__dict__["_params"] = Ec2Params.parse({**raw, **resources.params}, where)
+        return cached
+
+    @property
+    def instances(self) -> InstanceApi:
+        """The cloud's instances, through the part's AWS connection (built on first use)."""
+        cached = self.__dict__.get("_instances")
+        if cached is None:
+            cached = self.__dict__["_instances"] = Ec2Instances(
+                self.params.aws_conn_id, self.region
+            )
+        return cached
+
+    @property
+    def job_name(self) -> str:
+        return str(self.spec.envs.get(ENV_JOB) or self.spec.name)
+
+    def record_intent(self, folder: Path) -> dict[str, Any]:
+        """Record this launch's intent in the part's folder (:func:`.ec2_launch.record_intent`)."""
+        spot = bool(self.spec.resources.use_spot)
+        return record_intent(
+            folder, self.job_name, self.spec.name, self.launch_id, self.spec.num_nodes, spot
+        )
+
+    @property
+    def launch_id(self) -> str:
+        return str(self.spec.envs.get(ENV_LAUNCH_ID) or NO_LAUNCH_ID)
+
+    @property
+    def tags(self) -> dict[str, list[str]]:
+        """The tag filter of this launch's part."""
+        return launch_tags(self.job_name, self.spec.name, self.launch_id)
+
+    # -- provision ---------------------------------------------------------------------------
+
+    def provision(self, job_dir: str) -> ClusterInfo:
+        """Start one instance per node, wait until each runs and answers over SSH (module
+        docstring); any failure terminates them all before it is raised."""
+        params, folder = self.params, Path(job_dir)
+        self._check_rendezvous()
+        intent = self.record_intent(folder)
+        deadline = time.monotonic() + params.boot_timeout_s
+        try:
+            started = self.run_instances(folder, intent)
+            running = self._wait_running(folder, started, deadline)
+            key = HostKey.from_json(intent["host_key"])
+            assert key is not None
+            addresses = [self._address(instance) for instance in running]
+            write_known_hosts(folder / KNOWN_HOSTS_FILE, key, addresses)
+            nodes = self._nodes(running)
+            cluster = ClusterInfo(
+                self.spec.name, self.name, nodes, {"pids": {}, "job_dir": job_dir}
+            )
+            self._wait_reachable(cluster, deadline)
+            return cluster
+        except BaseException as error:
+            self._end_instances(folder, f"provisioning failed: {error}")
+            raise
+
+    def _check_rendezvous(self) -> None:
+        """A part of several instances needs a way for its ranks to meet that is not the
+        worker's disk: ``rendezvous``/``shared_dir`` in params, or an object-store rendezvous;
+        an ``s3://`` checkpoint_dir is refused until the runtime's Checkpoint can use one."""
+        checkpoint = self.params.checkpoint_dir
+        if checkpoint is not None and checkpoint.startswith("s3://"):
+            raise ElasticGridError(
+                f"part {self.spec.name!r} params.checkpoint_dir: an s3:// checkpoint is not "
+                f"supported by elasticgrid_provider.runtime.Checkpoint yet, got {checkpoint!r}; "
+                "give a folder under shared_dir"
+            )
+        if self.spec.num_nodes < 2 or self.params.has_rendezvous():
+            return
+        if self.spec.rendezvous.mode in ("s3", "gs"):
+            return
+        raise ElasticGridError(
+            f"part {self.spec.name!r} params: {self.spec.num_nodes} instances need a rendezvous "
+            "their ranks all reach: set rendezvous (an s3:// URI) or shared_dir (a folder every "
+            "instance mounts), and checkpoint_dir for their checkpoints"
+        )
+
+    def run_instances(self, folder: Path, intent: dict[str, Any]) -> list[Instance]:
+        """One instance per node, each asked for once: an index whose instance exists (by its
+        ``Name`` tag) is not asked for again."""
+        params, part = self.params, self.spec.name
+        key = HostKey.from_json(intent["host_key"])
+        assert key is not None
+        text = user_data(key, params.user_data)
+        existing = {
+            instance.tags.get("Name"): instance
+            for instance in self.instances.describe(self.tags)
+            if instance.state not in GONE_STATES
+        }
+        started: list[Instance] = []
+        for index in range(self.spec.num_nodes):
+            name = f"{part}-{index}"
+            if name in existing:
+                started.append(existing[name])
+                continue
+            market = Market(intent["market"])
+            tags = {**params.tags, **{k: v[0] for k, v in self.tags.items()}, "Name": name}
+            request = RunRequest(
+                image_id=params.image_id,
+                instance_type=params.instance_type,
+                key_name=params.key_name,
+                user_data=text,
+                tags=tags,
+                client_token=client_token(self.launch_id, part, index, market),
+                spot=market is Market.SPOT,
+                subnet_id=params.subnet_id,
+                security_group_ids=params.security_group_ids,
+                iam_instance_profile=params.iam_instance_profile,
+            )
+            try:
+                answer = self.instances.run(request)
+            except CloudCapacityError as error:
+                if market is not Market.SPOT or not params.can_fall_back:
+                    provider = part.rsplit("--", 1)[-1]
+                    raise CloudCapacityError(
+                        f"provider {provider!r} has no capacity for {params.instance_type} "
+                        f"instance {index + 1} of {self.spec.num_nodes}: {error}"
+                    ) from None
+                price = params.on_demand_cost_per_node_hour
+                intent = record_fallback(folder, intent, price, str(error))
+                answer = self.instances.run(
+                    replace(
+                        request,
+                        spot=False,
+                        client_token=client_token(self.launch_id, part, index, Market.ON_DEMAND),
+                    )
+                )
+            log.info("Started instance %s (%s) for part %s.", answer[0].instance_id, name, part)
+            started.extend(answer)
+            self._write_machines(folder, started)
+        return started
+
+    def _wait_running(
+        self, folder: Path, started: list[Instance], deadline: float
+    ) -> list[Instance]:
+        """The started instances once all are ``running`` (in index order), before
+        ``deadline``; an instance that ends while booting fails the part at once."""
+        wanted = [instance.instance_id for instance in started]
+        while True:
+            found = {item.instance_id: item for item in self.instances.describe(self.tags)}
+            current = [found[id_] for id_ in wanted if id_ in found]
+            self._write_machines(folder, current)
+            ended = [item for item in current if item.state in GONE_STATES]
+            if ended:
+                what = ", ".join(f"{item.instance_id} is {item.state}" for item in ended)
+                raise RemoteHostError(
+                    f"part {self.spec.name!r}: instances ended while booting: {what}"
+                )
+            if len(current) == len(wanted) and all(item.state == "running" for item in current):
+                return current
+            if time.monotonic() >= deadline:
+                states = ", ".join(f"{item.instance_id} {item.state}" for item in current)
+                raise RemoteHostError(
+                    f"part {self.spec.name!r}: instances not running within boot_timeout_s="
+                    f"{self.params.boot_timeout_s:g} s ({states or 'none listed'})"
+                )
+            time.sleep(POLL_S)
+
+    def _wait_reachable(self, cluster: ClusterInfo, deadline: float) -> None:
+        """Every instance answers over SSH (host key checked) before ``deadline``."""
+        ssh = self._ssh(cluster)
+        while True:
+            try:
+                ssh.check_hosts()
+                return
+            except RemoteHostError as error:
+                if time.monotonic() >= deadline:
+                    raise RemoteHostError(
+                        f"part {self.spec.name!r}: instances not reachable over SSH within "
+                        f"boot_timeout_s={self.params.boot_timeout_s:g} s ({error})"
+                    ) from None
+            time.sleep(POLL_S)
+
+    def _address(self, instance: Instance) -> str:
+        public = self.params.address is AddressKind.PUBLIC
+        return instance.public_address if public else instance.private_address
+
+    def _nodes(self, running: list[Instance]) -> list[Node]:
+        per_node, user = self.spec.procs_per_node, self.params.ssh_user
+        return [
+            Node(
+                rank=index * per_node + local,
+                host=f"{user}@{self._address(instance)}",
+                local_rank=local,
+                env={"instance_id": instance.instance_id},
+            )
+            for index, instance in enumerate(running)
+            for local in range(per_node)
+        ]
+
+    # -- the ranks, through the ssh engine ---------------------------------------------------
+
+    def ssh_params(self, cluster: ClusterInfo) -> dict[str, Any]:
+        """The ssh engine's params for the cluster's instances (written for the hook too)."""
+        hosts = [node.host for node in cluster.nodes]
+        return ssh_engine_params(self.params, Path(cluster.meta["job_dir"]), hosts)
+
+    def _ssh(self, cluster: ClusterInfo) -> SshEngine:
+        ssh_params = self.ssh_params(cluster)
+        folder = Path(cluster.meta["job_dir"])
+        if folder.is_dir() and cluster.nodes:
+            write_json(folder / SSH_PARAMS_FILE, ssh_params, private=True)
+        resources = replace(self.spec.resources, params=ssh_params)
+        return SshEngine(replace(self.spec, resources=resources), target=self.target)
+
+    def _guarded(self, cluster: ClusterInfo, step: str, call: Any) -> None:
+        try:
+            call()
+        except BaseException as error:  # iroh-tinker stops nothing when these fail
+            self._end_instances(Path(cluster.meta["job_dir"]), f"{step} failed: {error}")
+            raise
+
+    def sync(self, cluster: ClusterInfo, workdir: str) -> None:
+        """rsync the workdir to every instance; a failure terminates the part's instances."""
+        self._guarded(cluster, "sync", lambda: self._ssh(cluster).sync(cluster, workdir))
+
+    def setup(self, cluster: ClusterInfo, workdir: str, setup_cmd: str) -> None:
+        """Run ``setup`` on every instance; a failure terminates the part's instances."""
+        ssh = self._ssh(cluster)
+        self._guarded(cluster, "setup", lambda: ssh.setup(cluster, workdir, setup_cmd))
+
+    def start(
+        self, cluster: ClusterInfo, commands: dict[int, list[str]], env: dict[str, str]
+    ) -> None:
+        """Start the ranks (``envs`` on stdin; ``checkpoint_dir``, scoped to the job, as
+        ``ELASTICGRID_CHECKPOINT_DIR``); a failure terminates the part's instances."""
+        ssh = self._ssh(cluster)
+        if self.params.checkpoint_dir:
+            env = {
+                **env,
+                ENV_CHECKPOINT_DIR: f"{self.params.checkpoint_dir.rstrip('/')}/{self.job_name}",
+            }
+        self._guarded(cluster, "start", lambda: ssh.start(cluster, commands, env))
+
+    def status(self, cluster: ClusterInfo) -> dict[int, str]:
+        """The ranks' states (the ssh engine's probe), ``machines.json`` refreshed; a part whose
+        ranks all stopped has ended and its instances are terminated."""
+        from elasticgrid_provider.engines.ec2_status import lost_instances, record_losses
+
+        folder = Path(cluster.meta["job_dir"])
+        words = self._ssh(cluster).status(cluster)
+        current = self.instances.describe(self.tags)
+        self._write_machines(folder, current)
+        losses = lost_instances(cluster.nodes, current)
+        if losses:
+            record_losses(folder, cluster.nodes, losses)
+            words.update(
+                {
+                    node.rank: "stopped"
+                    for node in cluster.nodes
+                    if node.env.get("instance_id") in losses
+                }
+            )
+        if words and all(word == "stopped" for word in words.values()):
+            self._end_instances(folder, "its ranks all stopped")
+        return words
+
+    def stop(self, cluster: ClusterInfo) -> None:
+        """Stop the ranks over SSH (best effort), then terminate the part's instances by tag."""
+        try:
+            self._ssh(cluster).stop(cluster)
+        except Exception as error:  # an instance gone already: terminating ends its ranks
+            log.warning("Could not stop the ranks of part %s over SSH: %s", self.spec.name, error)
+        self._end_instances(Path(cluster.meta["job_dir"]), "stopped")
+
+    def logs(self, cluster: ClusterInfo, rank: int, tail: int = 50) -> str:
+        """The rank's remote log tail; a rank whose instance was lost reads the cause."""
+        from elasticgrid_provider.engines.ec2_status import recorded_cause
+
+        cause = recorded_cause(Path(cluster.meta["job_dir"]), rank)
+        if cause is not None:
+            return f"preempted: {cause}\n"
+        return self._ssh(cluster).logs(cluster, rank, tail)
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def _end_instances(self, folder: Path, why: str) -> None:
+        """Terminate every instance of this launch's part, found by tag (retried); log why.
+        ``machines.json`` then records what is left, even when some could not be ended (the
+        raised :class:`~elasticgrid_provider.core.errors.InstancesLeftError` names them; the
+        reconcile keeps trying)."""
+        what = f"the instances of part {self.spec.name!r} (launch {self.launch_id}; {why})"
+        try:
+            terminate_tagged(self.instances, self.tags, what)
+        finally:
+            if folder.is_dir():
+                with suppress(CloudApiError):  # the record waits for the next status
+                    self._write_machines(folder, self.instances.describe(self.tags))
+
+    def _write_machines(self, folder: Path, instances: list[Instance]) -> None:
+        record = {
+            "part": self.spec.name,
+            "launch_id": self.launch_id,
+            "instances": [
+                instance.machine(self._address(instance)).model_dump() for instance in instances
+            ],
+        }
+        write_json(folder / MACHINES_FILE, record)

@@ -1,0 +1,280 @@
+"""Cloud instances behind a small interface: run, find by tag, terminate.
+
+:class:`InstanceApi` is all an engine needs of a cloud, so a GCE engine can follow the ec2
+one; :class:`Ec2Instances` is the EC2 implementation, a boto3 client from the amazon
+provider's ``AwsBaseHook`` (the Airflow AWS connection: credentials, region,
+``endpoint_url``), built on first use. A ``ClientError`` becomes a
+:class:`~elasticgrid_provider.core.errors.CloudApiError` carrying AWS's code and message,
+a :class:`~elasticgrid_provider.core.errors.CloudCapacityError` for the codes that mean
+"no room" (:data:`CAPACITY_CODES`).
+
+:func:`terminate_tagged` is how every path that ends a part ends its instances: found by
+tag (never a list kept in memory), terminated, retried with backoff; what is still alive
+after the last try is raised, named by id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Protocol
+
+from elasticgrid_provider.core.errors import CloudApiError, CloudCapacityError, InstancesLeftError
+from elasticgrid_provider.core.machines import Machine, Market
+
+log = logging.getLogger(__name__)
+
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "InsufficientFreeAddressesInSubnet",
+        "InsufficientAddressCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
+        "InstanceLimitExceeded",
+        "VcpuLimitExceeded",
+        "Unsupported",  # an instance type a zone does not offer (right now)
+    }
+)
+"""EC2 error codes that mean the cloud has no room for the request (not a bad request)."""
+ENDED_STATES = frozenset({"terminated"})
+ENDING = frozenset({"shutting-down", "terminated"})  # asked to terminate already
+LIVE_STATES = ("pending", "running", "stopping", "stopped")  # what may still cost
+GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+TERMINATE_ATTEMPTS = 5
+TERMINATE_BATCH = 500
+TERMINATE_BACKOFF_S = 1.0
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One instance as the cloud describes it."""
+
+    instance_id: str
+    instance_type: str
+    market: Market
+    zone: str
+    state: str
+    launched_at: str
+    private_address: str
+    public_address: str
+    state_reason: str | None = None  # "<code>: <message>", e.g. Server.SpotInstanceTermination
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def alive(self) -> bool:
+        """Not terminated yet (what still costs, or may)."""
+        return self.state not in ENDED_STATES
+
+    def machine(self, address: str) -> Machine:
+        """The machines-record entry of this instance (``address``: the one the worker uses)."""
+        return Machine(
+            instance_id=self.instance_id,
+            instance_type=self.instance_type,
+            market=self.market,
+            zone=self.zone,
+            state=self.state,
+            launched_at=self.launched_at,
+            address=address,
+            state_reason=self.state_reason,
+        )
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One RunInstances call for one instance (``client_token`` makes a retry return it)."""
+
+    image_id: str
+    instance_type: str
+    key_name: str
+    user_data: str
+    tags: Mapping[str, str]
+    client_token: str
+    spot: bool
+    subnet_id: str | None = None
+    security_group_ids: tuple[str, ...] = ()
+    iam_instance_profile: str | None = None
+
+
+class InstanceApi(Protocol):
+    """What an engine needs of a cloud's instances."""
+
+    def run(self, request: RunRequest) -> list[Instance]:
+        """Start the instance(s) of ``request``; raises CloudApiError/CloudCapacityError."""
+        ...
+
+    def describe(
+        self, tags: Mapping[str, Sequence[str]], states: Sequence[str] | None = None
+    ) -> list[Instance]:
+        """Every instance whose tag ``key`` has one of the values given for it, in one of
+        ``states`` (None: all states)."""
+        ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Ask the cloud to terminate these instances (raises CloudApiError)."""
+        ...
+
+
+def _cloud_error(call: str, error: Any) -> CloudApiError:
+    details = error.response.get("Error", {}) if hasattr(error, "response") else {}
+    code, message = details.get("Code", "?"), details.get("Message", str(error))
+    kind = CloudCapacityError if code in CAPACITY_CODES else CloudApiError
+    failure = kind(f"EC2 {call} failed: {code}: {message}")
+    failure.code = code  # type: ignore[attr-defined]
+    return failure
+
+
+class Ec2Instances:
+    """:class:`InstanceApi` on EC2 through the Airflow connection ``aws_conn_id``."""
+
+    def __init__(self, aws_conn_id: str, region: str | None = None) -> None:
+        self.aws_conn_id = aws_conn_id
+        self.region = region or None
+
+    @cached_property
+    def client(self) -> Any:
+        """The boto3 EC2 client of the connection (region: ours if set, else the connection's)."""
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        hook = AwsBaseHook(aws_conn_id=self.aws_conn_id, client_type="ec2", region_name=self.region)
+        return hook.get_conn()
+
+    def _call(self, name: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.client, name)(**kwargs)
+        except ClientError as error:
+            raise _cloud_error(_call_name(name), error) from None
+        except BotoCoreError as error:  # no endpoint, no credentials
+            raise CloudApiError(f"EC2 {_call_name(name)} failed: {error}") from None
+
+    def run(self, request: RunRequest) -> list[Instance]:
+        tags = [{"Key": key, "Value": value} for key, value in request.tags.items()]
+        kwargs: dict[str, Any] = {
+            "ImageId": request.image_id,
+            "InstanceType": request.instance_type,
+            "KeyName": request.key_name,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "UserData": request.user_data,
+            "ClientToken": request.client_token,
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+        }
+        if request.subnet_id:
+            kwargs["SubnetId"] = request.subnet_id
+        if request.security_group_ids:
+            kwargs["SecurityGroupIds"] = list(request.security_group_ids)
+        if request.iam_instance_profile:
+            key = "Arn" if request.iam_instance_profile.startswith("arn:") else "Name"
+            kwargs["IamInstanceProfile"] = {key: request.iam_instance_profile}
+        if request.spot:
+            options = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+            kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
+        answer = self._call("run_instances", **kwargs)
+        return [_instance(item) for item in answer.get("Instances", [])]
+
+    def describe(
+        self, tags: Mapping[str, Sequence[str]], states: Sequence[str] | None = None
+    ) -> list[Instance]:
+        filters = [{"Name": f"tag:{key}", "Values": list(values)} for key, values in tags.items()]
+        if states is not None:
+            filters.append({"Name": "instance-state-name", "Values": list(states)})
+        found: list[Instance] = []
+        token: str | None = None
+        while True:
+            page_args: dict[str, Any] = {"Filters": filters, "MaxResults": 1000}
+            if token:
+                page_args["NextToken"] = token
+            answer = self._call("describe_instances", **page_args)
+            for reservation in answer.get("Reservations", []):
+                found.extend(_instance(item) for item in reservation.get("Instances", []))
+            token = answer.get("NextToken")
+            if not token:
+                return found
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        ids = list(instance_ids)
+        for start in range(0, len(ids), TERMINATE_BATCH):  # one call per batch of ids
+            self._call("terminate_instances", InstanceIds=ids[start : start + TERMINATE_BATCH])
+
+
+def _call_name(method: str) -> str:
+    return "".join(word.capitalize() for word in method.split("_"))
+
+
+def _instance(item: Mapping[str, Any]) -> Instance:
+    reason = item.get("StateReason") or {}
+    code = reason.get("Code")
+    launched = item.get("LaunchTime")
+    return Instance(
+        instance_id=str(item["InstanceId"]),
+        instance_type=str(item.get("InstanceType", "")),
+        market=Market.SPOT if item.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND,
+        zone=str((item.get("Placement") or {}).get("AvailabilityZone", "")),
+        state=str((item.get("State") or {}).get("Name", "")),
+        launched_at=launched.isoformat() if isinstance(launched, datetime) else str(launched or ""),
+        private_address=str(item.get("PrivateIpAddress") or ""),
+        public_address=str(item.get("PublicIpAddress") or ""),
+        state_reason=f"{code}: {reason.get('Message', '')}" if code else None,
+        tags={tag["Key"]: tag["Value"] for tag in item.get("Tags", [])},
+    )
+
+
+def terminate_tagged(
+    api: InstanceApi,
+    tags: Mapping[str, Sequence[str]],
+    what: str,
+    *,
+    attempts: int = TERMINATE_ATTEMPTS,
+    backoff_s: float = TERMINATE_BACKOFF_S,
+    sleep: Callable[[float], None] = time.sleep,
+    found_alive: Sequence[str] | None = None,
+) -> list[str]:
+    """Terminate every live instance with these ``tags`` (``what`` names them in logs and
+    errors), retrying with doubling backoff; the ids terminated. ``found_alive``: the ids a
+    describe by these tags just found (the first look is skipped). Raises
+    :class:`InstancesLeftError` naming the ids still alive after ``attempts`` tries."""
+    ended: list[str] = []
+    last_error: Exception | None = None
+    alive: list[str] = []
+    for attempt in range(attempts + 1):
+        try:
+            if attempt == 0 and found_alive is not None:
+                alive = list(found_alive)
+            else:
+                found = api.describe(tags, LIVE_STATES)
+                alive = [item.instance_id for item in found if item.state not in ENDING]
+            if not alive:
+                return ended
+            if attempt == attempts:
+                break  # the last look: still alive after every try
+            if attempt:  # asked before and still alive: give the cloud time
+                sleep(backoff_s * 2 ** (attempt - 1))
+            api.terminate(alive)
+            log.info("Terminating %s: %s.", what, ", ".join(alive))
+            ended.extend(instance for instance in alive if instance not in ended)
+            last_error = None
+        except CloudApiError as error:
+            last_error = error
+            log.warning(
+                "Terminating %s failed (try %d of %d): %s", what, attempt + 1, attempts, error
+            )
+            if attempt < attempts:
+                sleep(backoff_s * 2**attempt)
+    names = ", ".join(sorted(alive)) if alive else "unknown (they could not be listed)"
+    cause = f": {last_error}" if last_error else ""
+    raise InstancesLeftError(
+        f"{what} could not be terminated after {attempts} tries; still alive: {names}{cause}"
+    )
+
+
+def live(instances: Iterable[Instance]) -> list[Instance]:
+    """The instances not terminated yet."""
+    return [instance for instance in instances if instance.alive]

@@ -1,0 +1,47 @@
+"""Three plan -> launch runs at once on a grid that fits two: a plan that said yes is honoured.
+
+Each plan reserves what it places under the grid's lock and its launch takes exactly that
+reservation, so two launch, the third waits in the grid's queue and launches when one of
+them ends: no launch is refused, no run fails, the grid is never over-subscribed. Two runs
+of ``it_fleet_w1`` (worker w1, waiting in the worker) and one of ``it_fleet_w2`` (worker
+w2, deferred to the triggerer), triggered back to back, on the 4-node fleet grid.
+"""
+
+from __future__ import annotations
+
+from integration.deployment import Deployment
+from integration.test_fleet import RUN_TIMEOUT_S, W1, W2, Watch, fleet_conf, fleet_jobs
+
+__all__ = ["fleet_jobs"]  # the fixture, used below
+
+
+def test_three_plans_on_a_grid_that_fits_two_two_launch_and_the_third_waits_its_turn(
+    deployment: Deployment, fleet_jobs: list[str]
+):
+    jobs = {"queue-1": W1, "queue-2": W1, "queue-3": W2}
+    fleet_jobs.extend(jobs)
+    size = {"nodes": 2, "min_nodes": 2, "max_nodes": 2, "steps": 100}  # 3 x 2 > 4
+    watch = Watch(deployment)
+    with watch.running():
+        runs = {
+            job: (dag_id, deployment.trigger(dag_id, fleet_conf(job, **size)))
+            for job, dag_id in jobs.items()
+        }
+        for job, (dag_id, run_id) in runs.items():
+            state = deployment.wait_for_run(dag_id, run_id, timeout=RUN_TIMEOUT_S)
+            assert state == "success", (
+                job,
+                deployment.task_instances(dag_id, run_id),
+                deployment.diagnostics(),
+            )
+    watch.check_grid_never_oversubscribed()
+    seen = {job: watch.seen(job) for job in jobs}
+    assert all(seen.values()), watch.report()
+    assert all(watch.most(job) == 2 for job in jobs), watch.report()
+    *first_two, third = sorted(jobs, key=lambda job: seen[job][0])
+    # the third started only once one of the first two had ended
+    assert seen[third][0] > min(seen[job][1] for job in first_two), watch.report()
+    for job, (dag_id, run_id) in runs.items():
+        launch = deployment.task_instances(dag_id, run_id)["launch"]
+        assert launch["try_number"] == 1, (job, launch)  # never refused, never retried
+        assert deployment.xcom(dag_id, run_id, "launch", key="job")["nodes"] == 2

@@ -1,0 +1,323 @@
+"""Fake EC2 virtual machines: a real moto server whose instances boot as SSH test hosts.
+
+:class:`FakeEc2` starts ``moto``'s ``ThreadedMotoServer`` on 127.0.0.1 (a free
+port), creates a VPC and a subnet on the free ``10.x.y.0/24`` of an
+:class:`~tests.ssh_hosts.SshTestHosts` bridge (no host of its own), imports the
+session key as the EC2 key pair ``key_name``, and runs a watcher thread that
+polls DescribeInstances. Each ``running`` instance gets a network-namespace
+host at its ``PrivateIpAddress``, configured the way cloud-init would: sshd's
+host key is the ``ed25519_private`` of the user data's ``#cloud-config``
+``ssh_keys`` (a user data without one gives a random key, so strict host key
+checking against the engine's known_hosts fails), and root's
+``authorized_keys`` holds the instance's key pair public key. An instance that
+is stopped, terminated or gone loses its host (every process on it dies).
+
+:meth:`FakeEc2.reclaim` is a spot interruption: on moto's in-process backend
+the instance is terminated with state reason ``Server.SpotInstanceTermination``
+and its host removed. ``answer=False`` makes instances never answer SSH (no
+host starts), ``boot_delay_s`` delays each host as a slow boot would. Closing
+removes every host, resets and stops the moto server. Root only, as the SSH
+test hosts are.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
+
+REGION = "us-east-1"
+ZONE = f"{REGION}a"
+KEY_NAME = "elasticgrid-tests"
+SPOT_REASON = "Server.SpotInstanceTermination"
+_GONE_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+
+
+def cloud_config_host_key(user_data: str | None) -> str | None:
+    """The ``ssh_keys.ed25519_private`` of a ``#cloud-config`` user data, or None."""
+    if not user_data or not user_data.startswith("#cloud-config"):
+        return None
+    document = yaml.safe_load(user_data) or {}
+    keys = document.get("ssh_keys") if isinstance(document, dict) else None
+    private = keys.get("ed25519_private") if isinstance(keys, dict) else None
+    return private if isinstance(private, str) else None
+
+
+class FakeEc2:
+    """A moto EC2 API whose running instances are SSH hosts (a context manager; see the
+    module docstring)."""
+
+    def __init__(
+        self,
+        hide: Iterable[str | Path] = (),
+        pool: str | Path | None = None,
+        *,
+        answer: bool = True,
+        boot_delay_s: float = 0.0,
+        poll_s: float = 0.1,
+        set_connection: bool = True,
+    ):
+        self.lan = SshTestHosts(0, hide=hide, pool=pool)
+        self.answer = answer
+        self.boot_delay_s = boot_delay_s
+        self.poll_s = poll_s
+        self.set_connection = set_connection
+        self.endpoint_url = ""
+        self.vpc_id = ""
+        self.subnet_id = ""
+        self.image_id = ""
+        self.errors: list[str] = []
+        self._server: Any = None
+        self._client: Any = None
+        self._hosts: dict[str, int] = {}  # instance id -> host index in self.lan
+        self._first_seen: dict[str, float] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._saved_connection: str | None = None
+
+    # -- what tests pass to the engine ---------------------------------------------------------
+    @property
+    def key(self) -> str:
+        """The private key file of the key pair ``KEY_NAME`` (the ``ssh_key`` param)."""
+        return self.lan.key
+
+    @property
+    def connection(self) -> dict[str, Any]:
+        """The Airflow AWS connection reaching the moto server (``AIRFLOW_CONN_*`` JSON)."""
+        return {
+            "conn_type": "aws",
+            "login": "testing",
+            "password": "testing",
+            "extra": {"region_name": REGION, "endpoint_url": self.endpoint_url},
+        }
+
+    def params(self, **extra: Any) -> dict[str, Any]:
+        """An ``ec2`` provider's ``params`` launching fake VMs (``extra`` on top)."""
+        return {
+            "instance_type": "t3.micro",
+            "image_id": self.image_id,
+            "subnet_id": self.subnet_id,
+            "key_name": KEY_NAME,
+            "ssh_key": self.key,
+            "ssh_user": "root",
+            "python": sys.executable,  # the hosts see this machine's interpreter
+            "boot_timeout_s": 60,
+            "shared_dir": f"{POOL_MOUNT}/eg",
+            **extra,
+        }
+
+    @property
+    def client(self) -> Any:
+        """A boto3 EC2 client of the moto server (what tests inspect instances with)."""
+        return self._client
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> FakeEc2:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        import boto3
+        from moto.server import ThreadedMotoServer
+
+        self.lan.__enter__()
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per API call
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        self._reset_moto()
+        self._client = boto3.client(
+            "ec2",
+            region_name=REGION,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        cidr = f"{self.lan.prefix}.0/24"
+        self.vpc_id = self._client.create_vpc(CidrBlock=cidr)["Vpc"]["VpcId"]
+        subnet = self._client.create_subnet(
+            VpcId=self.vpc_id, CidrBlock=cidr, AvailabilityZone=ZONE
+        )
+        self.subnet_id = subnet["Subnet"]["SubnetId"]
+        public = Path(f"{self.lan.key}.pub").read_bytes()
+        self._client.import_key_pair(KeyName=KEY_NAME, PublicKeyMaterial=public)
+        self.image_id = self._client.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        if self.set_connection:
+            self._saved_connection = os.environ.get("AIRFLOW_CONN_AWS_DEFAULT")
+            os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(self.connection)
+        self._watcher = threading.Thread(target=self._watch, name="fake-ec2-watcher", daemon=True)
+        self._watcher.start()
+
+    def _reset_moto(self) -> None:
+        """Empty moto's in-process backends (they outlive a server within one process)."""
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+
+    def close(self) -> None:
+        """Stop the watcher, remove every host, reset and stop moto, restore the connection."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=60)
+            self._watcher = None
+        with self._lock:
+            self._hosts.clear()
+        self.lan.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                self._reset_moto()
+            self._server.stop()
+            self._server = None
+        if self.set_connection and self.endpoint_url:
+            if self._saved_connection is None:
+                os.environ.pop("AIRFLOW_CONN_AWS_DEFAULT", None)
+            else:
+                os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = self._saved_connection
+
+    # -- the watcher (cloud-init's part) --------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.sync()
+            except Exception as error:  # recorded: tests assert none happened
+                self.errors.append(f"{type(error).__name__}: {error}")
+
+    def sync(self) -> None:
+        """One watcher pass: hosts for new running instances, none for the gone ones."""
+        with self._lock:
+            seen = {instance["InstanceId"]: instance for instance in self.instances()}
+            for instance_id in list(self._hosts):
+                instance = seen.get(instance_id)
+                if instance is None or instance["State"]["Name"] in _GONE_STATES:
+                    self._remove(instance_id)
+            for instance_id, instance in seen.items():
+                if instance["State"]["Name"] != "running" or instance_id in self._hosts:
+                    continue
+                first = self._first_seen.setdefault(instance_id, time.monotonic())
+                if not self.answer or time.monotonic() - first < self.boot_delay_s:
+                    continue
+                address = instance.get("PrivateIpAddress", "")
+                if address.rpartition(".")[0] != self.lan.prefix:
+                    self._first_seen[instance_id] = float("inf")  # not on our LAN: never boots
+                    continue
+                self._boot(instance_id, instance, address)
+
+    def _boot(self, instance_id: str, instance: dict[str, Any], address: str) -> None:
+        for other, index in list(self._hosts.items()):  # an address freed and given again
+            if self.lan.addresses[index] == address:
+                self._remove(other)
+        answer = self._client.describe_instance_attribute(
+            InstanceId=instance_id, Attribute="userData"
+        )
+        encoded = answer.get("UserData", {}).get("Value")
+        user_data = base64.b64decode(encoded).decode() if encoded else None
+        authorized = None
+        if instance.get("KeyName"):
+            pairs = self._client.describe_key_pairs(
+                KeyNames=[instance["KeyName"]], IncludePublicKey=True
+            )["KeyPairs"]
+            authorized = pairs[0].get("PublicKey") if pairs else None
+        index = self.lan.add_host(address, cloud_config_host_key(user_data), authorized or "")
+        self._hosts[instance_id] = index
+
+    def _remove(self, instance_id: str) -> None:
+        index = self._hosts.pop(instance_id, None)
+        if index is not None:
+            self.lan.remove_host(index)
+
+    # -- what tests read and do ---------------------------------------------------------------
+    def instances(self, **filters: list[str]) -> list[dict[str, Any]]:
+        """Every instance (all states; DescribeInstances paginated), ``filters`` as
+        ``{"tag:elasticgrid:job": ["name"]}``."""
+        found = []
+        arguments: dict[str, Any] = {}
+        if filters:
+            arguments["Filters"] = [{"Name": k, "Values": v} for k, v in filters.items()]
+        for page in self._client.get_paginator("describe_instances").paginate(**arguments):
+            for reservation in page["Reservations"]:
+                found.extend(reservation["Instances"])
+        return found
+
+    def alive(self) -> list[str]:
+        """The ids of every instance not terminated."""
+        return sorted(
+            instance["InstanceId"]
+            for instance in self.instances()
+            if instance["State"]["Name"] != "terminated"
+        )
+
+    def user_data(self, instance_id: str) -> str:
+        """The instance's user data as text ('' when none)."""
+        answer = self._client.describe_instance_attribute(
+            InstanceId=instance_id, Attribute="userData"
+        )
+        encoded = answer.get("UserData", {}).get("Value")
+        return base64.b64decode(encoded).decode() if encoded else ""
+
+    def booted(self) -> dict[str, int]:
+        """Each instance that has a host now: instance id -> host index in :attr:`lan`."""
+        with self._lock:
+            return dict(self._hosts)
+
+    def host_index(self, instance_id: str) -> int | None:
+        """The SSH test host index (in :attr:`lan`) of a booted instance, or None."""
+        with self._lock:
+            return self._hosts.get(instance_id)
+
+    def wait_booted(self, instance_ids: Iterable[str], timeout: float = 60.0) -> list[int]:
+        """Wait until each instance has a host whose sshd listens; return their indexes."""
+        deadline = time.monotonic() + timeout
+        indexes = []
+        for instance_id in instance_ids:
+            while (index := self.host_index(instance_id)) is None:
+                if self.errors:
+                    raise RuntimeError(f"fake EC2 watcher failed: {self.errors[-1]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"instance {instance_id} got no host in {timeout}s")
+                time.sleep(0.05)
+            self.lan.wait_listening(index, max(1.0, deadline - time.monotonic()))
+            indexes.append(index)
+        return indexes
+
+    def reclaim(self, instance_id: str) -> None:
+        """A spot interruption: terminate the instance on moto's in-process backend with state
+        reason ``Server.SpotInstanceTermination``, and remove its host at once."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.instances import StateReason
+
+        with self._lock:
+            instance = ec2_backends[DEFAULT_ACCOUNT_ID][REGION].get_instance(instance_id)
+            instance.terminate()
+            instance.state_reason = StateReason(
+                f"{SPOT_REASON}: Spot instance termination", SPOT_REASON
+            )
+            self._remove(instance_id)

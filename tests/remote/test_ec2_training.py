@@ -1,0 +1,188 @@
+"""Training on fake EC2 VMs, driven by real task runs: moto's EC2 API starts the instances, the
+harness boots each as an SSH host (tests/ec2_hosts.py), the ec2 engine runs the ranks on them.
+
+Every test ends with zero instances not terminated (DescribeInstances, every state), and a
+watcher checks throughout that no launch, part and index ever has two live instances.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from elasticgrid_provider.cli import main as cli
+from tests.airflow_support import run_dag
+from tests.ec2_hosts import FakeEc2
+
+pytestmark = [pytest.mark.airflow, pytest.mark.long]
+
+
+class Watch:
+    """What a thread saw while a test ran: hosts' command lines and live instances per poll."""
+
+    def __init__(self) -> None:
+        self.command_lines: list[str] = []
+        self.duplicates: list[str] = []
+        self.most_alive = 0
+        self.errors: list[str] = []
+
+
+def _poll(ec2: FakeEc2, watch: Watch) -> None:
+    alive = [i for i in ec2.instances() if i["State"]["Name"] != "terminated"]
+    watch.most_alive = max(watch.most_alive, len(alive))
+    # launch, part and Name (<part>-<index>): one live instance per slot, ever
+    keys = Counter(tuple(sorted((t["Key"], t["Value"]) for t in i.get("Tags", ()))) for i in alive)
+    watch.duplicates.extend(str(key) for key, count in keys.items() if count > 1)
+    for index in ec2.booted().values():
+        listing = ec2.lan.run(index, "ps -eo args", timeout=10)
+        if listing.returncode == 0:
+            watch.command_lines.append(listing.stdout)
+
+
+@contextmanager
+def watching(ec2: FakeEc2) -> Iterator[Watch]:
+    """Poll the instances and the hosts' command lines until the block ends."""
+    watch, stop = Watch(), threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                _poll(ec2, watch)
+            except Exception as error:  # a host removed mid-call: recorded, asserted empty
+                watch.errors.append(repr(error))
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+
+def assert_nothing_left(ec2: FakeEc2, token: str) -> None:
+    """Zero instances not terminated; the token in no instance's user data."""
+    assert ec2.alive() == []
+    for instance in ec2.instances():
+        user_data = ec2.user_data(instance["InstanceId"])
+        assert user_data.startswith("#cloud-config\n")
+        assert token not in user_data
+        tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", ())}
+        assert {"elasticgrid:job", "elasticgrid:part", "elasticgrid:launch", "Name"} <= set(tags)
+        assert token not in json.dumps(tags)
+    assert ec2.errors == []
+
+
+def test_a_job_trains_on_fake_vms_grows_from_one_to_two_and_leaves_nothing_running(
+    airflow_db, jobs_root, ec2_pool: FakeEc2, capsys
+):
+    token = secrets.token_hex(12)
+    with watching(ec2_pool) as watch:
+        result = run_dag("ec2_training", {"job_name": "cloud", "steps": 60, "token": token})
+
+    assert set(result.task_states.values()) == {"success"}, result.task_states
+    decision = result.xcom("scale_check")
+    assert (decision["action"], decision["current_nodes"], decision["target_nodes"]) == (
+        "scale_up",
+        1,
+        2,
+    )
+    finished = result.xcom("relaunch")
+    assert (finished["status"], finished["nodes"]) == ("done", 2)
+    progress = json.loads(
+        (ec2_pool.lan.pool / "eg" / "cloud" / "shared" / "checkpoint" / "progress.json").read_text()
+    )
+    assert (progress["completed_steps"], progress["world_size"]) == (60, 2)
+
+    # three instances in all (1, then 2 for the relaunch), never two for one slot
+    launches = Counter(
+        {t["Key"]: t["Value"] for t in i["Tags"]}["elasticgrid:launch"]
+        for i in ec2_pool.instances()
+    )
+    assert sorted(launches.values()) == [1, 2]
+    assert watch.duplicates == [] and watch.most_alive <= 3
+    assert_nothing_left(ec2_pool, token)
+    assert watch.command_lines and not [s for s in watch.command_lines if token in s]
+
+    capsys.readouterr()  # the DAG run's log
+    code = cli(["machines", "cloud", "--json"])
+    shown = json.loads(capsys.readouterr().out)
+    assert code == 0
+    newest = {
+        i["InstanceId"]
+        for i in ec2_pool.instances(**{"tag:elasticgrid:launch": [shown["launch_id"]]})
+    }
+    assert len(newest) == 2
+    assert newest <= {row["instance_id"] for row in shown["machines"]}
+    assert {row["state"] for row in shown["machines"]} == {"terminated"}
+    assert {row["market"] for row in shown["machines"]} == {"spot"}
+
+
+def test_a_spot_reclaim_mid_training_is_lost_capacity_recovered_elsewhere(
+    airflow_db, jobs_root, two_clouds: FakeEc2
+):
+    import time
+
+    conf = {"job_name": "reclaimed", "nodes": 1, "steps": 120}
+    launched = run_dag("ec2_launch", conf)
+    assert launched.xcom("launch", "job")["parts"][0]["provider"] == "spot"
+    (instance,) = two_clouds.alive()
+    (index,) = two_clouds.wait_booted([instance])
+    steps = "~/elasticgrid/reclaimed--spot/.elasticgrid/steps.jsonl"
+    deadline = time.monotonic() + 90
+    while len(two_clouds.lan.run(index, f"cat {steps} 2>/dev/null").stdout.splitlines()) < 5:
+        assert time.monotonic() < deadline, "the job logged no steps on its spot instance"
+        time.sleep(0.5)
+    two_clouds.reclaim(instance)
+
+    result = run_dag("ec2_recovery", conf)
+
+    assert result.task_states == {
+        "scale_check": "success",
+        "plan": "success",
+        "relaunch": "success",
+    }
+    decision = result.xcom("scale_check")
+    assert decision["rule"] == "recover", decision
+    (lost,) = decision["lost"]
+    assert lost["provider"] == "spot"
+    assert f"spot instance {instance} reclaimed by AWS" in lost["cause"]
+    finished = result.xcom("relaunch")
+    assert finished["status"] == "done"
+    assert [part["provider"] for part in finished["parts"]] == ["ondemand"]
+    progress = json.loads(
+        (
+            two_clouds.lan.pool / "eg" / "reclaimed" / "shared" / "checkpoint" / "progress.json"
+        ).read_text()
+    )
+    assert progress["completed_steps"] == 120
+    assert_nothing_left(two_clouds, "none")
+
+
+def test_the_teardown_stop_ends_every_instance_after_a_failed_check(
+    airflow_db, jobs_root, ec2_pool: FakeEc2, capsys
+):
+    conf = {"job_name": "torn", "nodes": 2, "steps": 100000}
+
+    result = run_dag("ec2_teardown", conf)
+
+    assert result.task_states["launch"] == "success"
+    assert result.task_states["train_checks"] == "failed"
+    assert result.task_states["stop"] == "success"
+    stopped = result.xcom("stop")
+    assert [(part["engine"], part["nodes"]) for part in stopped["parts"]] == [("ec2", 2)]
+    assert len(ec2_pool.instances()) == 2
+    assert_nothing_left(ec2_pool, "none")
+    for index in range(len(ec2_pool.lan.namespaces)):
+        assert ec2_pool.lan.sshd_pid(index) is None  # every host (and its processes) gone
+
+    code = cli(["stop", "torn"])
+    assert code == 0
+    assert "nothing left to stop" in capsys.readouterr().out
