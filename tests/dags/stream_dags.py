@@ -1,5 +1,5 @@
-"""The stream DAG of the integration suite (integration/dags/stream_dags.py), for
-``dag.test()`` (tests/test_stream_dag.py)."""
+"""The stream DAG of the integration suite (integration/dags/stream_dags.py), here so that
+Airflow's ``dag.test()`` can run it (tests/test_stream_dag.py)."""
 
 from __future__ import annotations
 
