@@ -39,6 +39,14 @@ line is not, and on resume rank 0 replays the line
 (``StepReporter.replay``). Adam moments are not saved: they restart from
 zero after a resume. When all steps are done the script exits 0.
 
+**A stream** (``--arrivals FILE``): step ``k`` serves the ``k``-th batch of a stream
+whose rate the file sets, one ``<epoch seconds> <batches per second>`` line per change
+(a test appends lines to change the load; a last rate of 0 ends the stream, and the job
+exits once every batch that arrived is served). Every rank derives the same arrival
+times from the file, so the batch waits (``queue_s``) and its ``duration_s`` counts from
+its arrival: the step log of a job that keeps up has idle gaps, one that falls behind a
+growing queue, and a relaunch serves the batches that arrived during its restart first.
+
 Every launch needs a fresh rendezvous directory (the socket transport trusts
 any ``rank-<n>.json`` it finds there).
 """
@@ -93,6 +101,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--step-log", default=None, help="step log path (default: <job dir>/steps.jsonl)"
     )
+    parser.add_argument(
+        "--arrivals",
+        default=None,
+        help="serve a stream whose rate this file sets ('<epoch> <batches/s>' per line)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 0:
         parser.error(f"--steps must be at least 0, got {args.steps}")
@@ -115,6 +128,46 @@ def make_microbatch(step: int, index: int, seq_len: int, seed: int) -> Any:
     return Datum(input_ids=[int(t) for t in tokens[:-1]], target_ids=[int(t) for t in tokens[1:]])
 
 
+def read_rates(path: Path) -> list[tuple[float, float]]:
+    """The stream's rate changes, ``(since epoch, batches per second)`` in file order; a
+    line being written (no newline yet) is not read."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    rates = []
+    for line in text.splitlines(keepends=True):
+        fields = line.split()
+        if line.endswith("\n") and len(fields) == 2:
+            rates.append((float(fields[0]), max(float(fields[1]), 0.0)))
+    return rates
+
+
+def arrival_time(rates: list[tuple[float, float]], index: int) -> float | None:
+    """When batch ``index`` (from 0) has arrived under ``rates``; None when it never does."""
+    owed = index + 1.0
+    for number, (since, rate) in enumerate(rates):
+        until = rates[number + 1][0] if number + 1 < len(rates) else float("inf")
+        if rate > 0 and since + owed / rate <= until:
+            return since + owed / rate
+        owed -= rate * (until - since) if rate > 0 else 0.0
+    return None
+
+
+def wait_for_batch(path: Path, index: int) -> float | None:
+    """Block until batch ``index`` of the stream arrived; its arrival time (epoch), or None
+    once the stream ended (its last rate is 0) before it."""
+    while True:
+        rates = read_rates(path)
+        arrived = arrival_time(rates, index)
+        now = time.time()
+        if arrived is not None and now >= arrived:
+            return arrived
+        if arrived is None and rates and rates[-1][1] <= 0:
+            return None
+        time.sleep(0.05 if arrived is None else min(0.05, arrived - now))
+
+
 def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     import numpy as np
     from iroh_tinker import AdamParams
@@ -122,6 +175,7 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     # launched by LaunchOperator, the default is the job's shared folder: it outlives relaunches
     checkpoint = Checkpoint(ctx, args.checkpoint_dir)
     step_log = Path(args.step_log).resolve() if args.step_log else None
+    arrivals = Path(args.arrivals).resolve() if args.arrivals else None
     rank, world = ctx.rank, ctx.world_size
     if world > 1 and ctx.rendezvous_dir is None:
         print(
@@ -164,6 +218,10 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     my_microbatches = range(rank, args.global_batch, world)
     tokens_per_step = float(args.global_batch * args.seq_len)
     for step in range(completed, args.steps):
+        arrived = None if arrivals is None else wait_for_batch(arrivals, step)
+        if arrivals is not None and arrived is None:
+            break  # the stream ended: every rank reads the same file, so all stop here
+        served_from = time.time()
         step_start = time.perf_counter()
         last_wait = 0.0
         loss_sum = 0.0
@@ -200,6 +258,9 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
         queue = float(shared[:world].max())
         loss = float(shared[world:].sum()) / args.global_batch
 
+        if arrived is not None:  # a stream's batch: waited since it arrived, then served
+            queue = max(served_from - arrived, 0.0)
+            duration = queue + duration
         if ctx.is_rank_zero:
             line = reporter.sample(
                 step=step,

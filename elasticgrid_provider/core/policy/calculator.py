@@ -29,6 +29,7 @@ from elasticgrid_provider.core.policy.holds import (
     final_stretch_hold,
     floor_hold,
     price_hold,
+    settling_hold,
     startup_hold,
     stream_restart_hold,
 )
@@ -222,7 +223,22 @@ def demand_rule(policy: ScalePolicy, situation: Situation, load: LoadEstimate) -
             held.append(HeldBy(HoldRule.RESTART_COST, why))
     if verdict.action is ScaleAction.SCALE_DOWN:
         held.append(falling_hold(load, basis))
+        held.append(_settling(policy, situation, load, verdict.target))
     return replace(verdict, held_by=tuple(hold for hold in held if hold is not None))
+
+
+def _settling(
+    policy: ScalePolicy, situation: Situation, load: LoadEstimate, target: int | None
+) -> HeldBy | None:
+    """A stream's shrink held while its window's newer half alone needs fewer nodes."""
+    demand = situation.demand
+    recent = 0.0 if demand is None else demand.newest_per_s
+    if demand is None or target is None or not 0 < recent < demand.rate_per_s:
+        return None
+    settled = replace(demand, rate_per_s=recent, peak_per_s=recent)
+    need, _ = stream_need(policy, replace(situation, demand=settled), load)
+    newer = serving_size(policy, situation, load.basis, need)
+    return settling_hold(demand, str(load.basis), newer, target)
 
 
 def _queue_speeding_up(policy: ScalePolicy, situation: Situation) -> float | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from elasticgrid_provider.core.formatting import number_text, seconds_text
 from elasticgrid_provider.core.policy.decision import HeldBy
 from elasticgrid_provider.core.policy.grid import GridShare
-from elasticgrid_provider.core.policy.load import LoadEstimate
+from elasticgrid_provider.core.policy.load import LoadEstimate, StreamDemand
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import HoldRule, ScaleAction
 from elasticgrid_provider.core.policy.situation import Situation
@@ -148,6 +148,22 @@ def falling_hold(load: LoadEstimate, unit: str) -> HeldBy | None:
         f"the load is still falling: the newer half of the window arrives at "
         f"{number_text(load.recent_demand_per_s)} {unit}/s, the whole at "
         f"{number_text(load.window_demand_per_s)}",
+    )
+
+
+def settling_hold(demand: StreamDemand, unit: str, newer_nodes: int, target: int) -> HeldBy | None:
+    """A stream's shrink waits while the newer half of its arrivals since the rate changed
+    (:attr:`StreamDemand.newest_per_s`) alone needs fewer nodes than the level: the level
+    still mixes an older, higher rate, and a shrink now would take a second one to reach
+    the size the new rate needs."""
+    if newer_nodes >= target:
+        return None
+    return HeldBy(
+        HoldRule.STABILISATION,
+        f"the rate is still settling: the newer half of the arrivals comes at "
+        f"{number_text(demand.newest_per_s)} {unit}/s, which {newer_nodes} nodes cover, "
+        f"all of them at {number_text(demand.rate_per_s)}, which needs {target}; one "
+        "shrink waits for the size the new rate needs",
     )
 
 

@@ -150,6 +150,9 @@ class StreamDemand:
     rate_per_s: float
     peak_per_s: float
     window_s: float
+    newest_per_s: float = 0.0
+    """The rate over the newer half of the arrivals since the rate changed (at least the
+    newest gap): below the level while the window still mixes an older, higher rate."""
 
     @property
     def variability(self) -> float:
@@ -164,7 +167,8 @@ def stream_demand(
 ) -> StreamDemand:
     """The demand of a stream whose ``load`` was estimated from ``samples``: the level is the
     arrival rate since it last changed; the peak adds the newest ``window_s`` of arrivals (at
-    least ``PEAK_MIN_GAPS`` gaps, so one early batch is not a peak) and the queue's growth."""
+    least ``PEAK_MIN_GAPS`` gaps, so one early batch is not a peak) and the queue's growth;
+    ``newest_per_s`` the newer half of the arrivals since the change."""
     level = load.window_demand_per_s if load.window_demand_per_s > 0 else load.demand_per_s
     newest_start = samples[-1].started_at if samples else None
     recent: Sequence[StepSample] = ()
@@ -178,7 +182,9 @@ def stream_demand(
             recent = samples[-(PEAK_MIN_GAPS + 1) :]
     peak_rate = arrival_rate(recent, load.basis) if len(recent) > PEAK_MIN_GAPS else 0.0
     peak = max(level, load.demand_per_s, peak_rate)
-    return StreamDemand(min(level, peak), peak, window_s)
+    current = since_rate_change(samples, load.basis)
+    newest = arrival_rate(current[min(len(current) // 2, len(current) - 2) :], load.basis)
+    return StreamDemand(min(level, peak), peak, window_s, newest)
 
 
 def work_gaps(samples: Sequence[StepSample], basis: WorkBasis) -> list[float] | None:

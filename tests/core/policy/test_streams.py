@@ -160,6 +160,21 @@ def test_the_final_stretch_holds_only_jobs_with_work_left() -> None:
     assert decision.action is ScaleAction.SCALE_DOWN
 
 
+def test_a_drop_still_settling_waits_to_shrink_once() -> None:
+    # gaps of 4.5 s then 5 s (too close for a rate change): all the arrivals read 213/s, 6
+    # nodes of 43/s; the newer half alone 204/s, which 5 cover: one shrink, later, to 5
+    policy = stream_policy()
+    arrivals = [*every(4.5, 7), *every(5.0, 4, start=T0 + 32.0)]
+    mixed = served(arrivals, service_s=1000 / 430, nodes=10)
+    held = decide(policy, mixed, now=arrivals[-1] + 10.0)
+    assert held.action is ScaleAction.HOLD
+    assert [hold.rule for hold in held.held_by] == [HoldRule.STABILISATION]
+    assert "the rate is still settling" in held.reason and "which 5 nodes cover" in held.reason
+    settled = served(every(5.0, 10), service_s=1000 / 430, nodes=10)
+    shrunk = decide(policy, settled, now=T0 + 55.0)
+    assert (shrunk.action, shrunk.target_nodes) == (ScaleAction.SCALE_DOWN, 5)
+
+
 # -- the restart trade-off ----------------------------------------------------------------
 
 
