@@ -178,17 +178,24 @@ def _loss_per_node(claim: JobClaim, nodes: int) -> float:
 def _victims(
     claimant: JobClaim, sizes: Mapping[str, int], claims: Sequence[JobClaim]
 ) -> list[tuple[JobClaim, int]]:
-    """The jobs that may shrink for ``claimant``, cheapest first, with their floors."""
+    """The jobs that may shrink for ``claimant`` (their size in this round, their floor):
+    those a shrink leaves on time before those it would push into missing their deadline,
+    then lowest priority, then least loss per node (the work lost plus the restart)."""
     saves = tier(claimant) == AT_RISK
     found = []
-    for victim in claims:
-        victim = replace(victim, nodes=sizes[victim.job])
+    for victim in claims:  # as the round found them: whether each meets its deadline
         floor = _floor(victim, saves)
-        shrinkable = victim.elastic and victim.nodes > floor
+        now = replace(victim, nodes=sizes[victim.job])
+        shrinkable = victim.elastic and now.nodes > floor
         if shrinkable and victim.job != claimant.job and victim.priority < claimant.priority:
-            found.append((victim, floor))
-    found.sort(key=lambda v: (v[0].priority, _loss_per_node(v[0], v[0].nodes - v[1]), v[0].job))
-    return found
+            found.append((now, floor))
+
+    def cost(item: tuple[JobClaim, int]) -> tuple[bool, int, float, str]:
+        victim, floor = item
+        harmed = bool(victim.deadline_nodes) and floor < victim.deadline_nodes <= victim.nodes
+        return (harmed, victim.priority, _loss_per_node(victim, victim.nodes - floor), victim.job)
+
+    return sorted(found, key=cost)
 
 
 def allocate(

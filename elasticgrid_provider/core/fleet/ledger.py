@@ -188,6 +188,7 @@ class AllocationRound(ForwardCompatible, JsonModel):
     by: Text
     claims: tuple[JobClaim, ...] = ()
     order: tuple[str, ...] = ()
+    tiers: dict[str, str] | None = None  # why each job stands where it does in the order
     result: dict[str, Count] | None = None
     queued: dict[str, str] | None = None
     hopeless: tuple[str, ...] = ()
@@ -461,7 +462,8 @@ def record_round(
         at=now,
         by=by,
         claims=tuple(claims),
-        order=tuple(f"{job} ({allocation.tiers.get(job, '')})" for job in allocation.order),
+        order=allocation.order,
+        tiers=dict(allocation.tiers),
         result={job: allocation.nodes(job) for job in allocation.order},
         queued={job: allocation.results[job].reason for job in allocation.queue},
         hopeless=tuple(job for job in allocation.order if allocation.results[job].hopeless),
