@@ -214,8 +214,9 @@ def check_outcomes(outcomes: Sequence[FleetOutcome], jobs: int, reclaimed: bool 
         seen = len(outcome.runs) + len(outcome.never_started)
         check(seen == jobs, f"{outcome.scheduler} saw {seen} jobs, not {jobs}")
         check(total_cost(outcome) > 0, f"{outcome.scheduler} ran nothing")
-        if outcome.scheduler in STATIC and not reclaimed:
-            check(not any(run.resizes for run in outcome.runs), f"{outcome.scheduler} resized")
+        if outcome.scheduler in STATIC:  # a reclaim resizes whatever the scheduler
+            resized = any(run.resizes for run in outcome.runs)
+            check(reclaimed or not resized, f"{outcome.scheduler} resized")
         else:
             check(
                 any(run.resizes for run in outcome.runs),
