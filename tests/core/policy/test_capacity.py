@@ -254,6 +254,9 @@ def test_a_deadline_pressed_job_asks_only_lower_priority_jobs_to_shrink() -> Non
     ]
     assert [request.job for request in after.queue] == ["a"]
     assert any("asked lower-priority jobs to shrink: low 16 -> 13" in line for _, line in lines)
+    (audited,) = after.rounds  # it started to queue: one audited round
+    assert audited.by == "check of a" and audited.order[0] == "a"
+    assert audited.tiers and audited.tiers["a"] == "deadline at risk"
 
 
 def test_the_cli_prints_the_shared_grid_and_preempted_by_as_recorded() -> None:
