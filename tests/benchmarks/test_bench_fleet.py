@@ -62,7 +62,7 @@ def test_the_quick_run_reports_every_scheduler_by_class_without_over_subscriptio
     assert bench_fleet.main(["--quick", "--json", str(path)]) == 0
     report = Report.load(path)
     assert (report.name, report.quick) == ("fleet", True)
-    by_class, totals = report.tables
+    by_class, totals, seeds = report.tables
     assert by_class.columns == bench_fleet.CLASS_HEADER
     schedulers = list(fleet_simulator.SCHEDULERS)
     classes = list(reversed(fleet_simulator.PRIORITY_CLASSES))
@@ -72,6 +72,13 @@ def test_the_quick_run_reports_every_scheduler_by_class_without_over_subscriptio
     assert all(row[-1] == "0" for row in totals.rows)  # over-subscribed checks
     assert totals.rows[0][3] == "1.00"  # fcfs against itself
     assert any(note.startswith("Target (more goals met") for note in report.notes)
+    assert seeds.columns == bench_fleet.SEED_HEADER
+    days = [(day, seed) for seed in (bench_fleet.SEED, *bench_fleet.OTHER_SEEDS)
+            for day in bench_fleet.DAYS]  # fmt: skip
+    assert [tuple(row[:3]) for row in seeds.rows] == [
+        (day, str(seed), s) for day, seed in days for s in schedulers
+    ]
+    assert all(row[-1] == "0" for row in seeds.rows)  # over-subscribed checks, every day
 
     # the same seed gives the same day, job for job
     again = bench_fleet.evaluate(
