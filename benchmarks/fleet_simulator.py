@@ -62,15 +62,8 @@ from benchmarks.policy_simulator import (
     policy_decider,
     scheduler_for,
 )
-from elasticgrid_provider.core.fleet.sharing import (
-    JobClaim,
-    Verdict,
-    decide_shortfall,
-    gain_per_node,
-    plan_preemption,
-    queue_ahead,
-    share_free_nodes,
-)
+from elasticgrid_provider.core.fleet.allocator import allocate
+from elasticgrid_provider.core.fleet.sharing import JobClaim, gain_per_node
 from elasticgrid_provider.core.samples import StepSample
 
 CHECK_S = 5 * CHECK_INTERVAL_S  # a scale check every 5 minutes (the policy benchmark: every 1)
@@ -233,12 +226,19 @@ class Run:
             remaining = left * work.step_s(self.nodes)
             time_left = self.job.arrival_s + work.deadline_s - now
             deadline_nodes = _deadline_nodes(work, left, time_left, capacity, self.nodes)
+            slack: float | None = -1.0  # no size meets it: hopeless
+            if deadline_nodes:
+                restart = work.startup_s if deadline_nodes != self.nodes else 0.0
+                slack = time_left - restart - left * work.step_s(deadline_nodes)
+            else:
+                deadline_nodes = max(wanted, self.nodes)
         else:  # the load still to come, or the backlog to serve if that takes longer
             arrived = bisect.bisect_right(self.arrivals, now - self.job.arrival_s)
             backlog_s = (arrived - self.index) * work.batch_tokens / work.capacity(self.nodes)
             remaining = max(self.job.arrival_s + work.duration_s - now, backlog_s, 0.0)
-            # its latency goal needs what its policy asks for, unless that goal is lost already
-            deadline_nodes = 0 if self._latency_lost(now) else wanted
+            # its demand is its need (what its policy asks for), unless its latency goal is lost
+            deadline_nodes = wanted
+            slack = -1.0 if self._latency_lost(now) else None
         return JobClaim(
             job=self.job.name,
             nodes=self.nodes,
@@ -249,6 +249,8 @@ class Run:
             remaining_s=remaining,
             restart_s=work.startup_s,
             deadline_nodes=min(deadline_nodes, max(wanted, self.nodes)),
+            slack_s=slack,
+            since=self.job.arrival_s,
         )
 
 
@@ -349,74 +351,84 @@ def quota(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
 
 def sharing(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
             queue: list[FleetJob]) -> Starts:  # fmt: skip
-    """The provider's rules: launches (preempting lower priorities), deadline-pressure scale-ups
-    (the same), then the free nodes by gain, the waiting launches' needs held for them."""
+    """The provider's one allocator (:func:`allocate`) over every running job's claim and
+    every queued launch's: who holds what, who is shrunk for whom, who starts."""
+    return _allocate(now, capacity, runs, wanted, queue, foresight=False)
+
+
+def reference(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
+              queue: list[FleetJob]) -> Starts:  # fmt: skip
+    """The gain-based reference: the same allocator, but every claim sees the future exactly
+    (a batch job's true step time and work left give the smallest size that meets its deadline,
+    a stream's coming load its size) instead of what a scale policy reads from samples."""
+    return _allocate(now, capacity, runs, wanted, queue, foresight=True)
+
+
+def _allocate(now: float, capacity: int, runs: list[Run], wanted: dict[str, int],
+              queue: list[FleetJob], *, foresight: bool) -> Starts:  # fmt: skip
+    if foresight:
+        wanted = {run.job.name: _oracle_size(run, now, capacity) for run in runs}
     _grant_shrinks(now, runs, wanted)
-    by_name = {run.job.name: run for run in runs}
-    claims = {run.job.name: run.claim(wanted.get(run.job.name, run.nodes), now, capacity)
-              for run in runs}  # fmt: skip
-    requests = {job.name: _launch_claim(job, now, capacity) for job in queue}
-    lost = {
-        job.name: isinstance(job.work, BatchJob) and not requests[job.name].deadline_nodes
-        for job in queue
-    }  # a batch job no size brings in by its deadline: served last
-    ordered = sorted(queue, key=lambda job: (-job.priority, lost[job.name], job.arrival_s,
-                                             job.name))  # fmt: skip
-    starts: Starts = []
-    waiting: list[JobClaim] = []
+    claims = [run.claim(wanted.get(run.job.name, run.nodes), now, capacity) for run in runs]
+    claims += [_launch_claim(job, now, capacity) for job in queue]
+    plan = allocate(claims, free_nodes(capacity, runs), capacity=capacity)
+    for run in runs:
+        if plan.nodes(run.job.name) != run.nodes:
+            run.resize(plan.nodes(run.job.name), now)
+    return [(job, plan.nodes(job.name)) for job in queue if plan.nodes(job.name)]
 
-    def room(claim: JobClaim) -> dict[str, int]:
-        held = sum(nodes for _, nodes in starts)
-        kept = sum(ahead.extra_needed for ahead in queue_ahead(claim, waiting))
-        return {PROVIDER: max(0, free_nodes(capacity, runs) - held - kept)}
 
-    def preempt(request: JobClaim) -> int:
-        plan = plan_preemption(request, room(request), claims.values())
-        for shrink in plan.shrinks:
-            by_name[shrink.job].resize(shrink.to_nodes, now)
-            claims[shrink.job] = by_name[shrink.job].claim(shrink.to_nodes, now, capacity)
-        return plan.granted
-
-    for job in ordered:
-        request = requests[job.name]
-        decision = decide_shortfall(request, room(request))
-        granted = decision.nodes if decision.verdict == Verdict.GRANTED else preempt(request)
-        if granted:
-            starts.append((job, granted))
-        else:
-            waiting.append(request)
-    behind = sorted(
-        (claim for claim in claims.values() if claim.deadline_nodes > claim.nodes),
-        key=lambda claim: (-claim.priority, claim.job),
-    )
-    for claim in behind:
-        granted = preempt(
-            replace(claim, wanted=claim.deadline_nodes, min_nodes=claim.deadline_nodes)
-        )
-        if granted > claim.nodes:
-            by_name[claim.job].resize(granted, now)
-            claims[claim.job] = replace(claim, nodes=granted, wanted=granted)
-    free = {PROVIDER: free_nodes(capacity, runs) - sum(nodes for _, nodes in starts)}
-    jobs = {job.name: job for job in ordered}
-    for resize in share_free_nodes(free, [*claims.values(), *waiting]):
-        if resize.from_nodes == 0:  # a waiting launch that fits after all
-            starts.append((jobs[resize.job], resize.to_nodes))
-        else:
-            by_name[resize.job].resize(resize.to_nodes, now)
-    return starts
+def _oracle_size(run: Run, now: float, capacity: int) -> int:
+    """The size a job that sees its future asks for: a batch job keeps its size while that
+    meets its deadline with a 10% margin, else the smallest that does (all of the grid when
+    none does); a stream the smallest size serving the busiest hour still to come (and its
+    backlog), shrinking only when that is a quarter smaller."""
+    work = run.job.work
+    if isinstance(work, BatchJob):
+        left = work.steps - run.done
+        budget = 0.9 * (run.job.arrival_s + work.deadline_s - now)
+        if left * work.step_s(run.nodes) <= budget:
+            return run.nodes
+        return _deadline_nodes(work, left, budget, capacity, run.nodes) or capacity
+    offset = now - run.job.arrival_s
+    backlog = max(0, bisect.bisect_right(run.arrivals, offset) - run.index)
+    peak = 0
+    for hour in range(int(offset // 3600), int(work.duration_s // 3600) + 1):
+        start = max(offset, hour * 3600.0)
+        peak = max(peak, bisect.bisect_right(run.arrivals, start + 3600.0)
+                   - bisect.bisect_right(run.arrivals, start))  # fmt: skip
+    rate = (peak + backlog) * work.batch_tokens / 3600.0
+    size = next((n for n in range(1, capacity + 1) if work.capacity(n) >= rate), capacity)
+    size = max(size, run.job.min_nodes)
+    return run.nodes if size < run.nodes and size > 0.75 * run.nodes else size
 
 
 def _launch_claim(job: FleetJob, now: float, capacity: int) -> JobClaim:
     """A queued job's request: at least the size its deadline needs (when one still does), and
-    never less than that: a batch job started too small for its deadline would miss it."""
+    never less than that: a batch job started too small for its deadline would miss it; a
+    batch job no size brings in by its deadline is hopeless (it still runs)."""
     need = _launch_deadline_nodes(job, now, capacity)
     wanted = max(job.launch_nodes, need)
+    work = job.work
+    slack: float | None = None
+    deadline = need
+    if isinstance(work, BatchJob):
+        time_left = job.arrival_s + work.deadline_s - now
+        slack = time_left - work.steps * work.step_s(need) if need else -1.0
+        deadline = need or wanted
     return JobClaim(job=job.name, nodes=0, wanted=wanted, min_nodes=max(job.min_nodes, need),
-                    priority=job.priority, deadline_nodes=need)  # fmt: skip
+                    priority=job.priority, deadline_nodes=deadline, slack_s=slack,
+                    since=job.arrival_s)  # fmt: skip
 
 
-SCHEDULERS: dict[str, Scheduler] = {"fcfs": fcfs, "quota": quota, "sharing": sharing}
+SCHEDULERS: dict[str, Scheduler] = {
+    "fcfs": fcfs,
+    "quota": quota,
+    "sharing": sharing,
+    "reference": reference,
+}
 STATIC = frozenset({"fcfs"})  # schedulers that never resize (no scale policy asked)
+FORESIGHT = frozenset({"reference"})  # schedulers that size jobs from their future, not a policy
 
 
 # -- the day -------------------------------------------------------------------------------
@@ -440,37 +452,64 @@ class FleetOutcome:
         return self.busy_node_s / (self.capacity * self.ended_s) if self.ended_s else 0.0
 
 
-def simulate(jobs: Sequence[FleetJob], capacity: int, scheduler: str) -> FleetOutcome:
+@dataclass(frozen=True)
+class Reclaim:
+    """Spot capacity the cloud takes back for a while: ``nodes`` fewer from ``start_s`` to
+    ``end_s``. Whatever the scheduler, the jobs holding the most above their ``min_nodes``
+    give nodes up first, then the latest started stop (their work lost, back in the queue)."""
+
+    start_s: float
+    end_s: float
+    nodes: int
+
+    def capacity_at(self, capacity: int, now: float) -> int:
+        return capacity - self.nodes if self.start_s <= now < self.end_s else capacity
+
+
+def simulate(jobs: Sequence[FleetJob], capacity: int, scheduler: str,
+             reclaim: Reclaim | None = None) -> FleetOutcome:  # fmt: skip
     """Run the day under ``scheduler`` until every job is done (or ``GIVE_UP_S``)."""
     arrange = SCHEDULERS[scheduler]
     waiting = sorted(jobs, key=lambda job: (job.arrival_s, job.name))
     queue: list[FleetJob] = []
     runs: list[Run] = []
     active: list[Run] = []
+    stopped: dict[str, Run] = {}
     now, busy, excess_checks, worst = 0.0, 0.0, 0, 0
     while (waiting or queue or active) and now < GIVE_UP_S:
         while waiting and waiting[0].arrival_s <= now:
             queue.append(waiting.pop(0))
+        grid = reclaim.capacity_at(capacity, now) if reclaim else capacity
+        active = _take_back(now, grid, active, queue, stopped)
         wanted = {}
-        if scheduler not in STATIC:
+        if scheduler not in STATIC | FORESIGHT:
             for run in active:
                 if run.down_until <= now and run.decide is not None:
                     target = run.decide(run.pending, run.nodes, now - run.job.arrival_s)
                     run.pending = []
-                    wanted[run.job.name] = min(max(target, run.job.min_nodes), capacity)
-        for job, nodes in arrange(now, capacity, active, wanted, queue):
+                    wanted[run.job.name] = min(max(target, run.job.min_nodes), grid)
+        for job, nodes in arrange(now, grid, active, wanted, queue):
             queue.remove(job)
             run = Run(
-                job, nodes, now, None if scheduler in STATIC else _decider(job), sizes=[nodes]
+                job,
+                nodes,
+                now,
+                None if scheduler in STATIC | FORESIGHT else _decider(job),
+                sizes=[nodes],
             )
+            if job.name in stopped:  # started again after a reclaim stopped it
+                before = stopped.pop(job.name)
+                runs.remove(before)
+                run.cost_node_s, run.resizes = before.cost_node_s, before.resizes + 1
+                run.started_s = before.started_s
             if isinstance(job.work, StreamJob):
                 run.arrivals = job.work.arrivals()
             active.append(run)
             runs.append(run)
         held = sum(run.nodes for run in active)
-        if held > capacity:
+        if held > grid:
             excess_checks += 1
-            worst = max(worst, held - capacity)
+            worst = max(worst, held - grid)
         end = now + CHECK_S
         for run in active:
             run.advance(now, end)
@@ -480,6 +519,29 @@ def simulate(jobs: Sequence[FleetJob], capacity: int, scheduler: str) -> FleetOu
     ended = max([now, *(run.finished_s or now for run in runs)])
     return FleetOutcome(scheduler, capacity, runs, queue + waiting, ended, busy, excess_checks,
                         worst)  # fmt: skip
+
+
+def _take_back(now: float, grid: int, active: list[Run], queue: list[FleetJob],
+               stopped: dict[str, Run]) -> list[Run]:  # fmt: skip
+    """The running jobs after a reclaim leaves ``grid`` nodes (:class:`Reclaim`)."""
+    excess = sum(run.nodes for run in active) - grid
+    if excess <= 0:
+        return active
+    for run in sorted(active, key=lambda run: (run.job.min_nodes - run.nodes, run.job.name)):
+        taken = min(run.nodes - run.job.min_nodes, excess)
+        if taken > 0:
+            run.resize(run.nodes - taken, now)
+            excess -= taken
+    kept = []
+    for run in sorted(active, key=lambda run: (-run.started_s, run.job.name)):
+        if excess > 0:
+            excess -= run.nodes
+            stopped[run.job.name] = run
+            queue.append(run.job)
+        else:
+            kept.append(run)
+    queue.sort(key=lambda job: (job.arrival_s, job.name))
+    return sorted(kept, key=lambda run: (run.started_s, run.job.name))
 
 
 def _decider(job: FleetJob) -> Decider:

@@ -41,7 +41,7 @@ from elasticgrid_provider.cli.jobs_root import (
 )
 from elasticgrid_provider.cli.parsing import load_grid
 from elasticgrid_provider.cli.rendering import Result
-from elasticgrid_provider.core.fleet.view import nodes_text
+from elasticgrid_provider.core.fleet.view import nodes_text, why_text
 from elasticgrid_provider.core.formatting import aligned_table, clock_text, seconds_text
 
 FLEET_HELP = (
@@ -91,8 +91,9 @@ def fleet_text(view: dict[str, Any]) -> str:
         lines += ["", "queue: empty"]
     else:
         queue_rows = [
-            ("#", "job", "wants", "at least", "priority", "since", "timeout", "last look", "lease")
-        ]
+            ("#", "job", "wants", "at least", "priority", "since", "timeout", "last look",
+             "lease", "why")
+        ]  # fmt: skip
         queue_rows += [
             (
                 str(request["position"]),
@@ -104,6 +105,7 @@ def fleet_text(view: dict[str, Any]) -> str:
                 seconds_text(request["timeout_s"]),
                 clock_text(request["last_look"]),
                 seconds_text(request["lease_s"]),
+                why_text(request),
             )
             for request in view["queue"]
         ]
@@ -112,8 +114,21 @@ def fleet_text(view: dict[str, Any]) -> str:
             "queue (served in this order):",
             aligned_table(queue_rows, right=(0, 2, 3, 4)),
         ]
-    lines += ["", *shrinks_text(view["shrinks"])]
+    lines += ["", *shrinks_text(view["shrinks"]), "", *round_text(view.get("last_round"))]
     return "\n".join(lines)
+
+
+def round_text(entry: dict[str, Any] | None) -> list[str]:
+    """The newest allocation round as lines: when, who asked, the order with tiers and sizes."""
+    if not entry:
+        return ["allocation rounds: none recorded"]
+    rows = [("#", "job", "tier", "nodes after", "hopeless")]
+    rows += [
+        (str(place), row["job"], row["tier"], str(row["nodes"]), "yes" if row["hopeless"] else "")
+        for place, row in enumerate(entry["order"], start=1)
+    ]
+    head = f"last allocation round ({entry['by']}, {clock_text(entry['at'])}), in order:"
+    return [head, aligned_table(rows, right=(0, 3))]
 
 
 def shrinks_text(shrinks: list[dict[str, Any]]) -> list[str]:

@@ -10,9 +10,12 @@ once, and every decision is the pure core's
   granted one is planned over the nodes others leave free and reserved (a placement on a
   provider that can be planned but not launched is refused instead: a plan for a job
   reserves only what its launch can use); a waiting one is
-  queued (its place kept across tries) and, when strictly-lower-priority jobs hold nodes,
-  asks them to shrink (``plan_preemption`` then ``request_shrinks``); a failed one
-  changes nothing.
+  queued (its place and its checks' claim kept across tries), the round audited in the
+  ledger, and, when shrinking strictly-lower-priority jobs makes the result fit what it
+  accepts, asks them to shrink (``plan_preemption`` then ``request_shrinks``); a failed
+  one changes nothing. Every decision is the one allocator's
+  (:mod:`elasticgrid_provider.core.fleet.allocator`), over every claim on the grid
+  (:func:`~elasticgrid_provider.core.policy.claim.holder_claims`).
 * :func:`decide_request` is also what :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`
   asks of a read-only snapshot: it fires when the request would be granted; until then
   it renews the request's lease (:meth:`GridCapacity.renew`), as a plan that waits in
@@ -29,10 +32,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
+from elasticgrid_provider.core.fleet.allocator import (
+    accepting,
+    allocate,
+    decide_shortfall,
+    plan_preemption,
+)
 from elasticgrid_provider.core.fleet.ledger import (
     DEFAULT_LEASE_S,
     REBUILT_PRIORITY,
@@ -49,6 +58,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     job_usage,
     others_using,
     queue_position,
+    record_round,
     release,
     renew,
     request_shrinks,
@@ -61,12 +71,12 @@ from elasticgrid_provider.core.fleet.sharing import (
     ShortfallDecision,
     ShortfallMode,
     Verdict,
-    decide_shortfall,
-    plan_preemption,
+    free_total,
 )
 from elasticgrid_provider.core.launch_record import new_launch_id
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.policy.claim import holder_claims
 from elasticgrid_provider.core.records import (
     RecordLayout,
     known_fields,
@@ -186,53 +196,57 @@ def holders_text(ledger: GridLedger, *, except_job: str | None = None) -> str:
     return "; ".join(phrases) or "nobody"
 
 
-def _claims_of_holders(ledger: GridLedger, job: str) -> list[JobClaim]:
-    """Every other job's claim as it holds now (its priority and min_nodes as it reserved)."""
-    claims = []
-    for other, nodes in holdings_by_job(ledger, except_job=job).items():
-        newest = max(ledger.holdings_of(other), key=lambda holding: holding.launch_id)
-        size = sum(nodes.values())
-        claims.append(
-            JobClaim(
-                job=other,
-                nodes=size,
-                wanted=size,
-                min_nodes=min(newest.min_nodes, size),
-                priority=newest.priority,
-            )
-        )
-    return claims
+def request_claim(ledger: GridLedger, request: CapacityRequest) -> JobClaim:
+    """The request as the allocator reads it: the job's queue entry when it waits (the claim
+    its checks wrote: deadline, slack, gain, arrival), with the request's sizes and priority,
+    counting the nodes the job uses now."""
+    using = sum(job_usage(ledger, request.job).values())
+    queued = next((r for r in ledger.queue if r.job == request.job), None)
+    base = queued.as_claim() if queued else JobClaim(job=request.job, nodes=0, wanted=1)
+    return replace(
+        base,
+        nodes=using,
+        wanted=request.nodes,
+        min_nodes=min(request.min_nodes, request.nodes),
+        priority=request.priority,
+    )
 
 
 def decide_request(
     ledger: GridLedger, request: CapacityRequest, capacities: Mapping[str, int]
 ) -> ShortfallDecision:
-    """The request against the nodes free on ``capacities`` and the queue ahead of it
-    (:func:`~elasticgrid_provider.core.fleet.sharing.decide_shortfall`): a job keeps the
-    nodes it uses (a replan of a running job competes only for the nodes it adds; one that
-    shrinks is always granted)."""
-    claim = JobClaim(
-        job=request.job,
-        nodes=sum(job_usage(ledger, request.job).values()),
-        wanted=request.nodes,
-        min_nodes=request.min_nodes,
-        priority=request.priority,
-    )
-    queued = [r.as_claim() for r in sorted(ledger.queue, key=lambda r: (r.since, r.job))]
+    """The request against every claim on the grid by the one allocator
+    (:func:`~elasticgrid_provider.core.fleet.allocator.decide_shortfall`, the sensor's rule
+    too): a job keeps the nodes it uses (a replan of a running job competes only for the
+    nodes it adds; one that shrinks is always granted)."""
     return decide_shortfall(
-        claim,
+        request_claim(ledger, request),
         free_nodes(ledger, capacities),
         mode=request.mode,
-        queued=queued,
+        queued=holder_claims(ledger, request.job),
         holdings=holdings_by_job(ledger, except_job=request.job),
+        capacity=sum(capacities.values()) or None,
     )
 
 
 def _queued(ledger: GridLedger, request: CapacityRequest, now: float) -> GridLedger:
-    """``ledger`` with ``request`` in the queue, renewed at ``now`` (a job's earlier request
-    keeps its place), counting the nodes its job uses now."""
+    """``ledger`` with ``request`` in the queue, renewed at ``now``: a job's earlier entry
+    keeps its place and the claim its checks wrote, with the request's sizes (one entry per
+    job, every caller updating it the same way), counting the nodes its job uses now."""
     using = sum(job_usage(ledger, request.job).values())
-    return enqueue(ledger, request.as_queued(now, using), now=now)
+    fresh = request.as_queued(now, using)
+    earlier = next((r for r in ledger.queue if r.job == request.job), None)
+    if earlier is not None:
+        fresh = replace(
+            earlier,
+            nodes=fresh.nodes,
+            min_nodes=fresh.min_nodes,
+            priority=fresh.priority,
+            timeout_s=fresh.timeout_s,
+            current_nodes=using,
+            lease_s=fresh.lease_s,
+        )
+    return enqueue(ledger, fresh, now=now)
 
 
 class GridCapacity:
@@ -286,11 +300,19 @@ class GridCapacity:
                     pools=pools,
                 )
                 return SharedPlan(request.job, decision, holders, placement, launch_id)
+            was_queued = any(r.job == request.job for r in ledger.queue)
             ledger = _queued(ledger, request, now)
             shrinks: tuple[ShrinkRequest, ...] = ()
-            claim = next(r for r in ledger.queue if r.job == request.job).as_claim()
+            claim = accepting(request_claim(ledger, request), request.mode)
             free = free_nodes(ledger, capacities)
-            preemption = plan_preemption(claim, free, _claims_of_holders(ledger, request.job))
+            holders_now = holder_claims(ledger, request.job)
+            capacity = sum(capacities.values()) or None
+            preemption = plan_preemption(claim, free, holders_now, capacity=capacity)
+            if preemption.shrinks or not was_queued:  # a round that changes something
+                audit = allocate([*holders_now, claim], free_total(free), capacity=capacity)
+                ledger = record_round(
+                    ledger, [*holders_now, claim], audit, by=f"plan of {request.job}", now=now
+                )
             if preemption.shrinks:
                 ledger = request_shrinks(ledger, preemption, by_priority=request.priority, now=now)
                 asked = {resize.job for resize in preemption.shrinks}

@@ -32,7 +32,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from elasticgrid_provider.core.fleet.view import nodes_text
+from elasticgrid_provider.core.fleet.view import nodes_text, why_text
 from elasticgrid_provider.core.formatting import clock_text, seconds_text
 from elasticgrid_provider.core.state import state_variable_key
 from elasticgrid_provider.plugins.access import (
@@ -88,7 +88,14 @@ def only_readable(view: dict[str, Any], readable: set[str]) -> dict[str, Any]:
         }
         for shrink in view.get("shrinks", [])
     ]
-    return {**view, "providers": providers, "jobs": jobs_rows, "queue": queue, "shrinks": shrinks}
+    last = view.get("last_round")
+    if last:
+        order = [row if row["job"] in readable else {**row, "job": OTHER_JOBS}
+                 for row in last["order"]]  # fmt: skip
+        last = {**last, "order": order, "queued": {
+            job: why for job, why in last["queued"].items() if job in readable}}  # fmt: skip
+    return {**view, "providers": providers, "jobs": jobs_rows, "queue": queue,
+            "shrinks": shrinks, "last_round": last}  # fmt: skip
 
 
 def _job_cell(job: str) -> Callable[[dict[str, Any]], str]:
@@ -142,6 +149,7 @@ def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
             "timeout": lambda row: seconds_text(row["timeout_s"]),
             "last look": lambda row: clock_text(row["last_look"]),
             "lease": lambda row: seconds_text(row["lease_s"]),
+            "why": why_text,
         }
         body += _table(view["queue"], queue_columns)
     else:
@@ -158,6 +166,19 @@ def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
         body += _table(view["shrinks"], shrink_columns)
     else:
         body += '<p class="muted">No job is asked to shrink.</p>'
+    body += "<h2>Last allocation round</h2>"
+    last = view.get("last_round")
+    if last:
+        body += f'<p class="muted">{esc(last["by"])}, {esc(clock_text(last["at"]))}.</p>'
+        round_columns: Columns = {
+            "job": lambda row: job_link(row["job"]),
+            "tier": "tier",
+            "nodes after": "nodes",
+            "hopeless": lambda row: "yes" if row["hopeless"] else "",
+        }
+        body += _table(last["order"], round_columns)
+    else:
+        body += '<p class="muted">No allocation round is recorded.</p>'
     return _page("Fleet", body)
 
 

@@ -62,7 +62,7 @@ def test_the_quick_run_reports_every_scheduler_by_class_without_over_subscriptio
     assert bench_fleet.main(["--quick", "--json", str(path)]) == 0
     report = Report.load(path)
     assert (report.name, report.quick) == ("fleet", True)
-    by_class, totals = report.tables
+    by_class, totals, seeds = report.tables
     assert by_class.columns == bench_fleet.CLASS_HEADER
     schedulers = list(fleet_simulator.SCHEDULERS)
     classes = list(reversed(fleet_simulator.PRIORITY_CLASSES))
@@ -72,6 +72,13 @@ def test_the_quick_run_reports_every_scheduler_by_class_without_over_subscriptio
     assert all(row[-1] == "0" for row in totals.rows)  # over-subscribed checks
     assert totals.rows[0][3] == "1.00"  # fcfs against itself
     assert any(note.startswith("Target (more goals met") for note in report.notes)
+    assert seeds.columns == bench_fleet.SEED_HEADER
+    days = [(day, seed) for seed in (bench_fleet.SEED, *bench_fleet.OTHER_SEEDS)
+            for day in bench_fleet.DAYS]  # fmt: skip
+    assert [tuple(row[:3]) for row in seeds.rows] == [
+        (day, str(seed), s) for day, seed in days for s in schedulers
+    ]
+    assert all(row[-1] == "0" for row in seeds.rows)  # over-subscribed checks, every day
 
     # the same seed gives the same day, job for job
     again = bench_fleet.evaluate(
@@ -88,3 +95,19 @@ def test_over_subscription_fails_the_benchmark():
     outcome.oversubscribed_checks, outcome.worst_excess = 1, 3
     with pytest.raises(SystemExit, match="fcfs over-subscribed the grid at 1 checks"):
         bench_fleet.check_outcomes([outcome], 1)
+
+
+@pytest.mark.parametrize("scheduler", ["fcfs", "quota", "sharing", "reference"])
+def test_a_spot_reclaim_stops_the_latest_job_and_it_starts_again_after(scheduler):
+    # two 2-node jobs (min 1) of 600 s on 4 nodes; 3 nodes are taken back from 300 s to 1500 s:
+    # the jobs give up what is above their min_nodes (1 each), then one of them stops
+    jobs = [batch_job("first", 0.0, 2), batch_job("second", 0.0, 2)]
+    reclaim = fleet_simulator.Reclaim(300.0, 1500.0, 3)
+    outcome = fleet_simulator.simulate(jobs, 4, scheduler, reclaim)
+    assert outcome.oversubscribed_checks == 0
+    assert sorted(run.job.name for run in outcome.runs) == ["first", "second"]  # one run each
+    kept, stopped = sorted(outcome.runs, key=lambda run: run.resizes)
+    assert kept.sizes[:2] == [2, 1] and kept.resizes == 1
+    assert stopped.resizes >= 2  # shrunk, then stopped, then started again (one run, its cost)
+    assert stopped.cost_node_s > kept.cost_node_s
+    assert all(run.finished_s is not None for run in outcome.runs)

@@ -140,7 +140,9 @@ KINDS = {
 # rewrite adds them (and nothing else) to what main wrote
 _NEW_PARAMETERS = {"stream_band", "peak_window_s", "stream_window_restarts"}
 ADDED_SINCE_FIXTURES = {
-    "decision": {("thresholds",): _NEW_PARAMETERS, ("inputs", "scheduler"): _NEW_PARAMETERS}
+    "decision": {("thresholds",): _NEW_PARAMETERS, ("inputs", "scheduler"): _NEW_PARAMETERS},
+    # ledger 2.1: the running jobs' standing, the audited rounds, a queued claim's slack
+    "grid ledger": {(): {"schema_minor", "standing", "rounds"}, ("queue", 0): {"slack_s"}},
 }
 
 
@@ -155,7 +157,7 @@ def _without_added(kind: str, written: dict[str, Any]) -> dict[str, Any]:
 
 
 # names a reader gives a meaning of its own beside the objects' fields
-RESERVED = {(): {"hold_run", *VERSION_KEYS}, ("context",): {"readable"}}
+RESERVED = {(): {"hold_run", "standing", "rounds", *VERSION_KEYS}, ("context",): {"readable"}}
 
 json_values = st.recursive(
     st.none()

@@ -15,6 +15,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     shrink_request_for,
 )
 from elasticgrid_provider.core.fleet.sharing import ShortfallMode, Verdict
+from elasticgrid_provider.core.fleet.view import fleet_view
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import providers_from_dicts
 from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity
@@ -121,3 +122,21 @@ def test_a_plan_whose_provider_name_means_another_pool_is_refused_and_not_queued
         capacity.plan(planner, CapacityRequest("waiter", 2, 2))
 
     assert capacity.store.snapshot().ledger.queue == ()
+
+
+def test_a_plan_that_starts_to_queue_audits_one_round_and_a_retry_none(tmp_path):
+    capacity = _capacity(tmp_path)
+    capacity.plan(PLANNER, CapacityRequest("holder", 4, 4))
+    capacity.plan(PLANNER, CapacityRequest("waiter", 2, 2))
+    capacity.plan(PLANNER, CapacityRequest("waiter", 2, 2))  # the waiting plan looks again
+    ledger = capacity.store.snapshot().ledger
+    (audited,) = ledger.rounds  # one round: the one in which 'waiter' started to queue
+    assert (audited.by, audited.order) == ("plan of waiter", ("waiter", "holder"))
+    assert audited.result == {"waiter": 0, "holder": 4}
+    assert audited.queued == {
+        "waiter": "needs 2 nodes and 0 are free; shrinking lower-priority jobs would not make "
+        "it fit"
+    }
+    view = fleet_view(ledger, {"local": 4})
+    assert view["queue"][0]["reason"] == audited.queued["waiter"]
+    assert [row["job"] for row in view["last_round"]["order"]] == ["waiter", "holder"]

@@ -89,7 +89,10 @@ def test_the_fleet_page_shows_providers_by_jobs_free_nodes_and_the_queue(client,
     assert (
         "provider capacity free pool train tune cloud 8 5 - - 3 reserved local 4 2 local 2 held -"
     ) in text  # the pool a name stands for is known once a launch record or reservation says
-    assert "Queue # job wants at least priority since timeout last look lease 1 eval 4 2 2" in text
+    assert (
+        "Queue # job wants at least priority since timeout last look lease why 1 eval 4 2 2" in text
+    )
+    assert "No allocation round is recorded." in text
     # a job with a page links to it, in the iframe; one without has no link
     assert '<a href="/elasticgrid/jobs/train">train</a>' in response.text
     assert '<a href="/elasticgrid/jobs/tune">' not in response.text

@@ -164,14 +164,15 @@ def test_two_jobs_claims_share_the_nodes_a_finished_job_frees_by_gain(airflow_db
     assert _held_rules(_check("dear", **dear).xcom("scale_check")) == ["capacity"]
 
 
-def _deadline_pressed(priority: int, max_nodes: int = 2) -> dict[str, Any]:
-    """Far behind: 1,000 steps left at 2 s a step on 1 node, 10 minutes to go; it asks for
-    ``max_nodes`` (its deadline size within its bounds)."""
+def _deadline_pressed(priority: int, max_nodes: int = 2, steps: int = 1000) -> dict[str, Any]:
+    """Far behind: ``steps`` left at 2 s a step on 1 node, 10 minutes to go; it asks for
+    ``max_nodes`` (its deadline size within its bounds). 1,000 steps miss the deadline even
+    at 4 nodes (hopeless: it shrinks nobody); 400 meet it at 2."""
     deadline = datetime.now(timezone.utc) + timedelta(minutes=10)
     return {
         "samples": _samples(1, queue_s=0.0, duration_s=2.0),
         "deadline": deadline.isoformat(),
-        "remaining_steps": 1000,
+        "remaining_steps": steps,
         "priority": priority,
         "policy": {"max_nodes": max_nodes},
     }
@@ -185,7 +186,7 @@ def test_a_higher_priority_deadline_pressed_job_preempts_a_lower_one_to_its_min_
     _record(jobs_root, "batch", priority=0, min_nodes=2)
     _record(jobs_root, "urgent", priority=5, min_nodes=1)
 
-    asked = _check("urgent", **_deadline_pressed(priority=5)).xcom("scale_check")
+    asked = _check("urgent", **_deadline_pressed(priority=5, steps=400)).xcom("scale_check")
     assert (asked["action"], asked["rule"]) == ("hold", "deadline_pressure")
     assert _held_rules(asked) == ["capacity"]
     shrinks = _ledger(jobs_root).shrinks
@@ -213,7 +214,7 @@ def test_a_deadline_pressed_job_shrinks_nobody_when_its_deadline_stays_out_of_re
     _launch("urgent", 1)
     _record(jobs_root, "batch", priority=0, min_nodes=2)
     _record(jobs_root, "urgent", priority=5, min_nodes=1)
-    # it needs 3 more to meet its deadline; batch can give 1: a restart for nothing
+    # even 4 nodes miss its deadline (hopeless); batch could give 1: a restart for nothing
     asked = _check("urgent", **_deadline_pressed(priority=5, max_nodes=4)).xcom("scale_check")
     assert _held_rules(asked) == ["capacity"]
     assert _ledger(jobs_root).shrinks == ()
@@ -225,7 +226,7 @@ def test_a_job_of_equal_priority_is_never_shrunk(airflow_db, jobs_root):
     _record(jobs_root, "peer", priority=5, min_nodes=1)
     _record(jobs_root, "urgent", priority=5, min_nodes=1)
 
-    asked = _check("urgent", **_deadline_pressed(priority=5)).xcom("scale_check")
+    asked = _check("urgent", **_deadline_pressed(priority=5, steps=400)).xcom("scale_check")
     assert _held_rules(asked) == ["capacity"]
     assert _ledger(jobs_root).shrinks == ()
     kept = _check("peer", samples=BALANCED_3, priority=5).xcom("scale_check")

@@ -24,9 +24,13 @@ jobs to shrink (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`
 the request stands in the ledger until the job uses no more than asked, or its asker
 no longer waits, and the shrunk job's own next check acts on it.
 
-Requests that do not fit wait in the queue, in order of priority (highest first),
-then arrival (``since``), then job name; a job has at most one request, which carries
-its claim (nodes held, gain per node, restart time, deadline size) for the sharing rules.
+Requests that do not fit wait in the queue, in the allocator's order
+(:mod:`~elasticgrid_provider.core.fleet.allocator`: priority, deadline need, gain, then
+arrival ``since``, then job name); a job has at most one request, which carries its claim
+(nodes held, gain per node, restart time, deadline size and slack) for the allocator, and
+every caller updates it the same way (:func:`enqueue` keeps its place). A running job whose
+check wants no more nodes leaves its claim as its ``standing`` (what a preemption weighs as
+the victim's side); each allocation round that changes anything is kept in ``rounds``.
 
 A queued request is a **lease**: its waiting task renews it at each look at the
 grid (:func:`renew`; planning again renews it too, keeping its place). One not
@@ -47,11 +51,12 @@ Pure: no I/O, no clock (``now`` is given, epoch seconds).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Annotated
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
+from elasticgrid_provider.core.fleet.allocator import Allocation, order_key
 from elasticgrid_provider.core.fleet.pools import PoolRecord, check_pools
 from elasticgrid_provider.core.fleet.sharing import JobClaim, PreemptionPlan
 from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
@@ -69,8 +74,10 @@ from elasticgrid_provider.core.validation import (
     whole,
 )
 
-LEDGER_LAYOUT = RecordLayout("grid ledger", major=2, migrated=(1,), unversioned=2)
-"""2: queued requests carry their claim; shrink requests (1 reads as 2: it only lacks them)."""
+LEDGER_LAYOUT = RecordLayout("grid ledger", major=2, minor=1, migrated=(1,), unversioned=2)
+"""2: queued requests carry their claim; shrink requests (1 reads as 2: it only lacks them).
+2.1: a claim's ``slack_s``, the running jobs' ``standing`` and the audited ``rounds`` (a 2.0
+ledger reads as 2.1 without them)."""
 REBUILT_PRIORITY = 0  # the priority of a holding rebuilt from a launch record alone
 DEFAULT_LEASE_S = 600.0  # the lease of a request written before leases (no lease_s of its own)
 MIN_LEASE_S = 120.0  # the shortest lease: a busy worker or triggerer may look late
@@ -126,6 +133,7 @@ class QueuedRequest(ForwardCompatible, JsonModel):
     deadline_nodes: Count = 0
     renewed_at: Finite | None = None  # the waiting task's last look (None: since)
     lease_s: AboveZero = DEFAULT_LEASE_S
+    slack_s: float | None = None  # seconds to spare at deadline_nodes (below 0: hopeless)
     extras: Extras = extras_field()
 
     def as_claim(self) -> JobClaim:
@@ -140,12 +148,9 @@ class QueuedRequest(ForwardCompatible, JsonModel):
             remaining_s=self.remaining_s,
             restart_s=self.restart_s,
             deadline_nodes=self.deadline_nodes,
+            slack_s=self.slack_s,
+            since=self.since,
         )
-
-    @property
-    def order_key(self) -> tuple[int, float, str]:
-        """Queue order: priority (highest first), then arrival, then job name."""
-        return (-self.priority, self.since, self.job)
 
     def expired(self, now: float) -> bool:
         """Whether the request waited past its timeout (never, without one)."""
@@ -175,6 +180,27 @@ class ShrinkRequest(ForwardCompatible, JsonModel):
 
 
 @model
+class AllocationRound(ForwardCompatible, JsonModel):
+    """One allocation round that changed the grid (:mod:`.allocator`): who asked, the claims,
+    the order, each job's size after it, why each queued job queues, the hopeless jobs."""
+
+    WHERE = "ledger allocation round"
+
+    at: Finite
+    by: Text
+    claims: tuple[JobClaim, ...] = ()
+    order: tuple[str, ...] = ()
+    tiers: dict[str, str] | None = None  # why each job stands where it does in the order
+    result: dict[str, Count] | None = None
+    queued: dict[str, str] | None = None
+    hopeless: tuple[str, ...] = ()
+    extras: Extras = extras_field()
+
+
+ROUNDS_KEPT = 20  # the audit keeps the last rounds only
+
+
+@model
 class GridLedger(ForwardCompatible, JsonModel):
     """The grid's holdings, its queue, and the providers' capacities last recorded."""
 
@@ -189,6 +215,11 @@ class GridLedger(ForwardCompatible, JsonModel):
     """``{job: launch_id}`` of launches released as ended while their record reads running."""
     pools: dict[str, PoolRecord] | None = None
     """``{provider: pool}``: what each name stood for at its last reservation (:mod:`.pools`)."""
+    standing: tuple[QueuedRequest, ...] = ()
+    """The last claim of each running job whose check wanted no more nodes (its deadline's
+    size and slack, what a node is worth to it): what preemption weighs as the victim's side."""
+    rounds: tuple[AllocationRound, ...] = ()
+    """The last :data:`ROUNDS_KEPT` allocation rounds that changed anything, oldest first."""
     extras: Extras = extras_field()
 
     def holdings_of(self, job: str) -> tuple[Holding, ...]:
@@ -349,6 +380,7 @@ def release(
         ended=ended or None,
         holdings=tuple(h for h in ledger.holdings if h.job != job),
         queue=tuple(request for request in ledger.queue if request.job != job),
+        standing=tuple(claim for claim in ledger.standing if claim.job != job),
         shrinks=tuple(s for s in ledger.shrinks if job not in (s.job, s.by_job)),
         updated_at=now,
     )
@@ -406,8 +438,39 @@ def dequeue(ledger: GridLedger, job: str, *, now: float) -> GridLedger:
 
 
 def queue_order(ledger: GridLedger) -> tuple[QueuedRequest, ...]:
-    """The queued requests in the order they are served (module docstring)."""
-    return tuple(sorted(ledger.queue, key=lambda request: request.order_key))
+    """The queued requests in the order they are served: the allocator's order
+    (:func:`~elasticgrid_provider.core.fleet.allocator.order_key`)."""
+    capacity = sum((ledger.capacities or {}).values()) or None
+    return tuple(sorted(ledger.queue, key=lambda r: order_key(r.as_claim(), capacity)))
+
+
+def note_standing(ledger: GridLedger, claim: QueuedRequest, *, now: float) -> GridLedger:
+    """``ledger`` with ``claim`` as its job's standing (its earlier one goes)."""
+    kept = tuple(c for c in ledger.standing if c.job != claim.job)
+    return replace(ledger, standing=(*kept, claim), updated_at=now)
+
+
+def record_round(
+    ledger: GridLedger,
+    claims: Sequence[JobClaim],
+    allocation: Allocation,
+    *,
+    by: str,
+    now: float,
+) -> GridLedger:
+    """``ledger`` with one more audited round (:class:`AllocationRound`; the oldest beyond
+    :data:`ROUNDS_KEPT` go)."""
+    entry = AllocationRound(
+        at=now,
+        by=by,
+        claims=tuple(claims),
+        order=allocation.order,
+        tiers=dict(allocation.tiers),
+        result={job: allocation.nodes(job) for job in allocation.order},
+        queued={job: allocation.results[job].reason for job in allocation.queue},
+        hopeless=tuple(job for job in allocation.order if allocation.results[job].hopeless),
+    )
+    return replace(ledger, rounds=(*ledger.rounds, entry)[-ROUNDS_KEPT:], updated_at=now)
 
 
 def queue_position(ledger: GridLedger, job: str) -> int | None:

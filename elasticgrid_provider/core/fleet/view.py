@@ -8,8 +8,10 @@ against), else the one the ledger recorded; a CLI ``--providers`` file overrides
 
 Plain JSON, so both views print the same thing: ``providers`` (capacity, free, the pool
 the name stands for on this grid, and per job the nodes held and reserved), ``jobs`` (priority, ``min_nodes``, launch, held and
-reserved per provider), ``queue`` in serving order and ``shrinks`` (the jobs asked to
-shrink for a higher-priority one).
+reserved per provider), ``queue`` in serving order (the allocator's, with why each job
+queues and whether it is hopeless), ``shrinks`` (the jobs asked to shrink for a
+higher-priority one) and ``last_round``: the newest audited allocation round (its order,
+each job's tier and size after it, the reasons).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from elasticgrid_provider.core.fleet.ledger import (
+    AllocationRound,
     GridLedger,
     HoldingPhase,
     free_nodes,
@@ -99,8 +102,14 @@ def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, A
         }
         for name in names
     ]
+    last = ledger.rounds[-1] if ledger.rounds else None
     queue = [
-        {**request.model_dump(), "position": place, "last_look": request.last_look}
+        {
+            **request.model_dump(),
+            "position": place,
+            "last_look": request.last_look,
+            **_why(ledger, request.job),
+        }
         for place, request in enumerate(queue_order(ledger), start=1)
     ]
     shrinks = [shrink.model_dump() for shrink in ledger.shrinks]
@@ -109,5 +118,40 @@ def fleet_view(ledger: GridLedger, capacities: Mapping[str, int]) -> dict[str, A
         "jobs": jobs,
         "queue": queue,
         "shrinks": shrinks,
+        "last_round": None if last is None else _round_view(last),
         "updated_at": ledger.updated_at,
+    }
+
+
+def why_text(request: Mapping[str, Any]) -> str:
+    """Why a queued job queues, as the newest allocation round said (``hopeless`` first)."""
+    words = ["hopeless"] if request.get("hopeless") else []
+    return "; ".join([*words, request.get("reason") or "-"])
+
+
+def _why(ledger: GridLedger, job: str) -> dict[str, Any]:
+    """Why ``job`` queues and whether it is hopeless, from the newest audited round that
+    names it (empty reason when none does)."""
+    for entry in reversed(ledger.rounds):
+        if job in entry.order:
+            return {"reason": (entry.queued or {}).get(job, ""), "hopeless": job in entry.hopeless}
+    return {"reason": "", "hopeless": False}
+
+
+def _round_view(entry: AllocationRound) -> dict[str, Any]:
+    """The newest allocation round as the views show it: when, who asked, the order (with each
+    job's tier and size after it), why each queued job queues, the hopeless jobs."""
+    return {
+        "at": entry.at,
+        "by": entry.by,
+        "order": [
+            {
+                "job": job,
+                "tier": (entry.tiers or {}).get(job, ""),
+                "nodes": (entry.result or {}).get(job, 0),
+                "hopeless": job in entry.hopeless,
+            }
+            for job in entry.order
+        ],
+        "queued": dict(entry.queued or {}),
     }

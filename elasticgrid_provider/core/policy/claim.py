@@ -7,21 +7,23 @@ and a decision that wants more than fits into the ledger's entries:
 * :func:`grid_share`: who holds what and a shrink request for the job; None when no other
   job uses or waits for the grid and nobody asked the job to shrink (then the policy
   decides as for a job alone on its grid);
-* :func:`job_request`: what a scale-up wants, as the queue keeps it: the size, the gain
-  per node from the throughput the job measured at its sizes
+* :func:`job_request`: the job's claim, as the queue keeps it: the size, the gain per
+  node from the throughput the job measured at its sizes
   (:func:`~elasticgrid_provider.core.fleet.sharing.gain_per_node`), the time its work has
-  left, the restart price (``startup_s``) and, under deadline pressure, the deadline's size;
-* :func:`room_for`: the most nodes the job may have now: what it uses plus its share of
-  the free nodes by :func:`~elasticgrid_provider.core.fleet.sharing.share_free_nodes` over
-  the queued claims and its own (all the free nodes when no other job waits);
-* :func:`holder_claims`: the other jobs as the preemption rule sees them (priority and
-  ``min_nodes`` from their reservations; a ``min_nodes`` never recorded counts as their
-  size, so they are never shrunk);
+  left, the restart price (``startup_s``), and its need (:func:`deadline_need`): the size
+  its deadline needs with the seconds it has to spare there, or a stream's demand;
+* :func:`room_for`: the most nodes the job may have now, by the one allocator
+  (:func:`~elasticgrid_provider.core.fleet.allocator.allocate`) over every claim on the
+  grid (:func:`holder_claims`), the plan's rule too;
+* :func:`holder_claims`: the jobs on the grid as the allocator sees them (a running job's
+  priority and ``min_nodes`` from its reservation, a ``min_nodes`` never recorded counting
+  as its size, so it is never shrunk; its deadline from its standing);
 * :func:`claim_the_grid`: one check's part: decide with the grid's share; a scale-up
   queues its claim, and one beyond the room is decided again with the room (clamped, or
-  held for ``capacity``); under deadline pressure, strictly-lower-priority jobs are asked
-  to shrink (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`). A decision
-  that is no scale-up takes the claim out of the queue.
+  held for ``capacity``) and audited (the round goes into the ledger's ``rounds``); a job
+  whose deadline or demand is at risk and reachable asks strictly-lower-priority jobs to
+  shrink (:func:`~elasticgrid_provider.core.fleet.allocator.plan_preemption`). A decision
+  that is no scale-up takes the claim out of the queue and leaves the job's standing.
 
 A claim stays queued after a scale-up that fits, so other jobs' checks do not count the
 nodes it grows into as free before its relaunch reserves them (a reservation takes the
@@ -40,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from elasticgrid_provider.core.fleet.allocator import Allocation, allocate, plan_preemption
 from elasticgrid_provider.core.fleet.ledger import (
     DEFAULT_LEASE_S,
     GridLedger,
@@ -48,17 +51,13 @@ from elasticgrid_provider.core.fleet.ledger import (
     enqueue,
     free_nodes,
     job_usage,
+    note_standing,
     queue_position,
+    record_round,
     request_shrinks,
     shrink_request_for,
 )
-from elasticgrid_provider.core.fleet.sharing import (
-    JobClaim,
-    free_total,
-    gain_per_node,
-    plan_preemption,
-    share_free_nodes,
-)
+from elasticgrid_provider.core.fleet.sharing import JobClaim, free_total, gain_per_node
 from elasticgrid_provider.core.policy.decision import ScaleDecision
 from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.memory import CapacityMemory
@@ -98,15 +97,16 @@ def job_request(
     now: float,
     lease_s: float = DEFAULT_LEASE_S,
 ) -> QueuedRequest:
-    """The queue entry of a scale-up ``decision`` made with no limit (module docstring)."""
-    current, wanted = decision.current_nodes, decision.target_nodes
+    """The claim of ``decision`` made with no limit, as the queue keeps it (module docstring);
+    a decision that is no scale-up gives the job's standing (it wants what it has)."""
+    current, wanted = decision.current_nodes, max(decision.target_nodes, 1)
     gain = gain_per_node(memory.throughput(), current, wanted) if 1 <= current < wanted else 1.0
     projection = decision.projection or {}
     remaining = projection.get("current_finish_s") or projection.get("horizon_s")
     remaining_s = float(remaining) if remaining else policy.horizon_s
     if decision.time_left_s is not None:
         remaining_s = min(remaining_s, max(decision.time_left_s, 0.0))
-    pressed = decision.rule is DecisionRule.DEADLINE_PRESSURE
+    deadline_nodes, slack_s = deadline_need(decision, policy)
     return QueuedRequest(
         job=job,
         nodes=wanted,
@@ -117,46 +117,72 @@ def job_request(
         gain_per_node=gain,
         remaining_s=remaining_s,
         restart_s=policy.startup_s,
-        deadline_nodes=wanted if pressed else 0,
+        deadline_nodes=deadline_nodes,
+        slack_s=slack_s,
         lease_s=lease_s,
     )
 
 
-def room_for(ledger: GridLedger, request: QueuedRequest, capacities: Mapping[str, int]) -> int:
-    """The most nodes ``request``'s job may have now (module docstring)."""
-    base = max(request.current_nodes, sum(job_usage(ledger, request.job).values()))
-    free = free_nodes(ledger, capacities)
-    claims = [queued.as_claim() for queued in ledger.queue if queued.job != request.job]
-    if not claims:
-        return base + free_total(free)
-    shares = share_free_nodes(free, [*claims, request.as_claim()])
-    given = sum(share.to_nodes - share.from_nodes for share in shares if share.job == request.job)
-    return base + given
+def deadline_need(decision: ScaleDecision, policy: ScalePolicy) -> tuple[int, float | None]:
+    """The size ``decision`` says the job's deadline needs, and the seconds it has to spare
+    there (below 0: no size meets it, the allocator marks it hopeless); a stream's scale-up
+    for its demand needs its target (its demand is its need); (0, None) without either.
+    A job on track needs the size it has (the deadline rule shrinks it when less will do)."""
+    if decision.rule is DecisionRule.DEMAND and decision.target_nodes > decision.current_nodes:
+        return decision.target_nodes, None
+    if decision.time_left_s is None:
+        return 0, None
+    projection = decision.projection or {}
+    moves = decision.rule in (DecisionRule.DEADLINE_PRESSURE, DecisionRule.DEADLINE_SLACK)
+    size = decision.target_nodes if moves else decision.current_nodes
+    finish = projection.get("target_finish_s" if moves else "current_finish_s")
+    if finish is None:
+        return size, None
+    restart = policy.startup_s if size != decision.current_nodes else 0.0
+    return size, decision.time_left_s - float(finish) - restart
 
 
-def holder_claims(ledger: GridLedger, except_job: str) -> list[JobClaim]:
-    """Every other job that uses nodes, as a claim for the preemption rule (module docstring)."""
+def holder_claims(ledger: GridLedger, except_job: str | None = None) -> list[JobClaim]:
+    """Every job on the grid but ``except_job`` as the allocator sees it: a queued one by its
+    queue entry (counting the nodes it uses now), a running one by its standing (wanting what
+    it uses); a running job's ``min_nodes`` as it reserved (a ``min_nodes`` never recorded
+    counts as its size, so it is never shrunk), its priority as it queued, else reserved."""
     claims = []
     for job in ledger.jobs:
         used = sum(job_usage(ledger, job).values())
-        if job == except_job or not used:
-            continue
-        newest = max(ledger.holdings_of(job), key=lambda holding: holding.launch_id)
         queued = next((request for request in ledger.queue if request.job == job), None)
-        claims.append(
-            JobClaim(
-                job=job,
-                nodes=used,
-                wanted=used,
-                min_nodes=min(newest.min_nodes or used, used),
-                priority=newest.priority,
-                gain_per_node=queued.gain_per_node if queued else 1.0,
-                remaining_s=queued.remaining_s if queued else 0.0,
-                restart_s=queued.restart_s if queued else 0.0,
-                deadline_nodes=queued.deadline_nodes if queued else 0,
-            )
-        )
+        known = queued or next((claim for claim in ledger.standing if claim.job == job), None)
+        if job == except_job or not (used or queued):
+            continue
+        claim = known.as_claim() if known else JobClaim(job=job, nodes=used, wanted=used)
+        if used:
+            newest = max(ledger.holdings_of(job), key=lambda holding: holding.launch_id)
+            wants = claim.wanted if queued is not None and claim.wanted > used else used
+            floor = min(newest.min_nodes or used, used)
+            priority = claim.priority if queued is not None else newest.priority
+            claim = replace(claim, nodes=used, wanted=wants, min_nodes=floor, priority=priority)
+        claims.append(claim)
     return claims
+
+
+def allocation_for(
+    ledger: GridLedger, request: QueuedRequest, capacities: Mapping[str, int]
+) -> tuple[list[JobClaim], Allocation]:
+    """Every claim on the grid with ``request``'s, and :func:`allocate`'s round over them
+    without preemption (the free nodes of ``capacities``)."""
+    base = max(request.current_nodes, sum(job_usage(ledger, request.job).values()))
+    free = free_total(free_nodes(ledger, capacities))
+    mine = replace(request.as_claim(), nodes=base)
+    claims = [*holder_claims(ledger, request.job), mine]
+    plan = allocate(claims, free, capacity=sum(capacities.values()) or None, preempt=False)
+    return claims, plan
+
+
+def room_for(ledger: GridLedger, request: QueuedRequest, capacities: Mapping[str, int]) -> int:
+    """The most nodes ``request``'s job may have now: its size after :func:`allocate` over
+    every claim on the grid, without preemption (module docstring)."""
+    base = max(request.current_nodes, sum(job_usage(ledger, request.job).values()))
+    return max(base, allocation_for(ledger, request, capacities)[1].nodes(request.job))
 
 
 def claim_the_grid(
@@ -174,35 +200,46 @@ def claim_the_grid(
     share = grid_share(ledger, job)
     record = decide(share)
     wanted = record.decision
+    request = job_request(
+        job, wanted, memory, policy, priority=grid.priority, now=now, lease_s=grid.lease_s
+    )
     if share is not None and wanted.action is ScaleAction.SCALE_UP:
-        request = job_request(
-            job,
-            wanted,
-            memory,
-            policy,
-            priority=grid.priority,
-            now=now,
-            lease_s=grid.lease_s,
-        )
-        room = room_for(ledger, request, grid.capacities)
+        claims, plan = allocation_for(ledger, request, grid.capacities)
+        room = max(request.current_nodes, plan.nodes(job))
+        was_queued = any(r.job == job for r in ledger.queue)
         ledger = enqueue(ledger, request, now=now)
         if room < wanted.target_nodes:
             record = decide(replace(share, max_nodes=room))
+            if not was_queued:  # a round that changes something: the job starts to queue
+                ledger = record_round(ledger, claims, plan, by=f"check of {job}", now=now)
             log.append(
                 (
                     logging.INFO,
                     f"Job {job} wants {wanted.target_nodes} nodes and the grid leaves it "
                     f"{room}: its claim waits in the grid queue at position "
-                    f"{queue_position(ledger, job)}.",
+                    f"{queue_position(ledger, job)} ({plan.results[job].reason}).",
                 )
             )
-            if wanted.rule is DecisionRule.DEADLINE_PRESSURE:
+            if request.deadline_nodes > room and not plan.results[job].hopeless:
                 ledger = _ask_shrinks(grid, ledger, request, room, now, log)
         return record, ledger
     if any(request.job == job for request in ledger.queue):
         ledger = dequeue(ledger, job, now=now)
         log.append((logging.INFO, f"Job {job} no longer waits in the grid queue."))
+    if share is not None and _standing_changed(ledger, request):
+        ledger = note_standing(ledger, request, now=now)
     return record, ledger
+
+
+def _standing_changed(ledger: GridLedger, claim: QueuedRequest) -> bool:
+    """Whether ``claim`` says more than the job's recorded standing (its deadline's size, or
+    whether it can still meet it): a check that changes nothing writes nothing."""
+    before = next((c for c in ledger.standing if c.job == claim.job), None)
+
+    def key(c: QueuedRequest) -> tuple[int, int, bool, int]:
+        return (c.current_nodes, c.deadline_nodes, (c.slack_s or 0.0) < 0, c.priority)
+
+    return before is None or key(before) != key(claim)
 
 
 def _ask_shrinks(
@@ -213,15 +250,17 @@ def _ask_shrinks(
     now: float,
     log: LogLines,
 ) -> GridLedger:
-    """Deadline pressure: ask strictly-lower-priority jobs to shrink (never below their
-    ``min_nodes``) for the nodes the grid does not leave the job."""
-    # the nodes the sharing left the job, as one count (the rule sums free nodes, whatever
-    # the provider): the shrinks make up the rest of what it wants
-    # the need is the deadline size: others are shrunk only when that makes it reachable
+    """Deadline (or a stream's demand) at risk: ask strictly-lower-priority jobs to shrink
+    for the nodes the grid does not leave the job, by :func:`plan_preemption` (never a victim
+    below its ``min_nodes``, nor one that meets its deadline into missing it unless this saves
+    the job's, and only when the deadline size then fits)."""
+    # the nodes the allocator left the job, as one count (it sums free nodes, whatever the
+    # provider): the shrinks make up the rest of its need
     available = {"grid": max(0, room - request.current_nodes)}
-    claim = request.as_claim()
-    claim = replace(claim, min_nodes=max(claim.min_nodes, claim.deadline_nodes))
-    plan = plan_preemption(claim, available, holder_claims(ledger, request.job))
+    capacity = sum(grid.capacities.values()) or None
+    plan = plan_preemption(
+        request.as_claim(), available, holder_claims(ledger, request.job), capacity=capacity
+    )
     if not plan.shrinks:
         return ledger
     asked = ", ".join(f"{s.job} {s.from_nodes} -> {s.to_nodes}" for s in plan.shrinks)

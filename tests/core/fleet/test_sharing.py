@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.fleet.allocator import allocate, decide_shortfall, plan_preemption
 from elasticgrid_provider.core.fleet.sharing import (
     DEFAULT_SHORTFALL_MODE,
     JobClaim,
     Resize,
     ShortfallMode,
     Verdict,
-    decide_shortfall,
     gain_per_node,
-    plan_preemption,
-    queue_ahead,
-    share_free_nodes,
 )
 
 HOLDINGS = {"b": {"local": 4}, "c": {"local": 1, "aws": 2}, "a": {"local": 9}}
@@ -54,20 +52,20 @@ def test_wait_gives_a_queue_position_behind_higher_and_earlier_requests():
         claim("late-same", 0, 2, priority=1),
         claim("lower", 0, 1, priority=0),
     ]
+    queued = [replace(c, since=float(i)) for i, c in enumerate(queued)]  # arrival order
     request = queued[1]
-    assert [c.job for c in queue_ahead(request, queued)] == ["early-same", "late-higher"]
     decision = decide_shortfall(request, {"local": 3}, queued=queued)
     assert (decision.verdict, decision.nodes, decision.queue_position) == (Verdict.WAITING, 0, 3)
 
 
 def test_requests_ahead_keep_their_min_nodes_free():
-    queued = [claim("first", 0, 4, min_nodes=2)]
+    queued = [claim("first", 0, 4, min_nodes=2, since=-1.0)]
     # 5 free, 2 kept for the request ahead: 3 left, not the 4 wanted
     assert decide_shortfall(claim("a", 0, 4), {"p": 5}, queued=queued).verdict == Verdict.WAITING
     taken = decide_shortfall(
         claim("a", 0, 4), {"p": 5}, queued=queued, mode=ShortfallMode.TAKE_WHAT_FITS
-    )
-    assert (taken.verdict, taken.nodes) == (Verdict.GRANTED, 3)
+    )  # the needs first (2 and 1), then the wishes in the same order: 'first' grows to 4
+    assert (taken.verdict, taken.nodes) == (Verdict.GRANTED, 1)
 
 
 def test_take_what_fits_takes_the_free_nodes_at_or_above_min_nodes_else_waits():
@@ -141,10 +139,10 @@ def test_a_higher_priority_request_shrinks_lower_ones_toward_min_nodes_lowest_fi
         running("rigid", 6, 0, elastic=False),
     ]
     plan = plan_preemption(claim("urgent", 0, 6, priority=5, min_nodes=4), {"local": 1}, claims)
-    assert plan.shrinks == (
+    assert sorted(plan.shrinks, key=lambda s: s.job) == [
         Resize("low", 3, 2, preempted_by="urgent"),
         Resize("mid", 4, 2, preempted_by="urgent"),
-    )
+    ]
     assert (plan.nodes_freed, plan.granted) == (3, 4)
 
 
@@ -219,7 +217,17 @@ def test_preemption_never_goes_below_min_nodes_nor_touches_equal_or_higher(
     assert plan.granted <= free + plan.nodes_freed
 
 
-# -- sharing by gain ----------------------------------------------------------------------
+# -- sharing by gain (the allocator's wishes pass) ---------------------------------------
+
+
+def share_free_nodes(free: dict[str, int], claims: list[JobClaim]) -> tuple[Resize, ...]:
+    """The growths the allocator gives, by name."""
+    plan = allocate(claims, sum(free.values()), preempt=False)
+    return tuple(
+        Resize(job, r.from_nodes, r.to_nodes)
+        for job, r in sorted(plan.results.items())
+        if r.to_nodes > r.from_nodes
+    )
 
 
 def grower(job: str, nodes: int, wanted: int, **fields: object) -> JobClaim:
@@ -258,8 +266,8 @@ def test_the_first_step_is_the_smallest_that_repays_the_restart():
 def test_a_queued_launch_starts_at_its_min_nodes_at_least():
     launch = claim("new", 0, 6, min_nodes=4)
     assert share_free_nodes({"p": 3}, [launch]) == ()
-    # with no measured gain it starts at min_nodes; with a gain it takes what is free
-    assert share_free_nodes({"p": 5}, [launch]) == (Resize("new", 0, 4),)
+    # it needs its min_nodes, then takes what is free up to what it wants
+    assert share_free_nodes({"p": 5}, [launch]) == (Resize("new", 0, 5),)
     measured = claim("new", 0, 6, min_nodes=4, remaining_s=600.0, restart_s=60.0)
     assert share_free_nodes({"p": 5}, [measured]) == (Resize("new", 0, 5),)
 

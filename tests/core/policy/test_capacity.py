@@ -240,7 +240,9 @@ def test_a_deadline_pressed_job_asks_only_lower_priority_jobs_to_shrink() -> Non
     lines: list[tuple[int, str]] = []
 
     def decide_with(share):
-        return state.decide(policy, T0, deadline_at=T0 + 600, remaining_steps=1000, grid=share)
+        # 400 steps: 8 nodes meet the deadline (1000 would miss it at any size: hopeless,
+        # and a hopeless job shrinks nobody)
+        return state.decide(policy, T0, deadline_at=T0 + 600, remaining_steps=400, grid=share)
 
     grid = SharedGrid(ledger, {"local": 24}, priority=3)
     record, after = claim_the_grid("a", grid, state.capacity, policy, decide_with, T0, lines)
@@ -248,10 +250,13 @@ def test_a_deadline_pressed_job_asks_only_lower_priority_jobs_to_shrink() -> Non
     assert record.decision.action is ScaleAction.HOLD
     assert [hold.rule for hold in record.decision.held_by] == [HoldRule.CAPACITY]
     assert [(s.job, s.to_nodes, s.by_job, s.by_priority) for s in after.shrinks] == [
-        ("low", 12, "a", 3)  # never below its min_nodes; the equal-priority peer is spared
+        ("low", 13, "a", 3)  # for its deadline size (7) only; the equal-priority peer is spared
     ]
     assert [request.job for request in after.queue] == ["a"]
-    assert any("asked lower-priority jobs to shrink: low 16 -> 12" in line for _, line in lines)
+    assert any("asked lower-priority jobs to shrink: low 16 -> 13" in line for _, line in lines)
+    (audited,) = after.rounds  # it started to queue: one audited round
+    assert audited.by == "check of a" and audited.order[0] == "a"
+    assert audited.tiers and audited.tiers["a"] == "deadline at risk"
 
 
 def test_the_cli_prints_the_shared_grid_and_preempted_by_as_recorded() -> None:
