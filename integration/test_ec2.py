@@ -81,10 +81,15 @@ def fake_ec2(deployment: Deployment) -> Iterator[FakeEc2]:
         shutil.rmtree(pool, ignore_errors=True)
 
 
-def _launcher_logs(deployment: Deployment, job: str) -> str:
-    """Every launcher log of the job's launches (what a failed launch explains itself with)."""
+def _launch_logs(deployment: Deployment, job: str) -> str:
+    """The job's launcher logs and the end of each launch task log (what a failed launch
+    explains itself with)."""
     logs = sorted((deployment.jobs_root / job).glob("specs/*/launcher.log"))
-    return "\n".join(f"== {path}\n{path.read_text(errors='replace')}" for path in logs)
+    task_logs = sorted(deployment.home.glob(f"worker-*/airflow/logs/dag_id={DAG_ID}/**/*.log"))
+    tails = [
+        path.read_text(errors="replace")[-4000:] for path in task_logs if "launch" in str(path)
+    ]
+    return "\n".join([f"== {path}\n{path.read_text(errors='replace')}" for path in logs] + tails)
 
 
 def test_a_job_trains_on_fake_vms_through_the_celery_workers_and_leaves_nothing_running(
@@ -96,7 +101,7 @@ def test_a_job_trains_on_fake_vms_through_the_celery_workers_and_leaves_nothing_
         state = deployment.wait_for_run(DAG_ID, run_id, timeout=300)
     states = deployment.task_states(DAG_ID, run_id)
     if state != "success":
-        pytest.fail(f"{states}\n{_launcher_logs(deployment, job)}\nharness: {fake_ec2.errors}")
+        pytest.fail(f"{states}\n{_launch_logs(deployment, job)}\nharness: {fake_ec2.errors}")
     assert states == {"plan": "success", "launch": "success", "scale_check": "skipped",
                       "stop": "success"}  # fmt: skip
     launched = deployment.xcom(DAG_ID, run_id, "launch", "job")
