@@ -36,6 +36,7 @@ DAG_IDS = [
     "it_descriptor_probe",
     "it_printing_envs",
     "it_ssh_training",
+    "it_ec2_training",
     "it_fleet_w1",
     "it_fleet_w2",
     "elastic_fleet",

@@ -31,7 +31,9 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -321,3 +323,63 @@ class FakeEc2:
                 f"{SPOT_REASON}: Spot instance termination", SPOT_REASON
             )
             self._remove(instance_id)
+
+
+# -- what tests watch and check -----------------------------------------------------------
+
+
+class Watch:
+    """What a thread saw while a test ran: hosts' command lines and live instances per poll."""
+
+    def __init__(self) -> None:
+        self.command_lines: list[str] = []
+        self.duplicates: list[str] = []
+        self.most_alive = 0
+        self.errors: list[str] = []
+
+
+def _poll(ec2: FakeEc2, watch: Watch) -> None:
+    alive = [i for i in ec2.instances() if i["State"]["Name"] != "terminated"]
+    watch.most_alive = max(watch.most_alive, len(alive))
+    # launch, part and Name (<part>-<index>): one live instance per slot, ever
+    keys = Counter(tuple(sorted((t["Key"], t["Value"]) for t in i.get("Tags", ()))) for i in alive)
+    watch.duplicates.extend(str(key) for key, count in keys.items() if count > 1)
+    for index in ec2.booted().values():
+        listing = ec2.lan.run(index, "ps -eo args", timeout=10)
+        if listing.returncode == 0:
+            watch.command_lines.append(listing.stdout)
+
+
+@contextmanager
+def watching(ec2: FakeEc2) -> Iterator[Watch]:
+    """Poll the instances and the hosts' command lines until the block ends."""
+    watch, stop = Watch(), threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                _poll(ec2, watch)
+            except Exception as error:  # a host removed mid-call: recorded, asserted empty
+                watch.errors.append(repr(error))
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+
+def assert_nothing_left(ec2: FakeEc2, token: str) -> None:
+    """Zero instances not terminated; the token in no instance's user data."""
+    assert ec2.alive() == []
+    for instance in ec2.instances():
+        user_data = ec2.user_data(instance["InstanceId"])
+        assert user_data.startswith("#cloud-config\n")
+        assert token not in user_data
+        tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", ())}
+        assert {"elasticgrid:job", "elasticgrid:part", "elasticgrid:launch", "Name"} <= set(tags)
+        assert token not in json.dumps(tags)
+    assert ec2.errors == []

@@ -3,7 +3,8 @@
 :class:`InstanceApi` is all an engine needs of a cloud, so a GCE engine can follow the ec2
 one; :class:`Ec2Instances` is the EC2 implementation, a boto3 client from the amazon
 provider's ``AwsBaseHook`` (the Airflow AWS connection: credentials, region,
-``endpoint_url``), built on first use. A ``ClientError`` becomes a
+``endpoint_url``; in a launcher, what its task resolved: :mod:`.connection_material`), built
+on first use. A ``ClientError`` becomes a
 :class:`~elasticgrid_provider.core.errors.CloudApiError` carrying AWS's code and message,
 a :class:`~elasticgrid_provider.core.errors.CloudCapacityError` for the codes that mean
 "no room" (:data:`CAPACITY_CODES`).
@@ -139,11 +140,11 @@ class Ec2Instances:
 
     @cached_property
     def client(self) -> Any:
-        """The boto3 EC2 client of the connection (region: ours if set, else the connection's)."""
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+        """The boto3 EC2 client of the connection (region: ours if set, else the connection's;
+        in a launcher, from what its task handed over: :mod:`.connection_material`)."""
+        from elasticgrid_provider.engines.connection_material import ec2_client
 
-        hook = AwsBaseHook(aws_conn_id=self.aws_conn_id, client_type="ec2", region_name=self.region)
-        return hook.get_conn()
+        return ec2_client(self.aws_conn_id, self.region)
 
     def _call(self, name: str, **kwargs: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from elasticgrid_provider.core.errors import RemoteHostError
 from elasticgrid_provider.core.ssh_params import SshParams
+from elasticgrid_provider.engines.connection_material import ssh_private_key
 
 log = logging.getLogger(__name__)
 
@@ -82,35 +83,15 @@ def ssh_options(params: SshParams, key_file: str | None = None) -> list[str]:
     return [*options, *params.ssh_opts]
 
 
-def connection_private_key(conn_id: str) -> str:
-    """The private key text an Airflow SSH connection holds (the ssh provider's extra
-    ``private_key``, or the file its ``key_file`` names)."""
-    from airflow.sdk import BaseHook
-
-    try:
-        extra = BaseHook.get_connection(conn_id).extra_dejson
-    except Exception as error:  # the SDK's not-found error, a secrets backend's failure
-        raise RemoteHostError(f"ssh_conn_id {conn_id!r} cannot be read: {error}") from None
-    if extra.get("private_key"):
-        text = str(extra["private_key"]).replace("\\n", "\n")
-    elif extra.get("key_file"):
-        text = Path(str(extra["key_file"])).expanduser().read_text()
-    else:
-        raise RemoteHostError(
-            f"ssh_conn_id {conn_id!r}: the connection holds no private key "
-            "(set its extra 'private_key' or 'key_file')"
-        )
-    return text if text.endswith("\n") else text + "\n"
-
-
 @contextlib.contextmanager
 def session_options(params: SshParams) -> Iterator[list[str]]:
-    """:func:`ssh_options` for the calls in the block; a key from ``ssh_conn_id`` is written
-    to a 0600 file in this user's 0700 control folder for the block and removed after it."""
+    """:func:`ssh_options` for the calls in the block; a key from ``ssh_conn_id``
+    (:func:`~.connection_material.ssh_private_key`) is written to a 0600 file in this user's
+    0700 control folder for the block and removed after it."""
     if params.ssh_conn_id is None:
         yield ssh_options(params)
         return
-    text = connection_private_key(params.ssh_conn_id)
+    text = ssh_private_key(params.ssh_conn_id)
     descriptor, path = tempfile.mkstemp(prefix="key-", dir=control_folder())
     try:
         with os.fdopen(descriptor, "w") as handle:  # mkstemp creates it 0600

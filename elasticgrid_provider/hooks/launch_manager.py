@@ -49,14 +49,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from elasticgrid_provider.core.errors import JobLaunchError
+from elasticgrid_provider.core.errors import CloudApiError, JobLaunchError, RemoteHostError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus
 from elasticgrid_provider.core.launch_record import LaunchPhase, changed_fields
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
-from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.core.recovery import describe_loss, is_capacity_loss
 from elasticgrid_provider.core.validation import Choice, check_number
+from elasticgrid_provider.engines import connection_material
 from elasticgrid_provider.hooks.cloud_reconcile import reconcile_quietly
 from elasticgrid_provider.hooks.grid_capacity import GridCapacity
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
@@ -66,7 +66,9 @@ from elasticgrid_provider.hooks.launch_files import writing
 from elasticgrid_provider.hooks.launch_prepare import PreparedLaunch, prepare_launch, write_launch
 from elasticgrid_provider.hooks.launch_stop import give_up, stop_launch, stop_started_launch
 from elasticgrid_provider.hooks.launcher import (
+    launch_connections,
     launch_processes,
+    launcher_environment,
     log_tail,
     prepare_part_folder,
     read_result,
@@ -300,10 +302,15 @@ class LaunchManager:
 
     def _run_launcher(self, manifest: JobManifest, spec_folder: Path) -> str | None:
         """Start the parts in a launcher process and wait; returns what failed, if anything."""
-        env = {**os.environ, ENV_JOB: manifest.job_name, ENV_LAUNCH_ID: manifest.launch_id}
         if self._cancelled:
             return CANCELLED
-        self._launcher = start_launcher(spec_folder, env)
+        try:  # here, where the task's supervisor answers: the launcher reads no connection
+            wanted = launch_connections(record.spec_path for record in manifest.parts)
+            material = connection_material.resolve(*wanted)
+        except (CloudApiError, RemoteHostError) as error:
+            return str(error)
+        env = launcher_environment(manifest.job_name, manifest.launch_id)
+        self._launcher = start_launcher(spec_folder, env, material)
         try:
             returncode = self._launcher.wait()
         finally:

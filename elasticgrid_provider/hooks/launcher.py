@@ -15,6 +15,15 @@ long as it runs. The launcher calls it for each part, for every engine (user
 * it enters each part's ``workdir`` before launching it, so the local engine's
   ranks start there too, as the SSH engine's do on their hosts.
 
+Its environment (:func:`launcher_environment`) is the task's without Airflow's private
+variables (the supervisor's descriptor number, the blocked database URL, the task runner's
+``_AIRFLOW_*`` flags), which are the task's alone (the blocked database URL does not even
+parse: a new process cannot import Airflow with it). It reads no Airflow connection either
+(it could not: it has no supervisor to ask): the task resolves the connections the parts
+need (:func:`launch_connections`) and hands them over through a pipe
+(:mod:`elasticgrid_provider.engines.connection_material`), which the launcher reads, closes
+and keeps in memory before it starts anything.
+
 It writes its progress to a result file after each part. Every rank (and the
 launcher) carries ``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its
 environment, so :func:`launch_processes` finds them in ``/proc/*/environ`` even
@@ -38,12 +47,21 @@ from typing import Any
 
 from elasticgrid_provider.atomic_files import write_json
 from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
+from elasticgrid_provider.engines import connection_material
 from elasticgrid_provider.engines.remote_agent import process_environment, spawn_detached
 
 RESULT_NAME = "launcher-result.json"
 LOG_NAME = "launcher.log"
 REQUEST_NAME = "launcher-request.json"
 REDACTED = "***"
+HANDOVER_OPTION = "--handover-fd"
+PRIVATE_PREFIXES = (
+    "__AIRFLOW_",  # the supervisor's descriptor (closed in any child)
+    "_AIRFLOW_",  # the task runner's own flags (fork-exec, process context)
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",  # the URL a task gets instead of the database's
+    "AIRFLOW__CORE__SQL_ALCHEMY_CONN",
+)
+"""Variables of a task's environment that are Airflow's own business, never the launcher's."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -92,13 +110,55 @@ def prepare_part_folder(jobs_root: Path, part_name: str) -> None:
     copy.chmod(0o600)
 
 
-def start_launcher(folder: Path, env: dict[str, str]) -> subprocess.Popen:
+def launcher_environment(job_name: str, launch_id: str) -> dict[str, str]:
+    """The launcher's environment (and so its ranks'): this process's without
+    :data:`PRIVATE_PREFIXES`, with the launch's ``ELASTICGRID_JOB`` and
+    ``ELASTICGRID_LAUNCH_ID``."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_PREFIXES)}
+    return {**kept, ENV_JOB: job_name, ENV_LAUNCH_ID: launch_id}
+
+
+def launch_connections(
+    spec_paths: Iterable[str | Path],
+) -> tuple[set[tuple[str, str | None]], set[str]]:
+    """The Airflow connections the parts of these spec files need: (``aws_conn_id``, region)
+    of each ec2 part, and the ``ssh_conn_id`` of each ec2 or ssh part that names one."""
+    from elasticgrid_provider.hooks.remote_parts import ec2_spec, spec_params
+
+    aws: set[tuple[str, str | None]] = set()
+    ssh: set[str] = set()
+    for path in spec_paths:
+        found = ec2_spec(path)
+        if found is not None:
+            params, region = found
+            aws.add((params.aws_conn_id, region))
+        conn_id = (spec_params(path) or {}).get("ssh_conn_id")
+        if conn_id:
+            ssh.add(str(conn_id))
+    return aws, ssh
+
+
+def start_launcher(
+    folder: Path, env: dict[str, str], material: dict[str, Any] | None = None
+) -> subprocess.Popen:
     """Start the launcher for the request in ``folder`` (``REQUEST_NAME``, written before) with
-    none of this process's descriptors."""
+    none of this process's descriptors but the read end of a pipe, on which it gets
+    ``material`` (:func:`.connection_material.resolve`; none: nothing to answer from)."""
     request_path = folder / REQUEST_NAME
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    reader, writer = os.pipe()
     argv = [sys.executable, "-m", "elasticgrid_provider.hooks.launcher", str(request_path)]
-    return spawn_detached(argv, folder / LOG_NAME, env=env)
+    try:
+        process = spawn_detached(
+            [*argv, HANDOVER_OPTION, str(reader)], folder / LOG_NAME, env=env, pass_fds=(reader,)
+        )
+    except BaseException:
+        os.close(writer)
+        raise
+    finally:
+        os.close(reader)
+    connection_material.send(material or {}, writer)
+    return process
 
 
 def read_result(folder: Path) -> dict[str, Any]:
@@ -226,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     """Launch each part of the request in order; stop at the first failure."""
     arguments = sys.argv[1:] if argv is None else argv
     request_path = Path(arguments[0])
+    if HANDOVER_OPTION in arguments:  # first: the task's write never waits on a slow start
+        connection_material.receive(int(arguments[arguments.index(HANDOVER_OPTION) + 1]))
     request = json.loads(request_path.read_text())
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != request["parent_pid"]:  # the task died before the line above

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticgrid_provider.engines.remote_agent import process_environment
 from elasticgrid_provider.hooks.launcher import launch_processes
 from tests.conftest import TESTS
 from tests.dag_settings import SLEEPING_RUN, TWO_LOCAL_PROVIDERS
@@ -35,7 +36,8 @@ from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import providers_from_dicts
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 
-jobs_root, providers, run, setup, report = sys.argv[1:6]
+jobs_root, providers, run, setup, report, private = sys.argv[1:7]
+os.environ.update(json.loads(private))  # as the task runner does, once Airflow is imported
 supervisor, task = socket.socketpair()
 other_supervisor, other_task = socket.socketpair()
 os.dup2(task.fileno(), 0)                      # like the supervisor's channel
@@ -63,6 +65,15 @@ with open(os.environ["FD_REPORT"], "a") as report:
 """
 
 
+# what Airflow's task runner puts in a running task's environment, for itself only
+TASK_RUNNER_PRIVATE = {
+    "__AIRFLOW_SUPERVISOR_FD": "0",
+    "_AIRFLOW_FORK_EXEC": "1",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "airflow-db-not-allowed:///",
+    "AIRFLOW__CORE__SQL_ALCHEMY_CONN": "airflow-db-not-allowed:///",
+}
+
+
 def _descriptors(pid: int) -> set[str]:
     names = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
@@ -86,6 +97,7 @@ def test_no_rank_nor_setup_command_holds_a_descriptor_of_the_launching_task(jobs
                 SLEEPING_RUN,
                 f"{sys.executable} {reporter}",
                 str(report),
+                json.dumps(TASK_RUNNER_PRIVATE),
             ],
             capture_output=True,
             text=True,
@@ -107,6 +119,8 @@ def test_no_rank_nor_setup_command_holds_a_descriptor_of_the_launching_task(jobs
             leaked = _descriptors(pid) & held
             assert not leaked, f"process {pid} holds the task's {sorted(leaked)}"
             assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+            private = set(process_environment(pid)) & set(TASK_RUNNER_PRIVATE)
+            assert not private, f"process {pid} has the task runner's {sorted(private)}"
 
         setups = report.read_text().splitlines()
         assert len(setups) == 2  # once per part

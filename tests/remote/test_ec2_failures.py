@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.airflow_support import run_dag
-from tests.ec2_hosts import FakeEc2
+from tests.ec2_hosts import FakeEc2, assert_nothing_left
 from tests.remote.conftest import ec2_provider, use_grid
-from tests.remote.test_ec2_training import assert_nothing_left
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 

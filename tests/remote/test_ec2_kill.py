@@ -15,8 +15,7 @@ import pytest
 
 from elasticgrid_provider.cli import main as cli
 from tests.airflow_support import run_dag, start_dags_test
-from tests.ec2_hosts import FakeEc2
-from tests.remote.test_ec2_training import assert_nothing_left, watching
+from tests.ec2_hosts import FakeEc2, assert_nothing_left, watching
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
