@@ -9,13 +9,14 @@ all along: never more run than the grid has nodes.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
 import pytest
 
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
-from tests.airflow_support import DagRunResult, run_dag
+from tests.airflow_support import DagRunResult, read_run, run_dag, start_dags_test
 from tests.job_processes import job_ranks
 from tests.operators.test_plan_on_a_shared_grid import _ranks_now
 
@@ -129,3 +130,41 @@ def test_a_launch_whose_nodes_were_taken_takes_what_fits(airflow_db, jobs_root, 
     assert max(len(sample) for sample in samples) <= 4
     held = {h.job: h.nodes for h in GridLedgerStore(jobs_root).snapshot().ledger.holdings}
     assert held == {"modest": 1, "holder": 3}
+
+
+def test_killing_a_launch_while_it_waits_for_nodes_takes_it_out_of_the_queue(
+    airflow_db, jobs_root, tmp_path
+):
+    conf = {"job_name": "killed", "holder": "holder", "nodes": 3}
+    log_path = tmp_path / "dags-test.log"
+    with log_path.open("w+") as log:
+        process = start_dags_test("fleet_dags.py", "fleet_taken_four", conf, output=log)
+        try:
+            deadline = time.monotonic() + 180
+            while not [r for r in _queue(jobs_root) if r.job == "killed"]:
+                assert process.poll() is None, "airflow dags test ended before the launch queued"
+                assert time.monotonic() < deadline, "the launch did not queue within 180 s"
+                time.sleep(0.2)
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        log.seek(0)
+        output = log.read()
+
+    assert "the task was killed while job 'killed' waited for nodes; it left the grid queue" in (
+        output
+    )
+    assert read_run("fleet_taken_four").task_states["launch"] == "failed"
+    assert _queue(jobs_root) == ()
+    assert job_ranks("killed") == {}
+    assert len(job_ranks("holder")) == 3
+
+
+def _queue(jobs_root) -> tuple:
+    try:
+        return GridLedgerStore(jobs_root).snapshot().ledger.queue
+    except FileNotFoundError:  # no ledger yet
+        return ()
