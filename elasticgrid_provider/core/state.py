@@ -40,8 +40,10 @@ History (:meth:`ScaleState.remember`, :meth:`ScaleState.remember_event`):
   job go only when nothing but them is left.
 
 A record's ``context`` carries ``readable`` (the summary line, ISO times,
-rounded signals) beside the exact values. ``hold_run`` and ``readable`` are
-optional, so older states still load.
+rounded signals) beside the exact values; the Variable stores history entries
+without it, derived as it is from the entry (compact JSON:
+:func:`~elasticgrid_provider.hooks.state_store.state_text`). ``hold_run`` and
+``readable`` are optional, so older states still load.
 
 One check, the same in the sensor, ``elasticgrid simulate --timeline`` and
 the policy benchmark: :meth:`ScaleState.observe` (take the samples measured

@@ -169,6 +169,24 @@ def read_scale_state(job_folder: Path, job_name: str) -> ScaleState:
         ) from None
 
 
+def state_text(data: dict[str, Any]) -> str:
+    """A state's JSON (:meth:`ScaleState.model_dump`) as its Variable stores it, so that a long
+    history costs the pages that decrypt and parse it the least: compact (no indentation, no
+    blanks after separators), and each history entry without ``context.readable``, the
+    summary and rounded figures derived from the entry itself (the check's XCom record and log
+    keep them; the pages and the CLI format their own). A third of the size of the indented
+    whole for a decision record."""
+    history = [_without_readable(entry) for entry in data.get("history") or ()]
+    return json.dumps({**data, "history": history}, separators=(",", ":"))
+
+
+def _without_readable(entry: Any) -> Any:
+    context = entry.get("context") if isinstance(entry, dict) else None
+    if not isinstance(context, dict) or "readable" not in context:
+        return entry
+    return {**entry, "context": {k: v for k, v in context.items() if k != "readable"}}
+
+
 def write_scale_state(job_folder: Path, state: ScaleState, log: Any) -> None:
     """Write the job's state Variable, then record in ``job_folder`` that it exists (a record
     that cannot be written is logged as a warning on ``log``: an older one still guards
@@ -180,9 +198,8 @@ def write_scale_state(job_folder: Path, state: ScaleState, log: Any) -> None:
     key = state_variable_key(state.job_name)
     Variable.set(
         key,
-        state.model_dump(),
+        state_text(state.model_dump()),
         description=f"elasticgrid scale state of job {state.job_name}",
-        serialize_json=True,
     )
     record = job_folder / STATE_RECORD_NAME
     try:

@@ -9,8 +9,10 @@ attaches to a job that runs this placement with the same ``run``, ``envs`` and
 started and records the job down): a dead job is never reported as launched.
 
 Before it stops or starts anything, the launch reserves its placement in the grid
-ledger (docs/fleet-ledger.md): a placement other jobs' nodes leave no room for fails
-the try naming them, retryable, and stops nothing. The job's nodes go back to the
+ledger (docs/fleet-ledger.md). Where other jobs' nodes leave it no room (another job
+took them after the plan), it stops nothing and plans again as its plan would now;
+where nothing fits, ``on_shortfall`` waits, takes what fits or fails
+(:mod:`~elasticgrid_provider.operators.launch_grid`). The job's nodes go back to the
 grid when its launch fails to start, when the task stops it, and when the wait sees
 the job end; a launch that fails before it started anything gives back at once the
 nodes its plan reserved for it (the upstream plan's XCom ``reservation``), instead of
@@ -57,9 +59,8 @@ from elasticgrid_provider.core.errors import (
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
-from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.recovery import DEFAULT_QUARANTINE_S
 from elasticgrid_provider.core.secret_envs import HiddenValues, check_secret_envs, secret_values
-from elasticgrid_provider.core.validation import number_from_text
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.launch_manager import (
     DEFAULT_STARTUP_GRACE_S,
@@ -68,7 +69,7 @@ from elasticgrid_provider.hooks.launch_manager import (
     LaunchOutcome,
     StopAction,
 )
-from elasticgrid_provider.operators.plan import RESERVATION_XCOM_KEY, PlanPlacementOperator
+from elasticgrid_provider.operators.launch_grid import LaunchGrid
 from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import (
@@ -80,7 +81,7 @@ from elasticgrid_provider.triggers.job import (
 )
 
 
-class LaunchOperator(BaseOperator):
+class LaunchOperator(BaseOperator, LaunchGrid):
     """Launch, re-attach to, or resize an elastic training job at a placement.
 
     :param job_name: the job's name; its parts are ``<job_name>--<provider>`` (templated).
@@ -95,6 +96,13 @@ class LaunchOperator(BaseOperator):
     :param recovery, checkpoint: iroh-tinker's settings, e.g. ``recovery={"mode": "none"}``.
     :param wait_for_completion, poll_interval: wait for the job to end, polling every N seconds.
     :param startup_grace_s: seconds the new ranks must stay up for the launch to count as started.
+    :param on_shortfall: what a launch whose placement no longer fits the grid does after
+        planning again: ``wait``, ``take_what_fits`` or ``fail`` (templated; None: its
+        plan's, else ``wait``; :mod:`~elasticgrid_provider.operators.launch_grid`).
+    :param capacity_timeout: seconds such a launch waits for nodes (templated; None: its
+        plan's, else no limit).
+    :param quarantine: seconds a provider that took a part away while the launch started
+        stays out of the job's placements (templated, or a timedelta).
     :param deferrable: wait in the triggerer; default ``[operators] default_deferrable``.
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (JobManager root).
     :return: the job's identity and state (``JobSnapshot.model_dump()``).
@@ -109,6 +117,9 @@ class LaunchOperator(BaseOperator):
         "setup",
         "workdir",
         "rendezvous",
+        "on_shortfall",
+        "capacity_timeout",
+        "quarantine",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"placement": "json", "envs": "json"}
     ui_color = "#fdf1e8"
@@ -132,6 +143,9 @@ class LaunchOperator(BaseOperator):
         wait_for_completion: bool = False,
         poll_interval: float = 5.0,
         startup_grace_s: float = DEFAULT_STARTUP_GRACE_S,
+        on_shortfall: Any = None,
+        capacity_timeout: Any = None,
+        quarantine: Any = DEFAULT_QUARANTINE_S,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         elasticgrid_conn_id: str = ElasticGridHook.default_conn_name,
         **kwargs: Any,
@@ -152,6 +166,9 @@ class LaunchOperator(BaseOperator):
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
         self.startup_grace_s = startup_grace_s
+        self.on_shortfall = on_shortfall
+        self.capacity_timeout = capacity_timeout
+        self.quarantine = quarantine
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
         self._killed = False
@@ -214,13 +231,25 @@ class LaunchOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Launch (or attach, or resize), push the job to XCom, then optionally wait."""
+        return self._launch_and_report(context)
+
+    def execute_after_capacity(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Woken by the grid's trigger while the placement did not fit: plan again, launch."""
+        return self._launch_and_report(context, event)
+
+    def _launch_and_report(
+        self, context: Context, capacity_event: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         try:
-            placement, outcome = self._launch_recovering_startup_loss(context)
+            placement = None
+            if capacity_event is not None:
+                placement = self.resume_replan(context, capacity_event)
+            placement, outcome = self._launch_recovering_startup_loss(context, placement)
         except (JobLaunchError, GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
-            self._give_back_plan_reservation(context)
+            self.give_back_plan_reservation(context)
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:  # bad input or an engine that cannot be used
-            self._give_back_plan_reservation(context)
+            self.give_back_plan_reservation(context)
             raise AirflowFailException(str(exc)) from None
         snapshot = outcome.snapshot
         attached = outcome.action is LaunchAction.ATTACHED
@@ -308,24 +337,33 @@ class LaunchOperator(BaseOperator):
                 return self.execute_complete(context, event)
             time.sleep(self.poll_interval)
 
-    def _launch_recovering_startup_loss(self, context: Context) -> tuple[Placement, LaunchOutcome]:
+    def _launch_recovering_startup_loss(
+        self, context: Context, placement: Placement | None = None
+    ) -> tuple[Placement, LaunchOutcome]:
         """Launch; a part a provider took away while it started is placed again without that
-        provider, as a later loss is (:mod:`~elasticgrid_provider.hooks.startup_loss`)."""
+        provider, as a later loss is (:mod:`~elasticgrid_provider.hooks.startup_loss`); a
+        placement that no longer fits the grid is planned again
+        (:mod:`~elasticgrid_provider.operators.launch_grid`)."""
         from elasticgrid_provider.hooks.startup_loss import replace_lost, startup_losses
 
-        placement: Placement | None = None
         left_out: dict[str, str] = {}
         while True:
             try:
                 return self._launch(placement)
+            except GridCapacityError as exc:
+                if self._killed:
+                    raise
+                placement = placement or Placement.model_validate(self.placement)
+                placement = self.replan_on_shortfall(context, placement, str(exc), left_out)
             except JobLaunchError as exc:
                 lost = startup_losses(self.hook.job_store, self.job_name)
                 if not lost or self._killed:
                     raise
                 self.log.warning("%s", exc)  # the launch record says lost, and why
+                self.remember_startup_loss(lost)
                 placement = placement or Placement.model_validate(self.placement)
-                planner = self._grid_planner(context, placement)
-                held = self.launch_manager.grid.held_by_others(self.job_name)
+                planner = self.grid_planner(context, placement)
+                held = self.grid_capacity.held_by_others(self.job_name)
                 placement = replace_lost(
                     self.job_name,
                     planner,
@@ -347,46 +385,6 @@ class LaunchOperator(BaseOperator):
                     "Launching job %s again:\n%s", self.job_name, placement_table(placement)
                 )
 
-    def _grid_planner(self, context: Context, placement: Placement) -> GridPlanner:
-        """The grid the placement came from: the upstream plan's (its rendered ``providers``,
-        spot cap and preference), else the placement's own providers."""
-        plans = [task for task in self.upstream_list if isinstance(task, PlanPlacementOperator)]
-        if len(plans) != 1:
-            return GridPlanner(providers=tuple(share.provider for share in placement.assignments))
-        plan = plans[0]
-        providers = plan.render_template(plan.providers, context)
-        hook = ElasticGridHook(plan.elasticgrid_conn_id, providers=providers)
-        spot = number_from_text(plan.render_template(plan.max_spot_fraction, context))
-        return hook.get_planner(spot, plan.render_template(plan.prefer, context))
-
-    def _give_back_plan_reservation(self, context: Context) -> None:
-        """The launch failed: the reservation its upstream plan made for this job goes back to
-        the grid now (no rank of this launch holds it; a launch that got further replaced it
-        with its own, which the launch manager already released)."""
-        plans = [
-            task.task_id for task in self.upstream_list if isinstance(task, PlanPlacementOperator)
-        ]
-        if not plans:
-            return
-        pulled = context["ti"].xcom_pull(task_ids=plans, key=RESERVATION_XCOM_KEY)
-        for reservation in pulled if isinstance(pulled, list) else [pulled]:
-            if not isinstance(reservation, Mapping) or reservation.get("job") != self.job_name:
-                continue
-            try:
-                dropped = self.launch_manager.grid.drop_reservation(
-                    self.job_name, str(reservation["launch_id"])
-                )
-            except (OSError, TimeoutError, ValueError) as exc:
-                self.log.warning("The plan's reservation stays until its lease ends: %s", exc)
-                continue
-            if dropped:
-                self.log.info(
-                    "Gave back the nodes the plan reserved for job %s (launch %s): %s.",
-                    self.job_name,
-                    reservation["launch_id"],
-                    ", ".join(f"{n} on {p}" for p, n in sorted(dropped.items())),
-                )
-
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Finish the wait: pass on ``done``, fail (with the log tail) on anything else."""
         status = JobEventStatus(event["status"])
@@ -405,8 +403,9 @@ class LaunchOperator(BaseOperator):
         raise AirflowException(f"job {job_name!r} was {status} before it finished")
 
     def on_kill(self) -> None:
-        """Stop only what this task started, through its launch manager (module docstring)."""
-        self._killed = True
+        """Stop only what this task started, through its launch manager (module docstring);
+        a launch waiting for nodes leaves the grid's queue."""
+        self.leave_queue_on_kill(self.job_name)
         manager = self.launch_manager
         action = manager.stop_action
         if action is StopAction.CANCELLED:

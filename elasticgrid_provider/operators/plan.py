@@ -22,7 +22,6 @@ reserves nothing, and its log says so.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -46,15 +45,12 @@ from elasticgrid_provider.core.validation import (
     number_from_text,
 )
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.triggers.capacity import CapacityEventStatus, GridCapacityTrigger
-from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S
+from elasticgrid_provider.operators.grid_wait import GridWait
 
 if TYPE_CHECKING:
-    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity
+    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
 
 RESERVATION_XCOM_KEY = "reservation"
-KILL_CHECK_S = 0.5  # how often a wait for nodes looks whether the task was killed
-KILL_LOCK_WAIT_S = 2.0  # how long on_kill waits for the grid lock (SIGKILL follows SIGTERM)
 SHORTFALL_MODES = tuple(mode.value for mode in ShortfallMode)
 
 
@@ -74,7 +70,39 @@ def nodes_from_argument(value: Any) -> Any:
     return value
 
 
-class PlanPlacementOperator(BaseOperator):
+def capacity_request(
+    job_name: Any,
+    nodes: Any,
+    *,
+    priority: Any,
+    min_nodes: Any,
+    on_shortfall: Any,
+    capacity_timeout: Any,
+    poll_interval: Any,
+) -> CapacityRequest:
+    """Rendered fleet arguments as a request for the grid; bad input is one sentence naming
+    the field and value (an :class:`ElasticGridError`)."""
+    from elasticgrid_provider.core.fleet.ledger import lease_for
+    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
+
+    job = check_job_name(job_name)
+    nodes = check_integer("nodes", nodes, minimum=1)
+    priority = check_integer("priority", number_from_text(priority))
+    least = nodes if min_nodes is None else number_from_text(min_nodes)
+    least = check_integer("min_nodes", least, minimum=1)
+    if least > nodes:
+        raise ElasticGridError(f"min_nodes {least} must not be above nodes {nodes}")
+    mode = ShortfallMode(check_choice("on_shortfall", on_shortfall, SHORTFALL_MODES))
+    timeout = capacity_timeout
+    if timeout is not None:
+        timeout = check_number(
+            "capacity_timeout", number_from_text(timeout), exclusive_minimum=True
+        )
+    poll = check_number("poll_interval", poll_interval, exclusive_minimum=True)
+    return CapacityRequest(job, nodes, least, priority, mode, timeout, lease_for(poll))
+
+
+class PlanPlacementOperator(BaseOperator, GridWait):
     """Place ``nodes`` nodes over the grid at the lowest cost within the spot budget.
 
     :param nodes: how many nodes (templated): an int, or an upstream scale decision
@@ -138,47 +166,26 @@ class PlanPlacementOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self.elasticgrid_conn_id = elasticgrid_conn_id
-        self._queued = False  # this process put the job's request in the queue
-        self._planning = False  # inside the grid lock: on_kill must not take it again
-        self._killed = False
 
     @cached_property
     def hook(self) -> ElasticGridHook:
         """The hook, built on first use (never at DAG parse time)."""
         return ElasticGridHook(self.elasticgrid_conn_id, providers=self.providers)
 
-    @cached_property
-    def grid_capacity(self) -> GridCapacity:
-        """The grid ledger's steps for this plan, built on first use."""
-        from elasticgrid_provider.hooks.grid_capacity import GridCapacity
-        from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
-
-        return GridCapacity(GridLedgerStore(self.hook.jobs_root))
-
     def _planner(self) -> GridPlanner:
         return self.hook.get_planner(number_from_text(self.max_spot_fraction), self.prefer)
 
     def capacity_request(self, nodes: Any) -> CapacityRequest:
-        """The checked fleet arguments as a request; bad input is one sentence naming the
-        field and value (an :class:`ElasticGridError`)."""
-        from elasticgrid_provider.core.fleet.ledger import lease_for
-        from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
-
-        job = check_job_name(self.job_name)
-        nodes = check_integer("nodes", nodes, minimum=1)
-        priority = check_integer("priority", number_from_text(self.priority))
-        least = nodes if self.min_nodes is None else number_from_text(self.min_nodes)
-        least = check_integer("min_nodes", least, minimum=1)
-        if least > nodes:
-            raise ElasticGridError(f"min_nodes {least} must not be above nodes {nodes}")
-        mode = ShortfallMode(check_choice("on_shortfall", self.on_shortfall, SHORTFALL_MODES))
-        timeout = self.capacity_timeout
-        if timeout is not None:
-            timeout = check_number(
-                "capacity_timeout", number_from_text(timeout), exclusive_minimum=True
-            )
-        poll = check_number("poll_interval", self.poll_interval, exclusive_minimum=True)
-        return CapacityRequest(job, nodes, least, priority, mode, timeout, lease_for(poll))
+        """The checked fleet arguments as a request (:func:`capacity_request`)."""
+        return capacity_request(
+            self.job_name,
+            nodes,
+            priority=self.priority,
+            min_nodes=self.min_nodes,
+            on_shortfall=self.on_shortfall,
+            capacity_timeout=self.capacity_timeout,
+            poll_interval=self.poll_interval,
+        )
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Plan the placement, log it as a table and return it for XCom."""
@@ -250,119 +257,37 @@ class PlanPlacementOperator(BaseOperator):
         """Plan under the grid lock until granted: reserve, fail, or wait (module docstring)."""
         planner = self._planner()
         leave_out = quarantine_from_record(self.nodes)
-        while True:
-            self._planning = True
-            try:
-                shared = self.grid_capacity.plan(planner, request, leave_out=leave_out)
-            finally:
-                self._planning = False
-            verdict = shared.decision.verdict
-            if self._killed:
-                self._leave_killed(request.job, shared.launch_id)
-            if verdict is Verdict.FAILED:
-                raise AirflowFailException(shared.decision.reason)
-            if verdict is Verdict.GRANTED:
-                self._queued = False
-                assert shared.placement is not None
-                self.log.info(
-                    "Reserved %d of the %d nodes job %s asked for (launch %s); others: %s.",
-                    shared.placement.total_nodes,
-                    request.nodes,
-                    request.job,
-                    shared.launch_id,
-                    shared.holders,
-                )
-                context["ti"].xcom_push(key=RESERVATION_XCOM_KEY, value=shared.reservation)
-                return self._placed(planner, shared.placement)
-            self._queued = True
-            self.log.info(
-                "Job %s waits for %d nodes (at least %d, priority %d): place %d in the grid "
-                "queue; the grid is held by %s.",
-                request.job,
-                request.nodes,
-                request.min_nodes,
-                request.priority,
-                shared.decision.queue_position,
-                shared.holders,
-            )
-            for shrink in shared.shrinks:
-                self.log.info(
-                    "Asked job %s (lower priority) to shrink to %d nodes for job %s.",
-                    shrink.job,
-                    shrink.to_nodes,
-                    shrink.by_job,
-                )
-            if timeout_at is not None and epoch_now() >= timeout_at:
-                self._timed_out(request.job, shared.holders)
-            if self.deferrable and not self._killed:
-                self.defer(
-                    trigger=GridCapacityTrigger(
-                        jobs_root=str(self.hook.jobs_root),
-                        request=request.model_dump(),
-                        capacities={
-                            p.name: p.max_nodes
-                            for p in planner.providers
-                            if p.name not in leave_out
-                        },
-                        poll_interval=self.poll_interval,
-                        timeout_at=timeout_at,
-                        min_wait_s=MIN_DEFERRAL_S,
-                    ),
-                    method_name="execute_complete",
-                )
-            self._sleep()
-
-    def _sleep(self) -> None:
-        """Wait ``poll_interval`` seconds, in short steps so that a kill ends the wait soon."""
-        deadline = time.monotonic() + self.poll_interval
-        while not self._killed and (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, KILL_CHECK_S))
-
-    def _leave_killed(self, job: str, launch_id: str) -> None:
-        """The task was killed while it planned or waited: no request, no reservation left."""
-        if launch_id:
-            self.grid_capacity.drop_reservation(job, launch_id)
-        self.grid_capacity.dequeue(job)
-        self._queued = False
-        raise AirflowException(
-            f"the task was killed while job {job!r} waited for nodes; it left the grid queue"
+        shared = self.wait_for_grant(planner, request, leave_out, timeout_at, "execute_complete")
+        if shared.decision.verdict is Verdict.FAILED:
+            raise AirflowFailException(shared.decision.reason)
+        assert shared.placement is not None
+        self.log.info(
+            "Reserved %d of the %d nodes job %s asked for (launch %s); others: %s.",
+            shared.placement.total_nodes,
+            request.nodes,
+            request.job,
+            shared.launch_id,
+            shared.holders,
         )
-
-    def _timed_out(self, job: str, holders: str) -> None:
-        """Leave the queue and fail: the wait for nodes lasted ``capacity_timeout``."""
-        self.grid_capacity.dequeue(job)
-        self._queued = False
-        raise AirflowFailException(
-            f"job {job!r} waited capacity_timeout {self.capacity_timeout} seconds for nodes "
-            f"in vain and left the grid queue; the grid is held by {holders}"
-        )
+        context["ti"].xcom_push(key=RESERVATION_XCOM_KEY, value=shared.reservation)
+        return self._placed(planner, shared.placement)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Woken by the trigger: plan again under the lock, or fail on its timeout."""
         try:
             request = self.capacity_request(nodes_from_argument(self.nodes))
-            if CapacityEventStatus(event["status"]) is CapacityEventStatus.REFUSED:
-                raise AirflowException(event["reason"])  # a retry may meet another triggerer
-            if CapacityEventStatus(event["status"]) is CapacityEventStatus.TIMEOUT:
-                self._timed_out(request.job, event.get("holders") or "nobody")
-            return self._plan_on_shared_grid(context, request, event.get("timeout_at"))
+            timeout_at = self.woken(request, event)
+            return self._plan_on_shared_grid(context, request, timeout_at)
         except (GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
         except ElasticGridError as exc:
             raise AirflowFailException(str(exc)) from None
 
     def on_kill(self) -> None:
-        """A task killed while it waits for nodes takes its request out of the queue: at once
-        when the wait sleeps, else right after the transaction in progress (which holds the
-        grid lock this process must not take twice); the wait then fails the task."""
+        """A task killed while it waits for nodes takes its request out of the queue
+        (:meth:`GridWait.leave_queue_on_kill`); the wait then fails the task."""
         self._killed = True
         if self.job_name is None:
             return
         self.log.info("Task killed: job %s no longer waits for nodes.", self.job_name)
-        if self._planning or not self._queued:
-            return  # the wait leaves the queue itself, right after the plan in progress
-        try:
-            self.grid_capacity.dequeue(self.job_name, timeout=KILL_LOCK_WAIT_S)
-            self._queued = False
-        except TimeoutError:
-            self.log.warning("The grid ledger was busy; the wait leaves the queue when it ends.")
+        self.leave_queue_on_kill(self.job_name)

@@ -70,16 +70,17 @@ def thin_points(points: list[dict[str, Any]], buckets: int = CHART_BUCKETS) -> l
     width = max(end - start, 1e-9) / buckets
     kept: set[int] = set()
     slot: list[int] = []
+    numbers = [[as_number(point.get(key)) for point in points] for key in SERIES]
 
     def close() -> None:
         if not slot:
             return
         kept.update((slot[0], slot[-1]))
-        for key in SERIES:
-            known = [i for i in slot if as_number(points[i].get(key)) is not None]
+        for series in numbers:
+            known = [(value, i) for i in slot if (value := series[i]) is not None]
             if known:
-                kept.add(min(known, key=lambda i: as_number(points[i][key]) or 0.0))
-                kept.add(max(known, key=lambda i: as_number(points[i][key]) or 0.0))
+                kept.add(min(known)[1])
+                kept.add(max(known)[1])
         slot.clear()
 
     current = None

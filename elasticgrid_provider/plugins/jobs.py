@@ -127,6 +127,12 @@ def parse_state(variable_key: str, text: str | None) -> StoredState:
         data = json.loads(text or "")
     except ValueError as exc:
         return StoredState(job_name, variable_key, None, f"the state is not valid JSON ({exc})")
+    return checked_state(variable_key, data)
+
+
+def checked_state(variable_key: str, data: Any) -> StoredState:
+    """A state Variable's parsed JSON, checked; errors become ``StoredState.error``."""
+    job_name = variable_key[len(STATE_PREFIX) :]
     error = None
     try:
         ScaleState.model_validate(data)

@@ -224,7 +224,8 @@ def _condition(
 
 
 def chart_points(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Size, queue fraction and cost over time: one point per decision (two per hold run)."""
+    """Size, queue fraction and cost over time: one point per decision (two per hold run),
+    in time order, unrounded (the chart rounds the points it keeps)."""
     points = []
     for entry in history:
         context = context_of(entry)
@@ -241,8 +242,8 @@ def chart_points(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             cost = after if after is not None else cost
             points.append((at, as_number(entry.get("target_nodes")), queue, cost))
     keys = ("at", "nodes", "queue_fraction", "cost_per_hour")
-    rows = [dict(zip(keys, point, strict=True)) for point in points]
-    return sorted(rounded(rows), key=lambda point: point["at"])
+    points.sort(key=lambda point: point[0])
+    return [dict(zip(keys, point, strict=True)) for point in points]
 
 
 def chart_markers(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -400,7 +401,7 @@ def job_view(
         "chart": _guarded(
             errors,
             "the chart",
-            lambda: stored.derived("chart", lambda: thin_points(chart_points(history))),
+            lambda: stored.derived("chart", lambda: rounded(thin_points(chart_points(history)))),
             [],
         ),
         "markers": _guarded(

@@ -8,10 +8,10 @@ end, which gives its nodes back.
 
 from __future__ import annotations
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, task
 
 from elasticgrid_provider.dag_builders import plan_and_launch
-from elasticgrid_provider.operators import PlanPlacementOperator
+from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
 from tests.dag_settings import JOB, PYTHON, TWO_LOCAL_PROVIDERS
 
 FOUR_LOCAL_NODES = [
@@ -104,3 +104,67 @@ with DAG(dag_id="fleet_bad_launch", schedule=None, catchup=False):
         recovery={"mode": "none"},
         startup_grace_s=1,
     )
+
+
+# job A plans; before its launch, its reservation lapses and job B (conf ``holder``) takes
+# the nodes; A's launch (on_shortfall: its plan's, from the conf) plans again, waits, or
+# fails. B sleeps ``holder_seconds`` (conf, default 600).
+HOLDER = "{{ dag_run.conf['holder'] }}"
+HOLDER_RUN = SHORT_RUN.replace("'seconds', 8", "'holder_seconds', 600")
+
+
+@task
+def lapse(ti=None) -> str:  # type: ignore[no-untyped-def]
+    """Drop job A's reservation, as its lease lapsing would (a launch that ran long after
+    its plan); returns the launch id it dropped."""
+    from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
+    from elasticgrid_provider.hooks.grid_capacity import GridCapacity
+    from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
+
+    reservation = ti.xcom_pull(task_ids="plan", key="reservation")
+    grid = GridCapacity(GridLedgerStore(ElasticGridHook().jobs_root))
+    assert grid.drop_reservation(reservation["job"], reservation["launch_id"])
+    return str(reservation["launch_id"])
+
+
+def taken_before_launch_dag(dag_id: str, providers: list, deferrable: bool = False) -> DAG:
+    """plan A -> A's reservation lapses -> plan and launch B on those nodes -> launch A."""
+    with DAG(dag_id=dag_id, schedule=None, catchup=False) as dag:
+        plan = PlanPlacementOperator(
+            task_id="plan",
+            nodes=NODES,
+            providers=providers,
+            job_name=JOB,
+            min_nodes=MIN_NODES,
+            on_shortfall="{{ dag_run.conf.get('on_shortfall', 'wait') }}",
+            poll_interval=0.5,
+        )
+        holder = plan_and_launch(
+            "{{ dag_run.conf.get('holder_nodes', 3) }}",
+            providers=providers,
+            plan_task_id="plan_holder",
+            launch_task_id="take",
+            plan_arguments={"job_name": HOLDER, "on_shortfall": "fail"},
+            job_name=HOLDER,
+            run=HOLDER_RUN,
+            recovery={"mode": "none"},
+            startup_grace_s=1,
+        )
+        launch = LaunchOperator(
+            task_id="launch",
+            job_name=JOB,
+            placement=plan.output,
+            run=SHORT_RUN,
+            recovery={"mode": "none"},
+            startup_grace_s=1,
+            poll_interval=0.5,
+            deferrable=deferrable,
+        )
+        plan >> lapse() >> holder.plan
+        holder.launch >> launch
+    return dag
+
+
+taken_before_launch_dag("fleet_taken_four", FOUR_LOCAL_NODES)
+taken_before_launch_dag("fleet_taken_four_deferrable", FOUR_LOCAL_NODES, deferrable=True)
+taken_before_launch_dag("fleet_taken_two", TWO_LOCAL_PROVIDERS)

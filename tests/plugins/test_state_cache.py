@@ -55,10 +55,8 @@ def test_a_state_is_parsed_again_only_when_its_variable_changed(airflow_db, monk
     key = state_variable_key("cached")
     state_cache.forget()
     parsed: list[str] = []
-    real = state_cache.parse_state
-    monkeypatch.setattr(
-        state_cache, "parse_state", lambda k, text: parsed.append(k) or real(k, text)
-    )
+    real = state_cache._parsed
+    monkeypatch.setattr(state_cache, "_parsed", lambda k, text: parsed.append(k) or real(k, text))
     first = audited_job("cached").model_dump()
     _set(key, json.dumps(first), fernet)
     try:
@@ -95,3 +93,52 @@ def test_the_cache_keeps_a_bounded_number_of_decisions(airflow_db, monkeypatch):
     finally:
         _delete(*keys)
         state_cache.forget()
+
+
+@pytest.mark.parametrize("stored", ["compact", "indented"])
+def test_the_fast_parse_keeps_all_the_slow_one_keeps(stored):
+    """Each entry's fields but ``inputs`` and ``context.readable``, unknown ones too, from a
+    state as the check stores it (compact, no readable) or as older releases did (indented)."""
+    from elasticgrid_provider.hooks.state_store import state_text
+    from elasticgrid_provider.plugins.jobs import parse_state
+    from tests.plugins.recorded import long_history
+
+    data = long_history(30, "fast")
+    data["history"][3]["from_a_newer_minor"] = {"kept": [1, 2]}
+    text = state_text(data) if stored == "compact" else json.dumps(data, indent=2)
+    key = state_variable_key("fast")
+
+    fast = state_cache._parsed(key, text)
+
+    slow = state_cache._slim(parse_state(key, text))
+    assert fast.error is None and fast.data == slow.data
+    assert fast.history[3]["from_a_newer_minor"] == {"kept": [1, 2]}
+    assert all("inputs" not in entry for entry in fast.history)
+    assert all("readable" not in entry["context"] for entry in fast.history)
+    assert len(fast.history) == 30
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", "[]", '{"job_name": "odd", "history": [1, 2]}', '"text"']
+)
+def test_a_document_the_fast_parse_cannot_read_is_reported_as_the_slow_one_reports_it(text):
+    from elasticgrid_provider.plugins.jobs import parse_state
+
+    key = state_variable_key("odd")
+    assert state_cache._parsed(key, text) == state_cache._slim(parse_state(key, text))
+
+
+def test_the_state_is_stored_compact_without_the_derived_readable_part():
+    from elasticgrid_provider.hooks.state_store import state_text
+    from tests.plugins.recorded import long_history
+
+    data = long_history(10, "small")
+    text = state_text(data)
+
+    stored = json.loads(text)
+    assert text == json.dumps(stored, separators=(",", ":"))  # no blank between tokens
+    assert all("readable" not in entry["context"] for entry in stored["history"])
+    for kept, entry in zip(stored["history"], data["history"], strict=True):
+        context = {k: v for k, v in entry["context"].items() if k != "readable"}
+        assert kept == {**entry, "context": context}
+    assert len(text) < len(json.dumps(data, indent=2)) / 2

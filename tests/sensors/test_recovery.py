@@ -331,3 +331,37 @@ def test_a_part_reclaimed_while_the_launch_starts_is_placed_again_without_its_pr
     out = capfd.readouterr().out
     assert "Provider spot took part early-loss--spot away while it started (preempted:" in out
     assert "not all up" in out  # the first launch's loss is logged, then recovered
+
+
+def test_a_provider_lost_at_start_up_stays_quarantined_for_the_jobs_later_replans(
+    airflow_db, jobs_root, capfd
+):
+    """spot is reclaimed while the launch starts (placed again on onprem + backup), backup 8 s
+    later: the check's recovery leaves out both, so the job goes on alone on onprem."""
+    job = "lost-twice"
+    conf = {"job_name": job, "nodes": 2, "steps": 600, "preempt": "spot=0.5,backup=8"}
+    launched = run_dag("recovery_startup_loss", conf)
+    assert launched.task_states == {"plan": "success", "launch": "success"}
+    assert sorted(p["provider"] for p in launched.xcom("launch", "job")["parts"]) == [
+        "backup",
+        "onprem",
+    ]
+    quarantine = _state(job)["recovery"]["quarantine"]
+    assert [entry["provider"] for entry in quarantine] == ["spot"]
+    assert quarantine[0]["reason"].startswith(
+        f"lost part {job}--spot while the launch started: preempted: spot capacity reclaimed"
+    )
+    assert quarantine[0]["until"] - quarantine[0]["since"] == 1800
+    assert "Quarantined provider(s) spot for 1800s in job lost-twice's scale state" in (
+        capfd.readouterr().out
+    )
+
+    result = run_dag("recovery_check", conf)
+
+    assert result.task_states == RECOVERED
+    record = result.xcom("scale_check")
+    assert record["action"] == "recover"
+    assert [p["provider"] for p in record["lost"]] == ["backup"]
+    assert sorted(entry["provider"] for entry in record["quarantine"]) == ["backup", "spot"]
+    relaunched = result.xcom("relaunch")
+    assert [(p["provider"], p["nodes"]) for p in relaunched["parts"]] == [("onprem", 1)]
