@@ -135,10 +135,11 @@ def test_a_capacity_error_on_the_second_call_terminates_the_first_and_says_no_ro
         cloud.fail("run_instances", "InsufficientInstanceCapacity", message, second),
         pytest.raises(CloudCapacityError) as refused,
     ):
-        engine(cloud, tmp_path, nodes=3).provision(str(tmp_path / "part"))
+        # 2 nodes: the first RunInstances goes alone, so the second call is node 2's
+        engine(cloud, tmp_path, nodes=2).provision(str(tmp_path / "part"))
     text = str(refused.value)
     assert text == (
-        "provider 'aws' has no capacity for t3.micro instance 2 of 3: EC2 "
+        "provider 'aws' has no capacity for t3.micro instance 2 of 2: EC2 "
         f"RunInstances failed: InsufficientInstanceCapacity: {message}"
     )
     (only,) = cloud.instances()
