@@ -42,7 +42,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import Report, Table, arguments, check, ratio, seconds_range  # noqa: E402
+from benchmarks.report import (  # noqa: E402
+    Report,
+    Table,
+    arguments,
+    check,
+    ratio,
+    seconds_range,
+    wait_for_files,
+)
 
 TRAIN = """\
 import os, sys
@@ -52,18 +60,6 @@ with open(os.path.join(sys.argv[1], "rank_" + os.environ["RANK"]), "w") as marke
 EC2_REF = "module=elasticgrid_provider.engines.ec2:Ec2Engine/us-east-1"
 SHARED = "/srv/pool/eg"
 OLD_LAUNCH = "20000101T000000Z-000000"  # sorts before any launch of today
-
-
-def wait_ranks(marks: Path, ranks: int, began: float, what: str) -> float:
-    """Seconds from ``began`` until ``ranks`` marker files exist in ``marks``."""
-    deadline = began + 180
-    while len(list(marks.iterdir())) < ranks:
-        check(
-            time.monotonic() < deadline,
-            f"{what}: only {len(list(marks.iterdir()))} of {ranks} ranks came up in 180 s",
-        )
-        time.sleep(0.01)
-    return time.monotonic() - began
 
 
 def launch(ec2, jobs_root: Path, work: Path, name: str, infra: str, params: dict, nodes: int):
@@ -87,7 +83,7 @@ def launch(ec2, jobs_root: Path, work: Path, name: str, infra: str, params: dict
     manager = JobManager(root=jobs_root)
     began = time.monotonic()
     manager.launch(path)
-    return manager, wait_ranks(marks, nodes, began, name)
+    return manager, wait_for_files(marks, nodes, began, name, 180)
 
 
 def launch_round(ec2, jobs_root: Path, work: Path, nodes: int) -> tuple[float, float, float]:

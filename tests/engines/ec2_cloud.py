@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -102,6 +103,25 @@ def cloud_fault(
         yield
     finally:
         delattr(backend, method)  # the class's method again
+
+
+def part_params(cloud: MotoEc2, folder: Path, **extra: Any) -> dict[str, Any]:
+    """An ec2 part's params on ``cloud``'s subnet (``extra`` on top), with a key file in
+    ``folder`` that no host accepts: nothing here is ever reached over SSH."""
+    key = folder / "id_ed25519"
+    key.write_text("not a usable key")
+    base = {
+        "instance_type": "t3.micro",
+        "image_id": "ami-12345678",
+        "key_name": "eg",
+        "ssh_key": str(key),
+        "subnet_id": cloud.subnet_id,
+        "ssh_user": "root",
+        "boot_timeout_s": 3,
+        "connect_timeout_s": 1,
+        "shared_dir": "/srv/pool",
+    }
+    return {**base, **extra}
 
 
 @contextmanager
