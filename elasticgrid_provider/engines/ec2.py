@@ -97,6 +97,8 @@ log = logging.getLogger(__name__)
 ENGINE_REF = ENGINE_REFERENCES[EC2_ENGINE]
 POLL_S = 1.0
 FIRST_POLL_S = 0.05  # then doubling up to POLL_S
+FIRST_PROBE_S = 0.2  # a TCP connect to a booting host's SSH port, doubling up to MAX_PROBE_S
+MAX_PROBE_S = 2.0
 RUN_WORKERS = 8  # RunInstances calls in flight at once (after the first)
 
 
@@ -336,9 +338,12 @@ class Ec2Engine(Engine):
 
         def reachable(host: str) -> None:
             wait, error = FIRST_POLL_S, "its SSH port did not answer"
+            patience = FIRST_PROBE_S  # a host not up yet never answers: look again, longer
             while True:
                 remaining = deadline - time.monotonic()
-                if not direct or port_answers(host_address(host), port, min(1.0, remaining)):
+                probe = min(patience, remaining)
+                patience = min(patience * 2, MAX_PROBE_S)
+                if not direct or port_answers(host_address(host), port, probe):
                     try:
                         ssh.check_host(host)
                         return
