@@ -8,18 +8,25 @@ root only), and measures:
   ``JobManager.launch`` of a spec on the ec2 engine, from the call until every rank has
   written a file in the pool folder the VMs share. Then, on the same VMs already booted,
   the same job on the provider's SSH engine (connections closed first, so it starts cold).
-  The ratio is the instances' lifecycle overhead: RunInstances, the wait for ``running``
-  and SSH, the per-launch host keys. Target: at most 1.3x at 8 VMs. A fake VM boots as fast
-  as a namespace host starts; a real VM's boot comes on top of both.
+  The ratio is the instances' lifecycle overhead: building the AWS client, RunInstances,
+  the wait for ``running`` and SSH, the per-launch host keys, and the fake cloud's own boot.
+  That boot (the harness starts one namespace host per instance, one after another, from
+  the first instance seen ``running`` to the last host's sshd started) is the cloud's time,
+  not the engine's: it is shown apart, with the ratio it leaves out. Target: at most 1.3x
+  at 8 VMs. The launch runs in this process, as moto's server and the harness do (they
+  share its interpreter). A real VM's boot (tens of seconds) comes on top.
 * **A reconcile pass over 1,000 tagged instances** (200 with ``--quick``): a job launched on
   one fake VM plus 999 instances tagged with the job and its current launch (no host boots
   for them): the time of
   :func:`~elasticgrid_provider.hooks.cloud_reconcile.reconcile_instances`, which finds no
   stale launch in the job's spec folders and so asks the cloud nothing. Then 100 more (20
   with ``--quick``) tagged with an older launch whose spec folder exists, as a superseded
-  launch leaves it: the time of the pass that finds them (DescribeInstances filtered on that
-  launch and on live states) and terminates them. Target: under 2 s. Measured once: moto's
-  TerminateInstances slows with every instance it holds.
+  launch leaves it: the time of the pass that finds them (DescribeTags for that launch,
+  DescribeTags for the job, DescribeInstanceStatus for the ids carrying both) and terminates
+  them (one TerminateInstances, whose answer confirms each is ending), including building
+  the AWS client, which is also shown alone. Target: under 2 s. Measured once: moto looks up
+  an instance's tags by scanning every tag it holds, so what it answers costs more with
+  every instance it holds.
 """
 
 from __future__ import annotations
@@ -36,7 +43,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import Report, Table, arguments, check, ratio, seconds_range  # noqa: E402
+from benchmarks.report import (  # noqa: E402
+    Report,
+    Table,
+    arguments,
+    check,
+    ratio,
+    seconds_range,
+    wait_for_files,
+)
 
 TRAIN = """\
 import os, sys
@@ -46,18 +61,6 @@ with open(os.path.join(sys.argv[1], "rank_" + os.environ["RANK"]), "w") as marke
 EC2_REF = "module=elasticgrid_provider.engines.ec2:Ec2Engine/us-east-1"
 SHARED = "/srv/pool/eg"
 OLD_LAUNCH = "20000101T000000Z-000000"  # sorts before any launch of today
-
-
-def wait_ranks(marks: Path, ranks: int, began: float, what: str) -> float:
-    """Seconds from ``began`` until ``ranks`` marker files exist in ``marks``."""
-    deadline = began + 180
-    while len(list(marks.iterdir())) < ranks:
-        check(
-            time.monotonic() < deadline,
-            f"{what}: only {len(list(marks.iterdir()))} of {ranks} ranks came up in 180 s",
-        )
-        time.sleep(0.01)
-    return time.monotonic() - began
 
 
 def launch(ec2, jobs_root: Path, work: Path, name: str, infra: str, params: dict, nodes: int):
@@ -81,18 +84,21 @@ def launch(ec2, jobs_root: Path, work: Path, name: str, infra: str, params: dict
     manager = JobManager(root=jobs_root)
     began = time.monotonic()
     manager.launch(path)
-    return manager, wait_ranks(marks, nodes, began, name)
+    return manager, wait_for_files(marks, nodes, began, name, 180)
 
 
-def launch_round(ec2, jobs_root: Path, work: Path, nodes: int) -> tuple[float, float]:
-    """(ec2 seconds, ssh seconds) of one job on ``nodes`` fake VMs, then every VM terminated."""
+def launch_round(ec2, jobs_root: Path, work: Path, nodes: int) -> tuple[float, float, float]:
+    """(ec2 seconds, ssh seconds, the fake VMs' boot span) of one job on ``nodes`` fake VMs,
+    then every VM terminated."""
     from elasticgrid_provider.engines.ssh import ENGINE_REF
     from elasticgrid_provider.engines.ssh_transport import close_connections
 
     name = f"ec2-{nodes}-{time.monotonic_ns()}"
     manager, on_ec2 = launch(ec2, jobs_root, work, name, EC2_REF, ec2.params(), nodes)
-    addresses = [i["PrivateIpAddress"] for i in ec2.instances() if i["InstanceId"] in ec2.alive()]
+    alive = ec2.alive()
+    addresses = [i["PrivateIpAddress"] for i in ec2.instances() if i["InstanceId"] in alive]
     check(len(addresses) == nodes, f"{nodes} instances expected, {len(addresses)} running")
+    boot = ec2.boot_span(alive)
     ssh_params = {
         "hosts": [f"root@{address}" for address in addresses],
         "ssh_key": ec2.key,
@@ -111,7 +117,7 @@ def launch_round(ec2, jobs_root: Path, work: Path, nodes: int) -> tuple[float, f
         check(time.monotonic() < deadline, f"{name}: instances left after its stop")
         ec2.sync()
         time.sleep(0.1)
-    return on_ec2, on_ssh
+    return on_ec2, on_ssh, boot
 
 
 def run_tagged(ec2, tags: dict[str, str], count: int) -> None:
@@ -130,11 +136,13 @@ def run_tagged(ec2, tags: dict[str, str], count: int) -> None:
 
 def reconcile_round(
     ec2, jobs_root: Path, work: Path, count: int, stale: int
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """(seconds of a reconcile pass over ``count`` instances of the job's current launch, which
-    terminates none; seconds of one that terminates ``stale`` instances of an older launch)."""
+    terminates none; seconds of one that terminates ``stale`` instances of an older launch;
+    seconds to build an AWS client alone, which that pass does too)."""
     from elasticgrid_provider.core.launch_spec import LaunchOptions
     from elasticgrid_provider.core.placement import Placement
+    from elasticgrid_provider.engines.instances import Ec2Instances
     from elasticgrid_provider.hooks.cloud_reconcile import reconcile_instances
     from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
     from tests.job_processes import stop_job
@@ -173,6 +181,9 @@ def reconcile_round(
     shutil.copytree(specs / current.launch_id, specs / OLD_LAUNCH)
     run_tagged(ec2, {**tags, "elasticgrid:launch": OLD_LAUNCH}, stale)
     began = time.monotonic()
+    check(Ec2Instances("aws_default", "us-east-1").client is not None, "no AWS client")
+    client = time.monotonic() - began
+    began = time.monotonic()
     asked = reconcile_instances(hook.job_store, [job])
     cleanup = time.monotonic() - began
     check(len(asked) == stale, f"the reconcile asked to terminate {len(asked)} of {stale}")
@@ -181,7 +192,7 @@ def reconcile_round(
     check(not alive, f"{len(alive)} stale instances survived the reconcile")
     ec2.poll_s = 0.1
     stop_job(jobs_root, job)  # terminates the current launch's instances too
-    return steady, cleanup
+    return steady, cleanup, client
 
 
 def main() -> None:
@@ -200,8 +211,8 @@ def main() -> None:
     jobs_root.mkdir()
     work.mkdir()
     (work / "train.py").write_text(TRAIN)
-    launches: dict[int, list[tuple[float, float]]] = {size: [] for size in sizes}
-    reconciles: list[tuple[float, float]] = []
+    launches: dict[int, list[tuple[float, float, float]]] = {size: [] for size in sizes}
+    reconciles: list[tuple[float, float, float]] = []
     try:
         with FakeEc2(hide=[jobs_root]) as ec2:
             for _ in range(rounds):
@@ -218,9 +229,10 @@ def main() -> None:
         name="ec2",
         title="Fake EC2 VMs: launch overhead and the reconcile",
         about=(
-            "The ec2 engine (RunInstances, wait for running and SSH, per-launch host keys, then "
-            "the SSH engine) against the SSH engine alone on the same VMs already booted; and "
-            "reconcile passes over tagged instances, against moto's EC2 API on loopback."
+            "The ec2 engine (the AWS client, RunInstances, wait for running and SSH, per-launch "
+            "host keys, then the SSH engine) against the SSH engine alone on the same VMs "
+            "already booted; and reconcile passes over tagged instances, against moto's EC2 "
+            "API on loopback."
         ),
         quick=args.quick,
         settings=f"median of {rounds} round(s)",
@@ -229,12 +241,16 @@ def main() -> None:
     for size in sizes:
         on_ec2 = [figures[0] for figures in launches[size]]
         on_ssh = [figures[1] for figures in launches[size]]
+        boots = [figures[2] for figures in launches[size]]
+        without_boot = [figures[0] - figures[2] for figures in launches[size]]
         rows.append(
             [
                 f"{size} VM(s)",
                 seconds_range(on_ec2),
+                seconds_range(boots),
                 seconds_range(on_ssh),
                 ratio(statistics.median(on_ec2), statistics.median(on_ssh)),
+                ratio(statistics.median(without_boot), statistics.median(on_ssh)),
             ]
         )
     report.tables.append(
@@ -242,22 +258,28 @@ def main() -> None:
             [
                 "size",
                 "ec2 engine: launch to all ranks running (s)",
+                "of which the fake VMs booting (s)",
                 "SSH engine, VMs already booted (s)",
                 "ratio (target <= 1.3 at 8)",
+                "ratio without the fake boot",
             ],
             rows,
         )
     )
     report.tables.append(
         Table(
-            ["reconcile pass (paginated DescribeInstances by tag)", "seconds (target < 2)"],
+            ["reconcile pass (what it asks the cloud)", "seconds (target < 2)"],
             [
                 [
-                    f"{count} tagged instances of the current launch (no stale launch to ask for)",
+                    f"{count} tagged instances of the current launch: no stale launch in the "
+                    "job's records, no call",
                     f"{reconciles[0][0]:.2f}",
                 ],
                 [
-                    f"{count + stale} tagged instances, {stale} stale terminated",
+                    f"{count + stale} tagged instances, {stale} of a stale launch terminated: "
+                    "DescribeTags (that launch), DescribeTags (the job), DescribeInstanceStatus "
+                    f"({stale} ids), TerminateInstances; with building the AWS client "
+                    f"({reconciles[0][2]:.2f} s alone)",
                     f"{reconciles[0][1]:.2f}",
                 ],
             ],
@@ -265,7 +287,9 @@ def main() -> None:
     )
     report.notes.append(
         "A fake VM is running as soon as RunInstances returns and boots in the time a network "
-        "namespace host takes to start; a real VM's boot (tens of seconds) adds to the ec2 side."
+        "namespace host takes to start (the harness starts them one after another); a real "
+        "VM's boot (tens of seconds) adds to the ec2 side. The ec2 side also builds a boto3 "
+        "client (botocore loads EC2's service model) in every launch."
     )
     report.publish(args.json)
 

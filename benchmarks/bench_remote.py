@@ -39,7 +39,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import Report, Table, arguments, check, ratio, seconds_range  # noqa: E402
+from benchmarks.report import (  # noqa: E402
+    Report,
+    Table,
+    arguments,
+    check,
+    ratio,
+    seconds_range,
+    wait_for_files,
+)
 
 SIZES = ((1, 1, 1), (4, 2, 2), (16, 4, 4))  # ranks, hosts, ranks per host
 TRAIN = """\
@@ -91,14 +99,7 @@ def launch_once(hosts, jobs_root: Path, work: Path, engine: str, ranks: int, per
     began = time.monotonic()
     manager.launch(path)
     launched = time.monotonic() - began
-    deadline = began + 120
-    while len(list(marks.iterdir())) < ranks:
-        check(
-            time.monotonic() < deadline,
-            f"{engine}: only {len(list(marks.iterdir()))} of {ranks} ranks came up in 120 s",
-        )
-        time.sleep(0.01)
-    ready = time.monotonic() - began
+    ready = wait_for_files(marks, ranks, began, engine, 120)
     time.sleep(1.0)  # let the ranks exit before the next launch
     return launched, ready
 

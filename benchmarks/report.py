@@ -117,6 +117,19 @@ def best_time(action: Callable[[], Result], repeats: int) -> tuple[float, Result
     return best, result
 
 
+def wait_for_files(folder: Path, count: int, began: float, what: str, timeout: float) -> float:
+    """Seconds from ``began`` (``time.monotonic()``) until ``folder`` holds ``count`` files
+    (say, one marker per rank); fails naming ``what`` after ``timeout`` seconds."""
+    deadline = began + timeout
+    while len(list(folder.iterdir())) < count:
+        check(
+            time.monotonic() < deadline,
+            f"{what}: only {len(list(folder.iterdir()))} of {count} ranks came up in {timeout:g} s",
+        )
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
 def ratio(numerator: float, denominator: float) -> str:
     """``numerator / denominator`` to two decimals."""
     return f"{numerator / denominator:.2f}"

@@ -51,3 +51,13 @@ def write_json(path: Path, data: Any, *, private: bool = False, durable: bool = 
     """:func:`write_atomically` of ``data`` as indented JSON and a newline."""
     text = json.dumps(data, indent=2) + "\n"
     write_atomically(path, text.encode(), private=private, durable=durable)
+
+
+def read_text_map(path: Path) -> dict[str, str]:
+    """A JSON object of text values that :func:`write_json` wrote, as ``str -> str``; {} when
+    the file is missing, unreadable or not an object (a sidecar record rewritten next time)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}

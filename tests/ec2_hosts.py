@@ -32,7 +32,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -87,6 +87,8 @@ class FakeEc2:
         self._client: Any = None
         self._hosts: dict[str, int] = {}  # instance id -> host index in self.lan
         self._first_seen: dict[str, float] = {}
+        self.calls: dict[str, int] = {}  # moto backend calls counted by fail()
+        self.booted_at: dict[str, float] = {}  # instance id -> monotonic time its host was up
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -249,6 +251,7 @@ class FakeEc2:
             authorized = pairs[0].get("PublicKey") if pairs else None
         index = self.lan.add_host(address, cloud_config_host_key(user_data), authorized or "")
         self._hosts[instance_id] = index
+        self.booted_at[instance_id] = time.monotonic()
 
     def _remove(self, instance_id: str) -> None:
         index = self._hosts.pop(instance_id, None)
@@ -284,6 +287,13 @@ class FakeEc2:
         encoded = answer.get("UserData", {}).get("Value")
         return base64.b64decode(encoded).decode() if encoded else ""
 
+    def boot_span(self, instance_ids: Iterable[str]) -> float:
+        """Seconds from the first of these instances seen ``running`` until the last one's
+        host was up: the fake cloud's own boot time (hosts start one after another)."""
+        ids = list(instance_ids)
+        with self._lock:
+            return max(self.booted_at[i] for i in ids) - min(self._first_seen[i] for i in ids)
+
     def booted(self) -> dict[str, int]:
         """Each instance that has a host now: instance id -> host index in :attr:`lan`."""
         with self._lock:
@@ -308,6 +318,20 @@ class FakeEc2:
             self.lan.wait_listening(index, max(1.0, deadline - time.monotonic()))
             indexes.append(index)
         return indexes
+
+    def fail(
+        self, method: str, code: str, message: str, when: Callable[[int, dict[str, Any]], bool]
+    ) -> contextlib.AbstractContextManager[None]:
+        """The cloud answering ``method`` (moto's backend method, e.g. ``run_instances``) with
+        AWS's error ``code``/``message`` on the calls ``when(n, kwargs)`` picks, n counting
+        from 1 (:attr:`calls`), while the block runs (:func:`tests.engines.ec2_cloud.cloud_fault`)."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        from tests.engines.ec2_cloud import cloud_fault
+
+        backend = ec2_backends[DEFAULT_ACCOUNT_ID][REGION]
+        return cloud_fault(backend, self.calls, method, code, message, when)
 
     def reclaim(self, instance_id: str) -> None:
         """A spot interruption: terminate the instance on moto's in-process backend with state

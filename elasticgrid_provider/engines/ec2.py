@@ -10,8 +10,9 @@ machines; ``envs`` values go on standard input, never in user data, tags or a co
 * **Found by tag, never by memory.** Every instance carries ``elasticgrid:job``,
   ``elasticgrid:part``, ``elasticgrid:launch`` and ``Name`` (``<part>-<index>``) from
   RunInstances on (``TagSpecifications``: no instance is ever untagged). One RunInstances per
-  instance, with a ``ClientToken`` derived from (launch, part, index, market): a retried
-  provision finds the instances already tagged, or EC2 returns the same ones.
+  instance (the first alone, the others in parallel), with a ``ClientToken`` derived from
+  (launch, part, index, market): a retried provision finds the instances already tagged, or
+  EC2 returns the same ones.
 * **Intent first.** Before RunInstances the part's local folder gets ``ec2-launch.json``
   (launch id, part, client tokens, the launch's host key): a kill at any instant leaves
   instances that their tags name, which a stop, a retry's sweep or the reconcile terminates.
@@ -19,7 +20,8 @@ machines; ``envs`` values go on standard input, never in user data, tags or a co
   instances in cloud-init user data; the worker writes ``known_hosts`` for their addresses
   before the first connection, and checks strictly.
 * **Provision** waits until every instance is ``running`` and answers over SSH within
-  ``boot_timeout_s``. ANY failure on the way (a capacity error on the 2nd call, a host never
+  ``boot_timeout_s`` (each host on its own: its SSH port, then one checked ssh, whose
+  connection the sync and start reuse). ANY failure on the way (a capacity error on the 2nd call, a host never
   reachable, a sync, setup or start failure) terminates every instance of the part's launch
   found by tag, retried with backoff (:func:`~.instances.terminate_tagged`); if some survive,
   the error names them.
@@ -39,7 +41,9 @@ machines; ``envs`` values go on standard input, never in user data, tags or a co
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +65,7 @@ from elasticgrid_provider.core.errors import (
 from elasticgrid_provider.core.machines import MACHINES_FILE, Market
 from elasticgrid_provider.core.providers import EC2_ENGINE, ENGINE_REFERENCES
 from elasticgrid_provider.core.rank_environment import ENV_CHECKPOINT_DIR, ENV_JOB, ENV_LAUNCH_ID
+from elasticgrid_provider.core.ssh_params import host_address
 from elasticgrid_provider.engines.cloud_init import (
     HostKey,
     user_data,
@@ -85,11 +90,39 @@ from elasticgrid_provider.engines.instances import (
     terminate_tagged,
 )
 from elasticgrid_provider.engines.ssh import SshEngine
+from elasticgrid_provider.engines.ssh_transport import first_error, for_each_host, port_answers
 
 log = logging.getLogger(__name__)
 
 ENGINE_REF = ENGINE_REFERENCES[EC2_ENGINE]
 POLL_S = 1.0
+FIRST_POLL_S = 0.05  # then doubling up to POLL_S
+FIRST_PROBE_S = 0.2  # a TCP connect to a booting host's SSH port, doubling up to MAX_PROBE_S
+MAX_PROBE_S = 2.0
+RUN_WORKERS = 8  # RunInstances calls in flight at once (after the first)
+
+
+class _Starting:
+    """The instances of a part being started, by node index, and its intent (threads add to
+    them; a spot fallback is recorded once)."""
+
+    def __init__(self, folder: Path, intent: dict[str, Any]) -> None:
+        self.folder, self.intent = folder, intent
+        self._lock = threading.Lock()
+        self._by_index: dict[int, list[Instance]] = {}
+
+    def add(self, index: int, instances: list[Instance]) -> None:
+        with self._lock:
+            self._by_index[index] = instances
+
+    def instances(self) -> list[Instance]:
+        with self._lock:
+            return [item for index in sorted(self._by_index) for item in self._by_index[index]]
+
+    def fall_back(self, price: float | None, cause: str) -> None:
+        with self._lock:
+            if self.intent["market"] != str(Market.ON_DEMAND):
+                self.intent = record_fallback(self.folder, self.intent, price, cause)
 
 
 class Ec2Engine(Engine):
@@ -194,65 +227,85 @@ class Ec2Engine(Engine):
 
     def run_instances(self, folder: Path, intent: dict[str, Any]) -> list[Instance]:
         """One instance per node, each asked for once: an index whose instance exists (by its
-        ``Name`` tag) is not asked for again."""
-        params, part = self.params, self.spec.name
+        ``Name`` tag) is not asked for again. The first RunInstances goes alone (a refused
+        credential or a cloud with no room answers once), the others in parallel; the first
+        try of a launch asks for no existing instance (its intent was just recorded: none can
+        carry its tags)."""
+        params = self.params
         key = HostKey.from_json(intent["host_key"])
         assert key is not None
         text = user_data(key, params.user_data)
-        existing = {
-            instance.tags.get("Name"): instance
-            for instance in self.instances.describe(self.tags)
-            if instance.state not in GONE_STATES
-        }
-        started: list[Instance] = []
-        for index in range(self.spec.num_nodes):
-            name = f"{part}-{index}"
+        existing: dict[str | None, Instance] = {}
+        if intent.get("attempt", 2) > 1:  # an earlier try of this launch may have started some
+            existing = {
+                instance.tags.get("Name"): instance
+                for instance in self.instances.describe(self.tags)
+                if instance.state not in GONE_STATES
+            }
+        names = [f"{self.spec.name}-{index}" for index in range(self.spec.num_nodes)]
+        starting = _Starting(folder, intent)
+        for index, name in enumerate(names):
             if name in existing:
-                started.append(existing[name])
-                continue
-            market = Market(intent["market"])
-            tags = {**params.tags, **{k: v[0] for k, v in self.tags.items()}, "Name": name}
-            request = RunRequest(
-                image_id=params.image_id,
-                instance_type=params.instance_type,
-                key_name=params.key_name,
-                user_data=text,
-                tags=tags,
-                client_token=client_token(self.launch_id, part, index, market),
-                spot=market is Market.SPOT,
-                subnet_id=params.subnet_id,
-                security_group_ids=params.security_group_ids,
-                iam_instance_profile=params.iam_instance_profile,
-            )
-            try:
-                answer = self.instances.run(request)
-            except CloudCapacityError as error:
-                if market is not Market.SPOT or not params.can_fall_back:
-                    provider = part.rsplit("--", 1)[-1]
-                    raise CloudCapacityError(
-                        f"provider {provider!r} has no capacity for {params.instance_type} "
-                        f"instance {index + 1} of {self.spec.num_nodes}: {error}"
-                    ) from None
-                price = params.on_demand_cost_per_node_hour
-                intent = record_fallback(folder, intent, price, str(error))
-                answer = self.instances.run(
-                    replace(
-                        request,
-                        spot=False,
-                        client_token=client_token(self.launch_id, part, index, Market.ON_DEMAND),
-                    )
+                starting.add(index, [existing[name]])
+        missing = [index for index, name in enumerate(names) if name not in existing]
+
+        def start(index: int) -> None:
+            starting.add(index, self._run_one(starting, index, text))
+            self._write_machines(folder, starting.instances())
+
+        if missing:
+            start(missing[0])
+        if len(missing) > 1:
+            with ThreadPoolExecutor(max_workers=min(len(missing) - 1, RUN_WORKERS)) as pool:
+                list(pool.map(start, missing[1:]))  # the first error is raised
+        return starting.instances()
+
+    def _run_one(self, starting: _Starting, index: int, text: str) -> list[Instance]:
+        """RunInstances for node ``index`` (spot falls back to on-demand when params say so)."""
+        params, part = self.params, self.spec.name
+        name = f"{part}-{index}"
+        market = Market(starting.intent["market"])
+        tags = {**params.tags, **{k: v[0] for k, v in self.tags.items()}, "Name": name}
+        request = RunRequest(
+            image_id=params.image_id,
+            instance_type=params.instance_type,
+            key_name=params.key_name,
+            user_data=text,
+            tags=tags,
+            client_token=client_token(self.launch_id, part, index, market),
+            spot=market is Market.SPOT,
+            subnet_id=params.subnet_id,
+            security_group_ids=params.security_group_ids,
+            iam_instance_profile=params.iam_instance_profile,
+        )
+        try:
+            answer = self.instances.run(request)
+        except CloudCapacityError as error:
+            if market is not Market.SPOT or not params.can_fall_back:
+                provider = part.rsplit("--", 1)[-1]
+                raise CloudCapacityError(
+                    f"provider {provider!r} has no capacity for {params.instance_type} "
+                    f"instance {index + 1} of {self.spec.num_nodes}: {error}"
+                ) from None
+            starting.fall_back(params.on_demand_cost_per_node_hour, str(error))
+            answer = self.instances.run(
+                replace(
+                    request,
+                    spot=False,
+                    client_token=client_token(self.launch_id, part, index, Market.ON_DEMAND),
                 )
-            log.info("Started instance %s (%s) for part %s.", answer[0].instance_id, name, part)
-            started.extend(answer)
-            self._write_machines(folder, started)
-        return started
+            )
+        log.info("Started instance %s (%s) for part %s.", answer[0].instance_id, name, part)
+        return answer
 
     def _wait_running(
         self, folder: Path, started: list[Instance], deadline: float
     ) -> list[Instance]:
         """The started instances once all are ``running`` (in index order), before
-        ``deadline``; an instance that ends while booting fails the part at once."""
+        ``deadline``; an instance that ends while booting fails the part at once. Polled
+        every ``POLL_S`` (a first, shorter wait: RunInstances often answers ``running``)."""
         wanted = [instance.instance_id for instance in started]
+        wait = FIRST_POLL_S
         while True:
             found = {item.instance_id: item for item in self.instances.describe(self.tags)}
             current = [found[id_] for id_ in wanted if id_ in found]
@@ -271,22 +324,42 @@ class Ec2Engine(Engine):
                     f"part {self.spec.name!r}: instances not running within boot_timeout_s="
                     f"{self.params.boot_timeout_s:g} s ({states or 'none listed'})"
                 )
-            time.sleep(POLL_S)
+            time.sleep(wait)
+            wait = min(wait * 2, POLL_S)
 
     def _wait_reachable(self, cluster: ClusterInfo, deadline: float) -> None:
-        """Every instance answers over SSH (host key checked) before ``deadline``."""
+        """Every instance answers over SSH (host key checked) before ``deadline``. Each host
+        on its own, in parallel: a TCP connect to its SSH port (short, retried) until sshd
+        listens, then the ssh engine's check of that host, which opens the connection the
+        sync and start reuse."""
         ssh = self._ssh(cluster)
-        while True:
-            try:
-                ssh.check_hosts()
-                return
-            except RemoteHostError as error:
+        port = ssh.params.ssh_port or 22
+        direct = not ssh.params.ssh_opts  # through a jump host, only ssh itself can tell
+
+        def reachable(host: str) -> None:
+            wait, error = FIRST_POLL_S, "its SSH port did not answer"
+            patience = FIRST_PROBE_S  # a host not up yet never answers: look again, longer
+            while True:
+                remaining = deadline - time.monotonic()
+                probe = min(patience, remaining)
+                patience = min(patience * 2, MAX_PROBE_S)
+                if not direct or port_answers(host_address(host), port, probe):
+                    try:
+                        ssh.check_host(host)
+                        return
+                    except RemoteHostError as failure:
+                        error = str(failure)
                 if time.monotonic() >= deadline:
                     raise RemoteHostError(
                         f"part {self.spec.name!r}: instances not reachable over SSH within "
                         f"boot_timeout_s={self.params.boot_timeout_s:g} s ({error})"
-                    ) from None
-            time.sleep(POLL_S)
+                    )
+                time.sleep(wait)
+                wait = min(wait * 2, POLL_S)
+
+        failure = first_error(for_each_host(ssh.params.hosts, reachable))
+        if failure is not None:
+            raise failure
 
     def _address(self, instance: Instance) -> str:
         public = self.params.address is AddressKind.PUBLIC

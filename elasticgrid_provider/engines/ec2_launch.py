@@ -3,9 +3,10 @@
 * :func:`launch_tags`: the tag filter that finds a job's instances (one launch, one part).
 * :func:`client_token`: RunInstances' idempotency token, from (launch, part, index, market).
 * :func:`record_intent`: ``ec2-launch.json`` in the part's LOCAL folder (0600), written
-  before any RunInstances: job, part, launch id, count, market, client tokens and the
+  before any RunInstances: job, part, launch id, count, market, client tokens, the
   launch's host key (kept when the same launch is provisioned again, so the user data of
-  instances already started still holds the key the worker checks).
+  instances already started still holds the key the worker checks) and which ``attempt``
+  of the launch's part this is (only a later one can find instances already started).
 * :func:`record_fallback`: a spot request refused for capacity that goes on-demand
   (``spot_fallback: on_demand``), recorded with its price and cause before it is logged.
 * :func:`ssh_engine_params`: the ssh engine's params for the instances (their hosts, the
@@ -41,12 +42,12 @@ NO_LAUNCH_ID = "direct"  # a spec launched without the hook carries no launch id
 
 
 def launch_tags(job: str, part: str | None, launch_id: str | None) -> dict[str, list[str]]:
-    """The tag filter of a job's instances, of one part and/or launch when given."""
-    tags = {TAG_JOB: [job]}
+    """The tag filter of a job's instances, of one part and/or launch when given; narrowest
+    first (launch, part, job), the order :meth:`.instances.Ec2Instances.describe` asks in."""
+    tags = {TAG_LAUNCH: [launch_id]} if launch_id is not None else {}
     if part is not None:
         tags[TAG_PART] = [part]
-    if launch_id is not None:
-        tags[TAG_LAUNCH] = [launch_id]
+    tags[TAG_JOB] = [job]
     return tags
 
 
@@ -85,6 +86,7 @@ def record_intent(
         "market": str(market),
         "client_tokens": [client_token(launch_id, part, index, market) for index in range(count)],
         "host_key": key.to_json(),
+        "attempt": int(previous.get("attempt", 1)) + 1 if same else 1,
         **({"fallback": previous["fallback"]} if same and "fallback" in previous else {}),
     }
     write_json(folder / INTENT_FILE, intent, private=True)

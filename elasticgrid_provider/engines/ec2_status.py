@@ -11,13 +11,12 @@ of a lost part (:func:`~elasticgrid_provider.core.recovery.loss_cause`), a capac
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from iroh_tinker.cloud.engines.base import Node
 
-from elasticgrid_provider.atomic_files import write_json
+from elasticgrid_provider.atomic_files import read_text_map, write_json
 from elasticgrid_provider.core.machines import SPOT_RECLAIM_CODE
 from elasticgrid_provider.engines.instances import GONE_STATES, Instance
 
@@ -46,7 +45,7 @@ def record_losses(folder: Path, nodes: Iterable[Node], causes: Mapping[str, str]
     """Write each lost rank's cause (kept from earlier probes) into the part's folder."""
     if not folder.is_dir():
         return
-    recorded = _read(folder)
+    recorded = read_text_map(folder / LOSSES_FILE)
     for node in nodes:
         cause = causes.get(node.env.get("instance_id") or "")
         if cause is not None:
@@ -56,12 +55,4 @@ def record_losses(folder: Path, nodes: Iterable[Node], causes: Mapping[str, str]
 
 def recorded_cause(folder: Path, rank: int) -> str | None:
     """Why ``rank``'s instance was lost, when it was."""
-    return _read(folder).get(str(rank))
-
-
-def _read(folder: Path) -> dict[str, str]:
-    try:
-        data = json.loads((folder / LOSSES_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}
+    return read_text_map(folder / LOSSES_FILE).get(str(rank))

@@ -50,6 +50,7 @@ LIVE_STATES = ("pending", "running", "stopping", "stopped")  # what may still co
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 TERMINATE_ATTEMPTS = 5
 TERMINATE_BATCH = 500
+STATUS_BATCH = 100  # instance ids per DescribeInstanceStatus
 TERMINATE_BACKOFF_S = 1.0
 
 
@@ -111,14 +112,27 @@ class InstanceApi(Protocol):
         ...
 
     def describe(
-        self, tags: Mapping[str, Sequence[str]], states: Sequence[str] | None = None
+        self,
+        tags: Mapping[str, Sequence[str]],
+        states: Sequence[str] | None = None,
+        instance_ids: Sequence[str] | None = None,
     ) -> list[Instance]:
         """Every instance whose tag ``key`` has one of the values given for it, in one of
-        ``states`` (None: all states)."""
+        ``states`` (None: all states), among ``instance_ids`` when given."""
         ...
 
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        """Ask the cloud to terminate these instances (raises CloudApiError)."""
+    def tagged(self, key: str, values: Sequence[str]) -> dict[str, str]:
+        """Instance id -> value of its tag ``key``, for every instance (any state) whose tag
+        ``key`` has one of ``values``."""
+        ...
+
+    def states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """Instance id -> state name of these instances (one that is gone is left out)."""
+        ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """Ask the cloud to terminate these instances (raises CloudApiError); the state the
+        cloud answered for each (``shutting-down``, ``terminated``, ...)."""
         ...
 
 
@@ -182,11 +196,17 @@ class Ec2Instances:
         return [_instance(item) for item in answer.get("Instances", [])]
 
     def describe(
-        self, tags: Mapping[str, Sequence[str]], states: Sequence[str] | None = None
+        self,
+        tags: Mapping[str, Sequence[str]],
+        states: Sequence[str] | None = None,
+        instance_ids: Sequence[str] | None = None,
     ) -> list[Instance]:
-        filters = [{"Name": f"tag:{key}", "Values": list(values)} for key, values in tags.items()]
-        if states is not None:
-            filters.append({"Name": "instance-state-name", "Values": list(states)})
+        # ids, then the state, then the tags in the order given (launch_tags: narrowest
+        # first): a server that tests filters in turn (moto) looks up an instance's tags once
+        # per tag filter it reaches, so a filter that rejects early saves the later ones
+        filters = [{"Name": "instance-id", "Values": list(instance_ids)}] if instance_ids else []
+        filters += [{"Name": "instance-state-name", "Values": list(states)}] if states else []
+        filters += [{"Name": f"tag:{key}", "Values": list(values)} for key, values in tags.items()]
         found: list[Instance] = []
         token: str | None = None
         while True:
@@ -200,10 +220,53 @@ class Ec2Instances:
             if not token:
                 return found
 
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        ids = list(instance_ids)
+    def tagged(self, key: str, values: Sequence[str]) -> dict[str, str]:
+        filters = [
+            {"Name": "resource-type", "Values": ["instance"]},
+            {"Name": "key", "Values": [key]},
+            {"Name": "value", "Values": list(values)},
+        ]
+        found: dict[str, str] = {}
+        token: str | None = None
+        while True:
+            page_args: dict[str, Any] = {"Filters": filters, "MaxResults": 1000}
+            if token:
+                page_args["NextToken"] = token
+            answer = self._call("describe_tags", **page_args)
+            found.update({str(tag["ResourceId"]): str(tag["Value"]) for tag in answer["Tags"]})
+            token = answer.get("NextToken")
+            if not token:
+                return found
+
+    def states(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        ids, found = list(instance_ids), {}
+        for start in range(0, len(ids), STATUS_BATCH):
+            chunk = ids[start : start + STATUS_BATCH]
+            try:
+                answer = self._call(
+                    "describe_instance_status", InstanceIds=chunk, IncludeAllInstances=True
+                )
+                statuses = answer.get("InstanceStatuses", [])
+                found.update(
+                    {str(i["InstanceId"]): str(i["InstanceState"]["Name"]) for i in statuses}
+                )
+            except CloudApiError as error:
+                if getattr(error, "code", None) != "InvalidInstanceID.NotFound":
+                    raise
+                # one of them is gone already: a filter answers for those left, without error
+                gone_safe = self.describe({}, instance_ids=chunk)
+                found.update({item.instance_id: item.state for item in gone_safe})
+        return found
+
+    def terminate(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        ids, states = list(instance_ids), {}
         for start in range(0, len(ids), TERMINATE_BATCH):  # one call per batch of ids
-            self._call("terminate_instances", InstanceIds=ids[start : start + TERMINATE_BATCH])
+            answer = self._call(
+                "terminate_instances", InstanceIds=ids[start : start + TERMINATE_BATCH]
+            )
+            for item in answer.get("TerminatingInstances", []):
+                states[str(item["InstanceId"])] = str((item.get("CurrentState") or {}).get("Name"))
+        return states
 
 
 def _call_name(method: str) -> str:
@@ -240,7 +303,9 @@ def terminate_tagged(
 ) -> list[str]:
     """Terminate every live instance with these ``tags`` (``what`` names them in logs and
     errors), retrying with doubling backoff; the ids terminated. ``found_alive``: the ids a
-    describe by these tags just found (the first look is skipped). Raises
+    describe by these tags just found (the first look is skipped). TerminateInstances answers
+    each instance's new state: when every one is ending, that answer is the confirmation (no
+    second look); otherwise the next try looks again by tag. Raises
     :class:`InstancesLeftError` naming the ids still alive after ``attempts`` tries."""
     ended: list[str] = []
     last_error: Exception | None = None
@@ -258,10 +323,12 @@ def terminate_tagged(
                 break  # the last look: still alive after every try
             if attempt:  # asked before and still alive: give the cloud time
                 sleep(backoff_s * 2 ** (attempt - 1))
-            api.terminate(alive)
+            answered = api.terminate(alive)
             log.info("Terminating %s: %s.", what, ", ".join(alive))
             ended.extend(instance for instance in alive if instance not in ended)
             last_error = None
+            if all(answered.get(instance) in ENDING for instance in alive):
+                return ended  # the cloud confirmed each one is ending
         except CloudApiError as error:
             last_error = error
             log.warning(

@@ -147,14 +147,17 @@ class SshEngine(Engine):
         return ClusterInfo(job_name=self.spec.name, engine=self.name, nodes=nodes, meta=meta)
 
     def check_hosts(self) -> None:
-        """Reach every host (in parallel): create the job folder, check that the remote Python
-        finds iroh's runner. Raises :class:`RemoteHostError` naming the first bad host."""
-        results = for_each_host(
-            self.params.hosts, lambda host: self._agent(host, {"op": "check"}, CHECK_EXTRA_S)
-        )
+        """Reach every host (in parallel): :meth:`check_host`. Raises
+        :class:`RemoteHostError` naming the first bad host."""
+        results = for_each_host(self.params.hosts, self.check_host)
         error = first_error(results)
         if error is not None:
             raise error
+
+    def check_host(self, host: str) -> None:
+        """Reach ``host``: create the job folder, check that the remote Python finds iroh's
+        runner (raises :class:`RemoteHostError` naming the host)."""
+        self._agent(host, {"op": "check"}, CHECK_EXTRA_S)
 
     def sync(self, cluster: ClusterInfo, workdir: str) -> None:
         """rsync ``workdir`` into ``R`` on every host, in parallel, over the same ssh options."""

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import shlex
+import socket
 import stat
 import subprocess
 import sys
@@ -99,6 +100,16 @@ def session_options(params: SshParams) -> Iterator[list[str]]:
         yield ssh_options(params, path)
     finally:
         Path(path).unlink(missing_ok=True)
+
+
+def port_answers(address: str, port: int, timeout: float) -> bool:
+    """Whether a TCP connection to ``address:port`` opens within ``timeout`` seconds (a cheap
+    look for a booting machine's sshd before an ssh, which waits out its connect timeout)."""
+    try:
+        with socket.create_connection((address, port), timeout=max(0.05, timeout)):
+            return True
+    except OSError:
+        return False
 
 
 def run_with_timeout(

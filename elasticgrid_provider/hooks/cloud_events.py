@@ -9,12 +9,11 @@ rather than never.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from elasticgrid_provider.atomic_files import write_json
+from elasticgrid_provider.atomic_files import read_text_map, write_json
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobSnapshot
 from elasticgrid_provider.core.machines import instance_changes, instances_entry, read_machines
@@ -39,7 +38,7 @@ def instance_entries(
             continue  # a record that cannot be read: the engine rewrites it on its next status
         if not machines:
             continue
-        recorded = _recorded(folder)
+        recorded = read_text_map(folder / RECORDED_FILE)
         changes = instance_changes(machines, recorded)
         if changes:
             entry = instances_entry(
@@ -53,11 +52,3 @@ def instance_entries(
             write_json(folder / RECORDED_FILE, events)
 
     return entries, said
-
-
-def _recorded(folder: Path) -> dict[str, str]:
-    try:
-        data = json.loads((folder / RECORDED_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}

@@ -10,7 +10,9 @@ once it is over (``stopped``, ``down``, ``lost``). Each is logged by id.
 Launch ids sort by time, so a launch newer than the manifest read (one being written right
 now by another task) is never touched. Every launch keeps its spec folder, so the candidate
 launches are known without asking the cloud, which is asked only for their live instances
-(a job that only ever ran its current launch costs no call). Which AWS connections and
+(a job that only ever ran its current launch costs no call): DescribeTags for the instances
+carrying those launches, and only when there are some, DescribeTags for those of the jobs
+and DescribeInstanceStatus for their states. Which AWS connections and
 regions to ask comes from the ec2 parts' specs of every launch of the job. A termination that
 fails is retried with backoff; what is still alive after that is logged as an error, and the
 next reconcile tries again.
@@ -19,11 +21,14 @@ next reconcile tries again.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elasticgrid_provider.core.errors import CloudApiError, ElasticGridError, InstancesLeftError
 from elasticgrid_provider.hooks.job_store import JobStore
 from elasticgrid_provider.hooks.remote_parts import ec2_spec
+
+if TYPE_CHECKING:
+    from elasticgrid_provider.engines.instances import InstanceApi
 
 MAX_FILTER_VALUES = 200  # EC2's limit of values in one filter
 
@@ -51,11 +56,8 @@ def _clouds(store: JobStore, job: str) -> set[tuple[str, str | None]]:
 def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None) -> list[str]:
     """Terminate the instances of the jobs root's jobs (or of ``job_names``) whose launch is not
     the job's current one (module docstring); the ids asked to terminate."""
-    from elasticgrid_provider.core.ec2_params import TAG_JOB, TAG_LAUNCH
     from elasticgrid_provider.engines.ec2_launch import launch_tags
     from elasticgrid_provider.engines.instances import (
-        ENDING,
-        LIVE_STATES,
         Ec2Instances,
         terminate_tagged,
     )
@@ -83,20 +85,10 @@ def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None)
         api = Ec2Instances(conn_id, region)
         stale: dict[tuple[str, str], list[str]] = {}
         launches = sorted({launch for job in jobs for launch in candidates[job]})
-        try:  # only the candidate launches' live instances: the cloud filters them
-            for job_start in range(0, len(jobs), MAX_FILTER_VALUES):
-                for start in range(0, len(launches), MAX_FILTER_VALUES):
-                    chunk = {
-                        TAG_JOB: jobs[job_start : job_start + MAX_FILTER_VALUES],
-                        TAG_LAUNCH: launches[start : start + MAX_FILTER_VALUES],
-                    }
-                    for instance in api.describe(chunk, LIVE_STATES):
-                        job = instance.tags.get(TAG_JOB, "")
-                        launch = instance.tags.get(TAG_LAUNCH, "")
-                        if instance.state in ENDING or job not in current:
-                            continue
-                        if _stale(launch, *current[job]):
-                            stale.setdefault((job, launch), []).append(instance.instance_id)
+        try:  # only the candidate launches' live instances
+            for instance_id, (job, launch) in _live_instances(api, launches, jobs).items():
+                if _stale(launch, *current[job]):
+                    stale.setdefault((job, launch), []).append(instance_id)
         except CloudApiError as error:
             store.log.error(
                 "Reconcile of EC2 instances (%s, %s) failed: %s", conn_id, region, error
@@ -119,6 +111,35 @@ def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None)
             except InstancesLeftError as error:
                 store.log.error("Reconcile: %s; the next reconcile tries again.", error)
     return ended
+
+
+def _live_instances(
+    api: InstanceApi, launches: list[str], jobs: list[str]
+) -> dict[str, tuple[str, str]]:
+    """Instance id -> (job, launch) of the live instances tagged with one of ``launches`` and
+    one of ``jobs``. DescribeTags names the instances carrying those launches (any state),
+    and, only when there are some, those carrying those jobs; DescribeInstanceStatus tells
+    the state of the ones carrying both. Each asks the cloud one look over its tags, where a
+    tag filter on DescribeInstances is tested instance by instance (on moto, by scanning
+    every tag it holds, for each instance)."""
+    from elasticgrid_provider.core.ec2_params import TAG_JOB, TAG_LAUNCH
+    from elasticgrid_provider.engines.instances import ENDING, LIVE_STATES
+
+    launch_of: dict[str, str] = {}
+    for start in range(0, len(launches), MAX_FILTER_VALUES):
+        launch_of.update(api.tagged(TAG_LAUNCH, launches[start : start + MAX_FILTER_VALUES]))
+    if not launch_of:
+        return {}
+    job_of: dict[str, str] = {}
+    for start in range(0, len(jobs), MAX_FILTER_VALUES):
+        job_of.update(api.tagged(TAG_JOB, jobs[start : start + MAX_FILTER_VALUES]))
+    both = [instance_id for instance_id in launch_of if instance_id in job_of]
+    states = api.states(both) if both else {}
+    return {
+        instance_id: (job_of[instance_id], launch_of[instance_id])
+        for instance_id, state in states.items()
+        if state in LIVE_STATES and state not in ENDING
+    }
 
 
 def _stale(launch: str, current: str, over: bool) -> bool:

@@ -81,3 +81,18 @@ with DAG(dag_id="ec2_teardown", schedule=None, catchup=False):
 
     stop = StopJobOperator(task_id="stop", job_name=JOB, **EC2)
     start.launch >> train_checks() >> stop.as_teardown(setups=start.launch)
+
+with DAG(dag_id="ec2_until_done", schedule=None, catchup=False):
+    # no teardown and no stop: the check that sees the job end is the last task
+    start = plan_and_launch(NODES, **LAUNCH)
+    done_check = ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        min_nodes=1,
+        max_nodes=1,
+        min_samples=1000,  # never scales: it waits for the job to end
+        poke_interval=1,
+        timeout=180,
+        **EC2,
+    )
+    start.launch >> done_check

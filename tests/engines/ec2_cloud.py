@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -71,21 +72,56 @@ class MotoEc2:
     ) -> Iterator[None]:
         """Make moto's backend ``method`` raise ``code``/``message`` on the calls ``when(n,
         kwargs)`` picks (n counts from 1)."""
-        backend, original = self.backend, getattr(self.backend, method)
-        lock = threading.Lock()
-
-        def failing(*args: Any, **kwargs: Any) -> Any:
-            with lock:
-                self.calls[method] = count = self.calls.get(method, 0) + 1
-            if when(count, kwargs):
-                raise EC2ClientError(code, message)
-            return original(*args, **kwargs)
-
-        setattr(backend, method, failing)
-        try:
+        with cloud_fault(self.backend, self.calls, method, code, message, when):
             yield
-        finally:
-            delattr(backend, method)  # the class's method again
+
+
+@contextmanager
+def cloud_fault(
+    backend: Any,
+    calls: dict[str, int],
+    method: str,
+    code: str,
+    message: str,
+    when: Callable[[int, dict[str, Any]], bool],
+) -> Iterator[None]:
+    """A fault of the cloud itself: moto's in-process EC2 ``backend`` answers ``method`` with
+    AWS's error ``code``/``message`` on the calls ``when(n, kwargs)`` picks (n counts from 1,
+    kept in ``calls``); nothing of the provider's code is replaced."""
+    original = getattr(backend, method)
+    lock = threading.Lock()
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            calls[method] = count = calls.get(method, 0) + 1
+        if when(count, kwargs):
+            raise EC2ClientError(code, message)
+        return original(*args, **kwargs)
+
+    setattr(backend, method, failing)
+    try:
+        yield
+    finally:
+        delattr(backend, method)  # the class's method again
+
+
+def part_params(cloud: MotoEc2, folder: Path, **extra: Any) -> dict[str, Any]:
+    """An ec2 part's params on ``cloud``'s subnet (``extra`` on top), with a key file in
+    ``folder`` that no host accepts: nothing here is ever reached over SSH."""
+    key = folder / "id_ed25519"
+    key.write_text("not a usable key")
+    base = {
+        "instance_type": "t3.micro",
+        "image_id": "ami-12345678",
+        "key_name": "eg",
+        "ssh_key": str(key),
+        "subnet_id": cloud.subnet_id,
+        "ssh_user": "root",
+        "boot_timeout_s": 3,
+        "connect_timeout_s": 1,
+        "shared_dir": "/srv/pool",
+    }
+    return {**base, **extra}
 
 
 @contextmanager

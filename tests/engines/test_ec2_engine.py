@@ -24,7 +24,7 @@ from elasticgrid_provider.core.rank_environment import ENV_JOB, ENV_LAUNCH_ID
 from elasticgrid_provider.engines.ec2 import ENGINE_REF, Ec2Engine
 from elasticgrid_provider.engines.ec2_launch import INTENT_FILE, KNOWN_HOSTS_FILE, launch_tags
 from elasticgrid_provider.engines.instances import Ec2Instances, terminate_tagged
-from tests.engines.ec2_cloud import MotoEc2, moto_ec2
+from tests.engines.ec2_cloud import MotoEc2, moto_ec2, part_params
 
 JOB = "trainer"
 PART = f"{JOB}--aws"
@@ -40,20 +40,8 @@ def cloud(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def engine(cloud: MotoEc2, tmp_path: Path, *, nodes: int = 2, spot: bool = False, **params: Any):
-    key = tmp_path / "id_ed25519"
-    key.write_text("not a usable key")
-    base = {
-        "instance_type": "t3.micro",
-        "image_id": "ami-12345678",
-        "key_name": "eg",
-        "ssh_key": str(key),
-        "subnet_id": cloud.subnet_id,
-        "ssh_user": "root",
-        "boot_timeout_s": 3,
-        "connect_timeout_s": 1,
-        "tags": {"team": "ml"},
-        "shared_dir": "/srv/pool",
-    }
+    launch_id = params.pop("launch_id", "L1")
+    params = part_params(cloud, tmp_path, **{"tags": {"team": "ml"}, **params})
     spec = spec_from_dict(
         {
             "name": PART,
@@ -61,13 +49,13 @@ def engine(cloud: MotoEc2, tmp_path: Path, *, nodes: int = 2, spot: bool = False
             "num_nodes": nodes,
             "envs": {
                 ENV_JOB: JOB,
-                ENV_LAUNCH_ID: params.pop("launch_id", "L1"),
+                ENV_LAUNCH_ID: launch_id,
                 "HF_TOKEN": SECRET,
             },
             "resources": {
                 "infra": [f"{ENGINE_REF}/us-east-1"],
                 "use_spot": spot,
-                "params": {**base, **params},
+                "params": params,
             },
         }
     )
@@ -135,10 +123,11 @@ def test_a_capacity_error_on_the_second_call_terminates_the_first_and_says_no_ro
         cloud.fail("run_instances", "InsufficientInstanceCapacity", message, second),
         pytest.raises(CloudCapacityError) as refused,
     ):
-        engine(cloud, tmp_path, nodes=3).provision(str(tmp_path / "part"))
+        # 2 nodes: the first RunInstances goes alone, so the second call is node 2's
+        engine(cloud, tmp_path, nodes=2).provision(str(tmp_path / "part"))
     text = str(refused.value)
     assert text == (
-        "provider 'aws' has no capacity for t3.micro instance 2 of 3: EC2 "
+        "provider 'aws' has no capacity for t3.micro instance 2 of 2: EC2 "
         f"RunInstances failed: InsufficientInstanceCapacity: {message}"
     )
     (only,) = cloud.instances()

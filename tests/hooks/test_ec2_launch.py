@@ -15,7 +15,7 @@ from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from tests.engines.ec2_cloud import moto_ec2
+from tests.engines.ec2_cloud import moto_ec2, part_params
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 SECRET = "hf_token_value_never_on_a_vm"
@@ -29,19 +29,6 @@ def cloud(monkeypatch: pytest.MonkeyPatch):
 
 
 def aws(cloud, tmp_path: Path, **params) -> Provider:
-    key = tmp_path / "id_ed25519"
-    key.write_text("not a usable key")
-    base = {
-        "instance_type": "t3.micro",
-        "image_id": "ami-12345678",
-        "key_name": "eg",
-        "ssh_key": str(key),
-        "subnet_id": cloud.subnet_id,
-        "ssh_user": "root",
-        "boot_timeout_s": 2,
-        "connect_timeout_s": 1,
-        "shared_dir": "/srv/pool",
-    }
     return Provider(
         "aws",
         max_nodes=4,
@@ -49,7 +36,7 @@ def aws(cloud, tmp_path: Path, **params) -> Provider:
         region="us-east-1",
         engine="ec2",
         spot=False,
-        params={**base, **params},
+        params=part_params(cloud, tmp_path, boot_timeout_s=2, **params),
     )
 
 

@@ -3,6 +3,7 @@ instances not terminated."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,3 +36,30 @@ def test_instances_that_never_answer_ssh_fail_the_launch_and_are_terminated(
     assert result.task_states == {"plan": "success", "launch": "failed"}
     assert len(silent_vms.instances()) == 2  # started, then terminated by the failed launch
     assert_nothing_left(silent_vms, "none")
+
+
+def test_no_room_for_the_second_part_terminates_the_first_and_counts_as_no_room(
+    airflow_db, jobs_root, two_clouds: FakeEc2
+):
+    # two providers of one instance each: one part each, started one after the other; the
+    # cloud refuses the second RunInstances, as AWS does when a zone runs out of a type
+    message = (
+        "We currently do not have sufficient t3.micro capacity in the Availability Zone you "
+        "requested (us-east-1a)."
+    )
+    second = lambda count, kwargs: count == 2  # noqa: E731
+    with two_clouds.fail("run_instances", "InsufficientInstanceCapacity", message, second):
+        result = run_dag("ec2_launch_once", {"job_name": "roomless", "nodes": 2})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    assert two_clouds.calls["run_instances"] == 2
+    (first,) = two_clouds.instances()  # the first part's instance; the refused one got none
+    first_part = {tag["Key"]: tag["Value"] for tag in first["Tags"]}["elasticgrid:part"]
+    (refused,) = {"spot", "ondemand"} - {first_part.rsplit("--", 1)[-1]}
+    manifest = json.loads((jobs_root / "roomless" / "manifest.json").read_text())
+    assert manifest["state"] == "lost"  # no room there: the next check may place elsewhere
+    reason = manifest["down_reason"]
+    assert f"provider {refused!r} has no capacity for t3.micro instance 1 of 1" in reason
+    assert f"InsufficientInstanceCapacity: {message}" in reason
+    assert first["State"]["Name"] == "terminated"
+    assert_nothing_left(two_clouds, "none")

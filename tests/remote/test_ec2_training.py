@@ -126,3 +126,16 @@ def test_the_teardown_stop_ends_every_instance_after_a_failed_check(
     code = cli(["stop", "torn"])
     assert code == 0
     assert "nothing left to stop" in capsys.readouterr().out
+
+
+def test_a_job_that_ends_leaves_no_instance_when_its_dag_run_ends_without_a_teardown(
+    airflow_db, jobs_root, ec2_pool: FakeEc2
+):
+    result = run_dag("ec2_until_done", {"job_name": "finished", "nodes": 1, "steps": 40})
+
+    # the check that sees the job done skips: there is nothing to scale
+    assert result.task_states == {"plan": "success", "launch": "success", "scale_check": "skipped"}
+    assert result.xcom("launch", "job")["status"] == "running"  # it outlived its launch task
+    (instance,) = ec2_pool.instances()
+    assert instance["State"]["Name"] == "terminated"
+    assert_nothing_left(ec2_pool, "none")  # no stop, no teardown: the check ended it
