@@ -1,6 +1,6 @@
 """Fake EC2 virtual machines: a real moto server whose instances boot as SSH test hosts.
 
-:class:`FakeEc2` starts ``moto``'s ``ThreadedMotoServer`` on 127.0.0.1 (a free
+:class:`FakeEc2` starts ``moto``'s EC2 API (:mod:`tests.moto_server`) on 127.0.0.1 (a free
 port), creates a VPC and a subnet on the free ``10.x.y.0/24`` of an
 :class:`~tests.ssh_hosts.SshTestHosts` bridge (no host of its own), imports the
 session key as the EC2 key pair ``key_name``, and runs a watcher thread that
@@ -149,11 +149,12 @@ class FakeEc2:
 
     def _start(self) -> None:
         import boto3
-        from moto.server import ThreadedMotoServer
+
+        from tests.moto_server import SerialMotoServer
 
         self.lan.__enter__()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per API call
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server = SerialMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"

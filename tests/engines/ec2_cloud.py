@@ -20,7 +20,8 @@ import boto3
 import requests
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models import ec2_backends
-from moto.server import ThreadedMotoServer
+
+from tests.moto_server import SerialMotoServer
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -128,7 +129,7 @@ def part_params(cloud: MotoEc2, folder: Path, **extra: Any) -> dict[str, Any]:
 def moto_ec2(monkeypatch: Any, conn_id: str = "aws_default") -> Iterator[MotoEc2]:
     """A moto server on 127.0.0.1 (a free port), reset, with a VPC and a subnet in an
     unroutable range (TEST-NET-1: an ssh to an instance never reaches a real host)."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = SerialMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     cloud = MotoEc2(endpoint=f"http://{host}:{port}", conn_id=conn_id)
