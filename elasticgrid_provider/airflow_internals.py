@@ -25,6 +25,7 @@ PRIVATE_NAMES: tuple[tuple[str, str], ...] = (
     ("airflow.sdk.execution_time.supervisor", "ensure_secrets_backend_loaded"),
     ("airflow.sdk.execution_time.secrets.execution_api", "ExecutionAPISecretsBackend"),
     ("airflow.sdk.execution_time.task_runner", "SUPERVISOR_COMMS"),
+    ("airflow.sdk.execution_time", "task_runner"),
     ("airflow.sdk.execution_time.comms", "GetVariable"),
     ("airflow.sdk.execution_time.comms", "VariableResult"),
     ("airflow.sdk.execution_time.comms", "ErrorResponse"),
@@ -47,6 +48,14 @@ def resolve(module: str, attribute: str) -> Any:
             getattr(found, part) if part not in declared else getattr(found, part, declared[part])
         )
     return found
+
+
+def has_supervisor() -> bool:
+    """Whether this process is a task whose supervisor answers its connection and Variable
+    reads (a process it spawns, such as the launcher, has none)."""
+    from airflow.sdk.execution_time import task_runner  # its SUPERVISOR_COMMS, set in a task
+
+    return getattr(task_runner, "SUPERVISOR_COMMS", None) is not None
 
 
 # -- Variables, read as the task SDK reads them, but telling a failure from "missing" --

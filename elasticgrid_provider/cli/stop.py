@@ -43,12 +43,23 @@ def add_stop_arguments(parser: argparse.ArgumentParser) -> None:
     add_jobs_root_arguments(parser)
 
 
+class _StderrHandler(logging.Handler):
+    """Writes to ``sys.stderr`` as it is when a line is logged (a handler that kept the stream
+    of its first call would write to a closed one when the CLI runs twice in one process)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # logging's own rule: a failed write never raises into the caller
+            self.handleError(record)
+
+
 def progress_log(quiet: bool) -> logging.Logger:
     """A logger printing progress lines to stderr (warnings only when ``quiet``)."""
     log = logging.getLogger("elasticgrid.cli.stop")
     log.propagate = False
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
     log.setLevel(logging.WARNING if quiet else logging.INFO)

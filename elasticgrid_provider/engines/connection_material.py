@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from elasticgrid_provider.airflow_internals import PROCESS_CONTEXT
+from elasticgrid_provider.airflow_internals import PROCESS_CONTEXT, has_supervisor
 from elasticgrid_provider.core.errors import CloudApiError, RemoteHostError
 
 _handed: dict[str, Any] | None = None  # set in the launcher only
@@ -41,9 +41,7 @@ def reading_connections() -> Iterator[None]:
     """Read Airflow connections in the block the normal way for this process: a task's through
     its supervisor; a process that is no task in a server context (metadata database and
     secrets backends, as ``airflow connections get``), its own context restored after."""
-    from airflow.sdk.execution_time import task_runner
-
-    if getattr(task_runner, "SUPERVISOR_COMMS", None) is not None or PROCESS_CONTEXT in os.environ:
+    if has_supervisor() or PROCESS_CONTEXT in os.environ:
         yield
         return
     os.environ[PROCESS_CONTEXT] = "server"
