@@ -1,5 +1,5 @@
-"""A stream's load for the stream DAG runs (tests/test_stream_dag.py and
-integration/test_stream.py): a rate file the ranks of ``train_elastic.py --arrivals`` read,
+"""A stream's load for the stream DAG runs (tests/test_stream_dag.py): a rate
+file the ranks of ``train_elastic.py --arrivals`` read,
 a driver that raises and lowers the rate as the job is served at each size, and the checks
 of the two decisions."""
 

@@ -6,8 +6,8 @@ elastic_training itself checks once per run (its relaunch waits for the job to f
 a job that grows and then shrinks needs a second check: this DAG chains two, with the same
 builders and training script (in its stream mode, ``--arrivals``: the run conf names the
 file whose rate the test changes). Run by ``dag.test()`` (tests/test_stream_dag.py, which
-loads it through tests/dags) and on the real deployment (integration/test_stream.py, which
-copies it beside ``train_elastic.py``).
+loads it through tests/dags); the integration suite's deployment parses it beside
+``train_elastic.py``.
 """
 
 from __future__ import annotations
