@@ -34,7 +34,9 @@ What they do:
     fails the same way. ``LaunchOperator`` turns a :class:`JobLaunchError`
     into ``AirflowException``: retried, because a provider that failed to
     start may start next time, and a retry never starts a second copy (the
-    launch is reconciled from its record). A :class:`GridCapacityError` (the
+    launch is reconciled from its record). A waited-on job that was stopped on
+    purpose (a user's or a stop task's stop) fails it with
+    ``AirflowFailException``: a retry would start the stopped job again. A :class:`GridCapacityError` (the
     grid ledger refused the launch's reservation; nothing was stopped) is
     retried the same way: the other jobs may have ended by the next try.
   * A fleet-aware ``PlanPlacementOperator`` does not raise these for a busy

@@ -57,6 +57,7 @@ from elasticgrid_provider.core.errors import (
     NewerRecordError,
 )
 from elasticgrid_provider.core.formatting import placement_table
+from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.recovery import DEFAULT_QUARANTINE_S
@@ -394,6 +395,14 @@ class LaunchOperator(BaseOperator, LaunchGrid):
         if status is JobEventStatus.DONE:
             self.log.info("Job %s is done.", job_name)
             return event["job"]
+        job = event.get("job") or {}
+        if job.get("launch_state") == LaunchPhase.STOPPED and not self._killed:
+            # someone stopped it on purpose (a user, a stop task): a retry would start it again
+            raise AirflowFailException(
+                f"job {job_name!r} was stopped before it finished "
+                f"({job.get('down_reason') or 'no reason recorded'}), so this task fails "
+                "without a retry: a retry would start the job again"
+            )
         if status is JobEventStatus.FAILED:
             raise AirflowException(
                 f"job {job_name!r} failed.\n{event.get('failure_report') or ''}".rstrip()

@@ -7,6 +7,13 @@ terminal (:attr:`~elasticgrid_provider.core.job.JobStatus.is_terminal`:
 ``wake_after_s``, also once that long has passed (a deferrable scale sensor's
 next check). An event's ``status`` is a :class:`JobEventStatus` word.
 
+A job that another task is starting or stopping (its launch recorded ``starting``
+or ``stopping`` while that task holds the job's lock: a resize, a user's stop) has
+not ended, whatever its parts read meanwhile: a stop's first killed rank reads
+``failed``, a resize's new parts read ``stopped`` until they start. The wait goes on
+until that task is done, and then reports what it left (``stopped`` on purpose, or
+the resized job running on).
+
 Everything the resumed task needs is in the event, not in ``defer(kwargs=)``:
 Airflow 3.3.2's ``dag.test()`` drops those kwargs on resume, and a real
 triggerer keeps them; the event works on both.
@@ -39,10 +46,13 @@ class JobEventStatus(Choice):
     FAILED = JobStatus.FAILED.value
     STOPPED = JobStatus.STOPPED.value
     MISSING = "missing"  # the job has no manifest: it was never launched here
+    CHANGING = "changing"  # a task holding the job's lock is starting or stopping it
 
     @property
     def is_terminal(self) -> bool:
         """Whether the wait is over: the job is missing, or its status is terminal."""
+        if self is JobEventStatus.CHANGING:
+            return False
         return self is JobEventStatus.MISSING or JobStatus(self.value).is_terminal
 
 
@@ -64,11 +74,20 @@ def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
         missing = JobEventStatus.MISSING.value
         return {"job_name": job_name, "status": missing, "job": None, "woke": False}
     status = snapshot.status
+    if snapshot.manifest.state.is_unfinished and _locked_by_another_task(hook, job_name):
+        changing = JobEventStatus.CHANGING.value
+        return {"job_name": job_name, "status": changing, "job": None, "woke": False}
     event: dict[str, Any] = {"job_name": job_name, "status": status.value, "woke": False}
     event["job"] = snapshot.model_dump()
     if status is JobStatus.FAILED:
         event["failure_report"] = failure_report(store, snapshot)
     return event
+
+
+def _locked_by_another_task(hook: ElasticGridHook, job_name: str) -> bool:
+    """Whether a task holds the job's lock now (a waiting task never holds it)."""
+    with hook.job_store.job_lock(job_name, timeout=0) as held:
+        return not held
 
 
 def event_ended(event: dict[str, Any]) -> bool:

@@ -6,6 +6,8 @@ moment a kill should land in.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from airflow.sdk import DAG
 
 from elasticgrid_provider.dag_builders import plan_and_launch
@@ -33,6 +35,14 @@ def launch_sleeping_job(dag_id: str, providers: list, **launch_arguments) -> Non
 WAIT = {"wait_for_completion": True, "poll_interval": 0.5}
 launch_sleeping_job("launch_and_wait_long", TWO_LOCAL_PROVIDERS, **WAIT)
 launch_sleeping_job("launch_slow_provision", SLOW_PROVIDERS, **WAIT)
+# a waiting launch with a retry left: a stop from outside must not be undone by the retry
+launch_sleeping_job(
+    "launch_and_wait_with_a_retry",
+    TWO_LOCAL_PROVIDERS,
+    retries=1,
+    retry_delay=timedelta(seconds=0),
+    **WAIT,
+)
 
 HANGING_PROVIDERS = [
     {

@@ -7,6 +7,9 @@ process is the same signal a worker's task process gets when the supervisor
 kills it (user marked it failed, heartbeat lost, pod shutdown). The handler
 only calls ``on_kill`` and returns: ``execute()`` carries on, and the wait
 loop must then see the stopped job and fail the task instead of passing it.
+
+A stop from outside (a user's ``elasticgrid stop``, a stop task) fails the waiting task
+without a retry: the retry would start the job the user stopped again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.airflow_support import read_run, run_dag, start_dags_test
-from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job_processes
+from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job, stop_job_processes
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
@@ -342,3 +345,35 @@ def test_on_kill_stops_the_launch_through_the_launch_manager_the_operator_holds(
         )
     finally:
         stop_job_processes("held")
+
+
+def test_a_stop_from_outside_fails_the_waiting_launch_without_a_retry(
+    airflow_db, jobs_root, tmp_path
+):
+    dag_id, job = "launch_and_wait_with_a_retry", "stopped-outside"
+    log_path = tmp_path / "dags-test.log"
+    log = log_path.open("w+")
+    process = start_dags_test("kill_dags.py", dag_id, {"job_name": job, "nodes": 3}, output=log)
+    with log:
+        try:
+            parts = _wait_until_running(jobs_root, job, process, log_path)
+            launch_id = json.loads((jobs_root / job / "manifest.json").read_text())["launch_id"]
+            stop_job(jobs_root, job, reason="stopped by a user")
+            process.wait(timeout=STARTUP_S)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        log.seek(0)
+        output = log.read()
+
+    assert (
+        f"job '{job}' was stopped before it finished (stopped by a user), so this task fails "
+        "without a retry: a retry would start the job again"
+    ) in output
+    run = read_run(dag_id)
+    assert run.task_states == {"plan": "success", "launch": "failed"}
+    manifest = json.loads((jobs_root / job / "manifest.json").read_text())
+    assert (manifest["launch_id"], manifest["state"]) == (launch_id, "stopped")
+    assert job_ranks(job) == {}, "a retry started the stopped job again"
+    assert len(parts) == 2

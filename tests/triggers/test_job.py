@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 
 import pytest
 
+from elasticgrid_provider.core.launch_record import LaunchPhase
+from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.triggers.job import JobStatusTrigger
 from tests.airflow_support import run_dag
-from tests.job_processes import is_alive, rank_pids
+from tests.job_processes import is_alive, rank_pids, stop_job
 
 pytestmark = pytest.mark.airflow
 
@@ -92,3 +96,32 @@ def test_on_kill_stops_the_job_only_when_the_trigger_owns_it(airflow_db, jobs_ro
     while any(is_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(is_alive(pid) for pid in pids)
+
+
+def test_a_job_another_task_is_stopping_has_not_ended_until_that_task_is_done(
+    airflow_db, jobs_root
+):
+    """A stop's first killed rank reads ``failed``: while the stopping task holds the job's
+    lock, the wait goes on; once it is done, the event says ``stopped``, on purpose."""
+    job = "halting"
+    run_dag("launch_sleeping", {"job_name": job, "nodes": 1})
+    store = ElasticGridHook(jobs_root=str(jobs_root)).job_store
+    with store.job_lock(job) as held:
+        assert held
+        store.record(store.read_manifest(job), LaunchPhase.STOPPING, "stopped by a user")
+        for pid in rank_pids(jobs_root, f"{job}--onprem"):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not store.job_snapshot(job).status.is_terminal:
+            assert time.monotonic() < deadline, "the killed rank never read as ended"
+            time.sleep(0.1)
+        trigger = JobStatusTrigger(job, str(jobs_root), poll_interval=0.1, wake_after_s=1.0)
+        event = _first_event(trigger)
+        assert (event["status"], event["woke"]) == ("changing", True)
+    stop_job(jobs_root, job, reason="stopped by a user")
+    event = _first_event(JobStatusTrigger(job, str(jobs_root), poll_interval=0.1))
+    assert event["status"] == "stopped"
+    assert (event["job"]["launch_state"], event["job"]["down_reason"]) == (
+        "stopped",
+        "stopped by a user",
+    )
