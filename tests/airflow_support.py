@@ -11,7 +11,8 @@ of a deadline DAG asserts that it was hit, and fails once upstream fixes it.
 
 ``start_dags_test`` runs a DAG as ``airflow dags test`` in a process of its
 own, for tests that kill it or run two at once; ``wait_for`` waits for a point
-of such a run and ``kill_on_exit`` makes sure it ends with the test's block.
+of such a run, ``kill_on_exit`` makes sure it ends with the test's block, and
+``sigterm_when`` kills it at a point as a worker's supervisor would.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -209,3 +211,25 @@ def kill_on_exit(process: subprocess.Popen[str]) -> Iterator[subprocess.Popen[st
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def sigterm_when(
+    process: subprocess.Popen[str],
+    log: IO[str],
+    condition: Callable[[], object],
+    what: str,
+    *,
+    timeout: float = 240.0,
+    grace: float = 240.0,
+) -> str:
+    """SIGTERM ``process`` once ``condition()`` holds (see :func:`wait_for`); its output.
+
+    The process has ``grace`` seconds to end; it is killed when it has not, or when the
+    wait failed. ``log`` is the file :func:`start_dags_test` wrote its output to.
+    """
+    with kill_on_exit(process):
+        wait_for(condition, what, process, timeout)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=grace)
+    log.seek(0)
+    return log.read()

@@ -9,7 +9,6 @@ all along: never more run than the grid has nodes.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
@@ -18,11 +17,10 @@ import pytest
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from tests.airflow_support import (
     DagRunResult,
-    kill_on_exit,
     read_run,
     run_dag,
+    sigterm_when,
     start_dags_test,
-    wait_for,
 )
 from tests.job_processes import job_ranks
 from tests.operators.test_plan_on_a_shared_grid import _ranks_now
@@ -146,17 +144,14 @@ def test_killing_a_launch_while_it_waits_for_nodes_takes_it_out_of_the_queue(
     log_path = tmp_path / "dags-test.log"
     with log_path.open("w+") as log:
         process = start_dags_test("fleet_dags.py", "fleet_taken_four", conf, output=log)
-        with kill_on_exit(process):
-            wait_for(
-                lambda: [r for r in _queue(jobs_root) if r.job == "killed"],
-                "queued launch",
-                process,
-                timeout=180,
-            )
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
-        log.seek(0)
-        output = log.read()
+        output = sigterm_when(
+            process,
+            log,
+            lambda: [r for r in _queue(jobs_root) if r.job == "killed"],
+            "queued launch",
+            timeout=180,
+            grace=60,
+        )
 
     assert "the task was killed while job 'killed' waited for nodes; it left the grid queue" in (
         output

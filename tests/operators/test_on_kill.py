@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow_support import kill_on_exit, read_run, run_dag, start_dags_test, wait_for
+from tests.airflow_support import (
+    kill_on_exit,
+    read_run,
+    run_dag,
+    sigterm_when,
+    start_dags_test,
+    wait_for,
+)
 from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job_processes
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
@@ -112,13 +119,10 @@ def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs
         process = start_dags_test(
             "kill_dags.py", "launch_slow_provision", {"job_name": "slow", "nodes": 2}, output=log
         )
-        with kill_on_exit(process):
-            # written just before the first part provisions
-            wait_for(manifest.exists, "manifest", process, STARTUP_S)
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=STARTUP_S)
-        log.seek(0)
-        output = log.read()
+        # the manifest is written just before the first part provisions
+        output = sigterm_when(
+            process, log, manifest.exists, "manifest", timeout=STARTUP_S, grace=STARTUP_S
+        )
 
     assert "Task killed while launching job slow: cancelling the launch." in output
     assert (
