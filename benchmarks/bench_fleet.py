@@ -27,11 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.fleet_schedulers import SCHEDULERS, STATIC
 from benchmarks.fleet_simulator import (
     CHECK_S,
     PRIORITY_CLASSES,
-    SCHEDULERS,
-    STATIC,
     BatchJob,
     FleetOutcome,
     Reclaim,

@@ -10,14 +10,20 @@ lets the test assert on the task states, so the defect stays visible: a test
 of a deadline DAG asserts that it was hit, and fails once upstream fixes it.
 
 ``start_dags_test`` runs a DAG as ``airflow dags test`` in a process of its
-own, for tests that kill it or run two at once.
+own, for tests that kill it or run two at once; ``wait_for`` waits for a point
+of such a run, ``kill_on_exit`` makes sure it ends with the test's block, and
+``sigterm_when`` kills it at a point as a worker's supervisor would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -180,3 +186,50 @@ def start_dags_test(
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def wait_for(
+    condition: Callable[[], object],
+    what: str,
+    process: subprocess.Popen[str] | None = None,
+    timeout: float = 240.0,
+) -> None:
+    """Wait until ``condition()`` holds; fail if ``process`` ends first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process is None or process.poll() is None, f"airflow dags test ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def kill_on_exit(process: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """Kill ``process`` (and reap it) when the block ends with the process still running."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def sigterm_when(
+    process: subprocess.Popen[str],
+    log: IO[str],
+    condition: Callable[[], object],
+    what: str,
+    *,
+    timeout: float = 240.0,
+    grace: float = 240.0,
+) -> str:
+    """SIGTERM ``process`` once ``condition()`` holds (see :func:`wait_for`); its output.
+
+    The process has ``grace`` seconds to end; it is killed when it has not, or when the
+    wait failed. ``log`` is the file :func:`start_dags_test` wrote its output to.
+    """
+    with kill_on_exit(process):
+        wait_for(condition, what, process, timeout)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=grace)
+    log.seek(0)
+    return log.read()

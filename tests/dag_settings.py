@@ -7,9 +7,11 @@ placement over both is a real two-part job on this machine.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from elasticgrid_provider.dag_builders import local_demo_grid
+from elasticgrid_provider.dag_builders import local_demo_grid, plan_and_launch, replan_and_relaunch
 
 TRAIN = Path(__file__).resolve().parents[1] / "example_dags" / "train_elastic.py"
 # the same path in a test worker (sys.executable .venv/bin/python) and in an `airflow`
@@ -84,3 +86,57 @@ REMOTE_TRAIN_RUN = (
     f"{PYTHON} {TRAIN.name} --steps {{{{ dag_run.conf.get('steps', 30) }}}} "
     "--global-batch 4 --microbatch-seconds 0.05"
 )
+# one node unless the conf says otherwise
+REMOTE_NODES = "{{ dag_run.conf.get('nodes', 1) }}"
+# a remote scale check's scaling: grow a queue-bound job from 1 node to 2, or never scale (a
+# check that waits for the job to end or for a lost node)
+GROWS_TO_2 = {"max_nodes": 2, "min_samples": 3, "window_size": 4, "target_step_s": 1.0}
+NEVER_SCALES = {"max_nodes": 1, "min_samples": 1000}
+
+
+def remote_launch(conn_id: str) -> dict[str, Any]:
+    """The launch arguments of a remote test DAG whose grid is connection ``conn_id``'s."""
+    return {
+        "elasticgrid_conn_id": conn_id,
+        "job_name": JOB,
+        "run": REMOTE_TRAIN_RUN,
+        "workdir": REMOTE_WORKDIR,
+        # a value that must never show in user data, on a host's command line or disk
+        "envs": {"TRAINING_TOKEN": "{{ dag_run.conf.get('token', 'none') }}"},
+        "recovery": {"mode": "none"},
+        "startup_grace_s": 2,
+    }
+
+
+def remote_scale_check(conn_id: str, timeout: float, scaling: Mapping[str, Any]) -> Any:
+    """A remote test DAG's ``scale_check`` of the job from 1 node, poked every second."""
+    from elasticgrid_provider.sensors import ElasticScaleSensor
+
+    return ElasticScaleSensor(
+        task_id="scale_check",
+        job_name=JOB,
+        min_nodes=1,
+        poke_interval=1,
+        timeout=timeout,
+        elasticgrid_conn_id=conn_id,
+        **scaling,
+    )
+
+
+def remote_training(conn_id: str, timeout: float) -> None:
+    """The job on 1 node, queue-bound: the check grows it to 2, the relaunch trains to the end."""
+    launch = remote_launch(conn_id)
+    start = plan_and_launch(REMOTE_NODES, **launch)
+    scale_check = remote_scale_check(conn_id, timeout, GROWS_TO_2)
+    start.launch >> scale_check
+    replan_and_relaunch(scale_check, wait_for_completion=True, poll_interval=1, **launch)
+
+
+def remote_recovery(conn_id: str, timeout: float) -> None:
+    """An author's scaling pipeline with nothing in it about recovery: a check that never
+    scales, and the re-plan and relaunch it leads to (the re-plan's task id is ``plan``)."""
+    launch = remote_launch(conn_id)
+    recovery_check = remote_scale_check(conn_id, timeout, NEVER_SCALES)
+    replan_and_relaunch(
+        recovery_check, plan_task_id="plan", wait_for_completion=True, poll_interval=1, **launch
+    )

@@ -9,30 +9,15 @@ parts in the launcher child process; the check and the teardown stop in other ta
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from airflow.sdk import DAG
+from it_remote_launch import JOB, remote_launch
 
 from elasticgrid_provider.dag_builders import plan_and_launch
 from elasticgrid_provider.operators import StopJobOperator
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
 EC2 = {"elasticgrid_conn_id": "elasticgrid_ec2"}
-JOB = "{{ dag_run.conf['job_name'] }}"
-LAUNCH = {
-    **EC2,
-    "job_name": JOB,
-    "run": (
-        f"{sys.executable} train_elastic.py --steps {{{{ dag_run.conf.get('steps', 100000) }}}} "
-        "--global-batch 4 --microbatch-seconds 0.05"
-    ),
-    "workdir": str(Path(__file__).parent),
-    # a value that must never show in user data, tags or a host's command line
-    "envs": {"TRAINING_TOKEN": "{{ dag_run.conf.get('token', 'none') }}"},
-    "recovery": {"mode": "none"},
-    "startup_grace_s": 2,
-}
+LAUNCH = remote_launch("elasticgrid_ec2", steps=100000, startup_grace_s=2)
 
 with DAG(dag_id="it_ec2_training", schedule=None, catchup=False, tags=["integration"]):
     # the teardown pattern of docs/clouds.md: launch >> checks >> stop.as_teardown(...); the

@@ -8,29 +8,16 @@ engine syncs it to each host, and the ranks start there.
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
-from pathlib import Path
 
 from airflow.sdk import DAG
+from it_remote_launch import JOB, remote_launch
 
 from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaunch
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
 SSH = {"elasticgrid_conn_id": "elasticgrid_ssh"}
-JOB = "{{ dag_run.conf['job_name'] }}"
-LAUNCH = {
-    **SSH,
-    "job_name": JOB,
-    # 4 micro-batches per step: at 1 rank three of them wait (queue-bound)
-    "run": (
-        f"{sys.executable} train_elastic.py --steps {{{{ dag_run.conf.get('steps', 80) }}}} "
-        "--global-batch 4 --microbatch-seconds 0.05"
-    ),
-    "workdir": str(Path(__file__).parent),
-    "envs": {"TRAINING_TOKEN": "{{ dag_run.conf.get('token', 'none') }}"},
-    "recovery": {"mode": "none"},
-}
+LAUNCH = remote_launch("elasticgrid_ssh", steps=80)
 
 with DAG(dag_id="it_ssh_training", schedule=None, catchup=False, tags=["integration"]):
     start = plan_and_launch(1, **LAUNCH)

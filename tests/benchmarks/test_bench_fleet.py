@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bench_fleet, fleet_simulator
+from benchmarks import bench_fleet, fleet_schedulers, fleet_simulator
 from benchmarks.policy_simulator import BatchJob
 from benchmarks.report import Report
 
@@ -64,7 +64,7 @@ def test_the_quick_run_reports_every_scheduler_by_class_without_over_subscriptio
     assert (report.name, report.quick) == ("fleet", True)
     by_class, totals, seeds = report.tables
     assert by_class.columns == bench_fleet.CLASS_HEADER
-    schedulers = list(fleet_simulator.SCHEDULERS)
+    schedulers = list(fleet_schedulers.SCHEDULERS)
     classes = list(reversed(fleet_simulator.PRIORITY_CLASSES))
     assert [row[:2] for row in by_class.rows] == [[s, c] for s in schedulers for c in classes]
     assert totals.columns == bench_fleet.TOTAL_HEADER

@@ -10,42 +10,25 @@ from __future__ import annotations
 
 from airflow.sdk import DAG, task
 
-from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaunch
+from elasticgrid_provider.dag_builders import plan_and_launch
 from elasticgrid_provider.operators import StopJobOperator
-from elasticgrid_provider.sensors import ElasticScaleSensor
-from tests.dag_settings import JOB, REMOTE_TRAIN_RUN, REMOTE_WORKDIR
+from tests.dag_settings import (
+    JOB,
+    NEVER_SCALES,
+    REMOTE_NODES,
+    remote_launch,
+    remote_recovery,
+    remote_scale_check,
+    remote_training,
+)
 
 EC2_CONN = "elasticgrid_ec2"
 EC2 = {"elasticgrid_conn_id": EC2_CONN}
-NODES = "{{ dag_run.conf.get('nodes', 1) }}"
-LAUNCH = {
-    **EC2,
-    "job_name": JOB,
-    "run": REMOTE_TRAIN_RUN,
-    "workdir": REMOTE_WORKDIR,
-    # a value that must never show in user data, on a host's command line or disk
-    "envs": {"TRAINING_TOKEN": "{{ dag_run.conf.get('token', 'none') }}"},
-    "recovery": {"mode": "none"},
-    "startup_grace_s": 2,
-}
+NODES = REMOTE_NODES
+LAUNCH = remote_launch(EC2_CONN)
 
 with DAG(dag_id="ec2_training", schedule=None, catchup=False):
-    # 1 instance, queue-bound: the check grows it to 2, the relaunch trains to the end
-    start = plan_and_launch(NODES, **LAUNCH)
-    scale_check = ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        min_nodes=1,
-        max_nodes=2,
-        min_samples=3,
-        window_size=4,
-        target_step_s=1.0,
-        poke_interval=1,
-        timeout=180,
-        **EC2,
-    )
-    start.launch >> scale_check
-    replan_and_relaunch(scale_check, wait_for_completion=True, poll_interval=1, **LAUNCH)
+    remote_training(EC2_CONN, timeout=180)
 
 with DAG(dag_id="ec2_launch", schedule=None, catchup=False):
     plan_and_launch(NODES, **LAUNCH)
@@ -55,20 +38,8 @@ with DAG(dag_id="ec2_launch_once", schedule=None, catchup=False):
     plan_and_launch(NODES, retries=0, **LAUNCH)
 
 with DAG(dag_id="ec2_recovery", schedule=None, catchup=False):
-    # an author's scaling pipeline: nothing in it is about spot reclaims
-    recovery_check = ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        min_nodes=1,
-        max_nodes=1,
-        min_samples=1000,  # never scales: this check is about a reclaimed instance
-        poke_interval=1,
-        timeout=120,
-        **EC2,
-    )
-    replan_and_relaunch(
-        recovery_check, plan_task_id="plan", wait_for_completion=True, poll_interval=1, **LAUNCH
-    )
+    # its check never scales: it is about a reclaimed spot instance
+    remote_recovery(EC2_CONN, timeout=120)
 
 with DAG(dag_id="ec2_teardown", schedule=None, catchup=False):
     # the teardown pattern of docs/clouds.md: launch >> checks >> stop.as_teardown(...)
@@ -85,14 +56,4 @@ with DAG(dag_id="ec2_teardown", schedule=None, catchup=False):
 with DAG(dag_id="ec2_until_done", schedule=None, catchup=False):
     # no teardown and no stop: the check that sees the job end is the last task
     start = plan_and_launch(NODES, **LAUNCH)
-    done_check = ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        min_nodes=1,
-        max_nodes=1,
-        min_samples=1000,  # never scales: it waits for the job to end
-        poke_interval=1,
-        timeout=180,
-        **EC2,
-    )
-    start.launch >> done_check
+    start.launch >> remote_scale_check(EC2_CONN, timeout=180, scaling=NEVER_SCALES)

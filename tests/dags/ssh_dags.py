@@ -10,43 +10,17 @@ from __future__ import annotations
 
 from airflow.sdk import DAG
 
-from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaunch
+from elasticgrid_provider.dag_builders import plan_and_launch
 from elasticgrid_provider.operators import LaunchOperator, PlanPlacementOperator
-from elasticgrid_provider.sensors import ElasticScaleSensor
-from tests.dag_settings import JOB, REMOTE_TRAIN_RUN, REMOTE_WORKDIR
+from tests.dag_settings import REMOTE_NODES, remote_launch, remote_recovery, remote_training
 
 SSH_CONN = "elasticgrid_ssh"
-WORKDIR = REMOTE_WORKDIR
-SSH_TRAIN_RUN = REMOTE_TRAIN_RUN
 SSH = {"elasticgrid_conn_id": SSH_CONN}
-NODES = "{{ dag_run.conf.get('nodes', 1) }}"
-LAUNCH = {
-    **SSH,
-    "job_name": JOB,
-    "run": SSH_TRAIN_RUN,
-    "workdir": WORKDIR,
-    # a value that must never show on a host's command line or disk
-    "envs": {"TRAINING_TOKEN": "{{ dag_run.conf.get('token', 'none') }}"},
-    "recovery": {"mode": "none"},
-    "startup_grace_s": 2,
-}
+NODES = REMOTE_NODES
+LAUNCH = remote_launch(SSH_CONN)
 
 with DAG(dag_id="ssh_training", schedule=None, catchup=False):
-    start = plan_and_launch(NODES, **LAUNCH)
-    scale_check = ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        min_nodes=1,
-        max_nodes=2,
-        min_samples=3,
-        window_size=4,
-        target_step_s=1.0,
-        poke_interval=1,
-        timeout=120,
-        **SSH,
-    )
-    start.launch >> scale_check
-    replan_and_relaunch(scale_check, wait_for_completion=True, poll_interval=1, **LAUNCH)
+    remote_training(SSH_CONN, timeout=120)
 
 with DAG(dag_id="ssh_plan", schedule=None, catchup=False):
     PlanPlacementOperator(task_id="plan", nodes=NODES, **SSH)
@@ -65,20 +39,8 @@ with DAG(
     LaunchOperator(task_id="launch", placement="{{ dag_run.conf['placement'] }}", **LAUNCH)
 
 with DAG(dag_id="ssh_recovery", schedule=None, catchup=False):
-    # the scaling pipeline of an author: nothing in it is about recovery
-    recovery_check = ElasticScaleSensor(
-        task_id="scale_check",
-        job_name=JOB,
-        min_nodes=1,
-        max_nodes=1,
-        min_samples=1000,  # never scales: this check is about a lost host
-        poke_interval=1,
-        timeout=90,
-        **SSH,
-    )
-    replan_and_relaunch(
-        recovery_check, plan_task_id="plan", wait_for_completion=True, poll_interval=1, **LAUNCH
-    )
+    # its check never scales: it is about a lost host
+    remote_recovery(SSH_CONN, timeout=90)
 
 with DAG(dag_id="ssh_launch_setup", schedule=None, catchup=False):
     # a launch with a setup command from the conf: the kill tests hold one part's setup

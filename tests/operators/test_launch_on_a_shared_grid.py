@@ -9,14 +9,19 @@ all along: never more run than the grid has nodes.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
 import pytest
 
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
-from tests.airflow_support import DagRunResult, read_run, run_dag, start_dags_test
+from tests.airflow_support import (
+    DagRunResult,
+    read_run,
+    run_dag,
+    sigterm_when,
+    start_dags_test,
+)
 from tests.job_processes import job_ranks
 from tests.operators.test_plan_on_a_shared_grid import _ranks_now
 
@@ -139,20 +144,14 @@ def test_killing_a_launch_while_it_waits_for_nodes_takes_it_out_of_the_queue(
     log_path = tmp_path / "dags-test.log"
     with log_path.open("w+") as log:
         process = start_dags_test("fleet_dags.py", "fleet_taken_four", conf, output=log)
-        try:
-            deadline = time.monotonic() + 180
-            while not [r for r in _queue(jobs_root) if r.job == "killed"]:
-                assert process.poll() is None, "airflow dags test ended before the launch queued"
-                assert time.monotonic() < deadline, "the launch did not queue within 180 s"
-                time.sleep(0.2)
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        log.seek(0)
-        output = log.read()
+        output = sigterm_when(
+            process,
+            log,
+            lambda: [r for r in _queue(jobs_root) if r.job == "killed"],
+            "queued launch",
+            timeout=180,
+            grace=60,
+        )
 
     assert "the task was killed while job 'killed' waited for nodes; it left the grid queue" in (
         output

@@ -23,7 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow_support import read_run, run_dag, start_dags_test
+from tests.airflow_support import (
+    kill_on_exit,
+    read_run,
+    run_dag,
+    sigterm_when,
+    start_dags_test,
+    wait_for,
+)
 from tests.job_processes import is_alive, job_ranks, rank_pids, stop_job, stop_job_processes
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
@@ -76,17 +83,13 @@ def test_killing_the_waiting_task_stops_the_job_and_fails_the_task(airflow_db, j
         "kill_dags.py", DAG_ID, {"job_name": "killed", "nodes": 3}, output=log
     )
     with log:
-        try:
+        with kill_on_exit(process):
             parts = _wait_until_running(jobs_root, "killed", process, log_path)
             assert parts == ["killed--onprem", "killed--cloud"]
             pids = [pid for part in parts for pid in rank_pids(jobs_root, part)]
             assert len(pids) == 3
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=STARTUP_S)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
         log.seek(0)
         output = log.read()
 
@@ -119,17 +122,10 @@ def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs
         process = start_dags_test(
             "kill_dags.py", "launch_slow_provision", {"job_name": "slow", "nodes": 2}, output=log
         )
-        try:
-            # written just before the first part provisions
-            _wait_for(manifest.exists, "manifest", process)
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=STARTUP_S)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        log.seek(0)
-        output = log.read()
+        # the manifest is written just before the first part provisions
+        output = sigterm_when(
+            process, log, manifest.exists, "manifest", timeout=STARTUP_S, grace=STARTUP_S
+        )
 
     assert "Task killed while launching job slow: cancelling the launch." in output
     assert (
@@ -142,23 +138,9 @@ def test_a_kill_during_the_launch_stops_the_job_once_it_started(airflow_db, jobs
     assert read_run("launch_slow_provision").task_states == {"plan": "success", "launch": "failed"}
 
 
-def _wait_for(
-    condition, what: str, process: subprocess.Popen | None = None, timeout: float = STARTUP_S
-):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process is None or process.poll() is None, f"airflow dags test ended before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(0.1)
-
-
 def _finish(process: subprocess.Popen, log) -> str:
-    try:
+    with kill_on_exit(process):
         process.wait(timeout=STARTUP_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     log.seek(0)
     return log.read()
 
@@ -180,14 +162,18 @@ def test_a_kill_while_waiting_for_the_lock_leaves_the_running_job_alone(
             process = start_dags_test(
                 "kill_dags.py", DAG_ID, {"job_name": "waited", "nodes": 3}, output=log
             )
-            _wait_for(
+            wait_for(
                 lambda: "Waiting for the lock of job waited." in log_path.read_text(),
                 "lock wait",
                 process,
+                STARTUP_S,
             )
             process.send_signal(signal.SIGTERM)
-            _wait_for(
-                lambda: "was not started by this task" in log_path.read_text(), "on_kill", process
+            wait_for(
+                lambda: "was not started by this task" in log_path.read_text(),
+                "on_kill",
+                process,
+                STARTUP_S,
             )
             assert job_ranks("waited") == ranks  # on_kill stopped nothing
         output = _finish(process, log)  # the lock is free: the killed launch goes on?
@@ -210,7 +196,7 @@ def test_a_kill_in_the_middle_of_a_start_leaves_no_rank(airflow_db, jobs_root, t
             output=log,
         )
         try:
-            _wait_for(lambda: len(job_ranks("hung")) == 2, "2 ranks", process)
+            wait_for(lambda: len(job_ranks("hung")) == 2, "2 ranks", process, STARTUP_S)
             assert not (jobs_root / "hung--hang" / "job.json").exists()  # nothing recorded
             pids = list(job_ranks("hung"))
             process.send_signal(signal.SIGTERM)
@@ -239,7 +225,7 @@ def test_a_sigkill_in_the_middle_of_a_start_then_a_retry_runs_exactly_one_copy(
                 "kill_dags.py", "launch_hanging_start", {**conf, "hang": 600}, output=log
             )
             try:
-                _wait_for(lambda: len(job_ranks("twice")) == 3, "3 ranks", process)
+                wait_for(lambda: len(job_ranks("twice")) == 3, "3 ranks", process, STARTUP_S)
                 first = job_ranks("twice")
                 process.kill()
             finally:
@@ -277,8 +263,11 @@ def test_killing_a_task_that_attached_leaves_the_job_running(airflow_db, jobs_ro
             "kill_dags.py", DAG_ID, {"job_name": "shared", "nodes": 3}, output=log
         )
         try:
-            _wait_for(
-                lambda: "attached, started nothing" in log_path.read_text(), "attach", process
+            wait_for(
+                lambda: "attached, started nothing" in log_path.read_text(),
+                "attach",
+                process,
+                STARTUP_S,
             )
             process.send_signal(signal.SIGTERM)
         finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import threading
 import time
@@ -18,7 +17,13 @@ from typing import Any
 import pytest
 
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
-from tests.airflow_support import read_run, read_xcom, run_dag, start_dags_test
+from tests.airflow_support import (
+    read_run,
+    read_xcom,
+    run_dag,
+    sigterm_when,
+    start_dags_test,
+)
 from tests.job_processes import _session_ranks, job_ranks
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
@@ -270,20 +275,14 @@ def test_killing_a_plan_while_it_waits_takes_it_out_of_the_queue(airflow_db, job
         process = start_dags_test(
             "fleet_dags.py", "fleet_wait", {"job_name": "killed", "nodes": 2}, output=log
         )
-        try:
-            deadline = time.monotonic() + 120
-            while not [r for r in _ledger(jobs_root).queue if r.job == "killed"]:
-                assert process.poll() is None, "airflow dags test ended before it queued"
-                assert time.monotonic() < deadline, "the plan did not queue within 120 s"
-                time.sleep(0.2)
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        log.seek(0)
-        output = log.read()
+        output = sigterm_when(
+            process,
+            log,
+            lambda: [r for r in _ledger(jobs_root).queue if r.job == "killed"],
+            "queued plan",
+            timeout=120,
+            grace=60,
+        )
 
     assert "Task killed: job killed no longer waits for nodes." in output
     assert "the task was killed while job 'killed' waited for nodes; it left the grid queue" in (
