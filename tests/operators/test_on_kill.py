@@ -344,15 +344,11 @@ def test_a_stop_from_outside_fails_the_waiting_launch_without_a_retry(
     log = log_path.open("w+")
     process = start_dags_test("kill_dags.py", dag_id, {"job_name": job, "nodes": 3}, output=log)
     with log:
-        try:
+        with kill_on_exit(process):
             parts = _wait_until_running(jobs_root, job, process, log_path)
             launch_id = json.loads((jobs_root / job / "manifest.json").read_text())["launch_id"]
             stop_job(jobs_root, job, reason="stopped by a user")
             process.wait(timeout=STARTUP_S)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
         log.seek(0)
         output = log.read()
 
