@@ -7,7 +7,11 @@ nodes. Loaded by the real ``JobManager`` through
 
 The time comes from the spec's ``envs``: ``FAKE_PREEMPT="spot=4,backup=9"``
 preempts the part of provider ``spot`` 4 s after its ranks start and that of
-``backup`` after 9 s; other providers are never preempted. Each part folder
+``backup`` after 9 s; other providers are never preempted. ``spot=step``
+preempts it as soon as the job logs a step after its ranks start (every rank is
+up and connected: a loss at start that takes no other rank with it; a peer lost
+before the others connected to it takes them down with connection errors, at a
+time that depends on the machine's load). Each part folder
 is preempted once (a ``preempted`` file marks it), so capacity that comes
 back after a quarantine stays up. At the set time a small detached process
 appends ``preempted: spot capacity reclaimed by <target>`` to each rank's log
@@ -30,11 +34,11 @@ from iroh_tinker.cloud.engines.local import LocalEngine
 PREEMPT_ENV = "FAKE_PREEMPT"
 MARKER = "preempted"
 
-# the detached process that reclaims the capacity: sleep, then kill the ranks it was given
+# the detached process that reclaims the capacity: wait (a time, or the job's next step), then
+# kill the ranks it was given
 _RECLAIM = """
-import json, os, signal, sys, time
+import glob, json, os, signal, sys, time
 plan = json.loads(sys.argv[1])
-time.sleep(plan["after_s"])
 def launch_of(pid):
     try:
         items = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")
@@ -42,6 +46,15 @@ def launch_of(pid):
         return None
     env = dict(item.decode(errors="replace").split("=", 1) for item in items if b"=" in item)
     return env.get("ELASTICGRID_LAUNCH_ID")
+def stepped(sizes):
+    return any(os.path.getsize(log) > sizes.get(log, 0) for log in glob.glob(plan["steps"]))
+if plan["after_s"] is None:  # at the job's next step, or never if its ranks go first
+    while not stepped(plan["step_logs"]):
+        if all(launch_of(pid) != plan["launch_id"] for pid in plan["pids"].values()):
+            sys.exit(0)
+        time.sleep(0.02)
+else:
+    time.sleep(plan["after_s"])
 with open(plan["marker"], "w") as marker:  # the moment of the loss, before the kill
     marker.write(str(time.time()))
 for rank, pid in plan["pids"].items():
@@ -56,30 +69,43 @@ for rank, pid in plan["pids"].items():
 """
 
 
-def preemption_delays(setting: str) -> dict[str, float]:
-    """``"spot=4,backup=9"`` -> ``{"spot": 4.0, "backup": 9.0}``."""
-    delays = {}
+AT_STEP = "step"
+"""The ``FAKE_PREEMPT`` time that means: at the job's next step (module docstring)."""
+
+
+def preemption_delays(setting: str) -> dict[str, float | None]:
+    """``"spot=4,backup=step"`` -> ``{"spot": 4.0, "backup": None}`` (None: at the next step)."""
+    delays: dict[str, float | None] = {}
     for item in setting.split(","):
         if item.strip():
             provider, _, seconds = item.partition("=")
-            delays[provider.strip()] = float(seconds)
+            delays[provider.strip()] = None if seconds.strip() == AT_STEP else float(seconds)
     return delays
 
 
 class PreemptibleEngine(LocalEngine):
-    """The local engine whose ranks are killed ``FAKE_PREEMPT`` seconds after they start."""
+    """The local engine whose ranks are killed ``FAKE_PREEMPT`` seconds after they start (or at
+    the job's next step)."""
 
     def start(self, cluster, commands, env) -> None:
-        super().start(cluster, commands, env)
-        provider = self.spec.name.rsplit("--", 1)[-1]
-        delay = preemption_delays(self.spec.envs.get(PREEMPT_ENV, "")).get(provider)
         job_dir = Path(cluster.meta["job_dir"])
+        job, _, provider = self.spec.name.rpartition("--")
+        # global rank 0 logs the steps in its part's folder, one of the job's: their sizes
+        # before these ranks start, so a step logged before the reclaimer runs counts too
+        steps = job_dir.parent / f"{job}--*" / "steps.jsonl"
+        step_logs = {
+            str(log): log.stat().st_size for log in job_dir.parent.glob(f"{job}--*/steps.jsonl")
+        }
+        super().start(cluster, commands, env)
+        delays = preemption_delays(self.spec.envs.get(PREEMPT_ENV, ""))
         marker = job_dir / MARKER
-        if delay is None or marker.exists():
+        if provider not in delays or marker.exists():
             return
         marker.write_text("")  # preempted once per part folder
         plan = {
-            "after_s": delay,
+            "after_s": delays[provider],
+            "steps": str(steps),
+            "step_logs": step_logs,
             "pids": {str(rank): int(pid) for rank, pid in cluster.meta["pids"].items()},
             "launch_id": env.get("ELASTICGRID_LAUNCH_ID"),
             "logs": str(job_dir / "logs"),

@@ -11,6 +11,10 @@ Read-only views over a :class:`~elasticgrid_provider.hooks.job_store.JobStore`:
   (:func:`lost_parts`), unless the caller asks about a launch being confirmed;
 * the **failure report** names each rank that did not finish by its part rank and
   its global rank, with its log's last lines (:func:`failure_report`);
+* iroh-tinker's ``down ranks: [..]`` words in a report list the ranks lost when it is
+  made, not those iroh-tinker saw at some earlier refresh (a part whose ranks died a
+  moment apart is recorded failed with the first alone):
+  :func:`~elasticgrid_provider.hooks.remote_parts.with_down_ranks`;
 * **step logs** are read from the state's cursor; a part on SSH hosts has its
   rank 0's log pulled first (:mod:`elasticgrid_provider.hooks.remote_parts`), and a
   failed pull is a warning, never a failed check (:func:`read_step_logs`).
@@ -27,7 +31,12 @@ from elasticgrid_provider.core.recovery import LostPart, loss_cause, part_is_los
 from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.core.step_log import StepLogChunk, read_step_log
 from elasticgrid_provider.hooks.job_store import JobStore
-from elasticgrid_provider.hooks.remote_parts import listed_down_ranks, pull_step_log, spec_params
+from elasticgrid_provider.hooks.remote_parts import (
+    listed_down_ranks,
+    pull_step_log,
+    spec_params,
+    with_down_ranks,
+)
 
 DEFAULT_TAIL = 20  # log lines a report shows per rank
 
@@ -65,7 +74,8 @@ def failure_report(store: JobStore, snapshot: JobSnapshot, tail: int = DEFAULT_T
     that did not finish, named by its part rank and its global rank."""
     return "\n".join(
         f"part {part.name} rank {rank} (global rank {part.rank_offset + rank}) failed "
-        f"({part.last_error or 'no error recorded'}); last {tail} log lines:\n"
+        f"({with_down_ranks(part.last_error, lost) or 'no error recorded'}); "
+        f"last {tail} log lines:\n"
         f"{rank_log(store, part.name, rank, tail)}"
         for part in snapshot.parts
         if (lost := lost_ranks(part, snapshot.manifest.procs_per_node)) is not None
@@ -92,7 +102,7 @@ def lost_parts(
         if ranks is None:
             continue
         log_tail = rank_log(store, part.name, ranks[0] if ranks else 0, tail)
-        notice = part.last_error or f"down ranks: {ranks}"  # iroh-tinker's words, part ranks
+        notice = with_down_ranks(part.last_error, ranks)  # iroh-tinker's words, part ranks
         lost.append(
             LostPart(
                 part=part.name,

@@ -11,7 +11,8 @@ launch's instances by tag (:func:`ec2_spec`, :func:`sweep_remote_launch`).
 * **Status.** Each ``JobManager.status`` call runs the engine's probe, which mirrors the
   runner's ``done_<n>``/``attempt_<n>`` markers into the local part folder and writes
   ``remote-status.json`` (each rank ``running``, ``stopped`` or ``unreachable``).
-  :func:`remote_down_ranks` turns it into iroh-tinker's ``down ranks: [..]`` words.
+  :func:`remote_down_ranks` turns it into iroh-tinker's ``down ranks: [..]`` words, which
+  a report restates with the ranks lost when it is made (:func:`with_down_ranks`).
 * **Adoption.** A retry that finds a start left ``starting`` by a killed task adopts it
   only when every rank of each part is a live process of that launch: on this machine,
   by the launch id in its environment; on SSH hosts, by the engine's probe, which finds
@@ -139,6 +140,23 @@ def listed_down_ranks(last_error: str | None) -> list[int]:
     if found is None:
         return []
     return [int(rank) for rank in found.group(1).split(",") if rank.strip().isdigit()]
+
+
+def with_down_ranks(last_error: str | None, ranks: Iterable[int]) -> str | None:
+    """``last_error`` whose ``down ranks: [..]`` words list ``ranks`` (the part ranks lost
+    now): those words alone when there is no error; unchanged when it lists none (an engine's
+    notice) or no rank is lost.
+
+    iroh-tinker writes the words at one refresh and keeps them once the part fails. A rank
+    half-way down (its main thread exited, another thread not yet, so it cannot be reaped and
+    answers ``kill -0``) reads running there, so a part whose ranks all died can be recorded
+    failed naming only those that were already gone.
+    """
+    lost = sorted(ranks)
+    if not lost:
+        return last_error
+    words = f"down ranks: {lost}"
+    return _DOWN.sub(lambda _: words, last_error, count=1) if last_error else words
 
 
 def remote_down_ranks(job_dir: str | os.PathLike[str]) -> str | None:

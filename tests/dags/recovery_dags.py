@@ -2,8 +2,8 @@
 
 The grid maps ``onprem`` to the local engine and ``spot`` and ``backup`` to
 :class:`tests.preemptible_engine.PreemptibleEngine`, which kills a part's
-ranks ``FAKE_PREEMPT`` seconds after they start (from the run's conf, e.g.
-``{"preempt": "spot=7"}``). A 2-node job runs as ``onprem 1 + spot 1``; when
+ranks ``FAKE_PREEMPT`` seconds after they start, or at the job's next step
+(from the run's conf, e.g. ``{"preempt": "spot=7"}`` or ``"spot=step"``). A 2-node job runs as ``onprem 1 + spot 1``; when
 ``spot`` is lost, the cheapest rest is ``onprem 1 + backup 1``.
 
 The pipeline is the one an author writes for scaling: check -> plan
@@ -69,8 +69,9 @@ with DAG(dag_id="recovery_launch", schedule=None, catchup=False):
     plan_and_launch(NODES, providers=RECOVERY_GRID, **TRAINING)
 
 # on onprem and spot alone: a part lost while starting cannot be placed again by the launch
+# (its grace outlasts the job's first step on a loaded machine: ``preempt: spot=step``)
 with DAG(dag_id="recovery_launch_no_spare", schedule=None, catchup=False):
-    plan_and_launch(NODES, providers=RECOVERY_GRID[:2], **TRAINING)
+    plan_and_launch(NODES, providers=RECOVERY_GRID[:2], startup_grace_s=8, **TRAINING)
 
 with DAG(dag_id="recovery_check", schedule=None, catchup=False):
     check_and_relaunch(RECOVERY_GRID, poll_interval=0.5)

@@ -6,11 +6,12 @@ import json
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
+from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus, PartRecord
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import providers_from_dicts
@@ -18,6 +19,7 @@ from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
 from elasticgrid_provider.hooks.launch_manager import LaunchManager
+from elasticgrid_provider.hooks.remote_parts import with_down_ranks
 from elasticgrid_provider.runtime import STEP_LOG_NAME
 from tests.dag_settings import SLEEPING_RUN, TWO_LOCAL_PROVIDERS
 from tests.job_processes import is_alive, rank_pids
@@ -118,3 +120,47 @@ def test_a_lost_part_with_no_notice_is_named_by_down_ranks_and_global_ranks(jobs
     report = failure_report(store, snapshot)
     assert "part quiet--cloud rank 0 (global rank 2) failed" in report
     assert "part quiet--cloud rank 1 (global rank 3) failed" in report
+
+
+@pytest.mark.parametrize(
+    ("recorded", "cause"),
+    [
+        # iroh-tinker saw rank 0 still running (a rank half-way down), then the part failed
+        ("down ranks: [1]", "its ranks stopped (down ranks: [0, 1])"),
+        (None, "its ranks stopped (down ranks: [0, 1])"),
+        (
+            "host(s) gpu@b unreachable; down ranks: [0]",
+            "its ranks stopped (host(s) gpu@b unreachable; down ranks: [0, 1])",
+        ),
+        (
+            "preempted: spot capacity reclaimed",
+            "its ranks stopped (preempted: spot capacity reclaimed)",
+        ),
+    ],
+)
+def test_a_failed_part_is_reported_with_every_rank_down_whatever_iroh_tinker_saw_last(
+    tmp_path, recorded, cause
+):
+    """iroh-tinker keeps the ``down ranks`` words of the refresh before the part failed: a
+    report lists the ranks down when it is made, and keeps the rest of the words."""
+    job_dir = tmp_path / "logged--onprem"
+    job_dir.mkdir()
+    store = ElasticGridHook(jobs_root=str(tmp_path)).job_store
+    snapshot = _snapshot_with_part(job_dir)
+    [part] = snapshot.parts
+    failed = replace(part, status=JobStatus.FAILED, last_error=recorded)
+    snapshot = replace(snapshot, parts=(failed,))
+
+    [lost] = lost_parts(store, snapshot, confirmed_only=False)
+
+    assert (lost.ranks, lost.cause) == ((0, 1), cause)
+    report = failure_report(store, snapshot)
+    words = cause.removeprefix("its ranks stopped (").removesuffix(")")
+    assert f"part logged--onprem rank 0 (global rank 0) failed ({words}); " in report
+    assert f"part logged--onprem rank 1 (global rank 1) failed ({words}); " in report
+
+
+def test_a_rank_that_finished_is_not_named_down():
+    assert with_down_ranks("down ranks: [0, 1]", [1]) == "down ranks: [1]"
+    assert with_down_ranks("down ranks: [0]", []) == "down ranks: [0]"  # nothing lost: as is
+    assert with_down_ranks(None, []) is None
