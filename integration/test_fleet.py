@@ -241,31 +241,6 @@ def fleet_conf(job: str, **settings: Any) -> dict[str, Any]:
     return {"job_name": job, **settings}
 
 
-def test_two_jobs_triggered_at_once_the_second_waits_for_the_grid_then_runs(
-    deployment: Deployment, fleet_jobs: list[str]
-):
-    jobs = {W1: "fleet-wait-1", W2: "fleet-wait-2"}
-    fleet_jobs.extend(jobs.values())
-    size = {"nodes": 3, "min_nodes": 1, "steps": 100}  # 3 + 3 > 4: one must wait
-    watch, runs = run_at_once(deployment, jobs, size)
-    seen = {job: watch.seen(job) for job in jobs.values()}
-    assert all(seen.values()), watch.report()
-    first, second = sorted(jobs.values(), key=lambda job: seen[job][0])
-    # each ran at the size it asked for, one after the other
-    assert watch.most(first) == watch.most(second) == 3, watch.report()
-    assert seen[second][0] > seen[first][1], watch.report()
-    for dag_id in jobs:
-        assert deployment.xcom(dag_id, runs[dag_id], "plan")["total_nodes"] == 3
-        assert deployment.xcom(dag_id, runs[dag_id], "launch", key="job")["nodes"] == 3
-    # the Fleet view showed the second in the queue while the first held the grid
-    assert watch.any_view(
-        lambda view: (
-            watch.holdings(view).get(first) == 3
-            and any(r["job"] == second and r["nodes"] == 3 for r in view["queue"])
-        )
-    ), watch.report()
-
-
 def test_with_take_what_fits_the_second_starts_smaller_and_grows_when_the_first_ends(
     deployment: Deployment, fleet_jobs: list[str]
 ):

@@ -2,7 +2,8 @@
 
 Each plan reserves what it places under the grid's lock and its launch takes exactly that
 reservation, so two launch, the third waits in the grid's queue and launches when one of
-them ends: no launch is refused, no run fails, the grid is never over-subscribed. Two runs
+them ends: no launch is refused, no run fails, the grid is never over-subscribed, and the
+Fleet view shows the third queued while the first two hold the grid. Two runs
 of ``it_fleet_w1`` (worker w1, waiting in the worker) and one of ``it_fleet_w2`` (worker
 w2, deferred to the triggerer), triggered back to back, on the 4-node fleet grid.
 """
@@ -45,3 +46,10 @@ def test_three_plans_on_a_grid_that_fits_two_two_launch_and_the_third_waits_its_
         launch = deployment.task_instances(dag_id, run_id)["launch"]
         assert launch["try_number"] == 1, (job, launch)  # never refused, never retried
         assert deployment.xcom(dag_id, run_id, "launch", key="job")["nodes"] == 2
+    # the Fleet view showed the third in the queue while the first two held the grid
+    assert watch.any_view(
+        lambda view: (
+            all(watch.holdings(view).get(job) == 2 for job in first_two)
+            and any(r["job"] == third and r["nodes"] == 2 for r in view["queue"])
+        )
+    ), watch.report()
