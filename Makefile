@@ -18,7 +18,7 @@ demo: $(BIN)/.installed  ## set up and run elastic_training end to end on the lo
 
 test: $(BIN)/.installed  ## the test suite (real Airflow DB, real iroh-tinker jobs), on 3 workers
 	bash scripts/system-packages.sh ui ssh
-	$(BIN)/python -m pytest -n 3 --dist load --maxschedchunk 1
+	$(BIN)/python -m pytest -n 3 --dist load --maxschedchunk 1 --durations=30
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check elasticgrid_provider tests example_dags scripts benchmarks integration
@@ -35,7 +35,7 @@ $(BIN)/.integration: $(BIN)/.installed pyproject.toml
 
 integration: $(BIN)/.integration  ## a real deployment: Postgres, Redis, Celery workers, triggerer
 	bash scripts/system-packages.sh deployment ssh
-	$(BIN)/python -m pytest integration -p no:cacheprovider
+	$(BIN)/python -m pytest integration -p no:cacheprovider --durations=20
 
 $(BIN)/.docs: $(BIN)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev,docs]"
