@@ -41,8 +41,8 @@ from typing import Any
 
 from elasticgrid_provider.cli.parsing import (
     DEFAULT_RENDEZVOUS,
+    POLICY_FLAGS,
     SAMPLE_INPUTS,
-    SCHEDULER_FLAGS,
     SIMULATE_ONLY_FOR_SAMPLES,
     given,
     load_grid,
@@ -69,15 +69,13 @@ from elasticgrid_provider.cli.rendering import (
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
-from elasticgrid_provider.core.machines import INSTANCES_RULE
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
-from elasticgrid_provider.core.recovery import RECOVER_RULE
+from elasticgrid_provider.core.policy.rules import EventRule
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
 from elasticgrid_provider.core.schemas import json_schema
 from elasticgrid_provider.core.state import (
-    JOB_ENDED_RULE,
     DecisionRecord,
     ScaleState,
     recorded_by_older_policy,
@@ -162,14 +160,12 @@ def run_simulate(args: argparse.Namespace) -> Result:
                 raise ElasticGridError(
                     f"{option_flag(name)} only counts toward a deadline; it needs --deadline-in"
                 )
-    scheduler = _scheduler(args)
+    policy = _policy(args)
     for name, _, minimum, _, _ in SAMPLE_INPUTS:
         if given(args, name):
             check_number(option_flag(name), getattr(args, name), minimum=minimum)
     samples, left_out = _screened(args, load_samples(args.samples))
-    result = (
-        _timeline(args, scheduler, samples) if args.timeline else _single(args, scheduler, samples)
-    )
+    result = _timeline(args, policy, samples) if args.timeline else _single(args, policy, samples)
     if not left_out:
         return result
     return Result("\n".join([*left_out, result.text]), {**result.data, "left_out": left_out})
@@ -194,25 +190,25 @@ def _screened(
     return tuple(kept), left_out
 
 
-def _scheduler(args: argparse.Namespace) -> ScalePolicy:
-    parameters = {field: getattr(args, field) for field in SCHEDULER_FLAGS if given(args, field)}
+def _policy(args: argparse.Namespace) -> ScalePolicy:
+    parameters = {field: getattr(args, field) for field in POLICY_FLAGS if given(args, field)}
     try:
         return ScalePolicy(**parameters)
     except ElasticGridError as error:
         message = str(error)  # named by the option the user typed
-        field = next((name for name in SCHEDULER_FLAGS if message.startswith(name + " ")), "")
+        field = next((name for name in POLICY_FLAGS if message.startswith(name + " ")), "")
         if field:
-            message = SCHEDULER_FLAGS[field] + message[len(field) :]
+            message = POLICY_FLAGS[field] + message[len(field) :]
         raise ElasticGridError(message) from None
 
 
 def _single(
-    args: argparse.Namespace, scheduler: ScalePolicy, samples: tuple[StepSample, ...]
+    args: argparse.Namespace, policy: ScalePolicy, samples: tuple[StepSample, ...]
 ) -> Result:
     now = args.now if args.now is not None else sample_clock(samples, 0.0)[-1]
     current = args.nodes if args.nodes is not None else samples[-1].nodes
     state, record = ScaleState(job_name=SIMULATED_JOB).advance(
-        scheduler,
+        policy,
         samples,
         current,
         now,
@@ -235,7 +231,7 @@ def _single(
 
 
 def _timeline(
-    args: argparse.Namespace, scheduler: ScalePolicy, samples: tuple[StepSample, ...]
+    args: argparse.Namespace, policy: ScalePolicy, samples: tuple[StepSample, ...]
 ) -> Result:
     times = sample_clock(samples, 0.0 if args.now is None else args.now)
     deadline_at = None if args.deadline_in is None else times[-1] + args.deadline_in
@@ -248,7 +244,7 @@ def _timeline(
         if index > 0 and sample.nodes != samples[index - 1].nodes:
             current = sample.nodes  # the samples say the job was resized
         state, record = state.advance(
-            scheduler,
+            policy,
             [sample],
             current,
             now,
@@ -280,11 +276,11 @@ def _timeline(
 def _not_a_decision(entry: Any) -> str:
     """Why a history entry has no policy decision to replay ("" when it has one)."""
     rule = entry.get("rule") if isinstance(entry, dict) else None
-    if rule == JOB_ENDED_RULE:
+    if rule == EventRule.JOB_ENDED:
         return "records the end of the job; it has no decision to replay"
-    if rule == INSTANCES_RULE:
+    if rule == EventRule.INSTANCES:
         return "records a part's instances starting or ending; it has no decision to replay"
-    if rule == RECOVER_RULE:
+    if rule == EventRule.RECOVER:
         return (
             f"is a recovery ({entry.get('action')}), not a policy decision, "
             "so it cannot be replayed"

@@ -162,9 +162,7 @@ SIMULATE_DESCRIPTION = (
 )
 
 
-SCHEDULER_FLAGS = {
-    name: parameter_about(name).flag or option_flag(name) for name in POLICY_PARAMETERS
-}
+POLICY_FLAGS = {name: parameter_about(name).flag or option_flag(name) for name in POLICY_PARAMETERS}
 """Each policy parameter with the flag that sets it, from the fields of
 :class:`~elasticgrid_provider.core.policy.parameters.ScalePolicy` (``--help`` order)."""
 
@@ -196,13 +194,13 @@ SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
 
 SIMULATE_ONLY_FOR_SAMPLES = (
     *((name, option_flag(name)) for name, *_ in SAMPLE_INPUTS),
-    *SCHEDULER_FLAGS.items(),
+    *POLICY_FLAGS.items(),
 )
 """Options that decide from samples, so ``--state`` (a replay) refuses them."""
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
-    """``simulate``: the input (samples or a state), the decision inputs, the scheduler."""
+    """``simulate``: the input (samples or a state), the decision inputs, the policy."""
     source = parser.add_argument_group("input")
     source.add_argument("--samples", metavar="FILE", help="step samples: a JSON list or JSON Lines")
     source.add_argument(
@@ -228,12 +226,12 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replay the samples in order and decide after each, carrying the cooldown",
     )
-    scheduler = parser.add_argument_group("scheduler (with --samples)")
-    for field, flag in SCHEDULER_FLAGS.items():
+    policy = parser.add_argument_group("policy (with --samples)")
+    for field, flag in POLICY_FLAGS.items():
         default = PARAMETER_DEFAULTS[field]
         shown = "" if default is None else f" (default {default:g})"
         text = parameter_about(field).help + shown
-        scheduler.add_argument(flag, dest=field, type=float, metavar="X", help=text)
+        policy.add_argument(flag, dest=field, type=float, metavar="X", help=text)
 
 
 def _read_text(path: str, what: str) -> str:

@@ -1,6 +1,6 @@
 """The pure domain of elasticgrid: no Airflow, no I/O at import, no heavy imports.
 
-Samples and the rolling window, the scale scheduler, providers, placements
+Samples and the rolling window, the scale policy, providers, placements
 and the planner, and the rendering of a placement into iroh-tinker launch
 specs (iroh-tinker itself is imported only when a spec is validated).
 

@@ -26,7 +26,7 @@ and fail, skip, hold or end with the record. The rules, in order:
 3. A job that ended (``done``, or ``stopped`` and recorded so) needs no
    decision: ``finish`` with a ``job_ended`` record, which enters the history.
 4. Otherwise the deadline is resolved (only now, so an ended job is never
-   failed by it), the scheduler decides, the record gets its context (the
+   failed by it), the policy decides, the record gets its context (the
    task, the job, the placement and, for a change, the proposed placement and
    its cost) and the state remembers it. A hold is ``hold``, a change
    ``resize``. While a quarantine lasts, the record carries it and the
@@ -61,7 +61,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
-from enum import Enum
 from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -73,7 +72,7 @@ from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.claim import SharedGrid, claim_the_grid
 from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
-from elasticgrid_provider.core.policy.rules import ScaleAction
+from elasticgrid_provider.core.policy.rules import EventRule, ScaleAction
 from elasticgrid_provider.core.recovery import (
     LostPart,
     QuarantineEntry,
@@ -85,19 +84,23 @@ from elasticgrid_provider.core.recovery import (
 from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
-    JOB_ENDED_RULE,
     DecisionRecord,
     ScaleState,
     remember_recovery,
 )
 from elasticgrid_provider.core.step_log import StepLogChunk
-from elasticgrid_provider.core.validation import check_integer, check_number, number_from_text
+from elasticgrid_provider.core.validation import (
+    Choice,
+    check_integer,
+    check_number,
+    number_from_text,
+)
 
 ARGUMENT_SOURCE = "samples argument"  # the cursor of handed-in samples: the next step to take
 SKIPPED_LINES_SHOWN = 5  # bad step-log lines reported one by one per log; the rest counted
 
 
-class CheckVerdict(str, Enum):
+class CheckVerdict(Choice):
     """What the shell does after a check."""
 
     HOLD = "hold"  # keep waiting; the record goes to XCom
@@ -192,7 +195,7 @@ class ScaleCheck:
     """The rules of one check of ``job_name`` (module docstring), with the task's settings."""
 
     job_name: str
-    scheduler: ScalePolicy
+    policy: ScalePolicy
     window_size: int = DEFAULT_WINDOW_SIZE
     history_limit: int = DEFAULT_HISTORY_LIMIT
 
@@ -276,8 +279,8 @@ class ScaleCheck:
                 launch_id=snapshot.manifest.launch_id,
                 lost=lost,
                 current_nodes=snapshot.nodes,
-                min_nodes=self.scheduler.min_nodes,
-                max_nodes=self.scheduler.max_nodes,
+                min_nodes=self.policy.min_nodes,
+                max_nodes=self.policy.max_nodes,
                 memory=taken.recovery,
                 policy=recovery or RecoveryPolicy(),
                 planner=planner,
@@ -301,7 +304,7 @@ class ScaleCheck:
                 "action": ScaleAction.HOLD.value,
                 "current_nodes": snapshot.nodes,
                 "target_nodes": snapshot.nodes,
-                "rule": JOB_ENDED_RULE,
+                "rule": EventRule.JOB_ENDED,
                 "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
                 "decided_at": now,
             }
@@ -325,7 +328,7 @@ class ScaleCheck:
 
         def decide(share: GridShare | None) -> DecisionRecord:
             return state.decide(
-                self.scheduler,
+                self.policy,
                 now,
                 deadline_at=choice.at,
                 remaining_steps=steps,
@@ -338,7 +341,7 @@ class ScaleCheck:
             record = decide(None)
         else:
             record, ledger = claim_the_grid(
-                self.job_name, grid, state.capacity, self.scheduler, decide, now, log
+                self.job_name, grid, state.capacity, self.policy, decide, now, log
             )
         quarantine = state.recovery.active_quarantine(now)
         others = used_nodes(ledger, except_job=self.job_name) if ledger is not None else None

@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.policy.rules import EventRule
 from elasticgrid_provider.core.validation import AnyText, Choice, JsonModel, Text, choice, model
 
 MACHINES_FILE = "machines.json"
 """The part's machines record, in its LOCAL job folder."""
 SPOT_RECLAIM_CODE = "Server.SpotInstanceTermination"
 """The EC2 state reason code of an instance the cloud took back."""
-INSTANCES_RULE = "instances"
-"""The rule of a decision-history entry that records instances started, terminated, reclaimed."""
 ENDED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 
 
@@ -118,7 +117,7 @@ def instances_entry(
     now: float,
 ) -> dict[str, Any]:
     """The decision-history entry of a part's instance changes (no scale decision: a hold at
-    the job's size with rule :data:`INSTANCES_RULE`)."""
+    the job's size with rule :attr:`EventRule.INSTANCES`)."""
     by_id = {machine.instance_id: machine for machine in machines}
     phrases = []
     for event in ("started", "terminated", "reclaimed"):
@@ -135,7 +134,7 @@ def instances_entry(
         "action": "hold",
         "current_nodes": nodes,
         "target_nodes": nodes,
-        "rule": INSTANCES_RULE,
+        "rule": EventRule.INSTANCES,
         "reason": f"part {part} of job {job_name!r}: instances {'; '.join(phrases)}",
         "decided_at": now,
         "context": {"job_name": job_name, "part": part, "instances": dict(sorted(changes.items()))},

@@ -54,9 +54,9 @@ from elasticgrid_provider.core.validation import (
     Choice,
     JsonModel,
     check_integer,
+    choice,
     finite,
     model,
-    one_of,
 )
 
 
@@ -81,7 +81,7 @@ class GridPlanner(JsonModel):
 
     providers: Annotated[tuple[Provider, ...], PlainValidator(lambda p: _check_providers(p))]
     max_spot_fraction: Annotated[float, finite(0.0, 1.0)] = 1.0
-    prefer: Annotated[str, one_of(PREFER_CHOICES)] = "cost"
+    prefer: Annotated[Prefer, choice(Prefer)] = Prefer.COST
 
     @property
     def capacity(self) -> int:

@@ -43,11 +43,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY
 from functools import partial
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import decision_summary, iso_time
 from elasticgrid_provider.core.job import JobStatus
+from elasticgrid_provider.core.policy.rules import EventRule
 from elasticgrid_provider.core.records import Extras, ForwardCompatible, extras_field
 from elasticgrid_provider.core.step_log import cut_report
 from elasticgrid_provider.core.validation import (
@@ -61,14 +62,12 @@ from elasticgrid_provider.core.validation import (
     Positive,
     choice,
     model,
-    one_of,
 )
 
 if TYPE_CHECKING:
     from elasticgrid_provider.core.placement import Placement
     from elasticgrid_provider.core.planner import GridPlanner
 
-RECOVER_RULE: Final = "recover"  # the rule of every recovery event, in records and history
 DEFAULT_MAX_RECOVERIES = 3
 DEFAULT_RECOVERY_WINDOW_S = 3600.0
 DEFAULT_QUARANTINE_S = 1800.0
@@ -188,7 +187,7 @@ class RecoveryDecision(JsonModel):
 
     _: KW_ONLY
     action: Annotated[RecoveryAction, choice(RecoveryAction)]
-    rule: Annotated[str, one_of((RECOVER_RULE,))] = RECOVER_RULE
+    rule: Annotated[EventRule, choice(EventRule, EventRule.RECOVER)] = EventRule.RECOVER
     current_nodes: Positive
     target_nodes: Count
     reason: AnyText

@@ -13,12 +13,12 @@ Rules:
   (``window samples.3.duration_s ...``);
 * samples in a window are unique by step: a sample whose step is already there
   replaces the older one (a step log read twice never counts a step twice);
-* ``time`` (optional) is when the step ended, in epoch seconds: the scheduler
+* ``time`` (optional) is when the step ended, in epoch seconds: the policy
   reads arrival rates and idle gaps from it, and times samples without one
   (old logs, hand-written) by their durations;
 * every sample field is bounded, so no arithmetic on a window can overflow
   (1e300 step times and 1e308 durations raised ``OverflowError`` deep in the
-  scheduler): a step at most :data:`MAX_STEP`, ``duration_s`` and ``queue_s``
+  policy): a step at most :data:`MAX_STEP`, ``duration_s`` and ``queue_s``
   at most :data:`MAX_STEP_S` (a week), ``nodes`` at most :data:`MAX_NODES`,
   ``tokens`` at most :data:`MAX_TOKENS`, a non-zero ``duration_s`` or ``tokens``
   at least :data:`MIN_STEP_S` or :data:`MIN_TOKENS`, and ``time`` at most

@@ -41,7 +41,7 @@ class GridSettings(JsonModel):
 
     providers: tuple[Provider, ...]
     max_spot_fraction: Annotated[float, finite(0.0, 1.0)]
-    prefer: Annotated[str, choice(Prefer)]
+    prefer: Annotated[Prefer, choice(Prefer)]
     source: Text
 
 

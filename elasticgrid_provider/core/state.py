@@ -75,7 +75,7 @@ from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.load import estimate_load
 from elasticgrid_provider.core.policy.memory import NO_MEASUREMENTS, CapacityMemory
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
-from elasticgrid_provider.core.policy.rules import ScaleAction
+from elasticgrid_provider.core.policy.rules import EventRule, ScaleAction
 from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
 from elasticgrid_provider.core.recovery import (
     NO_RECOVERIES,
@@ -103,7 +103,6 @@ from elasticgrid_provider.core.validation import (
 STATE_LAYOUT = RecordLayout("scale state", major=2, migrated=(1,))
 """2: ``capacity`` and ``recent``; 1 is migrated (module docstring)."""
 DEFAULT_HISTORY_LIMIT = 20
-JOB_ENDED_RULE = "job_ended"  # the rule of the history entry that records the end of the job
 RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")  # keys of an entry beside the decision
 RECENT_LIMIT = 200  # recent recommendations kept, however short the checks' interval
 MEASUREMENT_MIN_SAMPLES = 3  # fewer samples do not replace a fuller measurement at a size
@@ -118,7 +117,7 @@ def state_variable_key(job_name: str) -> str:
 class DecisionInputs(ForwardCompatible, JsonModel):
     """Everything a decision was computed from; :meth:`decide` reproduces it exactly."""
 
-    scheduler: ScalePolicy
+    scheduler: ScalePolicy  # the policy (the record's key, kept for the records already written)
     window: MetricsWindow
     now: Finite
     current_nodes: Positive
@@ -137,7 +136,7 @@ class DecisionInputs(ForwardCompatible, JsonModel):
         return none_as_default(data, "cooldown", "capacity", "recent")
 
     def decide(self) -> ScaleDecision:
-        """Run the scheduler on these inputs (the fields after ``window`` are its keywords)."""
+        """Run the policy on these inputs (the fields after ``window`` are its keywords)."""
         options = {f.name: getattr(self, f.name) for f in fields(self)[2:] if f.name != "extras"}
         return decide(self.scheduler, self.window, **options)
 
@@ -282,7 +281,7 @@ class ScaleState(ForwardCompatible, JsonModel):
 
     def decide(
         self,
-        scheduler: ScalePolicy,
+        policy: ScalePolicy,
         now: float,
         *,
         deadline_at: float | None = None,
@@ -296,7 +295,7 @@ class ScaleState(ForwardCompatible, JsonModel):
         if self.current_nodes is None:
             raise ElasticGridError("the scale state has no current size; observe samples first")
         inputs = DecisionInputs(
-            scheduler=scheduler,
+            scheduler=policy,
             window=self.window,
             now=now,
             current_nodes=self.current_nodes,
@@ -325,7 +324,7 @@ class ScaleState(ForwardCompatible, JsonModel):
 
     def advance(
         self,
-        scheduler: ScalePolicy,
+        policy: ScalePolicy,
         samples: Iterable[StepSample],
         current_nodes: int,
         now: float,
@@ -336,7 +335,7 @@ class ScaleState(ForwardCompatible, JsonModel):
     ) -> tuple[ScaleState, DecisionRecord]:
         """One check: :meth:`observe`, :meth:`decide` (``decide_options``), :meth:`remember`."""
         observed = self.observe(samples, current_nodes, now, window_size)
-        record = observed.decide(scheduler, now, **decide_options)
+        record = observed.decide(policy, now, **decide_options)
         return observed.remember(record, now, history_limit), record
 
     def remember_event(
@@ -430,7 +429,7 @@ def _with_entry(
         holds = [
             position
             for position, kept in enumerate(entries[:-1])
-            if kept.get("action") == ScaleAction.HOLD and kept.get("rule") != JOB_ENDED_RULE
+            if kept.get("action") == ScaleAction.HOLD and kept.get("rule") != EventRule.JOB_ENDED
         ]
         del entries[holds[0] if holds else 0]
     return tuple(entries)

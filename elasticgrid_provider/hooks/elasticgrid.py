@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.planner import GridPlanner
+from elasticgrid_provider.core.planner import GridPlanner, Prefer
 from elasticgrid_provider.core.settings import GridSettings, grid_settings
 from elasticgrid_provider.hooks.job_store import JobStore
 from elasticgrid_provider.hooks.launch_manager import LaunchManager
@@ -103,8 +103,8 @@ class ElasticGridHook(BaseHook):
         """A planner over the configured grid; arguments override the connection's defaults."""
         settings = self.settings
         spot = settings.max_spot_fraction if max_spot_fraction is None else max_spot_fraction
-        prefer = settings.prefer if prefer is None else prefer
-        return GridPlanner(providers=settings.providers, max_spot_fraction=spot, prefer=prefer)
+        chosen = settings.prefer if prefer is None else cast(Prefer, prefer)  # the model checks it
+        return GridPlanner(providers=settings.providers, max_spot_fraction=spot, prefer=chosen)
 
     @cached_property
     def jobs_root(self) -> Path:

@@ -177,14 +177,6 @@ def holdings_by_job(
     return {job: nodes for job, nodes in usage.items() if any(nodes.values())}
 
 
-def holders_by_job(
-    ledger: GridLedger, *, except_job: str | None = None
-) -> dict[str, dict[str, int]]:
-    """``{job: {provider: nodes}}`` of every job that uses nodes (but ``except_job``)."""
-    usage = {job: job_usage(ledger, job) for job in ledger.jobs if job != except_job}
-    return {job: nodes for job, nodes in usage.items() if any(nodes.values())}
-
-
 def holders_text(ledger: GridLedger, *, except_job: str | None = None) -> str:
     """Who uses the grid, per provider (the ledger's :func:`holders` phrases):
     ``'a' (3 nodes) on local; 'b' (2 nodes) on aws``; ``nobody`` when no job does."""

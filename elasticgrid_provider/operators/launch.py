@@ -70,8 +70,8 @@ from elasticgrid_provider.hooks.launch_manager import (
     LaunchOutcome,
     StopAction,
 )
+from elasticgrid_provider.links import ScaleDecisionsLink
 from elasticgrid_provider.operators.launch_grid import LaunchGrid
-from elasticgrid_provider.plugins.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import (
     MIN_DEFERRAL_S,

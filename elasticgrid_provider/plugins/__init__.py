@@ -3,8 +3,8 @@
 Airflow imports plugin modules in every component, so nothing here imports FastAPI
 or touches the database at import time: :mod:`.plugin` mounts :class:`.plugin.LazyApp`,
 which builds the FastAPI app of :mod:`.app` (the routes, behind Airflow authentication
-and DAG access) on its first request. :mod:`.links` is the operator extra link (worker
-side, tiny); :mod:`.state_cache` reads the state Variables (parsed once per change) and
+and DAG access) on its first request (the operator extra link that opens it is
+:mod:`elasticgrid_provider.links`, beside the operators); :mod:`.state_cache` reads the state Variables (parsed once per change) and
 :mod:`.jobs` reads them whatever they hold; :mod:`.live` reads the launch record,
 iroh-tinker and the task's rendered fields; :mod:`.access` decides who reads what (server
 paths only for admins); :mod:`.view` builds what a page shows, :mod:`.timeline` its

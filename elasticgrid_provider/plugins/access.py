@@ -25,8 +25,8 @@ from airflow.api_fastapi.auth.managers.models.resource_details import (
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from elasticgrid_provider.links import URL_PREFIX
 from elasticgrid_provider.plugins.jobs import StoredState
-from elasticgrid_provider.plugins.links import URL_PREFIX
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (

@@ -30,6 +30,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.links import URL_PREFIX, job_page_path
 from elasticgrid_provider.plugins.access import (
     SECURITY_HEADERS,
     Access,
@@ -46,7 +47,6 @@ from elasticgrid_provider.plugins.jobs import (
     job_row,
     one_line,
 )
-from elasticgrid_provider.plugins.links import URL_PREFIX, job_page_path
 from elasticgrid_provider.plugins.live import (
     checked_job,
     connection_hook,

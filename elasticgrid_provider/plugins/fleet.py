@@ -35,6 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from elasticgrid_provider.core.fleet.view import nodes_text, why_text
 from elasticgrid_provider.core.formatting import clock_text, seconds_text
 from elasticgrid_provider.core.state import state_variable_key
+from elasticgrid_provider.links import job_page_path
 from elasticgrid_provider.plugins.access import (
     SECURITY_HEADERS,
     Access,
@@ -44,7 +45,6 @@ from elasticgrid_provider.plugins.access import (
     jobs_roots,
 )
 from elasticgrid_provider.plugins.jobs import StoredState, one_line
-from elasticgrid_provider.plugins.links import job_page_path
 from elasticgrid_provider.plugins.live import connection_hook
 from elasticgrid_provider.plugins.pages import Columns, Markup, _link, _page, _table, esc
 from elasticgrid_provider.plugins.state_cache import read_scale_states

@@ -20,7 +20,8 @@ from typing import Any
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobStatus
 from elasticgrid_provider.core.policy.grid import holder_phrases
-from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState, state_variable_key
+from elasticgrid_provider.core.policy.rules import EventRule
+from elasticgrid_provider.core.state import ScaleState, state_variable_key
 
 STATE_PREFIX = state_variable_key("")
 RUN_KEYS = ("dag_id", "run_id", "task_id")
@@ -146,7 +147,7 @@ def checked_state(variable_key: str, data: Any) -> StoredState:
 def last_decision(history: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest entry that is a real decision (has thresholds), not the end of the job."""
     for entry in reversed(history):
-        if entry.get("rule") != JOB_ENDED_RULE and isinstance(entry.get("thresholds"), dict):
+        if entry.get("rule") != EventRule.JOB_ENDED and isinstance(entry.get("thresholds"), dict):
             return entry
     return None
 
@@ -167,7 +168,7 @@ def _row(stored: StoredState) -> dict[str, Any]:
         "last_decision_at": as_number(newest.get("decided_at")),
         "cost_per_hour": as_number(context.get("cost_per_hour")),
         "status": as_text(context.get("job_status")) or ("unreadable" if stored.error else "-"),
-        "ended": newest.get("rule") == JOB_ENDED_RULE,
+        "ended": newest.get("rule") == EventRule.JOB_ENDED,
         "error": stored.error,
     }
 

@@ -19,9 +19,9 @@ from typing import Any
 from urllib.parse import quote
 
 from elasticgrid_provider.core.formatting import number_text
+from elasticgrid_provider.links import job_page_path
 from elasticgrid_provider.plugins.chart import chart_svg
 from elasticgrid_provider.plugins.jobs import as_number
-from elasticgrid_provider.plugins.links import job_page_path
 from elasticgrid_provider.plugins.machines import MACHINE_COLUMNS
 from elasticgrid_provider.plugins.times import moment
 

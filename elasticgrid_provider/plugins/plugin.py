@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from elasticgrid_provider.plugins.links import TAB_ROUTE, UI_ROUTE, URL_PREFIX, root_path
+from elasticgrid_provider.links import TAB_ROUTE, UI_ROUTE, URL_PREFIX, root_path
 
 
 def _served_under() -> str:

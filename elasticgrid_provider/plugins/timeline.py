@@ -19,9 +19,8 @@ from typing import Any
 from urllib.parse import quote
 
 from elasticgrid_provider.core.formatting import decision_summary, held_text, rule_text
-from elasticgrid_provider.core.machines import INSTANCES_RULE
-from elasticgrid_provider.core.recovery import RECOVER_RULE
-from elasticgrid_provider.core.state import JOB_ENDED_RULE, hold_run
+from elasticgrid_provider.core.policy.rules import EventRule
+from elasticgrid_provider.core.state import hold_run
 from elasticgrid_provider.plugins.jobs import (
     RUN_KEYS,
     as_dict,
@@ -34,7 +33,7 @@ from elasticgrid_provider.plugins.jobs import (
 from elasticgrid_provider.plugins.times import moment
 
 ROWS_PER_PAGE = 50
-NOT_FOLDED = (JOB_ENDED_RULE, RECOVER_RULE, INSTANCES_RULE)
+NOT_FOLDED = (EventRule.JOB_ENDED, EventRule.RECOVER, EventRule.INSTANCES)
 
 
 def run_links(airflow_root: str, context: dict[str, Any]) -> dict[str, str | None]:
@@ -85,7 +84,7 @@ def timeline_row(
         cost_after = cost_before
     action = entry.get("action")
     launch = None
-    if action in ("scale_up", "scale_down") or entry.get("rule") == RECOVER_RULE:
+    if action in ("scale_up", "scale_down") or entry.get("rule") == EventRule.RECOVER:
         launch_id = _launch_followed(history, position, live_id)
         if launch_id is not None:
             task = launches.get(launch_id) or {}
@@ -111,7 +110,7 @@ def timeline_row(
         "launch_id": context.get("launch_id"),
         "launch_after": launch,
         "links": run_links(airflow_root, context),
-        "kind": "recovery" if entry.get("rule") == RECOVER_RULE else "decision",
+        "kind": "recovery" if entry.get("rule") == EventRule.RECOVER else "decision",
         "lost": as_objects(entry.get("lost")),
         "shared_grid": shared_grid_of(entry),
     }

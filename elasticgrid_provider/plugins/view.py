@@ -33,8 +33,9 @@ from elasticgrid_provider.core.formatting import (
     seconds_text,
 )
 from elasticgrid_provider.core.policy.conditions import ConditionType
-from elasticgrid_provider.core.recovery import RECOVER_RULE, RecoveryMemory
-from elasticgrid_provider.core.state import JOB_ENDED_RULE, hold_run
+from elasticgrid_provider.core.policy.rules import EventRule
+from elasticgrid_provider.core.recovery import RecoveryMemory
+from elasticgrid_provider.core.state import hold_run
 from elasticgrid_provider.plugins.chart import thin_points
 from elasticgrid_provider.plugins.jobs import (
     TERMINAL,
@@ -64,7 +65,7 @@ RECOVERIES_SHOWN = 20
 def recovery_rows(history: list[dict[str, Any]], now: float, zone: tzinfo) -> list[dict[str, Any]]:
     """The newest :data:`RECOVERIES_SHOWN` recoveries (newest first): when, what was lost and
     why, the quarantine, the placement (the timeline has them all)."""
-    recoveries = [entry for entry in history if entry.get("rule") == RECOVER_RULE]
+    recoveries = [entry for entry in history if entry.get("rule") == EventRule.RECOVER]
     return [
         {
             "at": moment(entry.get("decided_at"), now, zone),
@@ -254,7 +255,7 @@ def chart_markers(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if at is None:
             continue
         sizes = f"{entry.get('current_nodes')} -> {entry.get('target_nodes')}"
-        if entry.get("rule") == RECOVER_RULE:
+        if entry.get("rule") == EventRule.RECOVER:
             markers.append({"at": at, "kind": "recovery", "label": f"recovery {sizes}"})
         elif action in ("scale_up", "scale_down"):
             markers.append({"at": at, "kind": "resize", "label": f"{action} {sizes}"})
@@ -275,7 +276,7 @@ def _finished(live: dict[str, Any], newest: dict[str, Any]) -> str | None:
     status = live.get("status")
     if isinstance(status, str) and status:
         return status if status in TERMINAL else None
-    if newest.get("rule") == JOB_ENDED_RULE:
+    if newest.get("rule") == EventRule.JOB_ENDED:
         word = context_of(newest).get("job_status")
         return word if isinstance(word, str) and word in TERMINAL else "done"
     return None
@@ -316,7 +317,9 @@ def job_view(
     recorded_cost = as_number(context_of(newest).get("cost_per_hour"))
     cost = None if finished else (recorded_cost if live_cost is None else live_cost)
     live_id = as_text(live.get("launch_id"))
-    ended_note = as_text(newest.get("reason")) if newest.get("rule") == JOB_ENDED_RULE else None
+    ended_note = (
+        as_text(newest.get("reason")) if newest.get("rule") == EventRule.JOB_ENDED else None
+    )
     note = live.get("down_reason") or ended_note or f"the job is {finished}"
     row_of = partial(timeline_row, history, now=now, zone=zone, airflow_root=airflow_root,
                      launches=launches or {}, live_id=live_id)  # fmt: skip

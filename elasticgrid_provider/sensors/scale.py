@@ -13,7 +13,7 @@ benchmark): a job that cannot be checked (never launched here, confirmed down,
 failed) fails the sensor; one that lost capacity is recovered (re-plan and
 relaunch downstream) or, past ``max_recoveries`` or out of capacity, stopped and
 failed; one that ended ends it (skipping the resize downstream); otherwise the
-deadline (:mod:`elasticgrid_provider.deadlines`) is resolved and the scheduler
+deadline (:mod:`elasticgrid_provider.deadlines`) is resolved and the policy
 decides. On a shared grid (a grid ledger under the jobs root) the check reads the
 ledger under the job's lock, then the grid's (never the reverse), and writes what it
 changed: the room the grid leaves the job (a scale-up beyond it is clamped, or held for
@@ -79,7 +79,7 @@ from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
 from elasticgrid_provider.hooks.launch_stop import give_up
-from elasticgrid_provider.plugins.links import ScaleDecisionsLink
+from elasticgrid_provider.links import ScaleDecisionsLink
 from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
@@ -249,13 +249,13 @@ class ElasticScaleSensor(BaseSensorOperator):
 
     # -- the check ----------------------------------------------------------------
     @cached_property
-    def scheduler(self) -> ScalePolicy:
+    def scale_policy(self) -> ScalePolicy:
         """The task's policy, validated on first use (after rendering, never at parse time)."""
         return policy_from(self.policy)
 
     def check(self, context: Context) -> dict[str, Any] | None:
         """Run one check (module docstring); the record on a scale decision, None on hold."""
-        rules = ScaleCheck(self.job_name, self.scheduler, self.window_size, self.history_limit)
+        rules = ScaleCheck(self.job_name, self.scale_policy, self.window_size, self.history_limit)
         priority = job_priority(self.priority)  # one sentence before anything is read
         hook = self.hook
         resolved: list[ResolvedDeadline] = []

@@ -2,7 +2,7 @@
 
 The sensor is a thin shell over :class:`ScaleCheck`: these tests drive the
 same rules with plain inputs (a state, a job snapshot, new samples or
-step-log chunks, the time, the scheduler's settings) and read what the
+step-log chunks, the time, the policy) and read what the
 sensor would do: hold, resize to N, finish (an ended job), or fail with a
 message. The last test proves the module (and this test module) import no
 Airflow.
@@ -32,9 +32,10 @@ from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, PartRecord
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
+from elasticgrid_provider.core.policy.rules import EventRule
 from elasticgrid_provider.core.providers import providers_from_dicts
 from elasticgrid_provider.core.samples import StepSample
-from elasticgrid_provider.core.state import JOB_ENDED_RULE, ScaleState
+from elasticgrid_provider.core.state import ScaleState
 from elasticgrid_provider.core.step_log import LogCursor, SkippedLine, StepLogChunk
 from tests.conftest import PROJECT
 
@@ -154,7 +155,7 @@ TRANSITIONS = [
     (
         "a job that ended: finish with a job_ended record",
         [Check(2, T0, samples(2, range(4)), status="done")],
-        [("finish", JOB_ENDED_RULE, [], 2, 2)],
+        [("finish", EventRule.JOB_ENDED, [], 2, 2)],
     ),
 ]
 
@@ -203,7 +204,7 @@ def test_an_ended_job_is_recorded_without_resolving_the_deadline():
     assert outcome.verdict is CheckVerdict.FINISH
     assert outcome.reason == "job 'job' is stopped; there is nothing to scale"
     assert outcome.record["context"]["readable"]["summary"].startswith("hold")
-    assert [entry["rule"] for entry in outcome.state.history] == [JOB_ENDED_RULE]
+    assert [entry["rule"] for entry in outcome.state.history] == [EventRule.JOB_ENDED]
     assert (outcome.state.revision, outcome.state.updated_at) == (1, T0)
 
 

@@ -127,7 +127,7 @@ def test_nan_and_infinity_are_refused(bad: float) -> None:
     ("load", "data", "message"),
     [
         (StepSample.model_validate, {"step": 1, "duration_s": 1.0, "gpu": 8}, "sample"),
-        (ScalePolicy.model_validate, {"deadline_s": 1}, "scheduler"),
+        (ScalePolicy.model_validate, {"deadline_s": 1}, "policy"),
     ],
 )
 def test_an_unknown_field_of_an_input_is_refused(

@@ -13,6 +13,7 @@ from elasticgrid_provider.atomic_files import write_json
 from elasticgrid_provider.core.job import JobManifest, PartRecord
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.placement import Assignment, Placement
+from elasticgrid_provider.core.policy.rules import EventRule
 from elasticgrid_provider.core.providers import Provider
 from elasticgrid_provider.hooks.cloud_reconcile import reconcile_instances
 from elasticgrid_provider.hooks.job_store import MANIFEST_NAME, JobStore
@@ -116,7 +117,6 @@ def test_a_job_without_ec2_parts_or_manifest_is_left_alone(cloud, tmp_path):
 
 def test_the_history_records_instances_started_terminated_and_reclaimed_once(tmp_path):
     from elasticgrid_provider.core.job import JobSnapshot
-    from elasticgrid_provider.core.machines import INSTANCES_RULE
     from elasticgrid_provider.core.state import ScaleState
     from elasticgrid_provider.hooks.cloud_events import instance_entries
 
@@ -149,7 +149,7 @@ def test_the_history_records_instances_started_terminated_and_reclaimed_once(tmp
     snapshot = JobSnapshot(manifest=manifest, parts=(part,))
     machines(("i-1", "running", None), ("i-2", "pending", None))
     (entry,), said = instance_entries(snapshot, 100.0)
-    assert entry["rule"] == INSTANCES_RULE and entry["action"] == "hold"
+    assert entry["rule"] == EventRule.INSTANCES and entry["action"] == "hold"
     assert entry["reason"] == (
         f"part {PART} of job {JOB!r}: instances started i-1 (t3.micro, spot), i-2 (t3.micro, spot)"
     )
@@ -161,4 +161,4 @@ def test_the_history_records_instances_started_terminated_and_reclaimed_once(tmp
     assert entry["context"]["instances"] == {"i-1": "reclaimed", "i-2": "terminated"}
     assert "terminated i-2 (t3.micro, spot); reclaimed by the cloud i-1" in entry["reason"]
     state = ScaleState(job_name=JOB).remember_event(entry, 102.0)
-    assert ScaleState.model_validate(state.model_dump()).history[-1]["rule"] == INSTANCES_RULE
+    assert ScaleState.model_validate(state.model_dump()).history[-1]["rule"] == EventRule.INSTANCES

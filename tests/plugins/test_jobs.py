@@ -11,13 +11,13 @@ from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.state import ScaleState
+from elasticgrid_provider.links import job_page_path
 from elasticgrid_provider.plugins.jobs import (
     find_task_decision,
     job_row,
     parse_state,
     shared_grid_of,
 )
-from elasticgrid_provider.plugins.links import job_page_path
 from elasticgrid_provider.plugins.pages import job_page, jobs_page
 from elasticgrid_provider.plugins.view import job_view
 from tests.plugins.recorded import T0, audited_job, check, deadline_job

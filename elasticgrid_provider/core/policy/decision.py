@@ -87,7 +87,7 @@ class ScaleDecision(ForwardCompatible, JsonModel):
     """One scale decision with everything an auditor needs to check or replay it.
 
     ``cooldown`` is the clock *after* this decision: store it and pass it to
-    the next :meth:`ScalePolicy.decide`. ``target_nodes`` equals
+    the next :func:`~elasticgrid_provider.core.policy.controller.decide`. ``target_nodes`` equals
     ``current_nodes`` for a hold, is larger for ``scale_up`` and smaller for
     ``scale_down``; construction refuses anything else.
     """

@@ -52,7 +52,7 @@ class ScalePolicy(JsonModel):
     order the rule texts list them (:data:`RULE_THRESHOLDS`) and ``--help`` shows them.
     """
 
-    OWNER = "scheduler"
+    OWNER = "policy"
 
     min_nodes: Annotated[
         Positive,

@@ -1,5 +1,5 @@
 """The policy's vocabularies: the rules a decision names, the rules that hold a change back,
-the actions and the unit of work, each a :class:`~elasticgrid_provider.core.validation.Choice` used as members.
+the rules of recorded events, the actions and the unit of work, each a :class:`~elasticgrid_provider.core.validation.Choice` used as members.
 
 The rules are evaluated in the order :class:`DecisionRule` lists them; what each compares
 against is on the parameters' fields (:mod:`.parameters`); ``docs/policy.md`` explains them.
@@ -35,6 +35,14 @@ class HoldRule(Choice):
     STABILISATION = "stabilisation"
     COOLDOWN = "cooldown"
     CAPACITY = "capacity"  # the shared grid has no free node for a scale-up
+
+
+class EventRule(Choice):
+    """The rule of a history entry that records an event, not a scale decision."""
+
+    RECOVER = "recover"  # a recovery decision after lost capacity (``core/recovery.py``)
+    JOB_ENDED = "job_ended"  # the job ended; the newest entry of a finished job's history
+    INSTANCES = "instances"  # the cloud instances a part runs on (``core/machines.py``)
 
 
 class ScaleAction(Choice):

@@ -35,11 +35,11 @@ def case(
     window: MetricsWindow,
     outcome: tuple[str, int, str, tuple[str, ...]],
     *phrases: str,
-    scheduler: dict[str, Any] | None = None,
+    policy: dict[str, Any] | None = None,
     **inputs: Any,
 ) -> Any:
-    """One table row: the window, the scheduler and decide() inputs, the expected outcome."""
-    return pytest.param(scheduler or {}, window, inputs, outcome, phrases, id=case_id)
+    """One table row: the window, the policy and decide() inputs, the expected outcome."""
+    return pytest.param(policy or {}, window, inputs, outcome, phrases, id=case_id)
 
 
 HOLD, UP, DOWN = "hold", "scale_up", "scale_down"
@@ -71,7 +71,7 @@ CASES = [
         steady(8, queue=0.8, count=4),
         (HOLD, 8, "min_samples", ()),
         "not enough samples to decide: 4 of 5",
-        scheduler={"min_samples": 5},
+        policy={"min_samples": 5},
     ),
     # 2. bounds
     case(
@@ -79,14 +79,14 @@ CASES = [
         steady(1, queue=0.1),
         (UP, 2, "bounds", ()),
         "current size 1 is below the floor of 2; scaling up 1 -> 2",
-        scheduler={"min_nodes": 2},
+        policy={"min_nodes": 2},
     ),
     case(
         "below-floor-explicit-current",
         BALANCED_8,
         (UP, 4, "bounds", ()),
         "current size 1 is below the floor of 4; scaling up 1 -> 4",
-        scheduler={"min_nodes": 4},
+        policy={"min_nodes": 4},
         current_nodes=1,
     ),
     case(
@@ -95,7 +95,7 @@ CASES = [
         (UP, 2, "bounds", ()),
         "current size 1 is below the floor of 2 (bounds corrections ignore the cooldown); "
         "scaling up 1 -> 2",
-        scheduler={"min_nodes": 2},
+        policy={"min_nodes": 2},
         cooldown=RECENT_UP,
     ),
     case(
@@ -111,7 +111,7 @@ CASES = [
         (DOWN, 16, "bounds", ()),
         "current size 20 is above the ceiling of 16 (bounds corrections ignore the cooldown); "
         "scaling down 20 -> 16",
-        scheduler={"max_nodes": 16, "startup_s": 120.0},
+        policy={"max_nodes": 16, "startup_s": 120.0},
         current_nodes=20,
         cooldown=RECENT_UP,
         deadline_at=T0 + 10,
@@ -136,14 +136,14 @@ CASES = [
         steady(12, queue=0.8),
         (UP, 16, "queue_bound", ()),
         "scaling up 12 -> 16",
-        scheduler={"max_nodes": 16},
+        policy={"max_nodes": 16},
     ),
     case(
         "queue-fills-the-step-falls-back-to-the-factor",
         steady(3, queue=1.0),
         (UP, 4, "queue_bound", ()),
         "scaling up 3 -> 4",
-        scheduler={"scale_up_factor": 1.1},
+        policy={"scale_up_factor": 1.1},
     ),
     case(
         "queue-bound-at-ceiling",
@@ -151,7 +151,7 @@ CASES = [
         (HOLD, 16, "queue_bound", ("ceiling",)),
         "80% of the step was spent waiting for a worker",
         "holding at 16: already at the node ceiling of 16",
-        scheduler={"max_nodes": 16},
+        policy={"max_nodes": 16},
     ),
     case(
         "queue-bound-in-cooldown",
@@ -176,7 +176,7 @@ CASES = [
         (UP, 40, "queue_bound", ()),
         "80% of the step was spent waiting for a worker",
         "scaling up 8 -> 40",
-        scheduler={"cooldown_s": 0},
+        policy={"cooldown_s": 0},
         cooldown=CooldownClock(T0, "scale_up"),
     ),
     case(
@@ -193,7 +193,7 @@ CASES = [
         "80% of the step was spent waiting for a worker",
         "holding at 8 instead of scaling up to 40: only 45s left before the deadline, "
         "less than the 120s new nodes need to start",
-        scheduler={"startup_s": 120.0},
+        policy={"startup_s": 120.0},
         deadline_at=T0 + 45,
     ),
     case(
@@ -201,7 +201,7 @@ CASES = [
         QUEUED_8,
         (HOLD, 8, "queue_bound", ("deadline",)),
         "only 120s left before the deadline, no more than the 120s new nodes need to start",
-        scheduler={"startup_s": 120.0},
+        policy={"startup_s": 120.0},
         deadline_at=T0 + 120,
     ),
     case(
@@ -218,7 +218,7 @@ CASES = [
         (UP, 40, "queue_bound", ()),
         "80% of the step was spent waiting for a worker",
         "scaling up 8 -> 40",
-        scheduler={"startup_s": 120.0},
+        policy={"startup_s": 120.0},
         deadline_at=T0 + 3600,
     ),
     case(
@@ -227,7 +227,7 @@ CASES = [
         (HOLD, 16, "queue_bound", ("ceiling", "deadline", "cooldown")),
         "holding at 16: already at the node ceiling of 16; only 50s left before the deadline, "
         "less than the 60s new nodes need to start; in cooldown: last change 120s ago",
-        scheduler={"max_nodes": 16, "startup_s": 60.0},
+        policy={"max_nodes": 16, "startup_s": 60.0},
         deadline_at=T0 + 50,
         cooldown=RECENT_UP,
     ),
@@ -239,7 +239,7 @@ CASES = [
         "at 4 nodes the remaining 600 steps take 1200s and 900s are left (810s after the "
         "10% margin)",
         "scaling up 4 -> 7",
-        scheduler={"startup_s": 60.0},
+        policy={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
     ),
@@ -250,7 +250,7 @@ CASES = [
         "at 4 nodes the remaining 600000 tokens take 1200s and 900s are left (810s after "
         "the 10% margin)",
         "scaling up 4 -> 7",
-        scheduler={"startup_s": 60.0},
+        policy={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_tokens=600_000,
     ),
@@ -261,7 +261,7 @@ CASES = [
         "at 4 nodes the remaining 600 steps take 1200s and 900s are left (810s after the "
         "10% margin)",
         "scaling up 4 -> 7",
-        scheduler={"startup_s": 60.0},
+        policy={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
         remaining_tokens=1.0,
@@ -293,7 +293,7 @@ CASES = [
         "at 4 nodes the remaining 60000 steps take 120000s and 900s are left (810s after "
         "the 10% margin)",
         "scaling up 4 -> 16",
-        scheduler={"max_nodes": 16, "startup_s": 60.0},
+        policy={"max_nodes": 16, "startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=60_000,
     ),
@@ -304,7 +304,7 @@ CASES = [
         "at 16 nodes the remaining 6000 steps take 12000s and 900s are left (810s after "
         "the 10% margin)",
         "holding at 16: already at the node ceiling of 16",
-        scheduler={"max_nodes": 16},
+        policy={"max_nodes": 16},
         deadline_at=T0 + 900,
         remaining_steps=6000,
     ),
@@ -316,7 +316,7 @@ CASES = [
         "10% margin)",
         "holding at 4 instead of scaling up to 1024: only 45s left before the deadline, "
         "less than the 60s new nodes need to start",
-        scheduler={"startup_s": 60.0},
+        policy={"startup_s": 60.0},
         deadline_at=T0 + 45,
         remaining_steps=600,
     ),
@@ -338,7 +338,7 @@ CASES = [
         "10% margin)",
         "holding at 4 instead of scaling up to 7: in cooldown: last change 120s ago, "
         "scale-up cooldown is 300s",
-        scheduler={"startup_s": 60.0},
+        policy={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
         cooldown=RECENT_UP,
@@ -350,7 +350,7 @@ CASES = [
         "at 4 nodes the remaining 600 steps take 1200s and 900s are left (810s after the "
         "10% margin)",
         "scaling up 4 -> 7",
-        scheduler={"startup_s": 60.0},
+        policy={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=600,
     ),
@@ -361,7 +361,7 @@ CASES = [
         "at 4 nodes the remaining 1200 steps take 2400s and 900s are left (810s after "
         "the 10% margin)",
         "scaling up 4 -> 13",
-        scheduler={"startup_s": 60.0},
+        policy={"startup_s": 60.0},
         deadline_at=T0 + 900,
         remaining_steps=1200,
     ),
@@ -373,7 +373,7 @@ CASES = [
         "the mean step of 5s is at most 50% of the 30s target and 0% of it was spent "
         "waiting for a worker",
         "scaling down 8 -> 4",
-        scheduler=PRIOR,
+        policy=PRIOR,
     ),
     case(
         "idle-at-step-threshold",
@@ -382,14 +382,14 @@ CASES = [
         "the mean step of 15s is at most 50% of the 30s target and 0% of it was spent "
         "waiting for a worker",
         "scaling down 8 -> 5",
-        scheduler=PRIOR,
+        policy=PRIOR,
     ),
     case(
         "idle-rounds-down-to-floor",
         steady(3, step_s=5.0),
         (DOWN, 2, "idle", ()),
         "scaling down 3 -> 2",
-        scheduler={**PRIOR, "min_nodes": 2},
+        policy={**PRIOR, "min_nodes": 2},
     ),
     case(
         "idle-rounds-down",
@@ -398,14 +398,14 @@ CASES = [
         "the mean step of 5s is at most 50% of the 30s target and 0% of it was spent "
         "waiting for a worker",
         "scaling down 3 -> 2",
-        scheduler=PRIOR,
+        policy=PRIOR,
     ),
     case(
         "idle-limited-by-scale-down-factor",
         steady(10, step_s=5.0),
         (DOWN, 7, "idle", ()),
         "scaling down 10 -> 7",
-        scheduler={**PRIOR, "scale_down_factor": 0.7},
+        policy={**PRIOR, "scale_down_factor": 0.7},
     ),
     case(
         "idle-at-floor",
@@ -419,7 +419,7 @@ CASES = [
         (HOLD, 2, "idle", ("floor", "cooldown")),
         "holding at 2: already at the node floor of 2; in cooldown: last change 120s ago, "
         "scale-down cooldown is 300s",
-        scheduler={"min_nodes": 2},
+        policy={"min_nodes": 2},
         cooldown=RECENT_UP,
     ),
     case(
@@ -429,14 +429,14 @@ CASES = [
         "holding at 8 instead of scaling down to 4: in cooldown: last change 120s ago, "
         "scale-down cooldown is 300s",
         cooldown=RECENT_UP,
-        scheduler=PRIOR,
+        policy=PRIOR,
     ),
     case(
         "idle-in-separate-scale-down-cooldown",
         IDLE_8,
         (HOLD, 8, "idle", ("cooldown",)),
         "in cooldown: last change 600s ago, scale-down cooldown is 900s",
-        scheduler={**PRIOR, "cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
+        policy={**PRIOR, "cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
         cooldown=CooldownClock(T0 - 600, "scale_up"),
     ),
     case(
@@ -445,7 +445,7 @@ CASES = [
         (UP, 40, "queue_bound", ()),
         "80% of the step was spent waiting for a worker",
         "scaling up 8 -> 40",
-        scheduler={"cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
+        policy={"cooldown_s": 300.0, "scale_down_cooldown_s": 900.0},
         cooldown=CooldownClock(T0 - 600, "scale_up"),
     ),
     case(
@@ -458,7 +458,7 @@ CASES = [
         "the 10% tolerance of the 4000 node-seconds left to pay",
         deadline_at=T0 + 800,
         remaining_steps=100,
-        scheduler=PRIOR,
+        policy=PRIOR,
     ),
     case(
         "idle-smaller-size-still-meets-deadline",
@@ -469,7 +469,7 @@ CASES = [
         "scaling down 8 -> 4",
         deadline_at=T0 + 1200,
         remaining_steps=100,
-        scheduler=PRIOR,
+        policy=PRIOR,
     ),
     case(
         "idle-no-work-left",
@@ -486,7 +486,7 @@ CASES = [
         (DOWN, 4, "idle", ()),
         "scaling down 8 -> 4",
         deadline_at=T0 + 10,
-        scheduler=PRIOR,
+        policy=PRIOR,
     ),
     # 5. balanced
     case(
@@ -529,54 +529,54 @@ CASES = [
 
 
 def _decide(
-    scheduler_args: dict[str, Any], window: MetricsWindow, inputs: dict[str, Any]
+    policy_args: dict[str, Any], window: MetricsWindow, inputs: dict[str, Any]
 ) -> ScaleDecision:
-    return decide(ScalePolicy(**{**LINEAR, **scheduler_args}), window, now=T0, **inputs)
+    return decide(ScalePolicy(**{**LINEAR, **policy_args}), window, now=T0, **inputs)
 
 
-@pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
+@pytest.mark.parametrize(("policy_args", "window", "inputs", "outcome", "phrases"), CASES)
 def test_decision_table(
-    scheduler_args: dict[str, Any],
+    policy_args: dict[str, Any],
     window: MetricsWindow,
     inputs: dict[str, Any],
     outcome: tuple[str, int, str, tuple[str, ...]],
     phrases: tuple[str, ...],
 ) -> None:
-    decision = _decide(scheduler_args, window, inputs)
+    decision = _decide(policy_args, window, inputs)
     held = tuple(hold.rule for hold in decision.held_by)
     assert (decision.action.value, decision.target_nodes, decision.rule, held) == outcome
     for phrase in phrases:
         assert phrase in decision.reason
     assert decision.decided_at == T0
     assert decision.signals == window.signals()
-    assert decision.thresholds == ScalePolicy(**{**LINEAR, **scheduler_args}).thresholds()
+    assert decision.thresholds == ScalePolicy(**{**LINEAR, **policy_args}).thresholds()
 
 
-@pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
+@pytest.mark.parametrize(("policy_args", "window", "inputs", "outcome", "phrases"), CASES)
 def test_every_decision_round_trips_through_json(
-    scheduler_args: dict[str, Any],
+    policy_args: dict[str, Any],
     window: MetricsWindow,
     inputs: dict[str, Any],
     outcome: object,
     phrases: object,
 ) -> None:
-    decision = _decide(scheduler_args, window, inputs)
+    decision = _decide(policy_args, window, inputs)
     assert ScaleDecision.from_json(decision.to_json()) == decision
     plain = json.loads(json.dumps(decision.model_dump()))
     assert plain["action"] == decision.action.value
     assert ScaleDecision.model_validate(plain) == decision
 
 
-@pytest.mark.parametrize(("scheduler_args", "window", "inputs", "outcome", "phrases"), CASES)
+@pytest.mark.parametrize(("policy_args", "window", "inputs", "outcome", "phrases"), CASES)
 def test_decisions_are_deterministic(
-    scheduler_args: dict[str, Any],
+    policy_args: dict[str, Any],
     window: MetricsWindow,
     inputs: dict[str, Any],
     outcome: object,
     phrases: object,
 ) -> None:
-    first = _decide(scheduler_args, window, inputs)
+    first = _decide(policy_args, window, inputs)
     replayed_window = MetricsWindow.model_validate(json.loads(json.dumps(window.model_dump())))
-    replayed_args = json.loads(json.dumps(ScalePolicy(**{**LINEAR, **scheduler_args}).model_dump()))
-    assert _decide(scheduler_args, window, inputs) == first
+    replayed_args = json.loads(json.dumps(ScalePolicy(**{**LINEAR, **policy_args}).model_dump()))
+    assert _decide(policy_args, window, inputs) == first
     assert _decide(replayed_args, replayed_window, inputs).to_json() == first.to_json()

@@ -65,5 +65,5 @@ def test_parameters_are_normalised_and_round_trip() -> None:
     assert ScalePolicy.model_validate(json.loads(json.dumps(scheduler.model_dump()))) == scheduler
     assert ScalePolicy.model_validate({}) == ScalePolicy()
     assert set(scheduler.thresholds()) == set(scheduler.model_dump())
-    with pytest.raises(ElasticGridError, match="scheduler has an unknown field 'deadline_s'"):
+    with pytest.raises(ElasticGridError, match="policy has an unknown field 'deadline_s'"):
         ScalePolicy.model_validate({"deadline_s": 10})

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from elasticgrid_provider.plugins.links import ScaleDecisionsLink, root_path, ui_path
+from elasticgrid_provider.links import ScaleDecisionsLink, root_path, ui_path
 
 TI_KEY = SimpleNamespace(dag_id="d", run_id="manual__2026-01-01T00:00:00+00:00", task_id="t")
 
