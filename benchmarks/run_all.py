@@ -1,7 +1,8 @@
 """Run every benchmark through its make target; write ``docs/performance.md`` from their reports.
 
 ``make bench`` runs this; ``make bench-quick`` (CI) runs it with ``--quick``,
-which runs each benchmark at small sizes and writes nothing. Every
+which runs each benchmark at small sizes (but those whose quick run is a test of
+``make test``: :data:`QUICK_RUN_IN_TESTS`) and writes nothing. Every
 ``benchmarks/bench_<name>.py`` is a benchmark, run as ``make bench-<name>``
 (``_`` spelled ``-``) with ``BENCH_ARGS="--json FILE [--quick]"``, so it sets
 itself up (Python extras, Debian packages) exactly as when run alone. A
@@ -32,6 +33,9 @@ from benchmarks.report import Report  # noqa: E402
 
 PAGE = ROOT / "docs" / "performance.md"
 ORDER = ("planner", "step-log", "policy", "resize", "recovery", "remote", "ec2", "fleet", "pages")
+QUICK_RUN_IN_TESTS = ("fleet",)
+"""Benchmarks whose quick run is a test of ``make test`` (``tests/benchmarks/``), which
+asserts its report: ``--quick`` leaves them out, so CI does not run them twice."""
 TIMEOUT_S = {True: 900, False: 4 * 3600}  # per benchmark, quick or not
 STOP_GRACE_S = 90  # a benchmark interrupted on timeout stops what it started
 
@@ -153,7 +157,8 @@ def main() -> int:
     began = time.monotonic()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-reports-") as folder:
-        outcomes = [run(name, args.make, args.quick, Path(folder)) for name in benchmark_names()]
+        names = [n for n in benchmark_names() if not (args.quick and n in QUICK_RUN_IN_TESTS)]
+        outcomes = [run(name, args.make, args.quick, Path(folder)) for name in names]
     seconds = time.monotonic() - began
     print(f"\n=== {'quick ' if args.quick else ''}benchmarks: {seconds:.0f} s in all")
     for outcome in outcomes:

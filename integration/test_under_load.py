@@ -2,7 +2,7 @@
 
 A scale check that reschedules sooner than the scheduler turns around gets failed by
 Airflow 3.3.2's scheduler (apache/airflow #71172, docs/deploying.md); the example
-checks in poke mode, and the sensor never reschedules under ``MIN_RESCHEDULE_S``. Six
+checks in poke mode, and the sensor never reschedules under ``MIN_RESCHEDULE_S``. Four
 runs of ``elastic_training`` (short jobs: the runs queue behind each other, as the DAG
 allows one at a time) while one busy process per core competes with the scheduler, the
 workers and the ranks.
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from integration.deployment import Deployment, wait_until
 
-RUNS = 6  # two of three failed before the fix: six passing runs leave it no room
+RUNS = 4  # two of three failed before the fix: four passing runs leave it about 1% luck
 
 
 @contextmanager
@@ -37,7 +37,7 @@ def cpu_load() -> Iterator[list[int]]:
             burner.wait(timeout=30)
 
 
-def test_the_example_succeeds_six_times_under_cpu_load(deployment: Deployment):
+def test_the_example_succeeds_four_times_under_cpu_load(deployment: Deployment):
     started = time.monotonic()
     with cpu_load():
         run_ids = [

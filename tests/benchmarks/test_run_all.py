@@ -21,6 +21,14 @@ def test_every_bench_script_runs_through_a_make_target_that_passes_the_bench_arg
         assert f"{script} $(BENCH_ARGS)" in rule.group(1), f"bench-{name} ignores BENCH_ARGS"
 
 
+def test_a_quick_run_left_to_make_test_is_a_test_of_that_quick_run():
+    tests = run_all.ROOT / "tests" / "benchmarks"
+    for name in run_all.QUICK_RUN_IN_TESTS:
+        assert name in run_all.benchmark_names()
+        text = (tests / f"test_bench_{name.replace('-', '_')}.py").read_text()
+        assert '"--quick"' in text, f"no test runs bench-{name} --quick"
+
+
 def test_the_page_is_stamped_with_the_commit_and_cores_and_shows_no_machine_path():
     report = Report(
         "planner",
