@@ -120,6 +120,13 @@ class TaskIdentity:
     try_number: int
     map_index: int = -1  # Airflow's index of a mapped task instance; -1 when not mapped
 
+    @classmethod
+    def of(cls, ti: Any) -> TaskIdentity:
+        """The identity of an Airflow task instance (``context["ti"]``)."""
+        map_index = getattr(ti, "map_index", -1)
+        index = map_index if isinstance(map_index, int) and map_index >= 0 else -1
+        return cls(ti.dag_id, ti.run_id, ti.task_id, ti.try_number, index)
+
 
 @dataclass(frozen=True)
 class DeadlineChoice:

@@ -1,35 +1,14 @@
 """ElasticScaleSensor: one audited scale decision per check, state kept in Airflow.
 
-Each check (a poke, a reschedule, or a resume from the trigger) takes the
-job's lock (:meth:`JobStore.job_lock`), so two checks of one job never
-interleave: the second waits, then reads what the first wrote (its cooldown
-included) and holds; the lock makes read-decide-write of the state one step
-(Airflow has no compare-and-set on Variables). Under it the sensor gets from the
-hook (it opens no file and reads no Variable itself) the job, its lost parts, the
-state Variable and the new step-log lines, for the pure
-:class:`~elasticgrid_provider.core.check.ScaleCheck`, whose module docstring gives
-the rules (also run by ``elasticgrid simulate --timeline`` and the policy
-benchmark): a job that cannot be checked (never launched here, confirmed down,
-failed) fails the sensor; one that lost capacity is recovered (re-plan and
-relaunch downstream) or, past ``max_recoveries`` or out of capacity, stopped and
-failed; one that ended ends it (skipping the resize downstream); otherwise the
-deadline (:mod:`elasticgrid_provider.deadlines`) is resolved and the policy
-decides. On a shared grid (a grid ledger under the jobs root) the check reads the
-ledger under the job's lock, then the grid's (never the reverse), and writes what it
-changed: the room the grid leaves the job (a scale-up beyond it is clamped, or held for
-``capacity`` naming who holds what), the job's claim in the grid queue, shrink requests of
-a deadline-pressed job to strictly-lower-priority ones (``priority``), a ``preempted``
-scale-down when another job asked this one to shrink, and the release of an ended job's
-nodes. With no ledger file the check reads and writes no ledger. A state Variable that cannot be used fails the check with one sentence
-and is never overwritten: a fresh state would lose the cooldown and the history.
-
-``hold`` keeps the sensor waiting; ``scale_up``/``scale_down`` ends it with the
-decision record as its return value, a PlanPlacementOperator's ``nodes``
-(``check.output``). A hold's record goes to the same key (downstream never runs
-on a hold), so every check leaves one record; repeated holds fold into one
-history entry with a count. The log line is
-:func:`~elasticgrid_provider.core.formatting.decision_summary`; the task's extra
-link opens the job in the "Scale decisions" view.
+Each check (a poke, a reschedule, or a resume from the trigger) hands what the task
+knows to :class:`~elasticgrid_provider.hooks.check_manager.CheckManager`, which takes
+the job's lock (then the grid's), reads, runs the pure
+:class:`~elasticgrid_provider.core.check.ScaleCheck` and writes the state; this module
+turns its outcome into Airflow's terms. ``hold`` keeps the sensor waiting (its record in
+XCom); ``scale_up``/``scale_down`` and ``recover`` end it with the decision record as its
+return value (a PlanPlacementOperator's ``nodes``: ``check.output``); an ended job skips
+the resize downstream; a job that cannot be checked or recovered fails the task in one
+sentence. The rules, the records and the shared grid: ``docs/sensor.md``.
 """
 
 from __future__ import annotations
@@ -47,7 +26,6 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
 
 from elasticgrid_provider.core.check import (
-    CheckOutcome,
     CheckVerdict,
     DeadlineChoice,
     ScaleCheck,
@@ -55,11 +33,8 @@ from elasticgrid_provider.core.check import (
     job_priority,
     recovery_policy,
 )
-from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import JobFailedError  # re-exported, raised here
-from elasticgrid_provider.core.fleet.ledger import lease_for
 from elasticgrid_provider.core.formatting import decision_summary
-from elasticgrid_provider.core.policy.claim import SharedGrid
 from elasticgrid_provider.core.policy.parameters import (
     POLICY_PARAMETERS,
     ScalePolicy,
@@ -73,14 +48,9 @@ from elasticgrid_provider.core.recovery import (
 )
 from elasticgrid_provider.core.state import DEFAULT_HISTORY_LIMIT
 from elasticgrid_provider.deadlines import ResolvedDeadline, resolve_deadline
-from elasticgrid_provider.hooks.cloud_events import instance_entries
-from elasticgrid_provider.hooks.cloud_reconcile import reconcile_quietly
+from elasticgrid_provider.hooks.check_manager import CheckInputs, CheckManager
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
-from elasticgrid_provider.hooks.job_reports import failure_report, lost_parts, read_step_logs
-from elasticgrid_provider.hooks.launch_stop import give_up
 from elasticgrid_provider.links import ScaleDecisionsLink
-from elasticgrid_provider.shared_root import unshared_jobs_root_message
 from elasticgrid_provider.triggers.job import MIN_DEFERRAL_S, JobStatusTrigger
 
 MIN_RESCHEDULE_S = 15.0
@@ -90,9 +60,6 @@ A reschedule keeps the try number, so when the scheduler reads the executor's "s
 of one check after the next check has been queued, it fails the task as killed
 externally (apache/airflow #71172, fix proposed in PR #71194, not released).
 """
-
-LOCK_WAIT_S = 60.0
-"""How long a check waits for a job that a launch or another check is busy with."""
 
 
 class ElasticScaleSensor(BaseSensorOperator):
@@ -257,7 +224,6 @@ class ElasticScaleSensor(BaseSensorOperator):
         """Run one check (module docstring); the record on a scale decision, None on hold."""
         rules = ScaleCheck(self.job_name, self.scale_policy, self.window_size, self.history_limit)
         priority = job_priority(self.priority)  # one sentence before anything is read
-        hook = self.hook
         resolved: list[ResolvedDeadline] = []
 
         def deadline() -> DeadlineChoice:  # resolved only when a decision is made
@@ -266,105 +232,31 @@ class ElasticScaleSensor(BaseSensorOperator):
             return DeadlineChoice(found.timestamp, found.source)
 
         ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        task = TaskIdentity(
-            ti.dag_id,
-            ti.run_id,
-            ti.task_id,
-            ti.try_number,
-            map_index if isinstance(map_index, int) and map_index >= 0 else -1,
+        inputs = CheckInputs(
+            task=TaskIdentity.of(ti),
+            deadline=deadline,
+            recovery=lambda: recovery_policy(
+                self.max_recoveries, self.recovery_window, self.quarantine
+            ),
+            priority=priority,
+            poke_interval=self.poke_interval,
+            samples=self.samples,
+            remaining_steps=self.remaining_steps,
+            remaining_tokens=self.remaining_tokens,
         )
-        store = hook.job_store
-        with store.job_lock(self.job_name, timeout=LOCK_WAIT_S) as held:
-            if not held:
-                self.log.info(
-                    "Job %s is busy (another task holds its lock for over %.0fs); "
-                    "holding until the next check.",
-                    self.job_name,
-                    LOCK_WAIT_S,
-                )
-                return None
-            reconcile_quietly(store)  # instances of launches no longer current: terminated
-            snapshot = store.job_snapshot(self.job_name)
-            jobs_root = str(hook.jobs_root)
-            if snapshot is None:
-                unshared = unshared_jobs_root_message(self.job_name, hook.jobs_root)
-                raise JobFailedError(
-                    rules.failure(None, jobs_root=jobs_root, unshared_message=unshared)
-                )
-            # only a launch confirmed running can lose parts (a down one fails here)
-            lost, report = lost_parts(store, snapshot), failure_report(store, snapshot)
-            failure = rules.failure(snapshot, jobs_root=jobs_root, failure_report=report)
-            if failure is not None and not lost:
-                raise JobFailedError(failure)
-            state = store.read_scale_state(self.job_name)
-            now = epoch_now()
-            entries, said = instance_entries(snapshot, now)  # instances started or ended
-            for entry in entries:  # before the decision, which stays the newest entry
-                state = state.remember_event(entry, now)
-            chunks = (
-                []
-                if self.samples is not None
-                else read_step_logs(store, snapshot, state, tail=self.window_size)
-            )
-            planner = hook.get_planner()
-
-            def run(grid: SharedGrid | None) -> CheckOutcome:
-                return rules.run(
-                    state,
-                    snapshot,
-                    now,
-                    task=task,
-                    samples=self.samples,
-                    chunks=chunks,
-                    deadline=deadline,
-                    remaining_steps=self.remaining_steps,
-                    remaining_tokens=self.remaining_tokens,
-                    planner=planner,
-                    lost=lost,
-                    recovery=recovery_policy(
-                        self.max_recoveries, self.recovery_window, self.quarantine
-                    )
-                    if lost
-                    else None,
-                    grid=grid,
-                )
-
-            ledger = GridLedgerStore(hook.jobs_root)
-            if not ledger.path.exists():  # no shared grid: no ledger read or written
-                outcome = run(None)
-            else:
-                capacities = {p.name: p.max_nodes for p in planner.providers}
-                try:
-                    with ledger.transaction(timeout=LOCK_WAIT_S) as held_grid:
-                        lease_s = lease_for(self.poke_interval)  # each check renews it
-                        grid = SharedGrid(held_grid.ledger, capacities, priority, lease_s)
-                        outcome = run(grid)
-                        if outcome.ledger is not None:
-                            held_grid.ledger = outcome.ledger
-                except TimeoutError:
-                    self.log.info(
-                        "The grid ledger is busy (its lock was held for over %.0fs); "
-                        "holding job %s until the next check.",
-                        LOCK_WAIT_S,
-                        self.job_name,
-                    )
-                    return None
-            for level, line in outcome.log:
-                self.log.log(level, "%s", line)
-            for found in resolved:
-                for warning in found.warnings:
-                    self.log.warning("%s", warning)
-                self.log.info("%s", found.describe(now))
-            store.write_scale_state(outcome.state)
-            said()  # the instance entries are in the written history
-            if outcome.verdict is CheckVerdict.GIVE_UP:
-                stopped, _ = give_up(store, snapshot.manifest, outcome.reason)
-                if stopped:
-                    self.log.info("Stopped what was left of job %s: %s", self.job_name, stopped)
+        result = CheckManager(self.hook, self.job_name, rules, self.log).check(
+            inputs, self.window_size
+        )
+        if result is None:  # the job or the grid stayed busy: the next check reads it
+            return None
+        outcome, report = result.outcome, result.report
+        for found in resolved:
+            for warning in found.warnings:
+                self.log.warning("%s", warning)
+            self.log.info("%s", found.describe(result.now))
         record = outcome.record
         self.log.log(
-            logging.WARNING if lost else logging.INFO,
+            logging.WARNING if result.lost else logging.INFO,
             "Decision for job %s: %s",
             self.job_name,
             decision_summary(record),
