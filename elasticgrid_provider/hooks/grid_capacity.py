@@ -241,6 +241,31 @@ def _queued(ledger: GridLedger, request: CapacityRequest, now: float) -> GridLed
     return enqueue(ledger, fresh, now=now)
 
 
+def _queue_and_preempt(
+    ledger: GridLedger, request: CapacityRequest, capacities: dict[str, int], now: float
+) -> tuple[GridLedger, tuple[ShrinkRequest, ...]]:
+    """The request queued (its place kept when it was queued already), the shrinks of other
+    jobs the allocator finds worth their loss, and the round recorded when it changed
+    something: the new ledger and the shrink requests standing for this job."""
+    was_queued = any(r.job == request.job for r in ledger.queue)
+    ledger = _queued(ledger, request, now)
+    claim = accepting(request_claim(ledger, request), request.mode)
+    free = free_nodes(ledger, capacities)
+    holders_now = holder_claims(ledger, request.job)
+    capacity = sum(capacities.values()) or None
+    preemption = plan_preemption(claim, free, holders_now, capacity=capacity)
+    if preemption.shrinks or not was_queued:  # a round that changes something
+        audit = allocate([*holders_now, claim], free_total(free), capacity=capacity)
+        ledger = record_round(
+            ledger, [*holders_now, claim], audit, by=f"plan of {request.job}", now=now
+        )
+    if not preemption.shrinks:
+        return ledger, ()
+    ledger = request_shrinks(ledger, preemption, by_priority=request.priority, now=now)
+    asked = {resize.job for resize in preemption.shrinks}
+    return ledger, tuple(s for s in ledger.shrinks if s.job in asked)
+
+
 class GridCapacity:
     """The grid ledger's steps for plans and launches (module docstring).
 
@@ -292,23 +317,7 @@ class GridCapacity:
                     pools=pools,
                 )
                 return SharedPlan(request.job, decision, holders, placement, launch_id)
-            was_queued = any(r.job == request.job for r in ledger.queue)
-            ledger = _queued(ledger, request, now)
-            shrinks: tuple[ShrinkRequest, ...] = ()
-            claim = accepting(request_claim(ledger, request), request.mode)
-            free = free_nodes(ledger, capacities)
-            holders_now = holder_claims(ledger, request.job)
-            capacity = sum(capacities.values()) or None
-            preemption = plan_preemption(claim, free, holders_now, capacity=capacity)
-            if preemption.shrinks or not was_queued:  # a round that changes something
-                audit = allocate([*holders_now, claim], free_total(free), capacity=capacity)
-                ledger = record_round(
-                    ledger, [*holders_now, claim], audit, by=f"plan of {request.job}", now=now
-                )
-            if preemption.shrinks:
-                ledger = request_shrinks(ledger, preemption, by_priority=request.priority, now=now)
-                asked = {resize.job for resize in preemption.shrinks}
-                shrinks = tuple(s for s in ledger.shrinks if s.job in asked)
+            ledger, shrinks = _queue_and_preempt(ledger, request, capacities, now)
             position = queue_position(ledger, request.job) or decision.queue_position
             current.ledger = ledger
             waiting = ShortfallDecision(Verdict.WAITING, 0, queue_position=position)

@@ -29,7 +29,7 @@ left to stop: a second stop says so and changes nothing but the ledger.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -164,15 +164,7 @@ def stop_job(
                 recorded = store.record(manifest, LaunchPhase.STOPPING, reason)
             except JobLaunchError as exc:  # stop it all the same: the user asked for it
                 store.log.warning("Stopping job %s unrecorded: %s", job_name, exc)
-        try:
-            stopped, untracked = stop_launch(store, recorded)
-            stopped += stop_parts(store, job_name, recorded.parts)  # on another launch's spec
-            untracked += terminate(launch_processes(job_name, launches))  # earlier launches'
-        except Exception as exc:  # an engine's or a host's: the record says what is left
-            raise JobStopError(
-                f"job {job_name!r} was not fully stopped ({exc}); its launch "
-                f"{manifest.launch_id} is recorded {recorded.state}, and the next stop finishes it"
-            ) from exc
+        stopped, untracked = _stop_every_launch(store, recorded, launches)
         released = grid.give_back(job_name, manifest.launch_id, store.log)
         if not manifest.state.is_terminal:
             try:
@@ -195,6 +187,25 @@ def stop_job(
             other_processes=len(untracked),
             released=released,
         )
+
+
+def _stop_every_launch(
+    store: JobStore, recorded: JobManifest, launches: Sequence[str]
+) -> tuple[list[str], list[int]]:
+    """Stop the recorded launch, its parts wherever their spec came from, and any process of
+    an earlier launch: the parts stopped and the pids terminated outside them. An engine's or
+    a host's error leaves the record saying what is left, for the next stop to finish."""
+    job_name = recorded.job_name
+    try:
+        stopped, untracked = stop_launch(store, recorded)
+        stopped += stop_parts(store, job_name, recorded.parts)  # on another launch's spec
+        untracked += terminate(launch_processes(job_name, launches))  # earlier launches'
+    except Exception as exc:  # an engine's or a host's: the record says what is left
+        raise JobStopError(
+            f"job {job_name!r} was not fully stopped ({exc}); its launch "
+            f"{recorded.launch_id} is recorded {recorded.state}, and the next stop finishes it"
+        ) from exc
+    return stopped, untracked
 
 
 def not_launched(store: JobStore, job_name: str) -> str:

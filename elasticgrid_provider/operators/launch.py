@@ -241,17 +241,7 @@ class LaunchOperator(BaseOperator, LaunchGrid):
     def _launch_and_report(
         self, context: Context, capacity_event: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        try:
-            placement = None
-            if capacity_event is not None:
-                placement = self.resume_replan(context, capacity_event)
-            placement, outcome = self._launch_recovering_startup_loss(context, placement)
-        except (JobLaunchError, GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
-            self.give_back_plan_reservation(context)
-            raise AirflowException(str(exc)) from None
-        except ElasticGridError as exc:  # bad input or an engine that cannot be used
-            self.give_back_plan_reservation(context)
-            raise AirflowFailException(str(exc)) from None
+        placement, outcome = self._launch_or_fail(context, capacity_event)
         snapshot = outcome.snapshot
         attached = outcome.action is LaunchAction.ATTACHED
         if self._killed:
@@ -269,7 +259,32 @@ class LaunchOperator(BaseOperator, LaunchGrid):
         context["ti"].xcom_push(key="job", value=job)
         link = ScaleDecisionsLink()  # shown at once, not only when a long wait ends
         context["ti"].xcom_push(key=link.xcom_key, value=link.get_link(self, ti_key=context["ti"]))
-        if attached:
+        self._log_launch(placement, outcome)
+        if not self.wait_for_completion:
+            return job
+        return self._wait_for_the_job(context, attached)
+
+    def _launch_or_fail(
+        self, context: Context, capacity_event: dict[str, Any] | None
+    ) -> tuple[Placement, LaunchOutcome]:
+        """The launch (planned again after a capacity wait); a failure gives back the plan's
+        reservation and fails the task: with a retry when one may succeed, else without."""
+        try:
+            placement = None
+            if capacity_event is not None:
+                placement = self.resume_replan(context, capacity_event)
+            return self._launch_recovering_startup_loss(context, placement)
+        except (JobLaunchError, GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
+            self.give_back_plan_reservation(context)
+            raise AirflowException(str(exc)) from None
+        except ElasticGridError as exc:  # bad input or an engine that cannot be used
+            self.give_back_plan_reservation(context)
+            raise AirflowFailException(str(exc)) from None
+
+    def _log_launch(self, placement: Placement, outcome: LaunchOutcome) -> None:
+        """What the launch did (attached, adopted, launched or resized) and where each part runs."""
+        snapshot = outcome.snapshot
+        if outcome.action is LaunchAction.ATTACHED:
             self.log.info(
                 "Job %s is already running at this placement (%d nodes, launch %s); "
                 "attached, started nothing.",
@@ -313,8 +328,9 @@ class LaunchOperator(BaseOperator, LaunchGrid):
                 part.engine_target,
                 part.job_dir,
             )
-        if not self.wait_for_completion:
-            return job
+
+    def _wait_for_the_job(self, context: Context, attached: bool) -> dict[str, Any]:
+        """Wait for the job to end: deferred to the triggerer, or polling in the worker."""
         if self.deferrable:
             self.defer(
                 trigger=JobStatusTrigger(
