@@ -1,57 +1,12 @@
 """One scale check of a job, as a pure transition: no Airflow, no files, no clock.
 
-:class:`~elasticgrid_provider.sensors.scale.ElasticScaleSensor` is a thin
-shell over this module. Under the job's lock it asks the hook for the job
-(a :class:`JobSnapshot`), the stored :class:`ScaleState` and the new step-log
-chunks, hands them to :class:`ScaleCheck` with the time, and does what the
-:class:`CheckOutcome` says: write the state, log the lines, push the record,
-and fail, skip, hold or end with the record. The rules, in order:
-
-1. :meth:`ScaleCheck.failure`: a job that cannot be checked fails the task
-   with one sentence: no manifest (never launched here, or under a jobs root
-   this worker does not share), a launch confirmed down (its
-   ``down_reason``), a launch left ``stopping`` by a task cut short between
-   the stop and what came next, a job with no rank left whose launch is not
-   recorded ``stopped`` (it vanished: never reported as "ended"), a failed
-   job (its failure report). Nothing is written.
-2. :meth:`ScaleCheck.run` takes the new samples: those of the ``samples``
-   argument whose step is not below its cursor (so each is consumed once,
-   however often a list is handed in), or else the step-log chunks (each
-   moves its log's cursor; malformed lines are logged, at most
-   :data:`SKIPPED_LINES_SHOWN` per log, and counted). Every sample field is
-   bounded (:mod:`~elasticgrid_provider.core.samples`), and a sample that ended
-   more than ``CLOCK_TOLERANCE_S`` after the check's clock is left out with a
-   warning, once (:func:`~elasticgrid_provider.core.samples.screen_times`). Only
-   samples measured at the current size enter the window (:meth:`ScaleState.observe`).
-3. A job that ended (``done``, or ``stopped`` and recorded so) needs no
-   decision: ``finish`` with a ``job_ended`` record, which enters the history.
-4. Otherwise the deadline is resolved (only now, so an ended job is never
-   failed by it), the policy decides, the record gets its context (the
-   task, the job, the placement and, for a change, the proposed placement and
-   its cost) and the state remembers it. A hold is ``hold``, a change
-   ``resize``. While a quarantine lasts, the record carries it and the
-   proposed placement leaves those providers out.
-
-5. On a shared grid (the shell passes the grid ledger, read under the job's lock, then the
-   grid's): the policy decides with what the grid leaves the job
-   (:mod:`~elasticgrid_provider.core.policy.claim`): a shrink request decides ``preempted``;
-   a scale-up beyond the job's room is clamped or held for ``capacity``, and its claim
-   waits in the ledger's queue (taken out once the job no longer wants more than fits);
-   under deadline pressure it asks strictly-lower-priority jobs to shrink
-   (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`). A job that ended
-   releases its nodes. With no other job on the grid the policy decides as for a job alone.
-   The new ledger is the outcome's ``ledger``, for the shell to write.
-
-A job that lost capacity (:func:`~elasticgrid_provider.core.recovery.part_is_lost`),
-running or while starting (its launch recorded ``lost``), is not failed by rule 1: given the ``lost`` parts, :meth:`ScaleCheck.run`
-takes the samples and decides by :func:`~elasticgrid_provider.core.recovery.decide_recovery`:
-``recover`` (quarantine, then end the wait so the downstream re-plan and
-relaunch take the safe resize path), ``wait`` (already decided for this
-launch: hold, write nothing) or ``give_up`` (the shell stops what is left and
-fails the task with the reason).
-
-Bad input (a malformed ``samples`` argument, a bad deadline or
-``remaining_*`` value) raises :class:`ElasticGridError` and nothing is written.
+:class:`~elasticgrid_provider.hooks.check_manager.CheckManager` reads the job (a
+:class:`JobSnapshot`), the stored :class:`ScaleState` and the new step-log chunks under
+the job's lock and hands them to :class:`ScaleCheck` with the time; the
+:class:`CheckOutcome` says what to write and whether the task holds, resizes, recovers,
+finishes or gives up. The rules, in the order :meth:`ScaleCheck.failure` and
+:meth:`ScaleCheck.run` apply them: ``docs/sensor.md`` ("What one check does", "On a
+shared grid"); recovery from lost capacity: ``docs/recovery.md``.
 """
 
 from __future__ import annotations
