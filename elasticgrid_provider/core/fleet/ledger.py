@@ -1,52 +1,13 @@
 """The grid's ledger of held capacity: which job holds how many nodes on which provider.
 
-Every job on one grid shares its providers' nodes; the ledger is the one account of
-who holds what, changed only under the grid-wide lock
-(:mod:`elasticgrid_provider.hooks.grid_ledger`), in the *record intent -> act ->
-confirm* style of a launch:
-
-1. **reserve** before a launch or a resize acts: the job's new shares are recorded
-   ``reserved`` under the new launch's id, or refused when a provider has too few free
-   nodes (:class:`GridCapacityError`, one sentence naming the provider, the free and
-   asked nodes and the jobs holding them);
-2. **confirm** once the launch is recorded: its reserved shares become ``held`` and
-   the job's older holdings go;
-3. **release** when the job ends or is stopped: it holds nothing.
-
-What a job uses on a provider is the larger of what it holds and what it reserved,
-until the reservation is confirmed: a resize stops the old launch before the new one
-starts, but a resize cut short before that stop leaves the old launch running, so
-neither count alone is safe. A job's free nodes on a provider are its capacity less
-what *other* jobs use (a job may always resize within what it holds itself).
-
-**Shrink requests**: a higher-priority job that does not fit may ask lower-priority
-jobs to shrink (:func:`~elasticgrid_provider.core.fleet.sharing.plan_preemption`);
-the request stands in the ledger until the job uses no more than asked, or its asker
-no longer waits, and the shrunk job's own next check acts on it.
-
-Requests that do not fit wait in the queue, in the allocator's order
-(:mod:`~elasticgrid_provider.core.fleet.allocator`: priority, deadline need, gain, then
-arrival ``since``, then job name); a job has at most one request, which carries its claim
-(nodes held, gain per node, restart time, deadline size and slack) for the allocator, and
-every caller updates it the same way (:func:`enqueue` keeps its place). A running job whose
-check wants no more nodes leaves its claim as its ``standing`` (what a preemption weighs as
-the victim's side); each allocation round that changes anything is kept in ``rounds``.
-
-A queued request is a **lease**: its waiting task renews it at each look at the
-grid (:func:`renew`; planning again renews it too, keeping its place). One not
-renewed for ``lease_s`` seconds (:func:`lease_for`: four looks, at least two
-minutes) lapsed: its task died without a word (a worker lost, a triggerer down), so
-it leaves the queue, and the shrink requests it made go with it. A task that comes
-back re-queues at the back of its priority.
-
-The ledger is a record (:mod:`~elasticgrid_provider.core.records`): its
-``schema_version`` is :data:`LEDGER_LAYOUT`'s, and the fields a newer minor added to it
-or to its entries are kept when a worker of this release rewrites it.
-
-Matching the ledger to the jobs' launch records is
-:mod:`~elasticgrid_provider.core.fleet.reconcile`'s.
-
-Pure: no I/O, no clock (``now`` is given, epoch seconds).
+The one account of who holds what on a shared grid, changed only under the grid-wide
+lock (:mod:`elasticgrid_provider.hooks.grid_ledger`) in *record intent -> act ->
+confirm* steps: :func:`reserve` before a launch acts, confirm once it is recorded,
+:func:`release` when the job ends; the queue of requests that do not fit (leases,
+:func:`enqueue` keeping a job's place), shrink requests and allocation rounds. The rules:
+``docs/fleet-ledger.md`` ("The ledger") and ``docs/fleet.md``; matching the ledger to
+the launch records is :mod:`~elasticgrid_provider.core.fleet.reconcile`'s. Pure: no I/O,
+no clock (``now`` is given, epoch seconds).
 """
 
 from __future__ import annotations
