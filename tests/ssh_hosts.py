@@ -228,6 +228,10 @@ class SshTestHosts:
                 *self._keep_interpreter_mounts(index),
                 "mkdir -p /root/.ssh",
                 f"cp {shlex.quote(str(authorized))} /root/.ssh/authorized_keys",
+                # as a cloud network answers for a running instance's address at once: one
+                # datagram to the bridge makes it learn this host's address now, so a connect
+                # the worker sent while the host was booting goes out, not at its next ARP try
+                f"echo up > /dev/udp/{self.prefix}.1/9 || true",
                 f"exec /usr/sbin/sshd -D -f {shlex.quote(str(config))} "
                 f"-E {shlex.quote(str(self.folder / f'sshd{index}.log'))}",
             ]

@@ -98,7 +98,8 @@ ENGINE_REF = ENGINE_REFERENCES[EC2_ENGINE]
 POLL_S = 1.0
 FIRST_POLL_S = 0.05  # then doubling up to POLL_S
 FIRST_PROBE_S = 0.2  # a TCP connect to a booting host's SSH port, doubling up to MAX_PROBE_S
-MAX_PROBE_S = 2.0
+MAX_PROBE_S = 1.0  # past a round trip: a booting host drops the connect, a new one goes at once
+PROBE_INTERVAL_S = 0.2  # from one port probe to the next (a probe costs one connect)
 RUN_WORKERS = 8  # RunInstances calls in flight at once (after the first)
 
 
@@ -338,24 +339,27 @@ class Ec2Engine(Engine):
 
         def reachable(host: str) -> None:
             wait, error = FIRST_POLL_S, "its SSH port did not answer"
-            patience = FIRST_PROBE_S  # a host not up yet never answers: look again, longer
+            patience = FIRST_PROBE_S  # a booting host drops a connect: look again, longer
             while True:
-                remaining = deadline - time.monotonic()
-                probe = min(patience, remaining)
-                patience = min(patience * 2, MAX_PROBE_S)
-                if not direct or port_answers(host_address(host), port, probe):
+                began = time.monotonic()
+                if direct and not port_answers(
+                    host_address(host), port, min(patience, deadline - began)
+                ):
+                    patience = min(patience * 2, MAX_PROBE_S)
+                    pause = PROBE_INTERVAL_S - (time.monotonic() - began)  # refused at once
+                else:
                     try:
                         ssh.check_host(host)
                         return
                     except RemoteHostError as failure:
                         error = str(failure)
+                    pause, wait = wait, min(wait * 2, POLL_S)
                 if time.monotonic() >= deadline:
                     raise RemoteHostError(
                         f"part {self.spec.name!r}: instances not reachable over SSH within "
                         f"boot_timeout_s={self.params.boot_timeout_s:g} s ({error})"
                     )
-                time.sleep(wait)
-                wait = min(wait * 2, POLL_S)
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
 
         failure = first_error(for_each_host(ssh.params.hosts, reachable))
         if failure is not None:
