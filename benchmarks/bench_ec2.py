@@ -10,8 +10,9 @@ root only), and measures:
   the same job on the provider's SSH engine (connections closed first, so it starts cold).
   The ratio is the instances' lifecycle overhead: building the AWS client, RunInstances,
   the wait for ``running`` and SSH, the per-launch host keys, and the fake cloud's own boot.
-  That boot (the harness starts one namespace host per instance, one after another, from
-  the first instance seen ``running`` to the last host's sshd started) is the cloud's time,
+  That boot (the harness starts one namespace host per instance, the instances it sees
+  ``running`` in one look side by side, from the first instance seen ``running`` to the last
+  host's sshd started) is the cloud's time,
   not the engine's: it is shown apart, with the ratio it leaves out. Target: at most 1.3x
   at 8 VMs. The launch runs in this process, as moto's server and the harness do (they
   share its interpreter). A real VM's boot (tens of seconds) comes on top.
@@ -287,7 +288,8 @@ def main() -> None:
     )
     report.notes.append(
         "A fake VM is running as soon as RunInstances returns and boots in the time a network "
-        "namespace host takes to start (the harness starts them one after another); a real "
+        "namespace host takes to start (the harness starts those it sees in one look side by "
+        "side, as a cloud boots them; 2 CPU cores share the work); a real "
         "VM's boot (tens of seconds) adds to the ec2 side. The ec2 side also builds a boto3 "
         "client (botocore loads EC2's service model) in every launch."
     )

@@ -216,13 +216,15 @@ class FakeEc2:
                 self.errors.append(f"{type(error).__name__}: {error}")
 
     def sync(self) -> None:
-        """One watcher pass: hosts for new running instances, none for the gone ones."""
+        """One watcher pass: hosts for new running instances (booted side by side, as a cloud
+        boots them), none for the gone ones."""
         with self._lock:
             seen = {instance["InstanceId"]: instance for instance in self.instances()}
             for instance_id in list(self._hosts):
                 instance = seen.get(instance_id)
                 if instance is None or instance["State"]["Name"] in _GONE_STATES:
                     self._remove(instance_id)
+            booting = []
             for instance_id, instance in seen.items():
                 if instance["State"]["Name"] != "running" or instance_id in self._hosts:
                     continue
@@ -233,26 +235,30 @@ class FakeEc2:
                 if address.rpartition(".")[0] != self.lan.prefix:
                     self._first_seen[instance_id] = float("inf")  # not on our LAN: never boots
                     continue
-                self._boot(instance_id, instance, address)
+                booting.append((instance_id, instance, address))
+            if booting:
+                self._boot(booting)
 
-    def _boot(self, instance_id: str, instance: dict[str, Any], address: str) -> None:
+    def _boot(self, booting: list[tuple[str, dict[str, Any], str]]) -> None:
+        """A host for each ``(instance id, instance, address)``, as cloud-init sets it up."""
+        addresses = {address for _, _, address in booting}
         for other, index in list(self._hosts.items()):  # an address freed and given again
-            if self.lan.addresses[index] == address:
+            if self.lan.addresses[index] in addresses:
                 self._remove(other)
-        answer = self._client.describe_instance_attribute(
-            InstanceId=instance_id, Attribute="userData"
-        )
-        encoded = answer.get("UserData", {}).get("Value")
-        user_data = base64.b64decode(encoded).decode() if encoded else None
-        authorized = None
-        if instance.get("KeyName"):
-            pairs = self._client.describe_key_pairs(
-                KeyNames=[instance["KeyName"]], IncludePublicKey=True
-            )["KeyPairs"]
-            authorized = pairs[0].get("PublicKey") if pairs else None
-        index = self.lan.add_host(address, cloud_config_host_key(user_data), authorized or "")
-        self._hosts[instance_id] = index
-        self.booted_at[instance_id] = time.monotonic()
+        hosts = []
+        for instance_id, instance, address in booting:
+            user_data = self.user_data(instance_id) or None
+            authorized = None
+            if instance.get("KeyName"):
+                pairs = self._client.describe_key_pairs(
+                    KeyNames=[instance["KeyName"]], IncludePublicKey=True
+                )["KeyPairs"]
+                authorized = pairs[0].get("PublicKey") if pairs else None
+            hosts.append((address, cloud_config_host_key(user_data), authorized or ""))
+        indexes = self.lan.add_hosts(hosts)
+        for (instance_id, _, _), index in zip(booting, indexes):
+            self._hosts[instance_id] = index
+            self.booted_at[instance_id] = time.monotonic()
 
     def _remove(self, instance_id: str) -> None:
         index = self._hosts.pop(instance_id, None)
@@ -290,7 +296,8 @@ class FakeEc2:
 
     def boot_span(self, instance_ids: Iterable[str]) -> float:
         """Seconds from the first of these instances seen ``running`` until the last one's
-        host was up: the fake cloud's own boot time (hosts start one after another)."""
+        host was up: the fake cloud's own boot time (the hosts of one watcher pass start side
+        by side)."""
         ids = list(instance_ids)
         with self._lock:
             return max(self.booted_at[i] for i in ids) - min(self._first_seen[i] for i in ids)

@@ -30,7 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -160,9 +161,7 @@ class SshTestHosts:
             _run("ip", "addr", "add", f"{self.prefix}.1/24", "dev", self.bridge)
             _run("ip", "link", "set", self.bridge, "up")
         self.addresses = [f"{self.prefix}.{11 + i}" for i in range(self.count)]
-        known = []
-        for index in range(self.count):
-            known.append(self._start_host(index))
+        known = self._start_hosts([(index, None, None) for index in range(self.count)])
         Path(self.known_hosts).write_text("".join(known))
         self._wait_until_listening()
 
@@ -173,16 +172,27 @@ class SshTestHosts:
         index: its sshd uses ``host_key`` (a private key's text; a new random key when None)
         and root's ``authorized_keys`` holds ``authorized_keys`` (the session key when None).
         Its key joins :attr:`known_hosts`; it is not waited for (:meth:`wait_listening`)."""
-        if not self.prefix or address.rpartition(".")[0] != self.prefix:
-            raise ValueError(f"address {address!r} is not in this LAN's {self.prefix}.0/24")
-        index = len(self.namespaces)
-        self.namespaces.append(f"egh{self.suffix}{index}")
-        self.veths.append(f"egv{self.suffix}{index}")
-        self.addresses.append(address)
-        line = self._start_host(index, host_key, authorized_keys)
-        with open(self.known_hosts, "a") as known:  # so that run() reaches it too
-            known.write(line)
-        return index
+        return self.add_hosts([(address, host_key, authorized_keys)])[0]
+
+    def add_hosts(self, hosts: Sequence[tuple[str, str | None, str | None]]) -> list[int]:
+        """:meth:`add_host` for each ``(address, host_key, authorized_keys)``, the hosts set
+        up side by side (as a cloud boots its machines); their indexes, in order."""
+        indexes = []
+        for address, _, _ in hosts:
+            if not self.prefix or address.rpartition(".")[0] != self.prefix:
+                raise ValueError(f"address {address!r} is not in this LAN's {self.prefix}.0/24")
+        for address, _, _ in hosts:
+            index = len(self.namespaces)
+            self.namespaces.append(f"egh{self.suffix}{index}")
+            self.veths.append(f"egv{self.suffix}{index}")
+            self.addresses.append(address)
+            indexes.append(index)
+        lines = self._start_hosts(
+            [(index, key, authorized) for index, (_, key, authorized) in zip(indexes, hosts)]
+        )
+        with open(self.known_hosts, "a") as known:  # so that run() reaches them too
+            known.write("".join(lines))
+        return indexes
 
     def remove_host(self, index: int) -> None:
         """Kill host ``index`` (its sshd and every process in it) and delete its namespace and
@@ -192,10 +202,21 @@ class SshTestHosts:
         if Path(f"/sys/class/net/{self.veths[index]}").exists():
             _run("ip", "link", "del", self.veths[index], check=False)
 
-    def _start_host(
+    def _start_hosts(self, hosts: list[tuple[int, str | None, str | None]]) -> list[str]:
+        """Set up each ``(index, host_key, authorized_keys)`` host side by side, then start
+        their sshds in index order (:attr:`_servers` is indexed by host); their known_hosts
+        lines, in order."""
+        with ThreadPoolExecutor(max_workers=max(1, min(len(hosts), 8))) as pool:
+            prepared = list(pool.map(lambda host: self._prepare_host(*host), hosts))
+        for (index, _, _), (script, _) in zip(hosts, prepared):
+            self._launch_host(index, script)
+        return [line for _, line in prepared]
+
+    def _prepare_host(
         self, index: int, host_key_text: str | None = None, authorized_keys: str | None = None
-    ) -> str:
-        """Create host ``index``'s namespace and start its sshd; returns its known_hosts line."""
+    ) -> tuple[str, str]:
+        """Create host ``index``'s keys and namespace: (the script that starts its sshd, its
+        known_hosts line)."""
         namespace, veth, address = self.namespaces[index], self.veths[index], self.addresses[index]
         host_key = self.folder / f"host{index}_ed25519"
         if host_key_text is None:
@@ -236,6 +257,12 @@ class SshTestHosts:
                 f"-E {shlex.quote(str(self.folder / f'sshd{index}.log'))}",
             ]
         )
+        kind, public = Path(f"{host_key}.pub").read_text().split()[:2]
+        return script, f"{address} {kind} {public}\n"
+
+    def _launch_host(self, index: int, script: str) -> None:
+        """Start host ``index``'s sshd (its PID 1) in its namespace."""
+        inside = ("ip", "netns", "exec", self.namespaces[index])
         unshare = (
             "unshare",
             "--mount",
@@ -255,8 +282,6 @@ class SshTestHosts:
                 start_new_session=True,
             )
         )
-        kind, public = Path(f"{host_key}.pub").read_text().split()[:2]
-        return f"{address} {kind} {public}\n"
 
     def _keep_interpreter_mounts(self, index: int) -> list[str]:
         """Shell lines mounting the tmpfs home; the Python install stays visible when it lives
