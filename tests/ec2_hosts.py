@@ -256,7 +256,7 @@ class FakeEc2:
                 authorized = pairs[0].get("PublicKey") if pairs else None
             hosts.append((address, cloud_config_host_key(user_data), authorized or ""))
         indexes = self.lan.add_hosts(hosts)
-        for (instance_id, _, _), index in zip(booting, indexes):
+        for (instance_id, _, _), index in zip(booting, indexes, strict=True):
             self._hosts[instance_id] = index
             self.booted_at[instance_id] = time.monotonic()
 

@@ -188,7 +188,10 @@ class SshTestHosts:
             self.addresses.append(address)
             indexes.append(index)
         lines = self._start_hosts(
-            [(index, key, authorized) for index, (_, key, authorized) in zip(indexes, hosts)]
+            [
+                (index, key, authorized)
+                for index, (_, key, authorized) in zip(indexes, hosts, strict=True)
+            ]
         )
         with open(self.known_hosts, "a") as known:  # so that run() reaches them too
             known.write("".join(lines))
@@ -208,7 +211,7 @@ class SshTestHosts:
         lines, in order."""
         with ThreadPoolExecutor(max_workers=max(1, min(len(hosts), 8))) as pool:
             prepared = list(pool.map(lambda host: self._prepare_host(*host), hosts))
-        for (index, _, _), (script, _) in zip(hosts, prepared):
+        for (index, _, _), (script, _) in zip(hosts, prepared, strict=True):
             self._launch_host(index, script)
         return [line for _, line in prepared]
 
