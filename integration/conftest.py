@@ -37,6 +37,7 @@ DAG_IDS = [
     "it_printing_envs",
     "it_ssh_training",
     "it_ec2_training",
+    "it_ec2_deferred",
     "it_fleet_w1",
     "it_fleet_w2",
     "elastic_fleet",

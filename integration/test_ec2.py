@@ -133,3 +133,31 @@ def test_a_job_trains_on_fake_vms_through_the_celery_workers_and_leaves_nothing_
         if path.is_file():
             text = path.read_text(errors="replace")
             assert not [s for s in secrets_seen if s in text], path
+
+
+def test_a_deferrable_launch_waits_in_the_triggerer_which_reads_the_connections_and_ends_the_vm(
+    deployment: Deployment, fake_ec2: FakeEc2
+):
+    dag_id, job, token = "it_ec2_deferred", "it-ec2-deferred", secrets.token_hex(12)
+    with watching(fake_ec2) as watch:
+        run_id = deployment.trigger(dag_id, {"job_name": job, "token": token})
+        state = deployment.wait_for_run(dag_id, run_id, timeout=300)
+    launch = deployment.task_instances(dag_id, run_id)["launch"]
+    if state != "success":
+        pytest.fail(f"{launch}\n{_launch_logs(deployment, job)}\nharness: {fake_ec2.errors}")
+    assert launch["try_number"] == 1  # resumed after the trigger, not retried
+    assert deployment.xcom(dag_id, run_id, "launch")["status"] == "done"
+    # the wait ran in the triggerer, and its status look (the AWS and SSH connections read
+    # there, from the metadata database) found the ranks done and terminated the instance
+    trigger_logs = list(
+        (deployment.home / "airflow" / "logs").glob(
+            f"dag_id={dag_id}/run_id={run_id}/task_id=launch/attempt=1.log.trigger.*"
+        )
+    )
+    assert trigger_logs, "the launch never deferred"
+    text = trigger_logs[0].read_text()
+    instances = fake_ec2.instances(**{"tag:elasticgrid:job": [job]})
+    assert len(instances) == 1 and watch.duplicates == []
+    assert f"Terminating the instances of part '{job}--aws'" in text, text[-3000:]
+    assert instances[0]["InstanceId"] in text
+    assert_nothing_left(fake_ec2, token)

@@ -1,10 +1,12 @@
 """Training on fake EC2 VMs through the real scheduler and Celery workers.
 
-The ``elasticgrid_ec2`` connection (created by the test through the REST API, as are the
+Two DAGs. In ``it_ec2_training`` the ``elasticgrid_ec2`` connection (created by the test through the REST API, as are the
 AWS connection ``it_aws`` and the SSH connection ``it_ec2_key`` holding the key pair's
 private key) names one ``ec2`` provider of two instances, which a moto server starts and
 the fake-VM harness boots as SSH hosts. The launch runs in a Celery worker's task, its
-parts in the launcher child process; the check and the teardown stop in other tasks.
+parts in the launcher child process; the check and the teardown stop in other tasks. In ``it_ec2_deferred`` a deferrable launch
+waits for a short job in the triggerer, whose status looks read the same connections there
+and end the instances when the ranks are done.
 """
 
 from __future__ import annotations
@@ -37,3 +39,11 @@ with DAG(dag_id="it_ec2_training", schedule=None, catchup=False, tags=["integrat
     )
     stop = StopJobOperator(task_id="stop", job_name=JOB, **EC2)
     start.plan >> start.launch >> scale_check >> stop.as_teardown(setups=start.launch)
+
+with DAG(dag_id="it_ec2_deferred", schedule=None, catchup=False, tags=["integration"]):
+    # a job of about 20 s on one VM, waited for in the triggerer (no stop task: the status
+    # look that finds its ranks done terminates the instance)
+    plan_and_launch(
+        1,
+        **remote_launch("elasticgrid_ec2", steps=100, wait_for_completion=True, deferrable=True),
+    )
