@@ -81,11 +81,11 @@ def fake_ec2(deployment: Deployment) -> Iterator[FakeEc2]:
         shutil.rmtree(pool, ignore_errors=True)
 
 
-def _launch_logs(deployment: Deployment, job: str) -> str:
-    """The job's launcher logs and the end of each launch task log (what a failed launch
-    explains itself with)."""
+def _launch_logs(deployment: Deployment, job: str, dag_id: str = DAG_ID) -> str:
+    """The job's launcher logs and the end of each launch task log of ``dag_id`` (what a
+    failed launch explains itself with)."""
     logs = sorted((deployment.jobs_root / job).glob("specs/*/launcher.log"))
-    task_logs = sorted(deployment.home.glob(f"worker-*/airflow/logs/dag_id={DAG_ID}/**/*.log"))
+    task_logs = sorted(deployment.home.glob(f"worker-*/airflow/logs/dag_id={dag_id}/**/*.log"))
     tails = [
         path.read_text(errors="replace")[-4000:] for path in task_logs if "launch" in str(path)
     ]
@@ -144,7 +144,9 @@ def test_a_deferrable_launch_waits_in_the_triggerer_which_reads_the_connections_
         state = deployment.wait_for_run(dag_id, run_id, timeout=300)
     launch = deployment.task_instances(dag_id, run_id)["launch"]
     if state != "success":
-        pytest.fail(f"{launch}\n{_launch_logs(deployment, job)}\nharness: {fake_ec2.errors}")
+        pytest.fail(
+            f"{launch}\n{_launch_logs(deployment, job, dag_id)}\nharness: {fake_ec2.errors}"
+        )
     assert launch["try_number"] == 1  # resumed after the trigger, not retried
     assert deployment.xcom(dag_id, run_id, "launch")["status"] == "done"
     # the wait ran in the triggerer, and its status look (the AWS and SSH connections read
