@@ -15,7 +15,8 @@ is stopped, terminated or gone loses its host (every process on it dies).
 :meth:`FakeEc2.reclaim` is a spot interruption: on moto's in-process backend
 the instance is terminated with state reason ``Server.SpotInstanceTermination``
 and its host removed. ``answer=False`` makes instances never answer SSH (no
-host starts), ``boot_delay_s`` delays each host as a slow boot would. Closing
+host starts), ``boot_delay_s`` delays each host as a slow boot would, ``moto_process=True``
+runs moto in a process of its own (a benchmark's choice; no ``fail``/``reclaim`` then). Closing
 removes every host, resets and stops the moto server. Root only, as the SSH
 test hosts are.
 """
@@ -72,8 +73,10 @@ class FakeEc2:
         boot_delay_s: float = 0.0,
         poll_s: float = 0.1,
         set_connection: bool = True,
+        moto_process: bool = False,
     ):
         self.lan = SshTestHosts(0, hide=hide, pool=pool)
+        self.moto_process = moto_process  # moto in a process of its own: no fail(), reclaim()
         self.answer = answer
         self.boot_delay_s = boot_delay_s
         self.poll_s = poll_s
@@ -150,11 +153,14 @@ class FakeEc2:
     def _start(self) -> None:
         import boto3
 
-        from tests.moto_server import SerialMotoServer
+        from tests.moto_server import MotoProcess, SerialMotoServer
 
         self.lan.__enter__()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per API call
-        self._server = SerialMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        if self.moto_process:
+            self._server = MotoProcess()
+        else:
+            self._server = SerialMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
@@ -338,8 +344,13 @@ class FakeEc2:
 
         from tests.engines.ec2_cloud import cloud_fault
 
+        self._in_process("fail")
         backend = ec2_backends[DEFAULT_ACCOUNT_ID][REGION]
         return cloud_fault(backend, self.calls, method, code, message, when)
+
+    def _in_process(self, what: str) -> None:
+        if self.moto_process:
+            raise RuntimeError(f"{what}() reaches moto's in-process backend: not with moto_process")
 
     def reclaim(self, instance_id: str) -> None:
         """A spot interruption: terminate the instance on moto's in-process backend with state
@@ -348,6 +359,7 @@ class FakeEc2:
         from moto.ec2.models import ec2_backends
         from moto.ec2.models.instances import StateReason
 
+        self._in_process("reclaim")
         with self._lock:
             instance = ec2_backends[DEFAULT_ACCOUNT_ID][REGION].get_instance(instance_id)
             instance.terminate()

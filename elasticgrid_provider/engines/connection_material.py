@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from elasticgrid_provider.airflow_internals import PROCESS_CONTEXT, has_supervis
 from elasticgrid_provider.core.errors import CloudApiError, RemoteHostError
 
 _handed: dict[str, Any] | None = None  # set in the launcher only
+_service_models: Any = None  # botocore's loader, shared by every client this process builds
+_service_models_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -143,15 +146,35 @@ def ssh_private_key(conn_id: str) -> str:
     return str(key)
 
 
+def _sharing_service_models(session: Any) -> Any:
+    """``session`` (a boto3 session) reading AWS's service models through this process's one
+    botocore loader: EC2's model (megabytes of JSON) is parsed by the first client a process
+    builds, not by every one (a triggerer's status looks, a check's status and reconcile,
+    each part of a launch): a later client costs about a tenth of the first."""
+    global _service_models
+    botocore_session = session._session  # boto3 has no public name for it
+    with _service_models_lock:
+        if _service_models is None:
+            _service_models = botocore_session.get_component("data_loader")
+        else:
+            botocore_session.register_component("data_loader", _service_models)
+    return session
+
+
 def ec2_client(conn_id: str, region: str | None) -> Any:
     """A boto3 EC2 client of the AWS connection ``conn_id`` (region: ``region`` if set, else
-    the connection's): from the handed-over credentials in the launcher, else ``AwsBaseHook``."""
+    the connection's): from the handed-over credentials in the launcher, else ``AwsBaseHook``'s
+    session, endpoint, botocore config and TLS setting, as its ``get_conn`` builds it."""
     if _handed is None:
         from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
         hook = AwsBaseHook(aws_conn_id=conn_id, client_type="ec2", region_name=region)
         with reading_connections():
-            return hook.get_conn()
+            session = _sharing_service_models(hook.get_session(region_name=hook.region_name))
+            endpoint = hook.conn_config.get_service_endpoint_url(service_name="ec2")
+            return session.client(
+                "ec2", endpoint_url=endpoint, config=hook.config, verify=hook.verify
+            )
     material = _handed["aws"].get(_aws_key(conn_id, region))
     if material is None:
         raise CloudApiError(
@@ -166,4 +189,5 @@ def ec2_client(conn_id: str, region: str | None) -> Any:
         aws_session_token=material["token"],
         region_name=material["region"],
     )
+    session = _sharing_service_models(session)
     return session.client("ec2", endpoint_url=material["endpoint_url"], verify=material["verify"])

@@ -73,6 +73,34 @@ def test_the_launcher_answers_from_the_pipe_only(connections):
         connection_material.ssh_private_key("other")
 
 
+def test_a_task_builds_the_client_as_the_hooks_get_conn_does_and_every_client_shares_the_models(
+    connections, monkeypatch: pytest.MonkeyPatch
+):
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    aws = json.loads(os.environ["AIRFLOW_CONN_CM_AWS"])
+    aws["extra"]["config_kwargs"] = {"retries": {"max_attempts": 7}}
+    monkeypatch.setenv("AIRFLOW_CONN_CM_AWS", json.dumps(aws))
+
+    client = connection_material.ec2_client("cm_aws", None)
+    east = connection_material.ec2_client("cm_aws", "us-east-2")
+    hooks = AwsBaseHook(aws_conn_id="cm_aws", client_type="ec2").get_conn()
+
+    assert (client.meta.endpoint_url, client.meta.region_name) == (
+        hooks.meta.endpoint_url,
+        hooks.meta.region_name,
+    )
+    assert (client.meta.region_name, east.meta.region_name) == ("eu-west-3", "us-east-2")
+    assert client.meta.config.retries == hooks.meta.config.retries
+    assert client.meta.config.retries["total_max_attempts"] == 8  # 7 retries after the first
+    assert client._request_signer._credentials.access_key == "AKIDEXAMPLE"
+    # one botocore loader for every client this process builds, the handed-over ones too
+    connection_material.install(connection_material.resolve([("cm_aws", None)], []))
+    handed = connection_material.ec2_client("cm_aws", None)
+    assert client._loader is east._loader is handed._loader
+    assert hooks._loader is not client._loader
+
+
 def test_a_connection_that_cannot_be_read_is_named_in_one_sentence(connections):
     with pytest.raises(RemoteHostError, match="ssh_conn_id 'cm_missing' cannot be read"):
         connection_material.resolve([], ["cm_missing"])
