@@ -207,7 +207,7 @@ class ScaleCheck:
             return None
         return f"{sentence}\n{failure_report or ''}".rstrip()
 
-    # -- rules 2-4 ----------------------------------------------------------------
+    # -- rules 2-5 ----------------------------------------------------------------
     def run(
         self,
         state: ScaleState,
@@ -229,67 +229,19 @@ class ScaleCheck:
         ``chunks``); ``deadline`` is called only when a decision is made; ``planner`` proposes
         placements and re-plans recoveries; ``grid``: the grid ledger (rule 5)."""
         log: list[tuple[int, str]] = []
-        taken = self._take_samples(state, snapshot, now, samples, chunks, log)
+        taken = self._take_samples(state, snapshot, now, samples, chunks, log)  # rule 2
         if lost:  # recover, give up, or wait (keeping ``state``, not ``taken``)
-            if planner is None:
-                raise ElasticGridError(
-                    f"job {self.job_name!r} lost capacity, but no planner was given"
-                )
-            # bad input raises its ElasticGridError here, before anything is written
-            decision = decide_recovery(
-                job_name=self.job_name,
-                launch_id=snapshot.manifest.launch_id,
-                lost=lost,
-                current_nodes=snapshot.nodes,
-                min_nodes=self.policy.min_nodes,
-                max_nodes=self.policy.max_nodes,
-                memory=taken.recovery,
-                policy=recovery or RecoveryPolicy(),
-                planner=planner,
-                now=now,
-            )
-            context = self._record_context(snapshot, snapshot.nodes, "-", now, task, None)
-            if decision.placement is not None:
-                context["proposed_placement"] = decision.placement
-                context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
-            event = decision.as_record(context)
-            if decision.action is RecoveryAction.WAIT:
-                return CheckOutcome(CheckVerdict.HOLD, state, event, tuple(log))
-            taken = remember_recovery(taken, decision, event, self.history_limit)
-            return CheckOutcome(CheckVerdict(decision.action), taken, event, tuple(log))
-        state = taken
-        if snapshot.status in (
-            JobStatus.DONE,
-            JobStatus.STOPPED,
-        ):  # no decision: a job_ended record and entry
-            ended: dict[str, Any] = {
-                "action": ScaleAction.HOLD.value,
-                "current_nodes": snapshot.nodes,
-                "target_nodes": snapshot.nodes,
-                "rule": EventRule.JOB_ENDED,
-                "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
-                "decided_at": now,
-            }
-            ended["context"] = {
-                "job_status": snapshot.status,
-                "job_name": self.job_name,
-                "decided_at_iso": iso_time(now),
-                **asdict(task),
-                "readable": {"summary": decision_summary(ended)},
-            }
-            state = state.remember_event(ended, now, self.history_limit)
-            released = None
-            if grid is not None:
-                launch_id = snapshot.manifest.launch_id
-                released = release(grid.ledger, self.job_name, now=now, launch_id=launch_id)
-                log.append((logging.INFO, f"Released job {self.job_name}'s nodes on the grid."))
-            return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log), released)
-        choice = deadline()  # bad input raises its ElasticGridError here, before any write
+            recovering = recovery or RecoveryPolicy()
+            return self._recover(state, taken, snapshot, now, task, lost, planner, recovering, log)
+        if snapshot.status in (JobStatus.DONE, JobStatus.STOPPED):
+            return self._job_ended(taken, snapshot, now, task, grid, log)
+        # rule 5: the deadline (bad input raises its ElasticGridError here, before any write)
+        choice = deadline()
         steps = optional_number("remaining_steps", remaining_steps)
         tokens = optional_number("remaining_tokens", remaining_tokens)
 
         def decide(share: GridShare | None) -> DecisionRecord:
-            return state.decide(
+            return taken.decide(
                 self.policy,
                 now,
                 deadline_at=choice.at,
@@ -303,9 +255,9 @@ class ScaleCheck:
             record = decide(None)
         else:
             record, ledger = claim_the_grid(
-                self.job_name, grid, state.capacity, self.policy, decide, now, log
+                self.job_name, grid, taken.capacity, self.policy, decide, now, log
             )
-        quarantine = state.recovery.active_quarantine(now)
+        quarantine = taken.recovery.active_quarantine(now)
         others = used_nodes(ledger, except_job=self.job_name) if ledger is not None else None
         context = self._record_context(
             snapshot,
@@ -318,10 +270,83 @@ class ScaleCheck:
             others,
         )
         record = replace(record, context=context)
-        state = state.remember(record, now, self.history_limit)
         hold = record.decision.action is ScaleAction.HOLD
         verdict = CheckVerdict.HOLD if hold else CheckVerdict.RESIZE
-        return CheckOutcome(verdict, state, record.model_dump(), tuple(log), ledger)
+        remembered = taken.remember(record, now, self.history_limit)
+        return CheckOutcome(verdict, remembered, record.model_dump(), tuple(log), ledger)
+
+    def _recover(
+        self,
+        state: ScaleState,
+        taken: ScaleState,
+        snapshot: JobSnapshot,
+        now: float,
+        task: TaskIdentity,
+        lost: Sequence[LostPart],
+        planner: GridPlanner | None,
+        recovery: RecoveryPolicy,
+        log: list[tuple[int, str]],
+    ) -> CheckOutcome:
+        """Rule 3: the job lost capacity: recover it, give up, or wait (keeping ``state``, the
+        state before this check took its samples, when it waits)."""
+        if planner is None:
+            raise ElasticGridError(f"job {self.job_name!r} lost capacity, but no planner was given")
+        # bad input raises its ElasticGridError here, before anything is written
+        decision = decide_recovery(
+            job_name=self.job_name,
+            launch_id=snapshot.manifest.launch_id,
+            lost=lost,
+            current_nodes=snapshot.nodes,
+            min_nodes=self.policy.min_nodes,
+            max_nodes=self.policy.max_nodes,
+            memory=taken.recovery,
+            policy=recovery,
+            planner=planner,
+            now=now,
+        )
+        context = self._record_context(snapshot, snapshot.nodes, "-", now, task, None)
+        if decision.placement is not None:
+            context["proposed_placement"] = decision.placement
+            context["proposed_cost_per_hour"] = decision.placement["cost_per_hour"]
+        event = decision.as_record(context)
+        if decision.action is RecoveryAction.WAIT:
+            return CheckOutcome(CheckVerdict.HOLD, state, event, tuple(log))
+        taken = remember_recovery(taken, decision, event, self.history_limit)
+        return CheckOutcome(CheckVerdict(decision.action), taken, event, tuple(log))
+
+    def _job_ended(
+        self,
+        state: ScaleState,
+        snapshot: JobSnapshot,
+        now: float,
+        task: TaskIdentity,
+        grid: SharedGrid | None,
+        log: list[tuple[int, str]],
+    ) -> CheckOutcome:
+        """Rule 4: the job is done or stopped: no decision, a ``job_ended`` record and entry,
+        and its nodes released on a shared grid."""
+        ended: dict[str, Any] = {
+            "action": ScaleAction.HOLD.value,
+            "current_nodes": snapshot.nodes,
+            "target_nodes": snapshot.nodes,
+            "rule": EventRule.JOB_ENDED,
+            "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
+            "decided_at": now,
+        }
+        ended["context"] = {
+            "job_status": snapshot.status,
+            "job_name": self.job_name,
+            "decided_at_iso": iso_time(now),
+            **asdict(task),
+            "readable": {"summary": decision_summary(ended)},
+        }
+        state = state.remember_event(ended, now, self.history_limit)
+        released = None
+        if grid is not None:
+            launch_id = snapshot.manifest.launch_id
+            released = release(grid.ledger, self.job_name, now=now, launch_id=launch_id)
+            log.append((logging.INFO, f"Released job {self.job_name}'s nodes on the grid."))
+        return CheckOutcome(CheckVerdict.FINISH, state, ended, tuple(log), released)
 
     def _take_samples(
         self,
