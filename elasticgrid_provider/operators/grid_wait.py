@@ -1,4 +1,4 @@
-"""GridWait: plan under the grid lock until a request is granted, as a plan or a launch does.
+"""GridCapacityWait: plan under the grid lock until a request is granted, for a plan or a launch.
 
 One loop for both tasks that ask the shared grid for nodes
 (:mod:`elasticgrid_provider.hooks.grid_capacity`): the plan of a job, and a launch
@@ -11,6 +11,10 @@ the caller fails in one sentence; waiting, the request is in the grid's queue
 triggerer (:class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`,
 resumed in the method the caller names) or polling in the worker, then looks again.
 ``capacity_timeout`` and a kill take the request out of the queue.
+
+The wait is an object of its task (``task.grid_wait``), which owns what the wait holds: whether
+this process queued the job's request, whether it is inside the grid's lock (where ``on_kill``
+must not take it again), and whether the task was killed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException
 
@@ -40,40 +44,50 @@ KILL_CHECK_S = 0.5  # how often a wait for nodes looks whether the task was kill
 KILL_LOCK_WAIT_S = 2.0  # how long on_kill waits for the grid lock (SIGKILL follows SIGTERM)
 
 
-class GridWait:
-    """The wait for nodes of an operator with ``hook``, ``poll_interval``, ``deferrable`` and
-    ``capacity_timeout`` (module docstring)."""
+class WaitingTask(Protocol):
+    """What the wait uses of its operator."""
 
-    hook: Any
-    log: Any
+    @property
+    def hook(self) -> Any:
+        """The operator's hook (its ``jobs_root``)."""
+
+    @property
+    def log(self) -> Any:
+        """The task's logger."""
+
     poll_interval: float
     deferrable: bool
     capacity_timeout: Any
-    _queued = False  # this process put the job's request in the queue
-    _planning = False  # inside the grid lock: on_kill must not take it again
-    _killed = False
 
-    if TYPE_CHECKING:
+    def defer(
+        self,
+        *,
+        trigger: BaseTrigger,
+        method_name: str,
+        kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | int | float | None = None,
+    ) -> NoReturn:
+        """BaseOperator's."""
 
-        def defer(
-            self,
-            *,
-            trigger: BaseTrigger,
-            method_name: str,
-            kwargs: dict[str, Any] | None = None,
-            timeout: timedelta | int | float | None = None,
-        ) -> NoReturn:
-            """BaseOperator's (the operator lists GridWait after it)."""
+
+class GridCapacityWait:
+    """The wait for nodes of one task (module docstring)."""
+
+    def __init__(self, task: WaitingTask) -> None:
+        self.task = task
+        self.queued = False  # this process put the job's request in the queue
+        self.planning = False  # inside the grid lock: on_kill must not take it again
+        self.killed = False
 
     @cached_property
-    def grid_capacity(self) -> GridCapacity:
-        """The grid ledger's steps for this task, built on first use."""
+    def capacity(self) -> GridCapacity:
+        """The grid ledger's steps for the task, built on first use."""
         from elasticgrid_provider.hooks.grid_capacity import GridCapacity
         from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 
-        return GridCapacity(GridLedgerStore(self.hook.jobs_root))
+        return GridCapacity(GridLedgerStore(self.task.hook.jobs_root))
 
-    def wait_for_grant(
+    def until_granted(
         self,
         planner: GridPlanner,
         request: CapacityRequest,
@@ -84,19 +98,20 @@ class GridWait:
         """Plan under the lock until granted (returned, reserved) or failed (returned, the
         caller fails); waiting defers to ``method_name`` or polls (module docstring)."""
         while True:
-            self._planning = True
+            self.planning = True
             try:
-                shared = self.grid_capacity.plan(planner, request, leave_out=leave_out)
+                shared = self.capacity.plan(planner, request, leave_out=leave_out)
             finally:
-                self._planning = False
+                self.planning = False
             verdict = shared.decision.verdict
-            if self._killed:
+            if self.killed:
                 self._leave_killed(request.job, shared.launch_id)
             if verdict is not Verdict.WAITING:
-                self._queued = False
+                self.queued = False
                 return shared
-            self._queued = True
-            self.log.info(
+            self.queued = True
+            task = self.task
+            task.log.info(
                 "Job %s waits for %d nodes (at least %d, priority %d): place %d in the grid "
                 "queue; the grid is held by %s.",
                 request.job,
@@ -107,7 +122,7 @@ class GridWait:
                 shared.holders,
             )
             for shrink in shared.shrinks:
-                self.log.info(
+                task.log.info(
                     "Asked job %s (lower priority) to shrink to %d nodes for job %s.",
                     shrink.job,
                     shrink.to_nodes,
@@ -115,17 +130,17 @@ class GridWait:
                 )
             if timeout_at is not None and epoch_now() >= timeout_at:
                 self.timed_out(request.job, shared.holders)
-            if self.deferrable and not self._killed:
-                self.defer(
+            if task.deferrable and not self.killed:
+                task.defer(
                     trigger=GridCapacityTrigger(
-                        jobs_root=str(self.hook.jobs_root),
+                        jobs_root=str(task.hook.jobs_root),
                         request=request.model_dump(),
                         capacities={
                             p.name: p.max_nodes
                             for p in planner.providers
                             if p.name not in leave_out
                         },
-                        poll_interval=self.poll_interval,
+                        poll_interval=task.poll_interval,
                         timeout_at=timeout_at,
                         min_wait_s=MIN_DEFERRAL_S,
                     ),
@@ -145,16 +160,16 @@ class GridWait:
 
     def _sleep(self) -> None:
         """Wait ``poll_interval`` seconds, in short steps so that a kill ends the wait soon."""
-        deadline = time.monotonic() + self.poll_interval
-        while not self._killed and (left := deadline - time.monotonic()) > 0:
+        deadline = time.monotonic() + self.task.poll_interval
+        while not self.killed and (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, KILL_CHECK_S))
 
     def _leave_killed(self, job: str, launch_id: str) -> None:
         """The task was killed while it planned or waited: no request, no reservation left."""
         if launch_id:
-            self.grid_capacity.drop_reservation(job, launch_id)
-        self.grid_capacity.dequeue(job)
-        self._queued = False
+            self.capacity.drop_reservation(job, launch_id)
+        self.capacity.dequeue(job)
+        self.queued = False
         raise AirflowException(
             f"the task was killed while job {job!r} waited for nodes; it left the grid queue"
         )
@@ -162,22 +177,24 @@ class GridWait:
     def timed_out(self, job: str, holders: str) -> None:
         """Leave the queue and fail (an :class:`ElasticGridError`, no retry): the wait for
         nodes lasted ``capacity_timeout``."""
-        self.grid_capacity.dequeue(job)
-        self._queued = False
+        self.capacity.dequeue(job)
+        self.queued = False
         raise ElasticGridError(
-            f"job {job!r} waited capacity_timeout {self.capacity_timeout} seconds for nodes "
+            f"job {job!r} waited capacity_timeout {self.task.capacity_timeout} seconds for nodes "
             f"in vain and left the grid queue; the grid is held by {holders}"
         )
 
-    def leave_queue_on_kill(self, job: str) -> None:
+    def leave_on_kill(self, job: str) -> None:
         """``on_kill``: take the job's request out of the queue at once when the wait sleeps,
         else right after the transaction in progress (which holds the grid lock this process
         must not take twice); the wait then fails the task."""
-        self._killed = True
-        if self._planning or not self._queued:
+        self.killed = True
+        if self.planning or not self.queued:
             return  # the wait leaves the queue itself, right after the plan in progress
         try:
-            self.grid_capacity.dequeue(job, timeout=KILL_LOCK_WAIT_S)
-            self._queued = False
+            self.capacity.dequeue(job, timeout=KILL_LOCK_WAIT_S)
+            self.queued = False
         except TimeoutError:
-            self.log.warning("The grid ledger was busy; the wait leaves the queue when it ends.")
+            self.task.log.warning(
+                "The grid ledger was busy; the wait leaves the queue when it ends."
+            )

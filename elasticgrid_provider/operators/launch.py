@@ -380,7 +380,7 @@ class LaunchOperator(BaseOperator, LaunchGrid):
                 self.remember_startup_loss(lost)
                 placement = placement or Placement.model_validate(self.placement)
                 planner = self.grid_planner(context, placement)
-                held = self.grid_capacity.held_by_others(self.job_name)
+                held = self.grid_wait.capacity.held_by_others(self.job_name)
                 placement = replace_lost(
                     self.job_name,
                     planner,
@@ -430,7 +430,8 @@ class LaunchOperator(BaseOperator, LaunchGrid):
     def on_kill(self) -> None:
         """Stop only what this task started, through its launch manager (module docstring);
         a launch waiting for nodes leaves the grid's queue."""
-        self.leave_queue_on_kill(self.job_name)
+        self._killed = True
+        self.grid_wait.leave_on_kill(self.job_name)
         manager = self.launch_manager
         action = manager.stop_action
         if action is StopAction.CANCELLED:

@@ -4,7 +4,7 @@
   or starts anything (:mod:`elasticgrid_provider.hooks.launch_manager`). When another job
   took those nodes between the plan and the launch (the plan reserved nothing, or its
   reservation lapsed), the launch plans again as its plan would now
-  (:class:`~elasticgrid_provider.operators.grid_wait.GridWait`): at the same size, over
+  (:class:`~elasticgrid_provider.operators.grid_wait.GridCapacityWait`): at the same size, over
   the plan's grid (its rendered ``providers``, spot cap and preference; without an
   upstream plan, the placement's own providers), around the nodes other jobs hold, without
   the providers the plan's decision and the job's scale state quarantine. Where that fits,
@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
@@ -36,7 +37,7 @@ from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.recovery import quarantine_from_record
 from elasticgrid_provider.core.validation import number_from_text
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.operators.grid_wait import GridWait
+from elasticgrid_provider.operators.grid_wait import GridCapacityWait
 from elasticgrid_provider.operators.plan import (
     RESERVATION_XCOM_KEY,
     PlanPlacementOperator,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 RESUME_METHOD = "execute_after_capacity"
 
 
-class LaunchGrid(GridWait):
+class LaunchGrid:
     """The launch's steps on the shared grid (module docstring)."""
 
     job_name: str
@@ -58,6 +59,16 @@ class LaunchGrid(GridWait):
     on_shortfall: Any
     quarantine: Any
     upstream_list: Any
+    hook: Any
+    log: Any
+    poll_interval: float
+    deferrable: bool
+    capacity_timeout: Any
+
+    @cached_property
+    def grid_wait(self) -> GridCapacityWait:
+        """The task's wait for nodes on the shared grid, built on first use."""
+        return GridCapacityWait(self)  # type: ignore[arg-type]  # the LaunchOperator
 
     def _upstream_plan(self) -> PlanPlacementOperator | None:
         plans = [task for task in self.upstream_list if isinstance(task, PlanPlacementOperator)]
@@ -139,14 +150,16 @@ class LaunchGrid(GridWait):
     ) -> Placement:
         planner = self.grid_planner(context, placement)
         leave_out = self._leave_out(context, left_out)
-        shared = self.wait_for_grant(planner, request, leave_out, timeout_at, RESUME_METHOD)
+        shared = self.grid_wait.until_granted(
+            planner, request, leave_out, timeout_at, RESUME_METHOD
+        )
         return self._replanned(request, shared)
 
     def resume_replan(self, context: Context, event: Mapping[str, Any]) -> Placement:
         """Woken by the grid's trigger: plan again (wait again, or fail on its timeout)."""
         placement = Placement.model_validate(self.placement)
         request = self.shortfall_request(context, placement)
-        timeout_at = self.woken(request, event)
+        timeout_at = self.grid_wait.woken(request, event)
         return self._granted(context, request, placement, {}, timeout_at)
 
     def _replanned(self, request: CapacityRequest, shared: SharedPlan) -> Placement:
@@ -194,7 +207,7 @@ class LaunchGrid(GridWait):
             if not isinstance(reservation, Mapping) or reservation.get("job") != self.job_name:
                 continue
             try:
-                dropped = self.grid_capacity.drop_reservation(
+                dropped = self.grid_wait.capacity.drop_reservation(
                     self.job_name, str(reservation["launch_id"])
                 )
             except (OSError, TimeoutError, ValueError) as exc:

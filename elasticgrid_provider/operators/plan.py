@@ -45,7 +45,7 @@ from elasticgrid_provider.core.validation import (
     number_from_text,
 )
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.operators.grid_wait import GridWait
+from elasticgrid_provider.operators.grid_wait import GridCapacityWait
 
 if TYPE_CHECKING:
     from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
@@ -102,7 +102,7 @@ def capacity_request(
     return CapacityRequest(job, nodes, least, priority, mode, timeout, lease_for(poll))
 
 
-class PlanPlacementOperator(BaseOperator, GridWait):
+class PlanPlacementOperator(BaseOperator):
     """Place ``nodes`` nodes over the grid at the lowest cost within the spot budget.
 
     :param nodes: how many nodes (templated): an int, or an upstream scale decision
@@ -172,6 +172,11 @@ class PlanPlacementOperator(BaseOperator, GridWait):
         """The hook, built on first use (never at DAG parse time)."""
         return ElasticGridHook(self.elasticgrid_conn_id, providers=self.providers)
 
+    @cached_property
+    def grid_wait(self) -> GridCapacityWait:
+        """The task's wait for nodes on the shared grid, built on first use."""
+        return GridCapacityWait(self)
+
     def _planner(self) -> GridPlanner:
         return self.hook.get_planner(number_from_text(self.max_spot_fraction), self.prefer)
 
@@ -198,7 +203,7 @@ class PlanPlacementOperator(BaseOperator, GridWait):
                 timeout_at = None if request.timeout_s is None else epoch_now() + request.timeout_s
                 return self._plan_on_shared_grid(context, request, timeout_at)
             planner = self._planner()
-            held = self.grid_capacity.held_by_others()
+            held = self.grid_wait.capacity.held_by_others()
             if any(held.values()):
                 self.log.warning(
                     "This plan names no job (no job_name, and no launch of its placement "
@@ -257,7 +262,9 @@ class PlanPlacementOperator(BaseOperator, GridWait):
         """Plan under the grid lock until granted: reserve, fail, or wait (module docstring)."""
         planner = self._planner()
         leave_out = quarantine_from_record(self.nodes)
-        shared = self.wait_for_grant(planner, request, leave_out, timeout_at, "execute_complete")
+        shared = self.grid_wait.until_granted(
+            planner, request, leave_out, timeout_at, "execute_complete"
+        )
         if shared.decision.verdict is Verdict.FAILED:
             raise AirflowFailException(shared.decision.reason)
         assert shared.placement is not None
@@ -276,7 +283,7 @@ class PlanPlacementOperator(BaseOperator, GridWait):
         """Woken by the trigger: plan again under the lock, or fail on its timeout."""
         try:
             request = self.capacity_request(nodes_from_argument(self.nodes))
-            timeout_at = self.woken(request, event)
+            timeout_at = self.grid_wait.woken(request, event)
             return self._plan_on_shared_grid(context, request, timeout_at)
         except (GridCapacityError, NewerRecordError) as exc:  # a retry may succeed
             raise AirflowException(str(exc)) from None
@@ -285,9 +292,9 @@ class PlanPlacementOperator(BaseOperator, GridWait):
 
     def on_kill(self) -> None:
         """A task killed while it waits for nodes takes its request out of the queue
-        (:meth:`GridWait.leave_queue_on_kill`); the wait then fails the task."""
-        self._killed = True
+        (:meth:`GridCapacityWait.leave_on_kill`); the wait then fails the task."""
+        self.grid_wait.killed = True
         if self.job_name is None:
             return
         self.log.info("Task killed: job %s no longer waits for nodes.", self.job_name)
-        self.leave_queue_on_kill(self.job_name)
+        self.grid_wait.leave_on_kill(self.job_name)
