@@ -1,61 +1,10 @@
-"""Helpers for training scripts running inside iroh-tinker ranks.
+"""Helpers for training scripts running inside iroh-tinker ranks (docs/runtime.md).
 
-A placement is launched as one iroh-tinker job per provider share ("parts",
-see :mod:`elasticgrid_provider.core.launch_spec`), its ranks given the variables of
-:mod:`elasticgrid_provider.core.rank_environment`. iroh's runner gives each
-process a *part-local* ``RANK`` and ``WORLD_SIZE``; the launch adds
-``ELASTICGRID_RANK_OFFSET`` and the global ``ELASTICGRID_WORLD_SIZE``.
-:func:`distributed_context` combines them:
-
-* global rank = ``ELASTICGRID_RANK_OFFSET`` + ``RANK``;
-* global world size = ``ELASTICGRID_WORLD_SIZE``, or iroh's ``WORLD_SIZE``
-  when the job was not launched in parts (offset 0);
-* a process started by hand (no ``RANK``) is rank 0 of 1;
-* ``rendezvous_dir`` comes from ``IROH_TINKER_RENDEZVOUS`` (``None`` for an
-  object store, which the socket transport cannot use); it must be fresh for
-  every launch;
-* ``host`` is the address other hosts reach this rank at (``ELASTICGRID_HOST``,
-  set by the SSH engine; ``None`` on the Airflow worker's own machine).
-
-:func:`training_client` builds iroh-tinker's ``TrainingClient`` for the context:
-the in-process transport for one rank, else the socket transport over the
-rendezvous folder, bound to every address and published as ``host`` when the
-ranks run on several machines (iroh's default binds ``127.0.0.1``, which no
-other host can reach).
-
-:class:`StepReporter` appends one JSON line per training step to the job's
-step log (``<IROH_TINKER_JOB_DIR>/steps.jsonl``), on global rank 0 only, so a
-job has exactly one. Each line is one ``write`` on an ``O_APPEND``
-descriptor: readers see whole lines, but must ignore an unfinished last one.
-
-:class:`Checkpoint` commits a job's progress to the shared folder
-(``ELASTICGRID_SHARED_DIR``, which outlives every relaunch) and resumes from
-it: rank 0 writes the state first, then ``progress.json`` (``{"completed_steps":
-n, ...}``), each through a temporary file and an atomic rename, so the
-checkpoint is always consistent; every rank reads it on start and continues
-from step ``n``, whatever the world size now is. The newest launch owns the
-checkpoint: its global rank 0 records its launch id (``owner.json``) when it
-loads, and a rank of an older launch that still runs (on a host that was cut
-off and recovered elsewhere) fails its next commit with
-:class:`~elasticgrid_provider.core.errors.CheckpointFencedError` instead of
-writing over the new launch's progress.
-
-Every committed step is in the step log exactly once, kills included, when
-the commit carries the step's line and rank 0 replays it on resume::
-
-    reporter.replay(checkpoint)                    # on start: a line the last kill lost
-    for step in range(completed, steps):
-        ...
-        line = reporter.sample(step, duration_s, queue_s, tokens=tokens)
-        checkpoint.save(step + 1, state, step_record=line, step_log=reporter.path)
-        reporter.write(line)                       # a kill before this: replayed on resume
-
-A step killed before its commit is computed again and logged once; one
-killed between the commit and the log line is not computed again, and
-:meth:`StepReporter.replay` writes its line (to the log it was meant for)
-unless the log already has it.
-
-No Airflow, no iroh_tinker: cheap to import in every rank.
+:func:`distributed_context` (global rank and world size across a placement's parts),
+:func:`training_client` (iroh-tinker's client, reachable from other hosts),
+:class:`StepReporter` (the job's one step log) and :class:`Checkpoint` (progress in the shared
+folder, owned by the newest launch; with the reporter, every committed step is logged exactly
+once, kills included). No Airflow, no iroh_tinker: cheap to import in every rank.
 """
 
 from __future__ import annotations
@@ -177,7 +126,7 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
 
 
 def training_client(context: DistributedContext | None = None, **options: Any) -> Any:
-    """iroh-tinker's ``TrainingClient`` for this process (module docstring); ``options`` are
+    """iroh-tinker's ``TrainingClient`` for this process (docs/runtime.md); ``options`` are
     its other arguments (``base_model``, ``backend``, ...). A multi-rank job needs a ``dir:``
     rendezvous: without one this raises ``ValueError``."""
     import iroh_tinker.client as iroh_client
@@ -220,7 +169,7 @@ def training_client(context: DistributedContext | None = None, **options: Any) -
 
 
 class StepReporter:
-    """Appends one JSON line per training step to the job's step log (module docstring);
+    """Appends one JSON line per training step to the job's step log (docs/runtime.md);
     ``path`` overrides ``<job_dir>/steps.jsonl``, ``all_ranks=True`` writes on every rank."""
 
     def __init__(
@@ -287,7 +236,7 @@ class StepReporter:
 
 
 def _append_line(path: Path, record: dict[str, Any]) -> None:
-    """One ``write`` of one JSON line on an ``O_APPEND`` descriptor (module docstring)."""
+    """One ``write`` of one JSON line on an ``O_APPEND`` descriptor: readers see whole lines."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

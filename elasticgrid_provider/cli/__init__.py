@@ -1,37 +1,11 @@
 """The ``elasticgrid`` command: the grid, placements, launch parts and scale decisions.
 
-Commands (``--help`` lists the options; the README gives the synopsis): ``providers``,
-``plan --nodes N``, ``spec --nodes N``, ``simulate --samples FILE [--timeline]``,
-``simulate --state FILE [--decision I]``, ``schema state|decision``, ``fleet``
-(:mod:`~elasticgrid_provider.cli.fleet`), ``stop JOB`` (:mod:`~elasticgrid_provider.cli.stop`),
-``machines JOB`` (:mod:`~elasticgrid_provider.cli.machines`); ``--version``.
-
-``--json`` is accepted before or after the command. Exit status: 0 on success; 1
-when ``simulate --state`` replays a decision that differs from the recorded one, or a
-``stop`` could not finish (:class:`~elasticgrid_provider.core.errors.JobStopError`); 2 on
-any user error (a missing or unreadable file, bad JSON, a missing or wrong-typed
-field, NaN, an impossible size, a bad option), printed as one line, ``error: ...`` on
-stderr (``{"error": "..."}`` on stdout with ``--json``), never a traceback.
-
-JSON output (``--json``), keeping 0.1.0's keys:
-
-* ``providers``: ``{"providers": [Provider.model_dump(), ...]}``; ``plan``: ``Placement.model_dump()``;
-* ``spec``: ``{"job_name", "placement", "world_size", "parts": [{"part_name",
-  "provider", "nodes", "rank_offset", "world_size", "infra", "spec"}]}``;
-* ``simulate``: ``{"window", "decision"}``: the window's signals plus ``size``,
-  ``kept``, ``total``, ``dropped`` and ``other_size`` (samples measured at another
-  size than the current), and ``ScaleDecision.model_dump()``;
-* ``simulate --timeline``: ``{"timeline": [{"sample" (1-based), "step", "time",
-  "window_samples", "decision"}], "window"}``;
-* ``simulate --state``: ``{"replay": {"state_file", "job_name", "index", "history_size",
-  "matches", "differences", "older_policy"}, "window", "recorded", "decision"}``, where
-  ``older_policy`` says the record predates the restart-aware policy's inputs.
-
-The package: :mod:`~elasticgrid_provider.cli.parsing` (argparse; the input files),
-:mod:`~elasticgrid_provider.cli.commands` (run a command, return a ``Result``) and
-:mod:`~elasticgrid_provider.cli.rendering` (text, JSON, errors). To add a command: an
-``add_<name>_arguments`` in ``parsing``, a ``run_<name>`` in ``commands``, and one
-:class:`Command` in :data:`COMMANDS`.
+Its commands, options, exit status and JSON output: docs/cli.md. A user error exits 2 with one
+line, never a traceback. The package: :mod:`~elasticgrid_provider.cli.parsing` (argparse; the
+input files), :mod:`~elasticgrid_provider.cli.commands` (run a command, return a ``Result``) and
+:mod:`~elasticgrid_provider.cli.rendering` (text, JSON, errors); ``fleet``, ``stop`` and
+``machines`` have modules of their own. To add a command: an ``add_<name>_arguments`` in
+``parsing``, a ``run_<name>`` in ``commands``, and one :class:`Command` in :data:`COMMANDS`.
 """
 
 from __future__ import annotations

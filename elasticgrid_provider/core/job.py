@@ -1,38 +1,13 @@
 """What a launched job is, and how its state is summarised.
 
 A job is launched as one iroh-tinker job *part* per provider share
-(:mod:`elasticgrid_provider.core.launch_spec`). The :class:`JobManifest` is written next to the parts before any part
-starts, so a retry that finds running parts knows they are ours and never
-starts a second copy. A :class:`JobSnapshot` joins the manifest with each
-part's live status into one status word:
-
-* ``failed``   when any part failed;
-* ``running``  when any part still runs (and none failed);
-* ``done``     when every part finished successfully;
-* ``stopped``  when the parts were stopped (by a resize, ``on_kill`` or a user);
-* ``launching`` while the manifest exists but no part has reported yet.
-
-The job has ended when its status is terminal (``done``, ``failed`` or
-``stopped``: :attr:`JobStatus.is_terminal`, the one definition every wait and
-page uses).
-
-The manifest also records the launch's phase (``state``: ``starting``,
-``running`` once confirmed, ``stopping`` before its parts are stopped,
-``stopped``, or ``down``; ``down_reason`` says why a launch is down, stopping
-or stopped; see :class:`~elasticgrid_provider.core.launch_record.LaunchPhase`)
-and salted fingerprints of
-what it runs, so attach can compare without keeping ``envs`` values at rest.
-A manifest written before these fields existed reads as a confirmed launch
-with no fingerprints (so the next launch relaunches rather than attaches).
-
-Everything here is plain data that round-trips through JSON (XCom, logs).
-
-Manifest versions: ``manifest.json`` is a record
-(:mod:`~elasticgrid_provider.core.records`, :data:`MANIFEST_LAYOUT`); one without
-``schema_version`` is version 1. A worker refuses a newer major in one sentence
-(upgrade the worker) and leaves the manifest as it is; the fields a newer minor
-added to the manifest or to its parts are kept when it rewrites the manifest (a new
-launch writes a new one).
+(:mod:`elasticgrid_provider.core.launch_spec`). Its :class:`JobManifest` (a record:
+:data:`MANIFEST_LAYOUT`, written next to the parts before any part starts) records the launch's
+phase (:class:`~elasticgrid_provider.core.launch_record.LaunchPhase`) and salted fingerprints
+of what it runs, so a retry knows the parts are its own and never starts a second copy. A
+:class:`JobSnapshot` joins the manifest with each part's live status into one
+:class:`JobStatus` word, whose :attr:`JobStatus.is_terminal` is the one definition of "ended"
+(docs/operators.md, "LaunchOperator"). Plain data that round-trips through JSON (XCom, logs).
 """
 
 from __future__ import annotations
@@ -62,7 +37,10 @@ MANIFEST_LAYOUT = RecordLayout("job manifest", major=1, unversioned=1)
 
 
 class JobStatus(Choice):
-    """A job's (or one part's) status word (module docstring)."""
+    """A job's (or one part's) status word: ``failed`` when any part failed; ``running`` when
+    any part still runs (and none failed); ``done`` when every part finished; ``stopped`` when
+    the parts were stopped (a resize, ``on_kill``, a user); ``launching`` while the manifest
+    exists but no part has reported yet."""
 
     LAUNCHING = "launching"
     RUNNING = "running"
@@ -103,7 +81,10 @@ class PartRecord(ForwardCompatible, JsonModel):
 
 @model
 class JobManifest(ForwardCompatible, JsonModel):
-    """Which parts make up a job, at which placement, from which launch."""
+    """Which parts make up a job, at which placement, from which launch. One written before the
+    launch phase and fingerprints existed reads as a confirmed launch without fingerprints (the
+    next launch relaunches rather than attaches); a newer major is refused in one sentence and
+    left as it is; a newer minor's fields are kept when it is rewritten."""
 
     LAYOUT = MANIFEST_LAYOUT
 
@@ -134,7 +115,7 @@ class JobManifest(ForwardCompatible, JsonModel):
 
 
 def overall_status(part_statuses: list[str]) -> JobStatus:
-    """Fold the parts' status words into the job's (rules in the module docstring)."""
+    """Fold the parts' status words into the job's (:class:`JobStatus`)."""
     if not part_statuses:
         return JobStatus.LAUNCHING
     if JobStatus.FAILED in part_statuses:
@@ -155,7 +136,7 @@ class JobSnapshot(JsonModel):
 
     @property
     def status(self) -> JobStatus:
-        """The job's status word (see the module docstring)."""
+        """The job's status word (:class:`JobStatus`)."""
         return overall_status([part.status for part in self.parts])
 
     @property

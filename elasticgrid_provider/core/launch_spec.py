@@ -1,42 +1,15 @@
 """Render a placement into iroh-tinker launch specs.
 
-iroh-tinker's ``JobManager.launch`` walks ``resources.infra`` in order and runs
-the *whole* job on the first target that provisions. One spec
-with ``num_nodes=100`` and ``infra=[aws, gcp]`` therefore asks aws for all 100
-nodes. So a placement is launched as **parts**: one iroh-tinker job per
-provider share, named ``<job>--<provider>``, each with only its own engine
-target, all sharing one rendezvous, and each telling its ranks where they sit
-in the global job through the environment variables of
-:mod:`elasticgrid_provider.core.rank_environment`;
-:mod:`elasticgrid_provider.runtime` turns them into a global rank.
+iroh-tinker's ``JobManager.launch`` runs the *whole* job on the first ``resources.infra``
+target that provisions, so a placement is launched as **parts**: one iroh-tinker job per
+provider share, named ``<job>--<provider>``, each with only its own engine target, all sharing
+one fresh rendezvous (:mod:`elasticgrid_provider.core.rendezvous`), each telling its ranks where
+they sit in the global job (:mod:`elasticgrid_provider.core.rank_environment`). The rules of a
+part (names, a fresh rendezvous per launch, params, reserved variables, refused engines):
+docs/operators.md ("Parts").
 
-Rules:
-
-* Rendezvous URIs follow :mod:`elasticgrid_provider.core.rendezvous`.
-* **Every launch needs a fresh rendezvous.** iroh's socket transport publishes
-  ``rank-<n>.json`` in the rendezvous directory and trusts whatever it finds
-  there; files left by an earlier launch (at another world size) make ranks
-  dial dead peers. The caller picks a new directory/prefix per launch.
-* A multi-process job launched in parts must name a rendezvous: iroh's
-  default (``.cache/iroh_tinker`` relative to the launcher's working
-  directory) is shared by every job and never cleaned.
-* Job names are directory names: 1-128 characters of ``A-Z a-z 0-9 . _ -``,
-  starting with a letter or digit, and without ``--`` (reserved as the
-  job/provider separator, so a part name splits back unambiguously).
-  Provider names used in parts follow the same character rule.
-* A provider on iroh-tinker's own cloud engines (``aws``, ``gcp``, ``azure``) is
-  never launched: the whole launch is refused in one sentence before any part is
-  rendered (:attr:`~elasticgrid_provider.core.placement.Placement.launch_refusals`).
-* A provider's ``params`` become the part's ``resources.params``. On an SSH
-  provider, ``hosts`` becomes the hosts of the part's own nodes (its first
-  ``nodes`` entries, one per node) and ``remote_dir`` gains the part name, so
-  that jobs sharing a pool never share a working folder (on an EC2 provider too).
-* ``options.envs`` may not set the variables above nor the ones iroh's
-  runner owns (``RANK``, ``WORLD_SIZE``, ``IROH_TINKER_JOB_DIR``,
-  ``IROH_TINKER_RENDEZVOUS``): they would be silently overridden.
-
-Pure: no Airflow, and iroh_tinker (which pulls numpy) only inside the
-functions that validate a spec (Airflow parses importers every few seconds).
+Pure: no Airflow, and iroh_tinker (which pulls numpy) only inside the functions that validate
+a spec (Airflow parses importers every few seconds).
 """
 
 from __future__ import annotations
@@ -97,7 +70,7 @@ class RecoveryMode(Choice):
 
 
 def check_job_name(name: Any) -> str:
-    """Return ``name`` if it is a valid job name (see the module rules), or raise."""
+    """Return ``name`` if it is a valid job name (docs/operators.md, "Parts"), or raise."""
     check_text("job name", name)
     if not _NAME_PATTERN.fullmatch(name) or len(name) > MAX_NAME_LENGTH:
         raise ElasticGridError(
@@ -227,7 +200,8 @@ def _checked(placement: Any, name: str, options: Any) -> tuple[Placement, Launch
 
 
 def _engine_params(provider: Provider, part: str, nodes: int) -> dict[str, Any]:
-    """The part's ``resources.params``: the provider's, scoped to the part (module rules)."""
+    """The part's ``resources.params``: the provider's, scoped to the part (an SSH provider's
+    hosts of its own nodes, ``remote_dir`` under the part's name; docs/operators.md, "Parts")."""
     params = dict(provider.params)
     if provider.runs_on_ec2 and params.get("remote_dir"):
         params["remote_dir"] = f"{str(params['remote_dir']).rstrip('/')}/{part}"
@@ -344,7 +318,7 @@ class LaunchPart:
 def build_launch_parts(
     placement: Placement, name: str, options: LaunchOptions
 ) -> tuple[LaunchPart, ...]:
-    """Render one launch part per provider share, in failover order (module rules):
+    """Render one launch part per provider share, in failover order (docs/operators.md, "Parts"):
     global ranks are assigned in share order; every spec is validated with iroh-tinker."""
     placement, options, world_size = _checked(placement, name, options)
     if world_size > 1 and options.rendezvous is None:

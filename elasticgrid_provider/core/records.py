@@ -1,38 +1,14 @@
 """Stored records, and the one rule for reading what another release wrote.
 
-The records: a job's scale state (its Variable, with the decision history), a decision
-record (the sensor's XCom and a history entry), the grid ledger, a job's launch manifest
-and a plan's capacity request (its trigger's argument). During a rolling upgrade a worker
-of one release reads what a worker of another wrote, so each record says which layout it
-has, and every reader follows one rule.
-
-**Versions.** A record's root carries ``schema_version``, its major version, and
-``schema_minor``, its minor version (written only when it is not 0: a record of minor 0
-has exactly the layout of the releases before this rule, which refuse unknown fields).
-
-* A **minor** change adds fields an older reader may ignore and carry along: optional,
-  with a default that means what the record meant without them.
-* Anything else is a **major** change: a field renamed, removed or read differently, or a
-  new field an older reader must not ignore.
-
-**Reading** (:meth:`RecordLayout.read`, :class:`ForwardCompatible`):
-
-* under its own major, a reader keeps each field it does not know in the ``extras`` of
-  the object it belongs to (the root, or an entry of the record: a holding, a part, a
-  quarantine...) and writes it back in the same place, whatever the minor; an object the
-  reader replaces by a new one (a new holding, a new cooldown) drops the old one's;
-* a higher major is refused in one sentence (:class:`~.errors.NewerRecordError`), and
-  the record is left as it is: never moved aside, never rewritten;
-* an older major the record's layout lists as migrated is upgraded on reading; any other
-  version is refused in one sentence.
-
-Which objects keep unknown fields: every model declared ``ForwardCompatible`` (the
-record roots and the entries only records hold). Values also read as input or computed
-afresh (the window and its samples, a placement, the policy's parameters, a grid share)
-are checked strictly: a field added to one of them is a major change of the records
-that carry them.
-
-Pure: no Airflow, no I/O.
+The records (a job's scale state and its decision records, the grid ledger, a launch
+manifest, a plan's capacity request) carry ``schema_version`` (major) and ``schema_minor``
+(minor, written only when not 0). A reader keeps each field it does not know, under its own
+major, in the object it belongs to (:class:`ForwardCompatible`) and writes it back; a higher
+major is refused in one sentence (:class:`~.errors.NewerRecordError`) and the record left as it
+is; an older major the layout lists as migrated is upgraded on reading
+(:meth:`RecordLayout.read`). Values also read as input (the window, a placement, the policy's
+parameters, a grid share) are checked strictly. The rule: docs/deploying.md ("Rolling
+upgrades"). Pure: no Airflow, no I/O.
 """
 
 from __future__ import annotations

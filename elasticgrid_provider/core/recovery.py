@@ -1,40 +1,13 @@
 """Recovering a job that lost capacity: what counts as lost, the quarantine, the budget.
 
-Spot capacity gets reclaimed. A scale check that finds part of a job lost
-decides ``recover`` (its own rule in the decision record) instead of failing,
-and the pipeline's usual re-plan -> relaunch resizes the job onto what is
-left of the grid, from its checkpoint. Rules:
-
-* **Lost.** Only a confirmed launch (manifest ``state: running``) can lose
-  capacity, or one that lost it while starting or relaunching (``state:
-  lost``: every lost part's cause was a capacity notice, :func:`is_capacity_loss`;
-  the launch stopped what was left and failed; the next check recovers it
-  like any loss). A launch whose ranks died at start for another reason (a
-  failing program, ranks gone without a word) is ``down``. A part is lost when iroh-tinker reports it ``failed``, or
-  ``running`` with ranks down that did not finish (:func:`part_is_lost`).
-  Each is named with its provider, its lost global ranks (part rank plus
-  the part's rank offset) and the cause: the rank log's last line naming
-  one, else the engine's notice, else iroh-tinker's ``down ranks: [..]``
-  (:func:`loss_cause`, :func:`describe_loss`).
-* **Quarantine.** Each lost part's provider is quarantined for
-  ``quarantine_s`` seconds. Quarantines live in the job's scale state
-  (:class:`RecoveryMemory`) and appear in every record made while they
-  last; planning leaves them out and the placement says which and why.
-* **Size.** The current size, kept within ``[min_nodes, max_nodes]``, on the
-  grid without quarantined providers; when less is left, but at least
-  ``min_nodes``, the job shrinks to it.
-* **Budget.** At most ``max_recoveries`` recoveries within
-  ``recovery_window_s``; ``max_recoveries=0`` turns recovery off.
-* **Giving up.** Budget spent, or less than ``min_nodes`` left: ``give_up``
-  with one sentence saying why. The check fails with it, what is left is
-  stopped and the launch recorded down, so a later check fails the same way.
-* **Once per launch.** A check that finds a launch still lost whose recovery
-  was decided (the relaunch has not run yet) decides ``wait``, recording nothing.
-
-A stored document that does not validate is refused with one sentence.
-Pure: no Airflow, no iroh-tinker, no file access. The scale state keeps the
-memory (:func:`elasticgrid_provider.core.state.remember_recovery`); this module
-never imports the state, so the two never import each other.
+A scale check that finds part of a confirmed launch lost (:func:`part_is_lost`, its cause from
+:func:`loss_cause`) decides ``recover`` instead of failing: the job is re-planned on the grid
+without the lost providers, which stay quarantined for ``quarantine_s`` (:class:`RecoveryMemory`
+in the job's scale state), at its size within ``[min_nodes, max_nodes]`` or smaller; at most
+``max_recoveries`` within ``recovery_window_s``, once per launch, else ``give_up`` in one
+sentence (:func:`decide_recovery`). The rules: docs/recovery.md ("Recovering from lost
+capacity"). Pure: no Airflow, no iroh-tinker, no file access; this module never imports the
+state, which keeps the memory (:func:`elasticgrid_provider.core.state.remember_recovery`).
 """
 
 from __future__ import annotations
@@ -82,7 +55,7 @@ CAPACITY_PATTERN = re.compile("preempt|reclaim|evict|interrupt|terminat|capacity
 
 
 class RecoveryAction(Choice):
-    """What a recovery decision does (module docstring)."""
+    """What a recovery decision does: recover, give up, or wait (docs/recovery.md)."""
 
     RECOVER = "recover"  # relaunch on what is left of the grid
     GIVE_UP = "give_up"  # budget spent or too little left: stop the rest, fail
@@ -252,7 +225,8 @@ def decide_recovery(
     planner: GridPlanner,
     now: float,
 ) -> RecoveryDecision:
-    """Decide how to recover ``launch_id`` of ``job_name`` from its ``lost`` parts (module rules)."""
+    """Decide how to recover ``launch_id`` of ``job_name`` from its ``lost`` parts
+    (docs/recovery.md)."""
     if not lost:
         raise ElasticGridError(f"job {job_name!r} lost no part; there is nothing to recover")
     lost = tuple(lost)

@@ -1,36 +1,14 @@
 """Step samples, the rolling window over them, and the signals it yields.
 
-A training job reports one :class:`StepSample` per step: how long the step
-took, how much of that was spent queued waiting for a worker, how many nodes
-ran it and how many tokens it processed. The scale decision reads only the
-:class:`WindowSignals` of a :class:`MetricsWindow`, the last ``size`` samples.
-Rules:
-
-* a sample refuses NaN, infinity, negatives, booleans and strings with one
-  sentence naming the field (elasticgrid 0.1.0 let NaN through as "balanced");
-* everything is immutable (``MetricsWindow.add`` returns a new window), JSON
-  round trips are lossless, and errors name the entry and field at fault
-  (``window samples.3.duration_s ...``);
-* samples in a window are unique by step: a sample whose step is already there
-  replaces the older one (a step log read twice never counts a step twice);
-* ``time`` (optional) is when the step ended, in epoch seconds: the policy
-  reads arrival rates and idle gaps from it, and times samples without one
-  (old logs, hand-written) by their durations;
-* every sample field is bounded, so no arithmetic on a window can overflow
-  (1e300 step times and 1e308 durations raised ``OverflowError`` deep in the
-  policy): a step at most :data:`MAX_STEP`, ``duration_s`` and ``queue_s``
-  at most :data:`MAX_STEP_S` (a week), ``nodes`` at most :data:`MAX_NODES`,
-  ``tokens`` at most :data:`MAX_TOKENS`, a non-zero ``duration_s`` or ``tokens``
-  at least :data:`MIN_STEP_S` or :data:`MIN_TOKENS`, and ``time`` at most
-  :data:`LATEST_TIME` (2100), which refuses milliseconds and nanoseconds with
-  one sentence;
-* times are also checked against the check's clock: :func:`screen_times` leaves
-  out, with one sentence each, new samples that ended more than
-  :data:`CLOCK_TOLERANCE_S` after it (a skewed clock) or more than
-  :data:`MAX_AGE_S` before it (1970, or a clock counting from boot), so they
-  never enter the window;
-* ``queue_s`` may exceed ``duration_s`` (queueing that overlapped the previous
-  step); ``active_s`` is clamped at 0 and ``queue_fraction`` may then exceed 1.
+A training job reports one :class:`StepSample` per step (its duration, the time queued for a
+worker, its nodes and tokens, and when it ended); the scale policy reads only the
+:class:`WindowSignals` of a :class:`MetricsWindow`, the last ``size`` samples, unique by step
+(a log read twice never counts a step twice). Everything is immutable and round-trips through
+JSON losslessly. Every field is bounded, and NaN, infinity, negatives, booleans and strings are
+refused in one sentence naming the field; :func:`screen_times` leaves out samples whose
+``time`` disagrees with the check's clock. The bounds and the clock rules: docs/step-samples.md.
+``queue_s`` may exceed ``duration_s`` (queueing that overlapped the previous step):
+``active_s`` is then clamped at 0 and ``queue_fraction`` may exceed 1.
 """
 
 from __future__ import annotations

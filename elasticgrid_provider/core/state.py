@@ -1,55 +1,13 @@
-"""The scale state of one job, as it is kept between checks.
+"""The scale state of one job, as it is kept between checks (docs/sensor.md, "Records").
 
-Each check may run in a new process on another worker, so everything a
-decision depends on is in this one JSON document, one Airflow Variable per
-job (:func:`state_variable_key`):
-
-* ``window``: the rolling window of step samples at the job's current size;
-* ``cursors``: per step log, a :class:`~elasticgrid_provider.core.step_log.LogCursor`
-  (a bare byte offset in older states); for handed-in samples, the next step;
-* ``cooldown``: when the job was last resized, and in which direction;
-* ``capacity``: per-node throughput measured at each size the job ran at, kept
-  across resizes; ``recent``: the sizes recommended within ``scale_down_window_s``;
-* ``current_nodes``: the job's size when written; ``skipped_lines``: malformed
-  step-log lines skipped so far; ``revision``: incremented on every write;
-* ``history``: the newest decisions (bounded), each a :class:`DecisionRecord`
-  with its inputs, so it replays exactly;
-* ``recovery``: quarantined providers and recent recoveries
-  (:class:`~elasticgrid_provider.core.recovery.RecoveryMemory`; absent before it);
-* ``schema_version``: the layout (:data:`STATE_LAYOUT`, a record:
-  :mod:`~elasticgrid_provider.core.records`). Version 1 (before ``capacity`` and
-  ``recent``) is migrated on load: no measurements, no recent recommendations,
-  its history as recorded (it replays under today's policy). A newer major is
-  refused in one sentence (upgrade the worker); other versions too, saying what
-  to do. Fields a newer minor added (to the state, its cooldown, cursors, capacity,
-  recent recommendations and recovery memory) are kept when a check rewrites it;
-  history entries are kept as they were written.
-
-A document that is not a whole, valid state of the expected job is refused
-with one sentence; the caller must leave it alone, never replace it with a
-fresh state, or the cooldown and history are lost.
-
-History (:meth:`ScaleState.remember`, :meth:`ScaleState.remember_event`):
-
-* every scale change and every end of the job gets its own entry;
-* a hold that repeats the previous entry (same rule, same rules holding it
-  back) replaces it, keeping the newest record and a ``hold_run``
-  ``{"count", "first_at", "last_at"}``: "held 12 times by cooldown,
-  14:00-14:55" instead of twelve entries;
-* past ``limit`` entries the oldest *hold* goes first; changes and ends of the
-  job go only when nothing but them is left.
-
-A record's ``context`` carries ``readable`` (the summary line, ISO times,
-rounded signals) beside the exact values; the Variable stores history entries
-without it, derived as it is from the entry (compact JSON:
-:func:`~elasticgrid_provider.hooks.state_store.state_text`). ``hold_run`` and
-``readable`` are optional, so older states still load.
-
-One check, the same in the sensor, ``elasticgrid simulate --timeline`` and
-the policy benchmark: :meth:`ScaleState.observe` (take the samples measured
-at the current size; a resize starts a fresh window), :meth:`ScaleState.decide`
-(a record whose inputs reproduce it), :meth:`ScaleState.remember` (cooldown,
-recent recommendations, history, revision); :meth:`ScaleState.advance` runs all three.
+Each check may run in a new process on another worker, so everything a decision depends on is
+in one JSON document, one Airflow Variable per job (:func:`state_variable_key`): the window,
+the step-log cursors, the cooldown, the capacity memory, the recent recommendations, the
+bounded history (repeated holds folded into one entry, oldest holds dropped first) and the
+recovery memory, under :data:`STATE_LAYOUT`. A document that is not a whole, valid state of
+the expected job is refused in one sentence, never replaced. One check, the same in the sensor,
+``elasticgrid simulate`` and the benchmarks: :meth:`ScaleState.observe`, :meth:`ScaleState.decide`,
+:meth:`ScaleState.remember` (:meth:`ScaleState.advance` runs all three).
 """
 
 from __future__ import annotations
@@ -101,7 +59,8 @@ from elasticgrid_provider.core.validation import (
 )
 
 STATE_LAYOUT = RecordLayout("scale state", major=2, migrated=(1,))
-"""2: ``capacity`` and ``recent``; 1 is migrated (module docstring)."""
+"""2: ``capacity`` and ``recent``; a version 1 state (neither) is migrated on load: no
+measurements, no recent recommendations, its history as recorded."""
 DEFAULT_HISTORY_LIMIT = 20
 RECORD_ANNOTATIONS = ("context", "inputs", "hold_run")  # keys of an entry beside the decision
 RECENT_LIMIT = 200  # recent recommendations kept, however short the checks' interval
@@ -194,7 +153,7 @@ def _stored_history(value: Any) -> tuple[dict[str, Any], ...]:
 
 @model
 class ScaleState(ForwardCompatible, JsonModel):
-    """One job's window, cursors, cooldown clock and decision history (see module docstring)."""
+    """One job's window, cursors, cooldown clock and decision history (module docstring)."""
 
     LAYOUT = STATE_LAYOUT
 
@@ -408,7 +367,10 @@ def _hold_key(entry: dict[str, Any]) -> tuple[Any, ...] | None:
 def _with_entry(
     history: tuple[dict[str, Any], ...], entry: dict[str, Any], limit: int
 ) -> tuple[dict[str, Any], ...]:
-    """``history`` with ``entry``: repeated holds folded, then bounded (module docstring)."""
+    """``history`` with ``entry``. A hold that repeats the previous entry (same rule, same
+    rules holding it back) replaces it, keeping the newest record and a ``hold_run``
+    ``{"count", "first_at", "last_at"}``; past ``limit`` entries the oldest hold goes first,
+    changes and ends of the job only when nothing but them is left."""
     entries = list(history)
     key = _hold_key(entry)
     if key is not None and entries and _hold_key(entries[-1]) == key:

@@ -1,41 +1,14 @@
 """The provider's ec2 engine: ranks on EC2 instances it starts, and always terminates.
 
-An iroh-tinker ``Engine``, loaded as ``module=elasticgrid_provider.engines.ec2:Ec2Engine``
-(its ``name``, so ``JobManager`` rebuilds it from a job's state for ``status``, ``stop``
-and ``logs``). Params: :class:`~elasticgrid_provider.core.ec2_params.Ec2Params`. It owns
-the instances' whole life and runs the ranks on them through the ssh engine
-(:class:`~elasticgrid_provider.engines.ssh.SshEngine`: one code path for ranks on remote
-machines; ``envs`` values go on standard input, never in user data, tags or a command line).
-
-* **Found by tag, never by memory.** Every instance carries ``elasticgrid:job``,
-  ``elasticgrid:part``, ``elasticgrid:launch`` and ``Name`` (``<part>-<index>``) from
-  RunInstances on (``TagSpecifications``: no instance is ever untagged). One RunInstances per
-  instance (the first alone, the others in parallel), with a ``ClientToken`` derived from
-  (launch, part, index, market): a retried provision finds the instances already tagged, or
-  EC2 returns the same ones.
-* **Intent first.** Before RunInstances the part's local folder gets ``ec2-launch.json``
-  (launch id, part, client tokens, the launch's host key): a kill at any instant leaves
-  instances that their tags name, which a stop, a retry's sweep or the reconcile terminates.
-* **Host keys** (:mod:`.cloud_init`): one ed25519 pair per launch and part, given to the
-  instances in cloud-init user data; the worker writes ``known_hosts`` for their addresses
-  before the first connection, and checks strictly.
-* **Provision** waits until every instance is ``running`` and answers over SSH within
-  ``boot_timeout_s`` (each host on its own: its SSH port, then one checked ssh, whose
-  connection the sync and start reuse). ANY failure on the way (a capacity error on the 2nd call, a host never
-  reachable, a sync, setup or start failure) terminates every instance of the part's launch
-  found by tag, retried with backoff (:func:`~.instances.terminate_tagged`); if some survive,
-  the error names them.
-* **Capacity.** A ``ClientError`` meaning no room (:data:`~.instances.CAPACITY_CODES`) fails
-  the part with AWS's code and message, as that provider having no capacity; with
-  ``spot_fallback: on_demand`` a spot request retries on-demand, logged and recorded in the
-  intent (``fallback``) with its price.
-* **Status** probes the ranks (the ssh engine writes ``remote-status.json``), describes the
-  instances and writes ``machines.json`` (:mod:`elasticgrid_provider.core.machines`). An
-  instance reclaimed (state reason ``Server.SpotInstanceTermination``) or gone is lost
-  capacity: its ranks' log reads ``preempted: spot instance i-... reclaimed by AWS``, which
-  the recovery path takes as the cause. A part whose ranks all stopped has ended: its
-  instances are terminated.
-* **Stop** stops the ranks over SSH (best effort), then terminates by tag.
+An iroh-tinker ``Engine``, loaded as ``module=elasticgrid_provider.engines.ec2:Ec2Engine`` (its
+``name``, so ``JobManager`` rebuilds it from a job's state for ``status``, ``stop`` and
+``logs``); params: :class:`~elasticgrid_provider.core.ec2_params.Ec2Params`. It owns the
+instances' whole life and runs the ranks on them through the ssh engine (one code path for
+ranks on remote machines). Every instance is tagged from RunInstances on and found by tag,
+never by memory; the intent is recorded before RunInstances; host keys come per launch through
+cloud-init; any failure on the way terminates the part's instances. The rules, and what
+terminates the instances on every path: docs/clouds.md ("What the engine does", "Spot",
+"What it costs when things fail").
 """
 
 from __future__ import annotations

@@ -1,38 +1,13 @@
 """The grid ledger on disk, under the jobs root, changed under one grid-wide lock.
 
-Files, under the jobs root (where every worker and the triggerer see the jobs)::
-
-    .grid/ledger.json                 the ledger (core/fleet/ledger.py), JSON
-    .grid/.lock                       held (``flock``) while a transaction runs
-    .grid/ledger.json.corrupt-<time>  a ledger that could not be read, kept aside
-
-``.grid`` can never be a job's folder (a job name starts with a letter or a digit),
-and iroh-tinker lists only folders holding a ``job.json``.
-
-Rules:
-
-* :meth:`GridLedgerStore.transaction` holds the lock, reads the ledger, reconciles it
-  with the launch records of the jobs under the root, yields it, and writes what the
-  caller left in :attr:`LedgerTransaction.ledger` atomically (temporary file, fsync,
-  rename, fsync of the folder); an exception in the block writes nothing. A process
-  killed while holding the lock releases it (the kernel drops its ``flock``), and the
-  next transaction reconciles what it left (a reservation no launch confirmed expires).
-* A missing ledger is rebuilt from the launch records; a corrupt one is moved aside,
-  logged, and rebuilt, never silently lost. One a newer release wrote (a higher major:
-  :mod:`~elasticgrid_provider.core.records`) is not corrupt: a transaction refuses it in
-  one sentence (:class:`~elasticgrid_provider.core.errors.NewerRecordError`) and leaves it
-  where it is, untouched; a snapshot shows the ledger rebuilt, saying why. Fields a newer
-  minor added are kept when a transaction rewrites the ledger.
-* :meth:`GridLedgerStore.snapshot` reads without the lock and writes nothing (the file
-  is only ever replaced whole): for the CLI and the UI.
-* A jobs root that cannot be written fails with one sentence naming it.
-* A job that ended on its own holds nothing, even when nobody observed the end:
-  :func:`read_launch_records` reads a confirmed (``running``) launch whose parts
-  all ended as over. A part ended when iroh-tinker's ``job.json`` says so (``done``,
-  ``failed``, ``stopped``), or, for a part on this machine
-  (not on SSH hosts, whose ranks only their engine's probe sees), when every rank
-  process it recorded is gone. A launch still ``starting`` or ``stopping`` keeps
-  its nodes: it is in flight; so does a part whose record cannot be read.
+``.grid/ledger.json`` (:mod:`elasticgrid_provider.core.fleet.ledger`) and its ``flock``,
+``.grid/.lock``, where every worker and the triggerer see them (``.grid`` can never be a job's
+folder). :meth:`GridLedgerStore.transaction` holds the lock, reads the ledger, reconciles it
+with the jobs' launch records (:func:`read_launch_records`), yields it and writes what the
+caller left atomically, or nothing on an exception; :meth:`GridLedgerStore.snapshot` reads
+without the lock for the CLI and the UI. A missing ledger is rebuilt, a corrupt one moved
+aside and rebuilt, a newer major one refused and left alone. The rules: docs/fleet-ledger.md
+("The ledger").
 """
 
 from __future__ import annotations
@@ -101,7 +76,8 @@ def _process_gone(pid: int) -> bool:
 
 
 def part_ended(jobs_root: Path, part: PartRecord) -> bool:
-    """Whether a part of a confirmed launch runs no more (module docstring)."""
+    """Whether a part of a confirmed launch runs no more: iroh-tinker's record says it ended,
+    or, on this machine, every rank process it recorded is gone (docs/fleet-ledger.md)."""
     try:
         state = json.loads((jobs_root / part.name / PART_STATE_NAME).read_text())
     except (OSError, ValueError):
@@ -122,7 +98,7 @@ def part_ended(jobs_root: Path, part: PartRecord) -> bool:
 
 
 def launch_ended(jobs_root: Path, manifest: JobManifest) -> bool:
-    """Whether a confirmed launch's parts all ended, observed or not (module docstring)."""
+    """Whether a confirmed launch's parts all ended, observed or not (docs/fleet-ledger.md)."""
     return (
         manifest.state is LaunchPhase.RUNNING
         and bool(manifest.parts)

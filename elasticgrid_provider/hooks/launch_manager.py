@@ -1,39 +1,16 @@
 """LaunchManager: one launch of one job, from its start to its stop, and its cancellation.
 
-As KPO's ``PodManager`` owns a pod for its operator, a :class:`LaunchManager`
-owns the launch its task makes: the operator holds it, and ``on_kill`` calls
-its :meth:`~LaunchManager.stop`. Each action follows *record intent -> act ->
-confirm* (:mod:`elasticgrid_provider.core.launch_record`) under the job's lock
-(:class:`~elasticgrid_provider.hooks.job_store.JobStore`):
-
-* **attach** (start nothing) when the last launch was confirmed, every part runs,
-  and the placement and the ``run``/``envs``/``setup`` fingerprints are unchanged;
-* **adopt** (confirm it, start nothing) a launch on the same terms that a task
-  killed in its start-up grace left ``starting``, once every part started and
-  every rank is a live process of that launch: on this machine, found by the launch
-  id in its environment; on SSH hosts, by the engine's probe of each recorded rank's
-  pid and start time and the launch id its environment carries;
-* otherwise **launch** or **resize**: prepare and write the new launch
-  (:mod:`elasticgrid_provider.hooks.launch_prepare`), record the old launch
-  ``stopping`` and stop it (:mod:`elasticgrid_provider.hooks.launch_stop`), put the
-  new manifest in place, start the parts in a launcher child process
-  (:mod:`elasticgrid_provider.hooks.launcher`, so no rank inherits the task's
-  descriptors), and confirm every rank is up after the start-up grace; if not,
-  stop them, record the job ``down`` (``lost`` when capacity was taken away) and
-  raise :class:`~elasticgrid_provider.core.errors.JobLaunchError`.
-
-The grid ledger (:mod:`elasticgrid_provider.hooks.grid_capacity`): a launch or resize
-reserves its placement under its new launch id, inside the job's lock, before it
-writes, stops or starts anything (the job's own nodes are free to itself); a refusal
-raises :class:`~elasticgrid_provider.core.errors.GridCapacityError` naming the jobs
-that hold the nodes, and nothing was stopped. A confirmed launch confirms its
-reservation; a failed start, and a stop this manager makes, release the job's nodes.
-Attaching and adopting change nothing there (the launch record already holds them).
-
-Cancellation: :meth:`LaunchManager.stop` sets a flag every step checks. A launch
-still waiting for the lock starts nothing; one starting has its launcher killed
-and whatever it started stopped; one this manager launched or adopted is stopped
-by its launch id. A job it attached to keeps running.
+As KPO's ``PodManager`` owns a pod for its operator, a :class:`LaunchManager` owns the launch
+its task makes: the operator holds it, and ``on_kill`` calls :meth:`~LaunchManager.stop`
+(a flag every step checks: it stops only what this manager started or adopted). Under the
+job's lock (:class:`~elasticgrid_provider.hooks.job_store.JobStore`) it **attaches** (starts
+nothing), **adopts** a healthy start that a killed try left unconfirmed, or **launches** /
+**resizes**: reserve the placement in the grid ledger, prepare
+(:mod:`~elasticgrid_provider.hooks.launch_prepare`), stop the old launch
+(:mod:`~elasticgrid_provider.hooks.launch_stop`), start the parts in a launcher child
+(:mod:`~elasticgrid_provider.hooks.launcher`) and confirm, each step as *record intent -> act ->
+confirm* (:mod:`elasticgrid_provider.core.launch_record`). The rules: docs/operators.md
+("LaunchOperator"), docs/recovery.md ("The launch record and its phases", "Retries").
 """
 
 from __future__ import annotations
@@ -134,7 +111,9 @@ class LaunchManager:
 
     @cached_property
     def grid(self) -> GridCapacity:
-        """The grid ledger of the jobs root (module docstring)."""
+        """The grid ledger of the jobs root: a launch or resize reserves its placement there
+        before it writes, stops or starts anything; a confirmed launch confirms it; a failed
+        start, and a stop this manager makes, release the job's nodes."""
         return GridCapacity(GridLedgerStore(self.store.jobs_root))
 
     def launch(
@@ -393,8 +372,10 @@ class LaunchManager:
         return StopAction.NOTHING if self.launch_id is None else StopAction.STOPPED
 
     def stop(self) -> StopAction:
-        """``on_kill``: stop what this manager started (module docstring), and cancel every
-        step still to come; a job it attached to, or has not launched yet, keeps running."""
+        """``on_kill``: stop what this manager started (a launch starting has its launcher
+        killed and what it started stopped; one launched or adopted is stopped by its launch
+        id), and cancel every step still to come; a job it attached to, or has not launched
+        yet (still waiting for the lock), keeps running."""
         self._cancelled = True
         action, manifest = self.stop_action, self._in_progress
         if manifest is not None:

@@ -1,34 +1,16 @@
 """Start a launch's parts in a child process, and find the processes a launch left.
 
-Why (issue 12): iroh-tinker's engines start ranks and ``setup`` commands with
-the descriptors of the process that calls ``JobManager.launch``; in an Airflow
-task those include the supervisor's sockets, which a rank would keep open as
-long as it runs. The launcher calls it for each part, for every engine (user
-``module=`` ones included), in a process that owns nothing of the task's:
-
-* ``stdin`` is ``/dev/null``, ``stdout``/``stderr`` a launch log *file* (a pipe
-  would stay open in every rank), every other descriptor closed;
-* its own session and process group, so ``on_kill`` can kill it, and only it;
-* it dies with the task (``PR_SET_PDEATHSIG``): a SIGKILLed task starts no more parts;
-* the task is a child subreaper, so it reaps ranks orphaned by the launcher's
-  exit (some hosts' PID 1 never does, and a zombie rank reads as running);
-* it enters each part's ``workdir`` before launching it, so the local engine's
-  ranks start there too, as the SSH engine's do on their hosts.
-
-Its environment (:func:`launcher_environment`) is the task's without Airflow's private
-variables (the supervisor's descriptor number, the blocked database URL, the task runner's
-``_AIRFLOW_*`` flags), which are the task's alone (the blocked database URL does not even
-parse: a new process cannot import Airflow with it). It reads no Airflow connection either
-(it could not: it has no supervisor to ask): the task resolves the connections the parts
-need (:func:`launch_connections`) and hands them over through a pipe
-(:mod:`elasticgrid_provider.engines.connection_material`), which the launcher reads, closes
-and keeps in memory before it starts anything.
-
-It writes its progress to a result file after each part. Every rank (and the
-launcher) carries ``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its
-environment, so :func:`launch_processes` finds them in ``/proc/*/environ`` even
-when iroh-tinker never recorded their pids (it does only after the engine's
-``start`` returns). Only this user's processes of this job and launch ids match.
+iroh-tinker's engines start ranks and ``setup`` commands with the descriptors of the process
+that calls ``JobManager.launch``; in an Airflow task those include the supervisor's sockets,
+which a rank would keep open as long as it runs. So the launcher, a detached child of the
+task, calls it for each part: ``stdin`` ``/dev/null``, output to a log *file*, every other
+descriptor closed, its own session and process group, dying with the task
+(``PR_SET_PDEATHSIG``), in each part's ``workdir``, with the task's environment without
+Airflow's private variables (:func:`launcher_environment`) and the connections the task
+resolved handed over through a pipe (:mod:`elasticgrid_provider.engines.connection_material`).
+It writes its progress to a result file after each part. :func:`launch_processes` finds a
+launch's processes by the ``ELASTICGRID_JOB``/``ELASTICGRID_LAUNCH_ID`` in their environment.
+docs/operators.md ("No rank holds a descriptor of the task").
 """
 
 from __future__ import annotations

@@ -1,43 +1,14 @@
 """What the hook does for parts on SSH hosts: probe, sweep, down ranks and step-log pulls.
 
-A part on SSH hosts (:mod:`elasticgrid_provider.engines.ssh`) runs where the Airflow
-workers see none of its files. Everything the hook needs from there goes through the
-engine's SSH connection, and leaves a local trace in the part's folder under the jobs
-root, so the rest of the hook reads a remote part as it reads a local one. A part on EC2
-instances (:mod:`elasticgrid_provider.engines.ec2`) is one too: its engine runs the ranks
-through the ssh engine's code and writes the same local files; its sweep terminates the
-launch's instances by tag (:func:`ec2_spec`, :func:`sweep_remote_launch`).
-
-* **Status.** Each ``JobManager.status`` call runs the engine's probe, which mirrors the
-  runner's ``done_<n>``/``attempt_<n>`` markers into the local part folder and writes
-  ``remote-status.json`` (each rank ``running``, ``stopped`` or ``unreachable``).
-  :func:`remote_down_ranks` turns it into iroh-tinker's ``down ranks: [..]`` words, which
-  a report restates with the ranks lost when it is made (:func:`with_down_ranks`).
-* **Adoption.** A retry that finds a start left ``starting`` by a killed task adopts it
-  only when every rank of each part is a live process of that launch: on this machine,
-  by the launch id in its environment; on SSH hosts, by the engine's probe, which finds
-  each recorded rank by its pid and start time and reads the launch id its environment
-  carries (:func:`remote_ranks_unconfirmed`).
-* **Sweep.** A launch killed before iroh-tinker recorded its ranks leaves processes that
-  only their environment names (``ELASTICGRID_JOB``, ``ELASTICGRID_LAUNCH_ID``):
-  :func:`sweep_remote_launch` kills them on every host of the launch's specs.
-* **Step samples.** Global rank 0 appends its steps to ``steps.jsonl`` in its part's job
-  folder *on its host*. Before a check reads the step logs, :func:`pull_step_log` copies
-  what that file gained since the last pull to a mirror at the usual local path, so the
-  step-log reader and its cursor (:mod:`elasticgrid_provider.core.step_log`) work
-  unchanged. A pull over the engine's connection was chosen over the two alternatives:
-  the engine's ``logs`` only tails lines (a cursor needs byte offsets), and a push from
-  the ranks would need the training hosts to reach Airflow, which they may not.
-
-Mirror rules: a pull asks for the bytes from where the mirror ends, at most
-:data:`PULL_LIMIT` of them (the rest comes with the next check). The first pull of a log
-longer than :data:`FIRST_PULL_BYTES` starts that far from its end, at a line start: older
-lines could never enter the window. A remote file with another inode, or shorter than
-what was pulled, was rotated or truncated: the mirror is replaced by a new file, which
-the reader treats as a rotation (steps at or below the highest taken are left out). The
-sidecar ``steps.jsonl.remote`` records the remote inode and the remote offset at which
-the mirror starts; the mirror's own size is the rest of the cursor, so a pull cut short
-by a kill resumes where its last complete write ended. The caller holds the job's lock.
+A part on SSH hosts (:mod:`elasticgrid_provider.engines.ssh`) or on EC2 instances (whose engine
+runs the ranks through the ssh engine's code) runs where the Airflow workers see none of its
+files. Everything the hook needs from there goes through the engine's SSH connection and leaves
+a local trace in the part's folder under the jobs root, so the rest of the hook reads a remote
+part as it reads a local one: the status probe's ``remote-status.json``
+(:func:`remote_down_ranks`), the adoption check of a retry (:func:`remote_ranks_unconfirmed`),
+the sweep of a killed launch's processes (:func:`sweep_remote_launch`; on EC2 it terminates the
+launch's instances by tag) and the step-log mirror (:func:`pull_step_log`). The rules:
+docs/remote-hosts.md ("How a job runs there"). The caller holds the job's lock.
 """
 
 from __future__ import annotations
@@ -228,7 +199,12 @@ def sweep_remote_launch(job_name: str, launch_id: str, spec_paths: Iterable[str]
 
 
 def pull_step_log(params: Mapping[str, Any], part_name: str, mirror: Path) -> None:
-    """Append to ``mirror`` what the part's remote step log gained (module rules)."""
+    """Append to ``mirror`` what the part's remote step log gained since the last pull: at
+    most :data:`PULL_LIMIT` bytes from where the mirror ends (the rest comes with the next
+    check); a first pull of a log longer than :data:`FIRST_PULL_BYTES` starts that far from
+    its end, at a line start; a remote file with another inode, or shorter than what was
+    pulled, starts a new mirror (read as a rotation). The sidecar records the remote inode
+    and the offset the mirror starts at, so a pull cut short by a kill resumes."""
     from elasticgrid_provider.core.ssh_params import SshParams
     from elasticgrid_provider.engines.ssh_transport import read_remote_file
 

@@ -1,41 +1,13 @@
 """LaunchOperator: run a placement as an iroh-tinker job, faithfully and once.
 
-A placement of ``a: 64, b: 36`` runs as one iroh-tinker job part per provider
-share through the task's :class:`~elasticgrid_provider.hooks.launch_manager.LaunchManager`
-(:attr:`LaunchOperator.launch_manager`), so a retry is safe: it
-attaches to a job that runs this placement with the same ``run``, ``envs`` and
-``setup``, else resizes; a part that fails to provision, or ranks not up after
-``startup_grace_s``, fail the task naming what failed (the hook stops what it
-started and records the job down): a dead job is never reported as launched.
-
-Before it stops or starts anything, the launch reserves its placement in the grid
-ledger (docs/fleet-ledger.md). Where other jobs' nodes leave it no room (another job
-took them after the plan), it stops nothing and plans again as its plan would now;
-where nothing fits, ``on_shortfall`` waits, takes what fits or fails
-(:mod:`~elasticgrid_provider.operators.launch_grid`). The job's nodes go back to the
-grid when its launch fails to start, when the task stops it, and when the wait sees
-the job end; a launch that fails before it started anything gives back at once the
-nodes its plan reserved for it (the upstream plan's XCom ``reservation``), instead of
-leaving them reserved until the reservation's lease ends.
-
-The job's identity and state go to XCom (key ``job``) right after the launch.
-With ``wait_for_completion`` the task then waits for the job to end, polling
-in the worker or, with ``deferrable``, in the triggerer; a failed job fails
-the task with the tail of the failing rank's log.
-
-``on_kill`` calls the launch manager's ``stop()``, which stops only what this
-task started: the launch in progress, or the launch it confirmed (or adopted:
-a start that an earlier try, killed in its start-up grace, left unconfirmed
-with every rank up, which a retry confirms instead of restarting). A job it
-attached to, or was still waiting (on the job's lock) to launch or attach to,
-keeps running. A killed task fails.
-
-Once the fields are rendered, the rendered-fields view shows every ``envs``
-value as ``***``, and the secret ones go to Airflow's secrets masker, so no log
-shows them: those of the keys named in ``secret_envs``, of keys Airflow deems
-sensitive, and the passwords of URLs (:mod:`elasticgrid_provider.core.secret_envs`).
-The other values stay readable wherever they appear (a job ``chaos-resize`` with
-``CHAOS_ITER=resize`` is logged as it is named).
+A thin operator over the task's :class:`~elasticgrid_provider.hooks.launch_manager.LaunchManager`
+(:attr:`LaunchOperator.launch_manager`): one iroh-tinker job part per provider share; a retry
+attaches or resizes, never starts a second copy; the placement is reserved in the grid ledger
+before anything stops or starts (a placement that no longer fits is planned again:
+:mod:`~elasticgrid_provider.operators.launch_grid`); the job goes to XCom right after the
+launch; ``wait_for_completion`` waits in the worker or the triggerer; ``on_kill`` stops only
+what this task started; only secret ``envs`` values reach the secrets masker
+(:mod:`elasticgrid_provider.core.secret_envs`). The rules: docs/operators.md ("LaunchOperator").
 """
 
 from __future__ import annotations
@@ -186,7 +158,7 @@ class LaunchOperator(BaseOperator, LaunchGrid):
 
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         """Render, mask the secret ``envs`` values and hide them all from the rendered-fields
-        view, before the rendered fields are stored (module docstring)."""
+        view, before the rendered fields are stored (docs/operators.md, "Secrets")."""
         super().render_template_fields(context, jinja_env)
         if isinstance(self.envs, Mapping) and not isinstance(self.envs, HiddenValues):
             self._mask_secret_envs()
@@ -428,8 +400,10 @@ class LaunchOperator(BaseOperator, LaunchGrid):
         raise AirflowException(f"job {job_name!r} was {status} before it finished")
 
     def on_kill(self) -> None:
-        """Stop only what this task started, through its launch manager (module docstring);
-        a launch waiting for nodes leaves the grid's queue."""
+        """Stop only what this task started, through its launch manager: the launch in
+        progress, or the one it confirmed or adopted; a job it attached to, or was still
+        waiting to launch or attach to, keeps running. A launch waiting for nodes leaves the
+        grid's queue."""
         self._killed = True
         self.grid_wait.leave_on_kill(self.job_name)
         manager = self.launch_manager

@@ -1,42 +1,12 @@
 """The one allocator: who holds how many nodes of a grid, who queues, and why.
 
-Every decision that hands out a shared grid's nodes calls :func:`allocate`: the scale
-check's room for a scale-up (:func:`~elasticgrid_provider.core.policy.claim.room_for`), a
-plan's or a waiting launch's request (:func:`decide_shortfall`), and the choice of whom to
-shrink for it (:func:`plan_preemption`). A decision the sensor makes is one the plan honours,
-because both are this function of the same claims.
-
-**Order** (:func:`order_key`, the only place jobs are ordered):
-
-1. priority, highest first;
-2. within a priority: jobs whose deadline is at risk and still reachable (they hold fewer
-   than their ``deadline_nodes``), least slack per node they lack first; then queued
-   launches (a job at 0 nodes does no work at all); then jobs that only grow, by gain per
-   node net of the restart price, highest first (a claim with no ``remaining_s`` measured
-   yet counts 0);
-3. then queued launches before running jobs, then arrival (``since``), then name: a job's
-   queue place survives a re-plan.
-
-A job is **hopeless** when no size it could get meets its deadline (its ``slack_s`` is
-below 0, or its ``deadline_nodes`` exceed the grid): it is recorded as such and competes as
-a job without a deadline (it keeps running; it no longer starves jobs that can make it).
-A stream's demand is its need: its claim's ``deadline_nodes`` is the size its demand asks.
-
-**Two passes**, in that order, over the free nodes:
-
-1. *needs*: a queued launch needs the size it accepts (``accepts``: its wanted size when it
-   waits for all of it, else its ``min_nodes``), and at least its deadline size; a job at
-   risk needs its deadline size. A need that fits is granted. One that does not fit may
-   shrink elastic jobs of a strictly lower priority (:func:`_victims`), only when the shrinks
-   make the whole need fit (else nobody is shrunk) and never a victim below its
-   ``min_nodes``, nor one that meets its deadline below its deadline size unless the claimant
-   saves its own deadline. A launch that still does not fit waits, and the free nodes it
-   needs are held for it (no job after it grows into them).
-2. *wishes*: the free nodes left go in the same order up to each job's wanted size; a running
-   job grows only when the growth repays its restart (:meth:`JobClaim.net_gain`), and a job
-   shrunk in this round does not grow back.
-
-Pure: no I/O, no clock.
+Every decision that hands out a shared grid's nodes calls :func:`allocate`: the scale check's
+room for a scale-up (:func:`~elasticgrid_provider.core.policy.claim.room_for`), a plan's or a
+waiting launch's request (:func:`decide_shortfall`), and the choice of whom to shrink for it
+(:func:`plan_preemption`). A decision the sensor makes is one the plan honours, because both
+are this function of the same claims. :func:`order_key` is the only place jobs are ordered;
+the rules (the order, hopeless jobs, needs then wishes, preemption that counts both sides):
+docs/fleet.md ("The allocator"). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -55,7 +25,7 @@ from elasticgrid_provider.core.fleet.sharing import (
     shortfall_sentence,
 )
 
-AT_RISK, LAUNCH, GROWTH = 0, 1, 2  # the tiers within a priority (module docstring)
+AT_RISK, LAUNCH, GROWTH = 0, 1, 2  # the tiers within a priority (docs/fleet.md, "The allocator")
 TIER_WORDS = {AT_RISK: "deadline at risk", LAUNCH: "queued launch", GROWTH: "growth"}
 
 
@@ -112,7 +82,7 @@ class Allocation:
 
 
 def is_hopeless(claim: JobClaim, capacity: int | None = None) -> bool:
-    """No size it could get meets its deadline (module docstring)."""
+    """No size it could get meets its deadline (docs/fleet.md, "The allocator")."""
     if not claim.deadline_nodes:
         return False
     if claim.slack_s is not None and claim.slack_s < 0:
@@ -135,7 +105,7 @@ def tier(claim: JobClaim) -> int:
 def order_key(
     claim: JobClaim, capacity: int | None = None
 ) -> tuple[int, int, float, bool, float, str]:
-    """The one order of jobs on a grid (module docstring)."""
+    """The one order of jobs on a grid (docs/fleet.md, "The allocator")."""
     claim = effective(claim, capacity)
     rank = tier(claim)
     if rank == AT_RISK:
@@ -153,7 +123,8 @@ def ordered(claims: Iterable[JobClaim], capacity: int | None = None) -> list[Job
 
 
 def _need(claim: JobClaim) -> int:
-    """The size it must reach to be served (module docstring), within what it wants."""
+    """The size it must reach to be served, within what it wants (docs/fleet.md, "The
+    allocator")."""
     if claim.nodes == 0:
         accepts = claim.accepts or claim.min_nodes
         return min(max(accepts, claim.deadline_nodes, 1), claim.wanted)
@@ -206,7 +177,7 @@ def allocate(
     preempt: bool = True,
 ) -> Allocation:
     """Hand ``free`` nodes (and, with ``preempt``, lower priorities' nodes) to ``claims``
-    (module docstring); ``capacity`` is the grid's size, for the hopeless test."""
+    (docs/fleet.md, "The allocator"); ``capacity`` is the grid's size, for the hopeless test."""
     if free < 0:
         raise ValueError(f"free nodes {free} must be 0 or more")
     raw = {claim.job: claim for claim in claims}

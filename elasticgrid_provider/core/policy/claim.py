@@ -1,38 +1,14 @@
 """A job's claim on a shared grid, read from the grid ledger and its own scale decision.
 
-The scale check (:mod:`elasticgrid_provider.core.check`) uses these to turn the ledger
-into the :class:`~elasticgrid_provider.core.policy.grid.GridShare` the policy decides with,
-and a decision that wants more than fits into the ledger's entries:
-
-* :func:`grid_share`: who holds what and a shrink request for the job; None when no other
-  job uses or waits for the grid and nobody asked the job to shrink (then the policy
-  decides as for a job alone on its grid);
-* :func:`job_request`: the job's claim, as the queue keeps it: the size, the gain per
-  node from the throughput the job measured at its sizes
-  (:func:`~elasticgrid_provider.core.fleet.sharing.gain_per_node`), the time its work has
-  left, the restart price (``startup_s``), and its need (:func:`deadline_need`): the size
-  its deadline needs with the seconds it has to spare there, or a stream's demand;
-* :func:`room_for`: the most nodes the job may have now, by the one allocator
-  (:func:`~elasticgrid_provider.core.fleet.allocator.allocate`) over every claim on the
-  grid (:func:`holder_claims`), the plan's rule too;
-* :func:`holder_claims`: the jobs on the grid as the allocator sees them (a running job's
-  priority and ``min_nodes`` from its reservation, a ``min_nodes`` never recorded counting
-  as its size, so it is never shrunk; its deadline from its standing);
-* :func:`claim_the_grid`: one check's part: decide with the grid's share; a scale-up
-  queues its claim, and one beyond the room is decided again with the room (clamped, or
-  held for ``capacity``) and audited (the round goes into the ledger's ``rounds``); a job
-  whose deadline or demand is at risk and reachable asks strictly-lower-priority jobs to
-  shrink (:func:`~elasticgrid_provider.core.fleet.allocator.plan_preemption`). A decision
-  that is no scale-up takes the claim out of the queue and leaves the job's standing.
-
-A claim stays queued after a scale-up that fits, so other jobs' checks do not count the
-nodes it grows into as free before its relaunch reserves them (a reservation takes the
-job's claim out of the queue); the job's next check, its end or its stop (a release)
-takes it out. Each check that queues it again renews its lease (``SharedGrid.lease_s``:
-four of the sensor's ``poke_interval``, at least two minutes), so a claim whose sensor
-stopped checking for good lapses (:mod:`~elasticgrid_provider.core.fleet.ledger`).
-
-Pure: no Airflow, no I/O.
+The scale check (:mod:`elasticgrid_provider.core.check`) turns the ledger into the
+:class:`~elasticgrid_provider.core.policy.grid.GridShare` the policy decides with
+(:func:`grid_share`), and a decision that wants more than fits into the ledger's entries
+(:func:`claim_the_grid`): the job's claim (:func:`job_request`: size, gain per node, work left,
+restart price, deadline need or stream demand), its room by the one allocator over every claim
+on the grid (:func:`room_for`, :func:`holder_claims`: the plan's rule too), and the shrinks it
+asks of lower priorities when its deadline or demand is at risk. A claim stays queued until its
+relaunch reserves the nodes or a check wants no more; each check renews its lease. The rules:
+docs/fleet.md ("How the sensor shares"). Pure: no Airflow, no I/O.
 """
 
 from __future__ import annotations
@@ -78,7 +54,9 @@ class SharedGrid:
 
 
 def grid_share(ledger: GridLedger, job: str) -> GridShare | None:
-    """What the ledger says to ``job``'s decision, with no limit yet (module docstring)."""
+    """What the ledger says to ``job``'s decision, with no limit yet: who holds what and a
+    shrink request for the job; None when no other job uses or waits for the grid and nobody
+    asked the job to shrink (the policy then decides as for a job alone on its grid)."""
     shrink = shrink_request_for(ledger, job)
     others = [name for name in ledger.jobs if name != job]
     if not others and shrink is None:
@@ -97,8 +75,9 @@ def job_request(
     now: float,
     lease_s: float = DEFAULT_LEASE_S,
 ) -> QueuedRequest:
-    """The claim of ``decision`` made with no limit, as the queue keeps it (module docstring);
-    a decision that is no scale-up gives the job's standing (it wants what it has)."""
+    """The claim of ``decision`` made with no limit, as the queue keeps it; a decision that is
+    no scale-up gives the job's standing (it wants what it has). docs/fleet.md, "How the
+    sensor shares"."""
     current, wanted = decision.current_nodes, max(decision.target_nodes, 1)
     gain = gain_per_node(memory.throughput(), current, wanted) if 1 <= current < wanted else 1.0
     projection = decision.projection or {}
@@ -180,7 +159,7 @@ def allocation_for(
 
 def room_for(ledger: GridLedger, request: QueuedRequest, capacities: Mapping[str, int]) -> int:
     """The most nodes ``request``'s job may have now: its size after :func:`allocate` over
-    every claim on the grid, without preemption (module docstring)."""
+    every claim on the grid, without preemption (docs/fleet.md, "How the sensor shares")."""
     base = max(request.current_nodes, sum(job_usage(ledger, request.job).values()))
     return max(base, allocation_for(ledger, request, capacities)[1].nodes(request.job))
 
@@ -194,8 +173,9 @@ def claim_the_grid(
     now: float,
     log: LogLines,
 ) -> tuple[Any, GridLedger]:
-    """One check on a shared grid (module docstring): the decision record ``decide`` made
-    with the grid's share, and the ledger after it; ``log`` gets what changed."""
+    """One check on a shared grid (docs/fleet.md, "How the sensor shares"): the decision
+    record ``decide`` made with the grid's share, and the ledger after it; ``log`` gets what
+    changed."""
     ledger = grid.ledger
     share = grid_share(ledger, job)
     record = decide(share)
