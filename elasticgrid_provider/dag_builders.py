@@ -1,33 +1,13 @@
 """Builders of the elastic training pipeline's tasks: the wiring every elastic DAG repeats.
 
-An elastic training DAG starts a job, checks it, and resizes it. Starting and
-resizing are the same two tasks, a plan followed by a launch on its placement:
-
-* **start**: :func:`plan_and_launch` plans ``nodes`` over the grid with
-  :class:`~elasticgrid_provider.operators.PlanPlacementOperator` and starts the job on
-  that placement with :class:`~elasticgrid_provider.operators.LaunchOperator`;
-* **resize**: after an :class:`~elasticgrid_provider.sensors.ElasticScaleSensor`
-  decides a size (or a recovery), :func:`replan_and_relaunch` re-plans at that size
-  (``nodes=check.output``) and relaunches the job on the new placement (the launch
-  attaches when nothing changed, so a retry never starts a second copy).
-
-* **stop**: :func:`stop_teardown` adds a
-  :class:`~elasticgrid_provider.operators.StopJobOperator` for the job as the *teardown*
-  of the launches that start it, so the job is stopped however the work in between ends
-  (a failed check, a timeout, a success: a stop of a finished job has nothing to do).
-
-Each builder creates its tasks in the DAG being defined, chains them, and returns them
-as a :class:`PlannedLaunch`: the DAG file still writes the chain between the halves
-(``start.launch >> check``) and can add tasks around them; writing out the whole chain,
-edges the builders already set included, is harmless (a task's relatives are a set). The sensor stays in the DAG
-file, where its policy is read. Both builders take the grid (``providers``, else the
-connection's) and the connection once and give them to both tasks; every other keyword
-goes to the LaunchOperator.
-
-:func:`local_demo_grid` is a grid of two providers that both run on this machine's
-local iroh-tinker engine, to try the pipeline (and a real two-part resize) without a cloud.
-
-Cheap at import: only the operator modules, which a DAG file imports anyway.
+:func:`plan_and_launch` (plan ``nodes`` over the grid, launch the job on that placement),
+:func:`replan_and_relaunch` (after a scale check: re-plan at ``check.output``, relaunch; the
+launch attaches when nothing changed), :func:`stop_teardown` (a ``StopJobOperator`` as the
+teardown of the launches) and :func:`local_demo_grid` (two providers on this machine's local
+engine). Each creates its tasks in the DAG being defined, chains them and returns them as a
+:class:`PlannedLaunch`; the sensor stays in the DAG file, where its policy is read. The
+builders, their arguments and an example: docs/dag-builders.md. Cheap at import: only the
+operator modules, which a DAG file imports anyway.
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
 """A provider's ``params`` for the ec2 engine: which instances, how to reach them, where to run.
 
-Fields (``engine: "ec2"``; the provider's own ``region``, ``spot`` and ``max_nodes`` apply):
-
-* ``aws_conn_id`` (default ``aws_default``): the Airflow AWS connection that gives the
-  boto3 session, its region (unless the provider sets ``region``) and ``endpoint_url``.
-* ``instance_type``, ``image_id`` (an AMI with Python and iroh-tinker on it), ``key_name``
-  (the EC2 key pair): required. ``subnet_id``, ``security_group_ids`` (a list),
-  ``iam_instance_profile`` (a name or an ARN): optional.
-* The key pair's private key on the worker: ``ssh_key`` (a file) or ``ssh_conn_id`` (an
-  Airflow SSH connection holding it); exactly one. ``ssh_user`` (default ``ubuntu``),
-  ``python`` (the image's interpreter, default ``python3``), ``remote_dir`` (default
-  ``~/elasticgrid/<part>``), ``connect_timeout_s`` (one ssh connection, default 5).
-* ``boot_timeout_s`` (default 300): from RunInstances to every instance ``running`` and
-  answering over SSH; past it the launch fails and its instances are terminated.
-* ``tags``: extra tags (say, cost allocation), a JSON object of strings; never ``Name`` nor
-  an ``elasticgrid:`` or ``aws:`` key.
-* ``spot_fallback``: ``none`` (default) or ``on_demand``: when a spot request finds no
-  capacity, retry on-demand at ``on_demand_cost_per_node_hour`` (then required; the plan
-  prices the provider at it).
-* ``address``: ``private`` (default) or ``public``, the address the worker uses to reach
-  the instances.
-* ``user_data``: extra ``#cloud-config`` keys merged into the user data; never
-  ``ssh_keys`` (the engine gives each launch its own host key there).
-* ``rendezvous`` (``s3://...``), ``shared_dir`` (a folder every instance sees) and
-  ``checkpoint_dir`` (``s3://...`` or a folder under ``shared_dir``): how the ranks of a
-  multi-instance part find each other and keep their checkpoints.
-
-Pure: pydantic only, no network. :meth:`Ec2Params.from_provider` also checks that the
-``ssh_key`` file can be read.
+:class:`Ec2Params` (``engine: "ec2"``; the provider's own ``region``, ``spot`` and
+``max_nodes`` apply): the AWS connection, the instances (type, image, key pair, subnet,
+security groups, instance profile, tags, user data), how the worker reaches them (the key pair's
+private key as ``ssh_key`` or ``ssh_conn_id``, user, address, timeouts), the spot fallback and
+its price, and where a multi-instance part's ranks meet and keep checkpoints. Each field, its
+meaning and default: docs/clouds.md ("Params"). A bad one fails in one sentence naming the
+provider and the field, before anything is created. Pure: pydantic only, no network;
+:meth:`Ec2Params.from_provider` also checks that the ``ssh_key`` file can be read.
 """
 
 from __future__ import annotations
@@ -112,7 +92,7 @@ S3Uri = Annotated[str, BeforeValidator(_s3_uri)]
 
 @model
 class Ec2Params(JsonModel):
-    """A provider's ec2 engine parameters (module docstring)."""
+    """A provider's ec2 engine parameters (docs/clouds.md, "Params")."""
 
     instance_type: Text
     image_id: Text

@@ -1,33 +1,13 @@
 """The record a launch keeps of itself: its id, its phase and what it runs.
 
-Every action on a job follows *record intent -> act -> confirm*, and every
-destructive step is preceded by a record that says what is about to happen,
-so no window exists in which the job is gone and nothing says so:
-
-1. a resize writes all it can before touching the running job (the new
-   launch's specs, launcher request and manifest, the intent, in its spec
-   folder), then records the running launch ``stopping`` and stops it;
-2. the new manifest (``starting``, the new launch id) replaces the old one
-   **before** anything starts; the parts are started, every rank carrying
-   ``ELASTICGRID_JOB`` and ``ELASTICGRID_LAUNCH_ID`` in its environment;
-3. after a short grace period the ranks are checked, and the manifest is
-   rewritten ``running`` (confirmed), ``lost`` (parts lost their ranks, the
-   rest stopped: a scale check recovers it like a running job's loss, within
-   its recovery budget) or ``down``, with the reason;
-4. stopping a job records it ``stopping``, stops its parts, then records it
-   ``stopped``.
-
-A manifest still ``starting`` or ``stopping`` was cut short (a kill, a
-crash); the next task or check, holding the job's lock, reconciles from it:
-a retry adopts a ``starting`` launch whose every rank is up, or finds every
-process of it by its launch id, tracked by iroh-tinker or not, and stops it
-before it starts exactly once; a check fails naming what happened.
-
-What a launch runs (``run``, ``envs``, ``setup``) is kept as salted
-fingerprints, never as values, so attach can tell "same job" from "changed
-job" without keeping secrets at rest.
-
-Pure: no Airflow, no iroh-tinker, no I/O.
+Every action on a job follows *record intent -> act -> confirm*, and every destructive step is
+preceded by a record that says what is about to happen, so no window exists in which the job is
+gone and nothing says so: a launch's :class:`LaunchPhase` goes ``starting`` (before any part
+starts), ``running`` (confirmed after the start-up grace), ``lost`` or ``down`` (with the
+reason), and ``stopping`` -> ``stopped``. A record left ``starting`` or ``stopping`` was cut
+short; the next task or check reconciles from it under the job's lock. What a launch runs is
+kept as salted fingerprints, never as values. The phases and what follows each:
+docs/recovery.md ("The launch record and its phases"). Pure: no Airflow, no iroh-tinker, no I/O.
 """
 
 from __future__ import annotations
@@ -43,7 +23,7 @@ from elasticgrid_provider.core.validation import Choice
 
 
 class LaunchPhase(Choice):
-    """The phase a manifest records for its launch (``state``; module docstring)."""
+    """The phase a manifest records for its launch (``state``; docs/recovery.md)."""
 
     STARTING = "starting"  # recorded before any part starts
     RUNNING = "running"  # every rank was up after the start-up grace

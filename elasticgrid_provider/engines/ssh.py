@@ -1,31 +1,14 @@
 """The provider's ssh engine: ranks on machines reached over SSH, with no filesystem shared.
 
-An iroh-tinker ``Engine``, loaded as ``module=elasticgrid_provider.engines.ssh:SshEngine``
-(its ``name``, so ``JobManager`` rebuilds it from a job's state). It replaces
-iroh-tinker 0.5's ``SshEngine``, which runs its remote script in the wrong
-folder, starts ranks one ``ssh`` at a time, puts ``envs`` values on the
-remote command line and never detaches its ranks.
-
-* **Layout.** ``R`` (``params.remote_dir``, default ``~/elasticgrid/<part>``)
-  is the ranks' working directory; ``workdir`` is rsynced there. The part's
-  job folder is ``R/.elasticgrid``: logs ``logs/rank_<n>.log``, iroh's runner
-  markers ``done_<n>``/``attempt_<n>``, the step log ``steps.jsonl``.
-* **One ssh per host per operation**, hosts in parallel, over a multiplexed
-  connection (``ControlMaster``), with a connect timeout and a timeout on
-  every subprocess (:mod:`.ssh_transport`, which the hook's helpers
-  :func:`sweep_launch` and :func:`read_remote_file` come from). The remote side is :mod:`.remote_agent`, sent with its
-  JSON request on standard input: ``envs`` values never appear on a command
-  line and are never written on a host.
-* **Host keys** are checked (``StrictHostKeyChecking=yes``) against
-  ``known_hosts`` when given, else the user's own; never trusted on first use.
-* **Pids.** Each rank's remote pid and start time are kept in ``node.env``
-  (which iroh-tinker saves), never in ``cluster.meta["pids"]``: iroh would
-  ``os.kill`` them on this machine. ``status`` mirrors the remote markers
-  into the local job folder (iroh reads ``done_0`` there) and writes
-  ``remote-status.json`` (an unreachable host's ranks are ``stopped`` to iroh,
-  ``unreachable`` in the file), with each live rank's ``host:pid`` and the launch
-  id its environment carries: what a retry adopting a start confirms
-  (:func:`~elasticgrid_provider.hooks.remote_parts.remote_ranks_unconfirmed`).
+An iroh-tinker ``Engine``, loaded as ``module=elasticgrid_provider.engines.ssh:SshEngine`` (its
+``name``, so ``JobManager`` rebuilds it from a job's state), replacing iroh-tinker 0.5's own.
+One ssh per host per operation, hosts in parallel, over a multiplexed connection with host keys
+checked (:mod:`.ssh_transport`); the remote side is :mod:`.remote_agent`, sent with its JSON
+request on standard input, so ``envs`` values never appear on a command line or a host's disk.
+Each rank's remote pid and start time are kept in ``node.env`` (which iroh-tinker saves), never
+in ``cluster.meta["pids"]``, which iroh would ``os.kill`` on this machine; ``status`` mirrors
+the remote markers into the local job folder and writes ``remote-status.json``. The layout,
+each operation and the security rules: docs/remote-hosts.md.
 """
 
 from __future__ import annotations

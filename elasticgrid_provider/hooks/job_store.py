@@ -1,33 +1,13 @@
 """JobStore: a job's folder, its manifest, its lock and its scale state, under the jobs root.
 
-Files, under the JobManager root (``jobs_root``)::
-
-    <job>/manifest.json             which parts make up the job (JobManifest)
-    <job>/.lock                     held while a task launches, stops or checks the job
-    <job>/scale-state.json          the record that the job's state Variable was written
-    <job>/specs/<launch_id>/        the parts' launch specs (0600 in 0700 folders; envs values
-                                    ``***`` once started), the launcher's request, log and
-                                    result, and the launch's manifest until it is moved in
-    <job>/rendezvous/<launch_id>/   a fresh rendezvous per launch (stale rank addresses
-                                    from a previous size break the socket mesh)
-    <job>--<provider>/              iroh-tinker's folder for each part (0700, spec redacted)
-
-Rules:
-
-* **The lock.** An exclusive ``flock`` on ``<job>/.lock``, next to the job's
-  iroh-tinker state, which every worker that can stop or resize the job shares,
-  so a launch, a resize and a scale check of one job happen one at a time. A
-  jobs folder that cannot be written fails with one sentence naming it, before
-  anything is done.
-* **The manifest** is written atomically (:func:`~elasticgrid_provider.hooks.launch_files.write_json`);
-  :meth:`JobStore.record` rewrites it in a new launch phase (record intent ->
-  act -> confirm, :mod:`elasticgrid_provider.core.launch_record`).
-* **The scale state** is one Airflow Variable, read and written only here, under
-  the job's lock (:mod:`elasticgrid_provider.hooks.state_store`): a failed read
-  is an error, never "no state", and a state Variable that is empty, not JSON,
-  ``null``, another job's or otherwise malformed is refused with one sentence and
-  never overwritten.
-
+The files (``<job>/manifest.json``, ``<job>/.lock``, ``<job>/specs/<launch_id>/``,
+``<job>/rendezvous/<launch_id>/``, one ``<job>--<provider>/`` per part): docs/operators.md
+("Files under the jobs root"). The job's lock, an exclusive ``flock`` every worker shares, puts
+a launch, a resize, a stop and a scale check of one job one at a time; the manifest is written
+atomically and :meth:`JobStore.record` rewrites it in a new launch phase
+(:mod:`elasticgrid_provider.core.launch_record`); the scale state is one Airflow Variable, read
+and written only here, under the lock (:mod:`elasticgrid_provider.hooks.state_store`: a failed
+read is an error, never "no state"; a malformed state is refused, never overwritten).
 iroh-tinker's ``JobManager`` (which imports numpy) is built on first use only.
 """
 

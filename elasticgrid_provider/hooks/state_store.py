@@ -1,32 +1,14 @@
 """A job's scale state in Airflow: a failed read of the state is an error, never "no state".
 
-Airflow's ``Variable.get(key, default=None)`` answers the default both when the
-Variable does not exist and when the read failed: the task SDK logs each secrets
-backend's error ("Unable to retrieve variable from secrets backend ...") and asks
-the next one, and in a task the Execution API server does the same with its own
-metastore read, then answers 404. A scale state read that way turns one failed
-metadata-DB query into "no state yet", and the check would write a fresh state
-over the stored one, losing its cooldown and history.
-
-:func:`read_variable` asks the same secrets backends, in the same order, itself:
-
-* a backend that raises, or a supervisor that answers with any error but "not
-  found", fails the read (:class:`StateReadError`);
-* in a task, a "not found" from the Execution API is confirmed by listing the
-  metastore's keys, a separate query the API server does not swallow: a key that
-  is listed after all, or a listing that fails, fails the read.
-
-Airflow's secrets cache is not consulted: a state is always read fresh. Airflow
-is imported only when a Variable is read. These functions need no hook: the
-deadlines and the shared-root check call them directly (the UI plugin reads the
-metadata DB itself: ``plugins/state_cache.py``).
-
-Behind that, when it cannot be sure (a custom secrets backend that answers None
-on failure too), the check still refuses to start afresh over a state that may
-exist: each write of a job's state also records, in the job's folder
-(:data:`STATE_RECORD_NAME`), that one exists, and a state reported missing for a
-job with that record fails the read. A state that was never written (the first
-check) is the only "no state".
+Airflow's ``Variable.get(key, default=None)`` answers the default both when the Variable does
+not exist and when the read failed (each secrets backend's error is logged and skipped; in a
+task the Execution API server answers 404), so a check would write a fresh state over the
+stored one. :func:`read_variable` asks the same secrets backends, in the same order, itself:
+an error fails the read (:class:`StateReadError`), a "not found" in a task is confirmed by
+listing the metastore's keys, and a state reported missing for a job whose folder records a
+write (:data:`STATE_RECORD_NAME`) fails too. The secrets cache is never used; Airflow is
+imported only when a Variable is read. The fault and the rules: docs/recovery.md ("A failed
+read of the state is an error, never "no state"").
 """
 
 from __future__ import annotations

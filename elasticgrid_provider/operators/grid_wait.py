@@ -1,20 +1,15 @@
 """GridCapacityWait: plan under the grid lock until a request is granted, for a plan or a launch.
 
-One loop for both tasks that ask the shared grid for nodes
-(:mod:`elasticgrid_provider.hooks.grid_capacity`): the plan of a job, and a launch
-whose placement no longer fits (another job took its nodes, or its plan's
-reservation lapsed). Each look plans under the grid's lock
-(:meth:`~elasticgrid_provider.hooks.grid_capacity.GridCapacity.plan`): granted, the
-placement is reserved for the job and returned; failed (``on_shortfall="fail"``),
-the caller fails in one sentence; waiting, the request is in the grid's queue
-(asking strictly-lower-priority jobs to shrink) and the task waits, deferred in the
-triggerer (:class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`,
-resumed in the method the caller names) or polling in the worker, then looks again.
-``capacity_timeout`` and a kill take the request out of the queue.
-
-The wait is an object of its task (``task.grid_wait``), which owns what the wait holds: whether
-this process queued the job's request, whether it is inside the grid's lock (where ``on_kill``
-must not take it again), and whether the task was killed.
+One loop for both tasks that ask the shared grid for nodes: the plan of a job, and a launch
+whose placement no longer fits. Each look plans under the grid's lock
+(:meth:`~elasticgrid_provider.hooks.grid_capacity.GridCapacity.plan`): granted, the placement
+is reserved and returned; failed (``on_shortfall="fail"``), the caller fails in one sentence;
+waiting, the request is in the grid's queue and the task waits, deferred in the triggerer
+(:class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`) or polling in the
+worker, then looks again; ``capacity_timeout`` and a kill take the request out of the queue.
+The wait is an object of its task (``task.grid_wait``) that owns what the wait holds: whether
+this process queued the request, whether it is inside the grid's lock (where ``on_kill`` must
+not take it again), and whether the task was killed. docs/fleet.md ("Sharing rules").
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """The scaling conditions of a decision, as Kubernetes' HorizontalPodAutoscaler reports them.
 
-The controller (:func:`~elasticgrid_provider.core.policy.controller.decide`) computes them once, where the decision is
-made, and the record keeps them; the UI and the CLI only render them. Each is a type, a
-status (True/False), a CamelCase reason and a one-sentence message:
-
-* ``AbleToScale``: whether the policy may act on its recommendation now. False while a
-  hold other than a bound applies (cooldown: ``BackoffUp``/``BackoffDown``,
-  ``Stabilising``, ``RestartNotWorthIt``, ``NoTimeToStart``, ``FinalStretch``,
-  ``NoFreeNodes`` on a shared grid with no free node for it, named "grid capacity" in the
-  message, never the policy's ``max_nodes``); True
-  after a resize (``SucceededRescale``) or when nothing holds (``ReadyForNewScale``).
-* ``ScalingActive``: whether the window measured enough to compute a size. False with
-  too few samples (``NotEnoughSamples``) or no work in them (``NoWorkMeasured``); True with
-  ``ShrinkRequested`` when another job's shrink request set the size; else ``ValidMetricFound``.
-* ``ScalingLimited``: True only when the recommended size was clamped to ``min_nodes``
-  (``TooFewNodes``) or ``max_nodes`` (``TooManyNodes``): the policy without the bounds
-  would recommend another size, or the job runs outside them; or when the shared grid
-  left fewer nodes than the policy wants (``GridCapacity``, who holds what in the message).
-  Else ``DesiredWithinRange``.
-
-* ``DemandCovered`` (streams only): whether the current size covers the demand's recent
-  peak (``PeakCovered``, else ``BelowPeak``); the message gives the demand level, its peak,
-  the band, the size that covers them and the restart trade-off of moving there.
-
-For ``AbleToScale``, ``ScalingActive`` and ``DemandCovered`` True is the healthy status; for
-``ScalingLimited`` False is (:attr:`ConditionType.healthy_status`).
-
-Pure: no Airflow, no I/O.
+The controller (:func:`~elasticgrid_provider.core.policy.controller.decide`) computes them once,
+where the decision is made, and the record keeps them; the UI and the CLI only render them.
+Each is a type, a status (True/False), a CamelCase reason and a one-sentence message:
+``AbleToScale``, ``ScalingActive``, ``ScalingLimited`` and, for streams, ``DemandCovered``
+(:attr:`ConditionType.healthy_status` says which status is the healthy one). A hold for the
+shared grid's capacity is named "grid capacity" in the message, never the policy's
+``max_nodes``. Each condition's reasons: docs/policy.md ("Conditions"). Pure: no Airflow, no I/O.
 """
 
 from __future__ import annotations
@@ -68,7 +48,7 @@ HOLD_NAMES = {HoldRule.CAPACITY: GRID_CAPACITY}  # a rule named otherwise than b
 
 @model
 class ScaleCondition(JsonModel):
-    """One condition of a decision (module docstring)."""
+    """One condition of a decision (docs/policy.md, "Conditions")."""
 
     WHERE = "condition"
 
@@ -87,7 +67,8 @@ def able_to_scale(
     holds: Sequence[tuple[HoldRule, str]],
     cooldown_until: float | None,
 ) -> ScaleCondition:
-    """Whether a hold other than a bound stops the change the policy wants (module docstring).
+    """Whether a hold other than a bound stops the change the policy wants (docs/policy.md,
+    "Conditions").
 
     ``verb``: "scale-up" or "scale-down", the direction wanted; ``holds``: (rule, reason)
     pairs in the order the policy found them; ``cooldown_until``: when the cooldown ends.
@@ -114,7 +95,7 @@ def able_to_scale(
 
 
 def scaling_active(*, rule: DecisionRule, why: str, samples: int, measured: bool) -> ScaleCondition:
-    """Whether the window measured enough to compute a size (module docstring)."""
+    """Whether the window measured enough to compute a size (docs/policy.md, "Conditions")."""
     if rule is DecisionRule.MIN_SAMPLES:
         return ScaleCondition(ConditionType.SCALING_ACTIVE, False, "NotEnoughSamples", why)
     if rule is DecisionRule.PREEMPTED:
@@ -138,7 +119,7 @@ def scaling_limited(
     grid_limit: str | None = None,
 ) -> ScaleCondition:
     """True only when the recommendation was clamped to a bound or by the shared grid
-    (module docstring).
+    (docs/policy.md, "Conditions").
 
     ``unclamped``: what the policy would recommend without ``min_nodes``/``max_nodes``
     (None when not asked: the recommendation is at no bound, or there is none);
