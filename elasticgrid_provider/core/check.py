@@ -36,7 +36,12 @@ from elasticgrid_provider.core.recovery import (
     decide_recovery,
     quarantine_reasons,
 )
-from elasticgrid_provider.core.samples import DEFAULT_WINDOW_SIZE, StepSample, screen_times
+from elasticgrid_provider.core.samples import (
+    DEFAULT_WINDOW_SIZE,
+    MetricsWindow,
+    StepSample,
+    screen_times,
+)
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
     DecisionRecord,
@@ -124,6 +129,26 @@ def optional_number(field: str, value: Any) -> float | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     return check_number(field, number_from_text(value))
+
+
+def steps_left(remaining_steps: Any, total_steps: Any, window: MetricsWindow) -> float | None:
+    """The steps the job has left: ``remaining_steps`` as given, or ``total_steps`` less the
+    steps done by the window's newest sample (step ``n`` is the ``n + 1``-th), at least 0, and
+    unknown (None) while the window is empty (a new job, or one just resized: its progress is
+    not known yet); never both (one sentence)."""
+    remaining = optional_number("remaining_steps", remaining_steps)
+    total = optional_number("total_steps", total_steps)
+    if total is None:
+        return remaining
+    if remaining is not None:
+        raise ElasticGridError(
+            f"remaining_steps {remaining:g} and total_steps {total:g} are both set; give one "
+            "(total_steps: each check counts the steps left from the newest sample)"
+        )
+    if not window.samples:
+        return None
+    done = max(sample.step + 1 for sample in window.samples)
+    return max(0.0, total - done)
 
 
 def handed_in_samples(samples: Any) -> list[StepSample]:
@@ -220,6 +245,7 @@ class ScaleCheck:
         deadline: Callable[[], DeadlineChoice] = lambda: DeadlineChoice(None, "no deadline"),
         remaining_steps: Any = None,
         remaining_tokens: Any = None,
+        total_steps: Any = None,
         planner: GridPlanner | None = None,
         lost: Sequence[LostPart] = (),
         recovery: RecoveryPolicy | None = None,
@@ -227,7 +253,8 @@ class ScaleCheck:
     ) -> CheckOutcome:
         """One check (module docstring): ``samples`` is the raw argument (None: use the step-log
         ``chunks``); ``deadline`` is called only when a decision is made; ``planner`` proposes
-        placements and re-plans recoveries; ``grid``: the grid ledger (rule 5)."""
+        placements and re-plans recoveries; ``total_steps``: the job's steps in all, instead of
+        ``remaining_steps`` (:func:`steps_left`); ``grid``: the grid ledger (rule 5)."""
         log: list[tuple[int, str]] = []
         taken = self._take_samples(state, snapshot, now, samples, chunks, log)  # rule 2
         if lost:  # recover, give up, or wait (keeping ``state``, not ``taken``)
@@ -237,7 +264,7 @@ class ScaleCheck:
             return self._job_ended(taken, snapshot, now, task, grid, log)
         # rule 5: the deadline (bad input raises its ElasticGridError here, before any write)
         choice = deadline()
-        steps = optional_number("remaining_steps", remaining_steps)
+        steps = steps_left(remaining_steps, total_steps, taken.window)
         tokens = optional_number("remaining_tokens", remaining_tokens)
 
         def decide(share: GridShare | None) -> DecisionRecord:

@@ -58,6 +58,7 @@ class CheckInputs:
     samples: Any = None  # the raw argument; None: the job's own step logs
     remaining_steps: Any = None
     remaining_tokens: Any = None
+    total_steps: Any = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class CheckManager:
                     deadline=inputs.deadline,
                     remaining_steps=inputs.remaining_steps,
                     remaining_tokens=inputs.remaining_tokens,
+                    total_steps=inputs.total_steps,
                     planner=planner,
                     lost=job.lost,
                     recovery=inputs.recovery() if job.lost else None,

@@ -72,6 +72,8 @@ class ElasticScaleSensor(BaseSensorOperator):
         (``min_nodes=2, ...``), but not together with ``policy``.
     :param window_size, history_limit: samples in the rolling window; decisions the state keeps.
     :param remaining_steps, remaining_tokens: work left, for deadline pressure (templated).
+    :param total_steps: the job's steps in all (templated), instead of ``remaining_steps``:
+        each check counts the steps left from the newest sample's step.
     :param deadline: a datetime or ISO string (templated); default: the DAG's ``deadline=``.
     :param samples: samples to use instead of the job's step logs (templated; a list of dicts
         or its JSON, e.g. an upstream XCom); a check takes those of steps it has not seen.
@@ -94,6 +96,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         "policy",
         "remaining_steps",
         "remaining_tokens",
+        "total_steps",
         "deadline",
         "samples",
         "max_recoveries",
@@ -113,6 +116,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         window_size: int = 10,
         remaining_steps: Any = None,
         remaining_tokens: Any = None,
+        total_steps: Any = None,
         deadline: Any = None,
         samples: Any = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
@@ -133,6 +137,7 @@ class ElasticScaleSensor(BaseSensorOperator):
         self.window_size = window_size
         self.remaining_steps = remaining_steps
         self.remaining_tokens = remaining_tokens
+        self.total_steps = total_steps
         self.deadline = deadline
         self.samples = samples
         self.history_limit = history_limit
@@ -243,6 +248,7 @@ class ElasticScaleSensor(BaseSensorOperator):
             samples=self.samples,
             remaining_steps=self.remaining_steps,
             remaining_tokens=self.remaining_tokens,
+            total_steps=self.total_steps,
         )
         result = CheckManager(self.hook, self.job_name, rules, self.log).check(
             inputs, self.window_size

@@ -359,6 +359,55 @@ def test_bad_input_is_one_sentence_and_no_outcome(arguments, message):
         rules.run(ScaleState(job_name="job"), snapshot(2), T0, task=TASK, **arguments)
 
 
+def test_total_steps_counts_the_steps_left_from_the_newest_sample_at_every_check():
+    rules = ScaleCheck("job", ScalePolicy())
+
+    def deadline() -> DeadlineChoice:
+        return DeadlineChoice(T0 + 3600, "deadline argument")
+
+    state = ScaleState(job_name="job")
+    left = []
+    for now, taken in ((T0 + 10, range(4)), (T0 + 20, range(4, 7))):
+        outcome = rules.run(
+            state,
+            snapshot(2),
+            now,
+            task=TASK,
+            samples=samples(2, taken),
+            deadline=deadline,
+            total_steps="100",
+        )
+        state = outcome.state
+        left.append(outcome.record["inputs"]["remaining_steps"])
+    assert left == [96, 93]  # steps 0-3 done, then 0-6
+    # a total already reached leaves nothing
+    done = rules.run(state, snapshot(2), T0 + 30, task=TASK, deadline=deadline, total_steps=5)
+    assert done.record["inputs"]["remaining_steps"] == 0
+    # an empty window (a new job, or one just resized) does not know its progress yet
+    fresh = rules.run(
+        ScaleState(job_name="job"), snapshot(2), T0, task=TASK, deadline=deadline, total_steps=50
+    )
+    assert fresh.record["inputs"]["remaining_steps"] is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"total_steps": -1}, "total_steps"),
+        ({"total_steps": float("nan")}, "total_steps"),
+        ({"total_steps": "lots"}, "total_steps"),
+        (
+            {"total_steps": 100, "remaining_steps": 10},
+            "remaining_steps 10 and total_steps 100 are both set; give one",
+        ),
+    ],
+)
+def test_bad_total_steps_is_one_sentence(arguments, message):
+    rules = ScaleCheck("job", ScalePolicy())
+    with pytest.raises(ElasticGridError, match=message):
+        rules.run(ScaleState(job_name="job"), snapshot(2), T0, task=TASK, **arguments)
+
+
 def test_a_decision_on_bad_input_keeps_the_error_where_it_was_raised():
     # the check used to re-raise the same text from check.py, losing type and traceback
     rules = ScaleCheck("job", ScalePolicy())

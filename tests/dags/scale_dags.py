@@ -96,6 +96,11 @@ deadline_dag(
     DeadlineReference.DAGRUN_LOGICAL_DATE,
     deadline="{{ dag_run.conf['deadline'] }}",
 )
+deadline_dag(
+    "deadline_total_steps",
+    DeadlineReference.FIXED_DATETIME(FIXED_DEADLINE),
+    total_steps="{{ dag_run.conf['total_steps'] }}",
+)
 
 with DAG(dag_id="scale_check_any", schedule=None, catchup=False):
     check(min_nodes=1, max_nodes=8, min_samples=3)

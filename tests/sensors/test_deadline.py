@@ -65,6 +65,19 @@ def test_the_explicit_deadline_argument_overrides_the_dag_alert(airflow_db, jobs
     assert decision["context"]["deadline_source"] == "the deadline argument"
 
 
+def test_a_templated_total_steps_gives_the_steps_left_after_the_newest_sample(
+    airflow_db, jobs_root
+):
+    run_dag("launch_sleeping", {"job_name": "dl-total", "nodes": 2})
+    result = run_dag("deadline_total_steps", {"job_name": "dl-total", "total_steps": 1000})
+    assert result.task_states == {"scale_check": "success"}
+    decision = result.xcom("scale_check")
+    assert decision["inputs"]["remaining_steps"] == 996  # the handed-in steps 0-3 are done
+    # the deadline rule works to them: years to spare, so the job shrinks to save nodes
+    assert (decision["action"], decision["rule"]) == ("scale_down", "deadline_slack")
+    assert "the remaining 996 steps take" in decision["reason"]
+
+
 def test_no_alert_and_no_argument_means_no_deadline():
     resolved = resolve_deadline(None, None, None)
     assert resolved.at is None and resolved.timestamp is None
