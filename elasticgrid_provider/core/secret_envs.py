@@ -1,28 +1,13 @@
 """Which ``envs`` values are secret: what a launch hands Airflow's secrets masker.
 
-Airflow's masker replaces every occurrence of a registered value in every log line,
-so registering every ``envs`` value garbles logs: with ``CHAOS_ITER=resize`` a job
-named ``chaos-resize`` logs as ``chaos-***``. Only secrets are registered
-(:func:`secret_values`):
-
-* the value of a key the author names in ``secret_envs``;
-* the value of a key Airflow deems sensitive (its own rule, handed in by the caller:
-  ``password``, ``token``, ``secret``, ``api_key``, ... and ``[core]
-  sensitive_var_conn_names``);
-* in any other value, the password of a URL that carries one
-  (``scheme://user:password@host``): the password, as written and percent-decoded; a
-  password shorter than the masker's minimum (it would mask every such word in every
-  line, so Airflow refuses it) masks the URL up to its host instead.
-
-Values from Connections and Variables are masked by Airflow already. Whatever is
-registered, no ``envs`` value is ever written to a task log, a command line, a spec
-on disk or a remote file by the provider itself (the hooks keep them out).
-
-:class:`HiddenValues` is the rendered ``envs`` a LaunchOperator keeps: the values,
-read-only, whose rendered-fields view (Airflow's "Rendered Templates") shows every
-value as ``***``.
-
-Pure: no Airflow, no I/O.
+Airflow's masker replaces every occurrence of a registered value in every log line, so
+registering every ``envs`` value garbles logs (``CHAOS_ITER=resize`` turns a job
+``chaos-resize`` into ``chaos-***``). Only secrets are registered (:func:`secret_values`): the
+values of the keys named in ``secret_envs``, of keys Airflow deems sensitive (its own rule,
+handed in by the caller), and the passwords of URLs that carry one (the URL up to its host when
+the password is too short for the masker). :class:`HiddenValues` is the rendered ``envs`` a
+LaunchOperator keeps, shown as ``***`` in the rendered-fields view. The rules:
+docs/operators.md ("Secrets"). Pure: no Airflow, no I/O.
 """
 
 from __future__ import annotations
@@ -59,7 +44,7 @@ def check_secret_envs(secret_envs: Any, envs: Mapping[str, Any]) -> tuple[str, .
 
 
 def url_passwords(value: str, min_length: int) -> list[str]:
-    """What to mask of the URLs with a password in ``value`` (module docstring)."""
+    """What to mask of the URLs with a password in ``value`` (docs/operators.md, "Secrets")."""
     found: list[str] = []
     for match in _URL_WITH_PASSWORD.finditer(value):
         password = match.group("password")
@@ -79,7 +64,7 @@ def secret_values(
     sensitive: Callable[[str], bool],
     min_length: int,
 ) -> list[str]:
-    """The strings of ``envs`` to register with the secrets masker (module docstring):
+    """The strings of ``envs`` to register with the secrets masker (docs/operators.md, "Secrets"):
     ``sensitive`` is Airflow's rule for a key, ``min_length`` its masker's shortest secret."""
     named = set(secret_envs)
     secrets: list[str] = []
