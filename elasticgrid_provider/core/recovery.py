@@ -205,6 +205,15 @@ def is_capacity_loss(cause: str) -> bool:
     return bool(CAPACITY_PATTERN.search(cause))
 
 
+def taken_away(lost: Sequence[LostPart]) -> tuple[LostPart, ...]:
+    """The lost parts a provider took away (their cause is a capacity notice,
+    :func:`is_capacity_loss`), or every lost part when none has one. The ranks of a job's
+    other parts die with a part taken away (a peer's connection refused, a collective timing
+    out): they are relaunched with the job, but their providers are not to blame."""
+    taken = tuple(part for part in lost if is_capacity_loss(part.cause))
+    return taken or tuple(lost)
+
+
 def describe_loss(lost: LostPart) -> str:
     """``part P (provider 'x', global rank 3: cause)``: a lost part in a sentence."""
     ranks = ", ".join(map(str, lost.ranks))
@@ -253,7 +262,7 @@ def decide_recovery(
     until = now + policy.quarantine_s
     fresh = tuple(
         QuarantineEntry(part.provider, now, until, f"lost part {part.part}: {part.cause}")
-        for part in lost
+        for part in taken_away(lost)
         if policy.quarantine_s > 0
     )
     quarantine = RecoveryMemory(quarantine=memory.quarantine + fresh).active_quarantine(now)

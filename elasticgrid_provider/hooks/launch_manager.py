@@ -349,9 +349,10 @@ class LaunchManager:
         grace = wait_s if grace_s is None else grace_s
         what = "; ".join([*lost, *problems])
         reason = f"its ranks were not all up {grace:g} s after the start ({what})"
-        # only capacity taken away (a notice says so): the next scale check may recover it
-        taken = all(is_capacity_loss(loss.cause) for loss in losses.values())
-        phase = LaunchPhase.LOST if losses and taken and not problems else LaunchPhase.DOWN
+        # capacity taken away (a notice says so; the other parts' ranks may die with it):
+        # the launch task, or the next scale check, recovers it
+        taken = any(is_capacity_loss(loss.cause) for loss in losses.values())
+        phase = LaunchPhase.LOST if taken and not problems else LaunchPhase.DOWN
         self._give_up(manifest, reason, phase)
         raise JobLaunchError(f"job {manifest.job_name!r} is down: {reason}.")
 

@@ -1,8 +1,9 @@
 """Capacity a provider takes away while a launch starts: found, and placed again without it.
 
-A launch whose ranks are not all up after the start-up grace is recorded ``lost`` when
-every missing part was taken away with a notice saying so (a spot reclaim,
-:func:`~elasticgrid_provider.core.recovery.is_capacity_loss`), else ``down``. A lost start
+A launch whose ranks are not all up after the start-up grace is recorded ``lost`` when a
+part was taken away with a notice saying so (a spot reclaim,
+:func:`~elasticgrid_provider.core.recovery.is_capacity_loss`; the other parts' ranks may die
+with it) and nothing else went wrong, else ``down``. A lost start
 is the same loss a running job can suffer, and is recovered the same way: the providers
 that lost the parts are left out (the reason in the new placement's ``left_out``) and the
 same number of nodes is placed over the rest of the grid. They stay quarantined after the
@@ -24,18 +25,21 @@ from elasticgrid_provider.core.recovery import (
     QuarantineEntry,
     describe_loss,
     quarantine_reasons,
+    taken_away,
 )
 from elasticgrid_provider.hooks.job_reports import lost_parts
 from elasticgrid_provider.hooks.job_store import JobStore
 
 
 def startup_losses(store: JobStore, job_name: str) -> tuple[LostPart, ...]:
-    """The parts the job's last launch lost to a provider while it started (its record says
-    ``lost``); () when it failed for another reason, or was never recorded."""
+    """The parts a provider took away while the job's last launch started (its record says
+    ``lost``; parts whose ranks only died with them are not among them,
+    :func:`~elasticgrid_provider.core.recovery.taken_away`); () when it failed for another
+    reason, or was never recorded."""
     snapshot = store.job_snapshot(job_name)
     if snapshot is None or snapshot.manifest.state is not LaunchPhase.LOST:
         return ()
-    return lost_parts(store, snapshot, confirmed_only=False)
+    return taken_away(lost_parts(store, snapshot, confirmed_only=False))
 
 
 def replace_lost(

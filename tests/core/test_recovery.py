@@ -24,6 +24,7 @@ from elasticgrid_provider.core.recovery import (
     part_is_lost,
     quarantine_from_record,
     quarantine_reasons,
+    taken_away,
 )
 from elasticgrid_provider.core.state import ScaleState, remember_recovery
 
@@ -87,6 +88,26 @@ def test_a_loss_is_recovered_on_the_rest_of_the_grid_and_the_provider_quarantine
     ]
     assert "lost part job--spot (provider 'spot', global rank 0: preempted)" in decision.reason
     assert "recovery 1 of at most 2 within 600s" in decision.reason
+
+
+def test_a_part_whose_ranks_died_with_a_part_taken_away_is_relaunched_but_not_blamed():
+    collateral = LostPart(
+        part="job--onprem",
+        provider="onprem",
+        nodes=1,
+        ranks=(1,),
+        cause="ConnectionRefusedError: [Errno 111] Connection refused",
+    )
+    assert taken_away([collateral, LOST_SPOT]) == (LOST_SPOT,)
+    assert taken_away([collateral]) == (collateral,)  # no notice: every lost part is blamed
+    decision = decide(lost=[collateral, LOST_SPOT])
+    assert decision.action == RECOVER
+    assert [q.provider for q in decision.quarantine] == ["spot"]
+    placement = Placement.model_validate(decision.placement)
+    assert placement.nodes_by_provider() == {"onprem": 1, "backup": 1}
+    assert "lost part job--onprem (provider 'onprem', global rank 1: Connection" in (
+        decision.reason
+    )
 
 
 def test_the_job_shrinks_to_what_is_left_but_not_below_min_nodes():
