@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elasticgrid_provider.atomic_files import write_atomically
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import CheckpointFencedError
 from elasticgrid_provider.core.rank_environment import (
@@ -37,6 +36,7 @@ from elasticgrid_provider.core.rank_environment import (
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.validation import check_integer
+from elasticgrid_provider.object_stores import S3_SCHEME, ObjectStore, object_store
 
 STEP_LOG_NAME = "steps.jsonl"  # in the job directory of global rank 0's part
 
@@ -58,6 +58,7 @@ class DistributedContext:
     host: str | None = None
     launch_id: str | None = None
     checkpoint_dir: str | None = None
+    rendezvous_uri: str | None = None  # as the engine gave it (``s3://...`` has no folder)
 
     @property
     def nodes(self) -> int:
@@ -122,24 +123,39 @@ def distributed_context(environ: Mapping[str, str] | None = None) -> Distributed
         host=env.get(ENV_HOST) or None,
         launch_id=env.get(ENV_LAUNCH_ID) or None,
         checkpoint_dir=env.get(ENV_CHECKPOINT_DIR) or None,
+        rendezvous_uri=(env.get(ENV_RENDEZVOUS) or "").strip() or None,
     )
 
 
 def training_client(context: DistributedContext | None = None, **options: Any) -> Any:
     """iroh-tinker's ``TrainingClient`` for this process (docs/runtime.md); ``options`` are
     its other arguments (``base_model``, ``backend``, ...). A multi-rank job needs a ``dir:``
-    rendezvous: without one this raises ``ValueError``."""
+    or an ``s3://`` rendezvous (:mod:`~elasticgrid_provider.object_rendezvous`): without one
+    this raises ``ValueError``."""
     import iroh_tinker.client as iroh_client
 
     ctx = context if context is not None else distributed_context()
     if ctx.world_size == 1:
         return iroh_client.TrainingClient(rank=0, world_size=1, transport="local", **options)
-    if ctx.rendezvous_dir is None:
+    if ctx.rendezvous_dir is not None:
+        folder = str(Path(ctx.rendezvous_dir).expanduser().resolve())
+        return _socket_client(ctx, folder, options)
+    if not (ctx.rendezvous_uri or "").startswith(S3_SCHEME):
         raise ValueError(
-            f"a multi-rank run needs a dir: rendezvous for the socket transport, got "
-            f"{ENV_RENDEZVOUS}={os.environ.get(ENV_RENDEZVOUS)!r}"
+            f"a multi-rank run needs a dir: or s3:// rendezvous for the socket transport, got "
+            f"{ENV_RENDEZVOUS}={ctx.rendezvous_uri!r}"
         )
-    rendezvous_dir = str(Path(ctx.rendezvous_dir).expanduser().resolve())
+    from elasticgrid_provider.object_rendezvous import mirrored_rendezvous
+
+    with mirrored_rendezvous(str(ctx.rendezvous_uri)) as folder:
+        return _socket_client(ctx, folder, options)
+
+
+def _socket_client(ctx: DistributedContext, rendezvous_dir: str, options: dict[str, Any]) -> Any:
+    """A ``TrainingClient`` on the socket transport meeting in ``rendezvous_dir``; reachable
+    from other hosts at ``ctx.host`` when the engine gave one."""
+    import iroh_tinker.client as iroh_client
+
     arguments: dict[str, Any] = {
         "rank": ctx.rank,
         "world_size": ctx.world_size,
@@ -273,10 +289,11 @@ CHECKPOINT_FOLDER = "checkpoint"  # the checkpoint's folder inside the job's sha
 
 
 class Checkpoint:
-    """A job's progress in the shared folder: resume with :meth:`load`, commit with :meth:`save`.
+    """A job's progress in the checkpoint's store: resume with :meth:`load`, commit with
+    :meth:`save`.
 
-    ``folder`` defaults to ``ELASTICGRID_CHECKPOINT_DIR`` when the engine sets it, else to
-    ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without a shared folder
+    ``folder`` (a folder or an ``s3://bucket/prefix``) defaults to ``ELASTICGRID_CHECKPOINT_DIR``
+    when the engine sets it, else to ``<ELASTICGRID_SHARED_DIR>/checkpoint``; without either
     there is nothing to resume and :meth:`save` does nothing.
     """
 
@@ -287,30 +304,37 @@ class Checkpoint:
     ) -> None:
         self.context = context if context is not None else distributed_context()
         if folder is not None:
-            self.folder: Path | None = Path(folder).resolve()
+            location: str | os.PathLike[str] | None = folder
         elif self.context.checkpoint_dir:  # the provider's own (the ec2 engine's checkpoint_dir)
-            self.folder = Path(self.context.checkpoint_dir)
+            location = self.context.checkpoint_dir
         elif self.context.shared_dir:
-            self.folder = Path(self.context.shared_dir) / CHECKPOINT_FOLDER
+            location = Path(self.context.shared_dir) / CHECKPOINT_FOLDER
         else:
-            self.folder = None
+            location = None
+        self.store: ObjectStore | None = None if location is None else object_store(location)
+
+    @property
+    def location(self) -> str | None:
+        """Where the checkpoint is kept (a folder, or an ``s3://`` URI); None without one."""
+        return None if self.store is None else self.store.location
 
     def load(self) -> tuple[int, bytes | None]:
         """``(completed steps, the saved state or None)``; ``(0, None)`` when there is none;
-        ``ValueError`` naming the file when ``progress.json`` is unreadable. On global rank 0
+        ``ValueError`` naming the object when ``progress.json`` is unreadable. On global rank 0
         of a launch, it also takes the checkpoint for that launch (:meth:`save`'s fence)."""
         self._claim()
-        if self.folder is None or not (self.folder / PROGRESS_FILE).exists():
+        progress = self._progress()
+        if progress is None:
             return 0, None
-        progress_path = self.folder / PROGRESS_FILE
         try:
-            progress = json.loads(progress_path.read_text())
             completed = check_integer("completed_steps", progress["completed_steps"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"checkpoint {progress_path} is unreadable: {exc}") from None
+            raise ValueError(
+                f"checkpoint {self._where(PROGRESS_FILE)} is unreadable: {exc}"
+            ) from None
         name = progress.get("state")
-        state_path = self.folder / str(name or "")
-        state = state_path.read_bytes() if name and state_path.is_file() else None
+        assert self.store is not None  # a progress was read from it
+        state = self.store.read(str(name)) if name else None
         return completed, state
 
     def save(
@@ -326,12 +350,12 @@ class Checkpoint:
         ``step_record`` and ``step_log``: the step's line and its log, which
         :meth:`StepReporter.replay` writes on resume if a kill kept it from the log."""
         completed = check_integer("completed_steps", completed_steps)
-        if self.folder is None or not self.context.is_rank_zero:
+        store = self.store
+        if store is None or not self.context.is_rank_zero:
             return False
         self._check_owner()
-        self.folder.mkdir(parents=True, exist_ok=True)
         name = f"{STATE_PREFIX}{completed}.bin"
-        write_atomically(self.folder / name, state)
+        store.write(name, state)
         progress = {
             **extra,
             "completed_steps": completed,
@@ -342,43 +366,64 @@ class Checkpoint:
         if step_record is not None and step_log is not None:
             progress["step_record"] = dict(step_record)
             progress["step_log"] = str(Path(step_log).resolve())
-        write_atomically(self.folder / PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
-        for old in self.folder.glob(f"{STATE_PREFIX}*.bin"):
-            if old.name != name:
-                old.unlink(missing_ok=True)
+        store.write(PROGRESS_FILE, (json.dumps(progress) + "\n").encode())
+        for old in store.names(STATE_PREFIX):
+            if old != name and old.endswith(".bin"):
+                store.delete(old)
         return True
+
+    def _where(self, name: str) -> str:
+        """An object of the checkpoint, named for a message."""
+        return f"{(self.location or '').rstrip('/')}/{name}"
+
+    def _progress(self) -> dict[str, Any] | None:
+        """The committed ``progress.json``, or None when there is none; ``ValueError`` naming it
+        when it is no JSON object."""
+        raw = None if self.store is None else self.store.read(PROGRESS_FILE)
+        if raw is None:
+            return None
+        try:
+            progress = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(
+                f"checkpoint {self._where(PROGRESS_FILE)} is unreadable: {exc}"
+            ) from None
+        if not isinstance(progress, dict):
+            raise ValueError(
+                f"checkpoint {self._where(PROGRESS_FILE)} is unreadable: not an object"
+            )
+        return progress
 
     def _claim(self) -> None:
         """Record this launch as the checkpoint's owner (global rank 0 of a launch only)."""
         launch = self.context.launch_id
-        if self.folder is None or launch is None or not self.context.is_rank_zero:
+        if self.store is None or launch is None or not self.context.is_rank_zero:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
         owner = {"launch_id": launch, "time": epoch_now()}
-        write_atomically(self.folder / OWNER_FILE, (json.dumps(owner) + "\n").encode())
+        self.store.write(OWNER_FILE, (json.dumps(owner) + "\n").encode())
 
     def _check_owner(self) -> None:
         """Raise :class:`CheckpointFencedError` when a newer launch owns the checkpoint."""
         launch = self.context.launch_id
-        if self.folder is None or launch is None:
+        if self.store is None or launch is None:
             return
         try:
-            owner = json.loads((self.folder / OWNER_FILE).read_text()).get("launch_id")
-        except (OSError, ValueError, AttributeError):
+            owner = json.loads(self.store.read(OWNER_FILE) or b"null").get("launch_id")
+        except (ValueError, AttributeError):
             return  # never claimed (a checkpoint of an older version): nothing to fence
         if owner not in (None, launch):
             raise CheckpointFencedError(
-                f"checkpoint {self.folder} now belongs to launch {owner}; this rank's launch "
+                f"checkpoint {self.location} now belongs to launch {owner}; this rank's launch "
                 f"{launch} was replaced (its host cut off, or the job relaunched elsewhere), so "
                 "it stops without committing"
             )
 
     def pending_line(self) -> tuple[Path, dict[str, Any]] | None:
         """The step line and step log the last commit carries (``save(step_record=...)``)."""
-        if self.folder is None:
-            return None
         try:
-            progress = json.loads((self.folder / PROGRESS_FILE).read_text())
+            progress = self._progress()
+            if progress is None:
+                return None
             record, log = progress["step_record"], progress["step_log"]
             StepSample.model_validate(record, where="checkpoint step_record")
         except (OSError, ValueError, KeyError, TypeError):

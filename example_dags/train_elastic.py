@@ -177,9 +177,9 @@ def train(args: argparse.Namespace, ctx: DistributedContext) -> int:
     step_log = Path(args.step_log).resolve() if args.step_log else None
     arrivals = Path(args.arrivals).resolve() if args.arrivals else None
     rank, world = ctx.rank, ctx.world_size
-    if world > 1 and ctx.rendezvous_dir is None:
+    if world > 1 and ctx.rendezvous_dir is None and not ctx.rendezvous_uri:
         print(
-            "error: a multi-rank run needs a dir: rendezvous for the socket transport",
+            "error: a multi-rank run needs a dir: or s3:// rendezvous for the socket transport",
             file=sys.stderr,
         )
         return 2

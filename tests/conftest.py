@@ -254,6 +254,25 @@ def ssh_hosts(ssh_hosts_factory: Callable[..., Any]) -> Any:
     return ssh_hosts_factory(2)
 
 
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on a free loopback port with the bucket ``S3_BUCKET``
+    (tests/moto_server.py); each test keeps to a prefix of its own."""
+    from moto.server import ThreadedMotoServer
+
+    from tests.moto_server import S3_BUCKET, s3_client
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    s3_client(endpoint).create_bucket(Bucket=S3_BUCKET)
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _remove_session_home() -> Iterator[None]:
     yield

@@ -123,9 +123,11 @@ def remote_scale_check(conn_id: str, timeout: float, scaling: Mapping[str, Any])
     )
 
 
-def remote_training(conn_id: str, timeout: float) -> None:
-    """The job on 1 node, queue-bound: the check grows it to 2, the relaunch trains to the end."""
+def remote_training(conn_id: str, timeout: float, envs: Mapping[str, str] | None = None) -> None:
+    """The job on 1 node, queue-bound: the check grows it to 2, the relaunch trains to the end
+    (``envs``: more for its ranks)."""
     launch = remote_launch(conn_id)
+    launch["envs"] = {**launch["envs"], **(envs or {})}
     start = plan_and_launch(REMOTE_NODES, **launch)
     scale_check = remote_scale_check(conn_id, timeout, GROWS_TO_2)
     start.launch >> scale_check

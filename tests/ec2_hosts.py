@@ -16,7 +16,9 @@ is stopped, terminated or gone loses its host (every process on it dies).
 the instance is terminated with state reason ``Server.SpotInstanceTermination``
 and its host removed. ``answer=False`` makes instances never answer SSH (no
 host starts), ``boot_delay_s`` delays each host as a slow boot would, ``moto_process=True``
-runs moto in a process of its own (a benchmark's choice; no ``fail``/``reclaim`` then). Closing
+runs moto in a process of its own (a benchmark's choice; no ``fail``/``reclaim`` then),
+``serve_hosts=True`` serves it on the hosts' bridge, so that their ranks reach its S3 API
+(:meth:`FakeEc2.s3_bucket`). Closing
 removes every host, resets and stops the moto server. Root only, as the SSH
 test hosts are.
 """
@@ -74,9 +76,11 @@ class FakeEc2:
         poll_s: float = 0.1,
         set_connection: bool = True,
         moto_process: bool = False,
+        serve_hosts: bool = False,
     ):
         self.lan = SshTestHosts(0, hide=hide, pool=pool)
         self.moto_process = moto_process  # moto in a process of its own: no fail(), reclaim()
+        self.serve_hosts = serve_hosts  # moto on the hosts' bridge: ranks reach its S3 API
         self.answer = answer
         self.boot_delay_s = boot_delay_s
         self.poll_s = poll_s
@@ -128,6 +132,30 @@ class FakeEc2:
             **extra,
         }
 
+    def s3_bucket(self, name: str) -> dict[str, str]:
+        """Create bucket ``name`` on the moto server; the environment a rank's boto3 needs to
+        reach it (``serve_hosts=True``: the fake VMs' ranks reach the server too), as the
+        ``envs`` of a launch give it (a real instance has its profile and AWS's endpoint)."""
+        self.s3().create_bucket(Bucket=name)
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+        }
+
+    def s3(self) -> Any:
+        """A boto3 S3 client of the moto server."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            region_name=REGION,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
     @property
     def client(self) -> Any:
         """A boto3 EC2 client of the moto server (what tests inspect instances with)."""
@@ -160,7 +188,9 @@ class FakeEc2:
         if self.moto_process:
             self._server = MotoProcess()
         else:
-            self._server = SerialMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            # the bridge's own address is this machine's: the worker reaches it as the hosts do
+            address = f"{self.lan.prefix}.1" if self.serve_hosts else "127.0.0.1"
+            self._server = SerialMotoServer(ip_address=address, port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"

@@ -123,3 +123,25 @@ class MotoProcess:
 
 if __name__ == "__main__":
     serve_until_stdin_closes()
+
+
+S3_BUCKET = "elasticgrid-tests"  # the bucket the S3 tests make on their moto server
+TEST_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client of the moto server at ``endpoint``."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **TEST_CREDENTIALS)
+
+
+def aws_env(endpoint: str) -> dict[str, str]:
+    """The environment a process's boto3 needs to reach the moto server at ``endpoint`` (what
+    an instance profile and AWS's endpoint give a real instance)."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }

@@ -44,6 +44,7 @@ def test_context_of_a_rank_in_a_part(tmp_path):
         part_name="llm--gcp",
         job_dir=str(tmp_path / "job"),
         rendezvous_dir=str(tmp_path / "rdv"),
+        rendezvous_uri=f"dir:{tmp_path / 'rdv'}",
     )
     assert not ctx.is_rank_zero
 
@@ -273,6 +274,7 @@ def test_a_checkpoint_dir_the_engine_sets_is_where_the_checkpoint_lives(tmp_path
     env = {**part_env(tmp_path, 0), "ELASTICGRID_CHECKPOINT_DIR": str(tmp_path / "ckpt" / "job")}
     context = distributed_context(env)
     assert context.checkpoint_dir == str(tmp_path / "ckpt" / "job")
-    assert Checkpoint(context).folder == tmp_path / "ckpt" / "job"
+    assert Checkpoint(context).location == str(tmp_path / "ckpt" / "job")
     plain = distributed_context(part_env(tmp_path, 0))
-    assert plain.checkpoint_dir is None and Checkpoint(plain).folder != tmp_path / "ckpt" / "job"
+    assert plain.checkpoint_dir is None
+    assert Checkpoint(plain).location != str(tmp_path / "ckpt" / "job")

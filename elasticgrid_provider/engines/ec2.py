@@ -157,8 +157,11 @@ class Ec2Engine(Engine):
     def provision(self, job_dir: str) -> ClusterInfo:
         """Start one instance per node, wait until each runs and answers over SSH (module
         docstring); any failure terminates them all before it is raised."""
+        from elasticgrid_provider.engines.ec2_status import forget_last_launch
+
         params, folder = self.params, Path(job_dir)
         self._check_rendezvous()
+        forget_last_launch(folder)
         intent = self.record_intent(folder)
         deadline = time.monotonic() + params.boot_timeout_s
         try:
@@ -180,15 +183,7 @@ class Ec2Engine(Engine):
 
     def _check_rendezvous(self) -> None:
         """A part of several instances needs a way for its ranks to meet that is not the
-        worker's disk: ``rendezvous``/``shared_dir`` in params, or an object-store rendezvous;
-        an ``s3://`` checkpoint_dir is refused until the runtime's Checkpoint can use one."""
-        checkpoint = self.params.checkpoint_dir
-        if checkpoint is not None and checkpoint.startswith("s3://"):
-            raise ElasticGridError(
-                f"part {self.spec.name!r} params.checkpoint_dir: an s3:// checkpoint is not "
-                f"supported by elasticgrid_provider.runtime.Checkpoint yet, got {checkpoint!r}; "
-                "give a folder under shared_dir"
-            )
+        worker's disk: ``rendezvous``/``shared_dir`` in params, or an object-store rendezvous."""
         if self.spec.num_nodes < 2 or self.params.has_rendezvous():
             return
         if self.spec.rendezvous.mode in ("s3", "gs"):
@@ -402,7 +397,12 @@ class Ec2Engine(Engine):
     def status(self, cluster: ClusterInfo) -> dict[int, str]:
         """The ranks' states (the ssh engine's probe), ``machines.json`` refreshed; a part whose
         ranks all stopped has ended and its instances are terminated."""
-        from elasticgrid_provider.engines.ec2_status import lost_instances, record_losses
+        from elasticgrid_provider.engines.ec2_status import (
+            LAST_LOG_LINES,
+            keep_last_logs,
+            lost_instances,
+            record_losses,
+        )
 
         folder = Path(cluster.meta["job_dir"])
         words = self._ssh(cluster).status(cluster)
@@ -419,8 +419,16 @@ class Ec2Engine(Engine):
                 }
             )
         if words and all(word == "stopped" for word in words.values()):
+            ssh = self._ssh(cluster)
+            alive = [rank for rank in words if rank not in self._lost_ranks(cluster, losses)]
+            keep_last_logs(folder, lambda rank: ssh.logs(cluster, rank, LAST_LOG_LINES), alive)
             self._end_instances(folder, "its ranks all stopped")
         return words
+
+    @staticmethod
+    def _lost_ranks(cluster: ClusterInfo, losses: dict[str, str]) -> set[int]:
+        """The ranks whose instance is lost (their logs went with it)."""
+        return {node.rank for node in cluster.nodes if node.env.get("instance_id") in losses}
 
     def stop(self, cluster: ClusterInfo) -> None:
         """Stop the ranks over SSH (best effort), then terminate the part's instances by tag."""
@@ -431,13 +439,16 @@ class Ec2Engine(Engine):
         self._end_instances(Path(cluster.meta["job_dir"]), "stopped")
 
     def logs(self, cluster: ClusterInfo, rank: int, tail: int = 50) -> str:
-        """The rank's remote log tail; a rank whose instance was lost reads the cause."""
-        from elasticgrid_provider.engines.ec2_status import recorded_cause
+        """The rank's remote log tail; a rank whose instance was lost reads the cause, one whose
+        part ended reads the lines kept before its instances were terminated."""
+        from elasticgrid_provider.engines.ec2_status import kept_log, recorded_cause
 
-        cause = recorded_cause(Path(cluster.meta["job_dir"]), rank)
+        folder = Path(cluster.meta["job_dir"])
+        cause = recorded_cause(folder, rank)
         if cause is not None:
             return f"preempted: {cause}\n"
-        return self._ssh(cluster).logs(cluster, rank, tail)
+        kept = kept_log(folder, rank, tail)
+        return kept if kept is not None else self._ssh(cluster).logs(cluster, rank, tail)
 
     # -- the end -----------------------------------------------------------------------------
 

@@ -7,11 +7,15 @@ from DescribeInstances is lost capacity. :func:`lost_instances` names the cause 
 into ``instance-losses.json`` in the part's LOCAL job folder, and the engine's ``logs`` then
 reads ``preempted: <cause>`` for those ranks: the line the recovery path takes as the cause
 of a lost part (:func:`~elasticgrid_provider.core.recovery.loss_cause`), a capacity loss.
+
+A part whose ranks all stopped has its instances terminated, and the rank logs on them go too:
+:func:`keep_last_logs` first copies each rank's last lines into ``last-rank-logs.json``, which
+``logs`` reads afterwards (a failed start's report names the rank's own last words).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from iroh_tinker.cloud.engines.base import Node
@@ -21,6 +25,8 @@ from elasticgrid_provider.core.machines import SPOT_RECLAIM_CODE
 from elasticgrid_provider.engines.instances import GONE_STATES, Instance
 
 LOSSES_FILE = "instance-losses.json"
+LAST_LOGS_FILE = "last-rank-logs.json"  # each rank's log tail, read before its instance ends
+LAST_LOG_LINES = 200
 
 
 def lost_instances(nodes: Iterable[Node], current: Iterable[Instance]) -> dict[str, str]:
@@ -56,3 +62,31 @@ def record_losses(folder: Path, nodes: Iterable[Node], causes: Mapping[str, str]
 def recorded_cause(folder: Path, rank: int) -> str | None:
     """Why ``rank``'s instance was lost, when it was."""
     return read_text_map(folder / LOSSES_FILE).get(str(rank))
+
+
+def keep_last_logs(folder: Path, read_tail: Callable[[int], str], ranks: Iterable[int]) -> None:
+    """Copy each rank's last :data:`LAST_LOG_LINES` lines (``read_tail(rank)``) into the part's
+    local job folder before its instances end; a rank whose log cannot be read keeps none."""
+    tails = {}
+    for rank in ranks:
+        try:
+            tails[str(rank)] = read_tail(rank)
+        except Exception:  # an instance gone already: nothing more to keep
+            continue
+    if tails and folder.is_dir():
+        write_json(folder / LAST_LOGS_FILE, tails)
+
+
+def kept_log(folder: Path, rank: int, tail: int) -> str | None:
+    """The last ``tail`` lines kept of ``rank``'s log (:func:`keep_last_logs`), or None."""
+    text = read_text_map(folder / LAST_LOGS_FILE).get(str(rank))
+    if text is None:
+        return None
+    return "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
+
+
+def forget_last_launch(folder: Path) -> None:
+    """A new launch of the part starts with no record of an earlier one's lost instances or
+    kept logs (the part's folder is the same from launch to launch)."""
+    for name in (LOSSES_FILE, LAST_LOGS_FILE):
+        (folder / name).unlink(missing_ok=True)

@@ -13,6 +13,7 @@ from airflow.sdk import DAG, task
 from elasticgrid_provider.dag_builders import plan_and_launch
 from elasticgrid_provider.operators import StopJobOperator
 from tests.dag_settings import (
+    FAILING_RUN,
     JOB,
     NEVER_SCALES,
     REMOTE_NODES,
@@ -30,12 +31,22 @@ LAUNCH = remote_launch(EC2_CONN)
 with DAG(dag_id="ec2_training", schedule=None, catchup=False):
     remote_training(EC2_CONN, timeout=180)
 
+with DAG(dag_id="ec2_training_s3", schedule=None, catchup=False):
+    # the ranks meet and checkpoint in S3 (the test's moto server; its endpoint from the conf)
+    s3_env = {"AWS_ENDPOINT_URL": "{{ dag_run.conf['s3_endpoint'] }}"}
+    s3_env |= {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    remote_training(EC2_CONN, timeout=180, envs={**s3_env, "AWS_DEFAULT_REGION": "us-east-1"})
+
 with DAG(dag_id="ec2_launch", schedule=None, catchup=False):
     plan_and_launch(NODES, **LAUNCH)
 
 with DAG(dag_id="ec2_launch_once", schedule=None, catchup=False):
     # no retry: a launch that fails shows what it left behind (nothing)
     plan_and_launch(NODES, retries=0, **LAUNCH)
+
+with DAG(dag_id="ec2_failing_start", schedule=None, catchup=False):
+    # the program fails at once: its last words outlive the instances the failure ends
+    plan_and_launch(NODES, retries=0, **{**LAUNCH, "run": FAILING_RUN})
 
 with DAG(dag_id="ec2_recovery", schedule=None, catchup=False):
     # its check never scales: it is about a reclaimed spot instance

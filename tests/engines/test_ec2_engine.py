@@ -265,10 +265,3 @@ def test_a_failed_provision_retries_a_refused_termination_until_nothing_is_left(
         engine(cloud, tmp_path, boot_timeout_s=2).provision(str(tmp_path / "part"))
     assert cloud.calls["terminate_instances"] == 3
     assert {machine.state for machine in read_machines(tmp_path / "part")} == {"terminated"}
-
-
-def test_an_s3_checkpoint_dir_is_refused_before_any_instance(cloud, tmp_path):
-    part = engine(cloud, tmp_path, checkpoint_dir="s3://bucket/ckpt")
-    with pytest.raises(ElasticGridError, match=r"params.checkpoint_dir: an s3:// checkpoint is"):
-        part.provision(str(tmp_path / "part"))
-    assert cloud.instances() == []

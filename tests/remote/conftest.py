@@ -107,6 +107,28 @@ def ec2_pool(jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         yield ec2
 
 
+S3_BUCKET = "elasticgrid-tests"
+
+
+@pytest.fixture
+def ec2_s3_pool(
+    jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FakeEc2]:
+    """Fake EC2 VMs as provider ``aws`` (spot, up to 2 instances) whose ranks share no disk:
+    they meet and checkpoint in S3 (bucket :data:`S3_BUCKET` on the moto server, which the
+    VMs reach); the pool folder stays mounted, and unused."""
+    with FakeEc2(hide=[jobs_root], pool=tmp_path / "pool", serve_hosts=True) as ec2:
+        ec2.s3_bucket(S3_BUCKET)
+        params = ec2.params(
+            rendezvous=f"s3://{S3_BUCKET}/rendezvous",
+            checkpoint_dir=f"s3://{S3_BUCKET}/checkpoints",
+        )
+        del params["shared_dir"]
+        provider = {**ec2_provider("aws", ec2, 2), "params": params}
+        use_grid(monkeypatch, jobs_root, [provider], "ec2")
+        yield ec2
+
+
 @pytest.fixture
 def two_clouds(
     jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -38,6 +38,21 @@ def test_instances_that_never_answer_ssh_fail_the_launch_and_are_terminated(
     assert_nothing_left(silent_vms, "none")
 
 
+def test_a_program_failing_at_start_is_named_by_its_own_last_line_after_its_vm_ended(
+    airflow_db, jobs_root, ec2_pool: FakeEc2, capfd
+):
+    result = run_dag("ec2_failing_start", {"job_name": "failing"})
+
+    assert result.task_states == {"plan": "success", "launch": "failed"}
+    manifest = json.loads((jobs_root / "failing" / "manifest.json").read_text())
+    assert manifest["state"] == "down"  # a failing program is no lost capacity
+    # the rank's log went with its instance; its last lines were kept before the end, and the
+    # failure report shows them
+    report = "failed (down ranks: [0]); last 20 log lines:\nloading shard 7\nboom: corrupt batch"
+    assert report in capfd.readouterr().out
+    assert_nothing_left(ec2_pool, "none")
+
+
 def test_no_room_for_the_second_part_terminates_the_first_and_counts_as_no_room(
     airflow_db, jobs_root, two_clouds: FakeEc2
 ):

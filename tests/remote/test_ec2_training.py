@@ -16,6 +16,7 @@ import pytest
 from elasticgrid_provider.cli import main as cli
 from tests.airflow_support import run_dag
 from tests.ec2_hosts import FakeEc2, assert_nothing_left, watching
+from tests.remote.conftest import S3_BUCKET
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
@@ -63,6 +64,39 @@ def test_a_job_trains_on_fake_vms_grows_from_one_to_two_and_leaves_nothing_runni
     assert newest <= {row["instance_id"] for row in shown["machines"]}
     assert {row["state"] for row in shown["machines"]} == {"terminated"}
     assert {row["market"] for row in shown["machines"]} == {"spot"}
+
+
+def test_ranks_on_fake_vms_with_no_shared_disk_meet_and_resume_in_s3(
+    airflow_db, jobs_root, ec2_s3_pool: FakeEc2, tmp_path
+):
+    """No folder is shared with Airflow or between the instances: the ranks meet through an
+    s3:// rendezvous and commit to an s3:// checkpoint, which the grown job resumes from."""
+    conf = {"job_name": "s3-job", "steps": 40, "s3_endpoint": ec2_s3_pool.endpoint_url}
+    with watching(ec2_s3_pool) as watch:
+        result = run_dag("ec2_training_s3", conf)
+
+    assert set(result.task_states.values()) == {"success"}, result.task_states
+    decision = result.xcom("scale_check")
+    assert (decision["current_nodes"], decision["target_nodes"]) == (1, 2)
+    finished = result.xcom("relaunch")
+    assert (finished["status"], finished["nodes"]) == ("done", 2)
+    s3 = ec2_s3_pool.s3()
+    progress = s3.get_object(Bucket=S3_BUCKET, Key="checkpoints/s3-job/progress.json")
+    committed = json.loads(progress["Body"].read())
+    assert (committed["completed_steps"], committed["world_size"]) == (40, 2)
+    assert committed["step_record"]["nodes"] == 2
+    # the check grew it from steps at 1 node, each committed to S3 as it ended
+    (mirror,) = jobs_root.glob("s3-job--*/steps.jsonl")
+    first_steps = [json.loads(line) for line in mirror.read_text().splitlines()]
+    assert first_steps and {sample["nodes"] for sample in first_steps} == {1}
+    # the 2-node launch's ranks met under its own prefix of the rendezvous: one address each
+    # (a 1-node launch needs none)
+    tickets = s3.list_objects_v2(Bucket=S3_BUCKET, Prefix="rendezvous/s3-job/")["Contents"]
+    per_launch = Counter(item["Key"].split("/")[2] for item in tickets)
+    assert per_launch == {finished["launch_id"]: 2}, per_launch
+    assert not any((tmp_path / "pool").rglob("*")), "nothing was written to a shared folder"
+    assert watch.duplicates == []
+    assert_nothing_left(ec2_s3_pool, "none")
 
 
 def test_a_spot_reclaim_mid_training_is_lost_capacity_recovered_elsewhere(
