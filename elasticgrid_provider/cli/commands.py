@@ -24,6 +24,8 @@ The clock of ``simulate`` is deterministic (no wall clock is read):
   bounded, and a value out of bounds is refused in one line (docs/step-samples.md);
 * ``--remaining-steps`` / ``--remaining-tokens``: the work left after the newest sample;
   a timeline's earlier decisions add the samples still to come (a step each, their tokens).
+  ``--total-steps N`` instead counts the steps left at each decision as the sensor's
+  ``total_steps`` does: N less the window's newest step + 1.
 
 ``simulate --state`` replays history entry ``--decision`` (default: the newest policy
 decision; the end of the job and a recovery are none) from its recorded inputs and
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -66,6 +69,7 @@ from elasticgrid_provider.cli.rendering import (
     window_data,
     window_note,
 )
+from elasticgrid_provider.core.check import steps_left
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.formatting import placement_table
 from elasticgrid_provider.core.launch_spec import LaunchOptions, build_launch_parts
@@ -155,7 +159,7 @@ def run_simulate(args: argparse.Namespace) -> Result:
             "simulate needs --samples FILE (or --state FILE to replay a recorded decision)"
         )
     if args.deadline_in is None:
-        for name in ("remaining_steps", "remaining_tokens"):
+        for name in ("remaining_steps", "remaining_tokens", "total_steps"):
             if given(args, name):
                 raise ElasticGridError(
                     f"{option_flag(name)} only counts toward a deadline; it needs --deadline-in"
@@ -207,15 +211,9 @@ def _single(
 ) -> Result:
     now = args.now if args.now is not None else sample_clock(samples, 0.0)[-1]
     current = args.nodes if args.nodes is not None else samples[-1].nodes
-    state, record = ScaleState(job_name=SIMULATED_JOB).advance(
-        policy,
-        samples,
-        current,
-        now,
-        window_size=args.window_size or DEFAULT_WINDOW_SIZE,
-        deadline_at=None if args.deadline_in is None else now + args.deadline_in,
-        remaining_steps=args.remaining_steps,
-        remaining_tokens=args.remaining_tokens,
+    deadline_at = None if args.deadline_in is None else now + args.deadline_in
+    state, record = _advance(
+        args, ScaleState(job_name=SIMULATED_JOB), policy, samples, current, now, deadline_at
     )
     window, decision = state.window, record.decision
     other_size = sum(1 for sample in samples if sample.nodes != current)
@@ -228,6 +226,34 @@ def _single(
     lines = [note, *signals_lines(window.signals()), *decision_lines(decision)]
     window_json = {**window_data(window, len(samples)), "other_size": other_size}
     return Result("\n".join(lines), {"window": window_json, "decision": decision.model_dump()})
+
+
+def _advance(
+    args: argparse.Namespace,
+    state: ScaleState,
+    policy: ScalePolicy,
+    samples: Sequence[StepSample],
+    current: int,
+    now: float,
+    deadline_at: float | None,
+    *,
+    steps_to_come: int = 0,
+    tokens_to_come: float = 0.0,
+) -> tuple[ScaleState, DecisionRecord]:
+    """One check of the simulation, as the sensor's: observe the samples, count the work left
+    (``--remaining-*`` plus what the samples still to come add, or ``--total-steps`` less the
+    window's progress, :func:`steps_left`), decide, remember."""
+    observed = state.observe(samples, current, now, args.window_size or DEFAULT_WINDOW_SIZE)
+    given_steps = None if args.remaining_steps is None else args.remaining_steps + steps_to_come
+    tokens = None if args.remaining_tokens is None else args.remaining_tokens + tokens_to_come
+    record = observed.decide(
+        policy,
+        now,
+        deadline_at=deadline_at,
+        remaining_steps=steps_left(given_steps, args.total_steps, observed.window),
+        remaining_tokens=tokens,
+    )
+    return observed.remember(record, now), record
 
 
 def _timeline(
@@ -243,19 +269,16 @@ def _timeline(
     for index, (sample, now) in enumerate(zip(samples, times, strict=True)):
         if index > 0 and sample.nodes != samples[index - 1].nodes:
             current = sample.nodes  # the samples say the job was resized
-        state, record = state.advance(
+        state, record = _advance(
+            args,
+            state,
             policy,
             [sample],
             current,
             now,
-            window_size=args.window_size or DEFAULT_WINDOW_SIZE,
-            deadline_at=deadline_at,
-            remaining_steps=None
-            if args.remaining_steps is None
-            else args.remaining_steps + (len(samples) - 1 - index),
-            remaining_tokens=None
-            if args.remaining_tokens is None
-            else args.remaining_tokens + tokens_after[index],
+            deadline_at,
+            steps_to_come=len(samples) - 1 - index,
+            tokens_to_come=tokens_after[index],
         )
         window, decision = state.window, record.decision
         entries.append(

@@ -188,6 +188,14 @@ SAMPLE_INPUTS: tuple[tuple[str, type, float | None, str, str], ...] = (
     ),
     ("remaining_steps", float, 0.0, "R", f"steps left after the newest sample {_NEEDS_DEADLINE}"),
     ("remaining_tokens", float, 0.0, "R", f"tokens left after the newest sample {_NEEDS_DEADLINE}"),
+    (
+        "total_steps",
+        float,
+        0.0,
+        "N",
+        "the job's steps in all: each decision counts the steps left from the window's newest "
+        f"step, as the sensor's total_steps does; not with --remaining-steps {_NEEDS_DEADLINE}",
+    ),
 )
 """``simulate --samples``'s inputs: name, type, least value (None: any), metavar, help."""
 

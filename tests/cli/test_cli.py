@@ -184,6 +184,16 @@ ERROR_CASES: list[tuple[dict[str, Any], list[str], list[str]]] = [
     ),
     (
         {"s.jsonl": GOOD},
+        ["simulate", "--samples", "{tmp}/s.jsonl", "--total-steps", "9"],
+        ["--total-steps only counts toward a deadline; it needs --deadline-in"],
+    ),
+    (
+        {"s.jsonl": GOOD},
+        ["simulate", "--samples", "{tmp}/s.jsonl", "--deadline-in", "9", "--total-steps", "inf"],
+        ["--total-steps must be a finite number, got inf"],
+    ),
+    (
+        {"s.jsonl": GOOD},
         [
             "simulate",
             "--samples",

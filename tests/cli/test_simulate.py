@@ -336,6 +336,31 @@ def test_simulate_timeline_deadline_and_remaining_work(
     assert [e["decision"]["projection"]["remaining"] for e in timeline] == [9, 8, 7, 6, 5]
 
 
+def test_simulate_total_steps_counts_the_steps_left_as_the_sensor_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "s.jsonl", [sample(step, 10.0, 1.0, 4) for step in range(5)])
+    common = ("simulate", "--samples", path, "--deadline-in", "100", "--min-samples", "1")
+    # one decision: steps 0..4 are done, so 20 of 25 are left
+    _, total = run_json(capsys, *common, "--total-steps", "25")
+    _, given = run_json(capsys, *common, "--remaining-steps", "20")
+    assert total["decision"]["projection"]["remaining"] == 20
+    assert total["decision"] == given["decision"]
+    # a timeline: each decision counts from the newest step its window holds; after the
+    # scale-up the old size's samples leave the window empty, and the work left is unknown
+    _, data = run_json(capsys, *common, "--timeline", "--total-steps", "25")
+    counted = [
+        (e["window_samples"], (e["decision"].get("projection") or {}).get("remaining"))
+        for e in data["timeline"]
+    ]
+    assert counted[0] == (1, 24)
+    assert data["timeline"][0]["decision"]["action"] == "scale_up"
+    assert counted[1:] == [(0, None)] * 4
+    code, _, err = run(capsys, *common, "--total-steps", "25", "--remaining-steps", "20")
+    assert code == 2
+    assert "remaining_steps 20 and total_steps 25 are both set; give one" in err
+
+
 # -- simulate --state: replay ---------------------------------------------------------
 
 
