@@ -136,25 +136,16 @@ class FakeEc2:
         """Create bucket ``name`` on the moto server; the environment a rank's boto3 needs to
         reach it (``serve_hosts=True``: the fake VMs' ranks reach the server too), as the
         ``envs`` of a launch give it (a real instance has its profile and AWS's endpoint)."""
+        from tests.moto_server import aws_env
+
         self.s3().create_bucket(Bucket=name)
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-        }
+        return aws_env(self.endpoint_url)
 
     def s3(self) -> Any:
         """A boto3 S3 client of the moto server."""
-        import boto3
+        from tests.moto_server import s3_client
 
-        return boto3.client(
-            "s3",
-            region_name=REGION,
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        return s3_client(self.endpoint_url)
 
     @property
     def client(self) -> Any:

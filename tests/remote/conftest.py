@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.ec2_hosts import FakeEc2
+from tests.moto_server import S3_BUCKET
 from tests.ssh_hosts import POOL_MOUNT, SshTestHosts
 
 SHARED_DIR = f"{POOL_MOUNT}/eg"
@@ -105,9 +106,6 @@ def ec2_pool(jobs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     with FakeEc2(hide=[jobs_root], pool=tmp_path / "pool") as ec2:
         use_grid(monkeypatch, jobs_root, [ec2_provider("aws", ec2, 2)], "ec2")
         yield ec2
-
-
-S3_BUCKET = "elasticgrid-tests"
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from elasticgrid_provider.cli import main as cli
 from tests.airflow_support import run_dag
 from tests.ec2_hosts import FakeEc2, assert_nothing_left, watching
-from tests.remote.conftest import S3_BUCKET
+from tests.moto_server import S3_BUCKET
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
