@@ -36,7 +36,7 @@ from elasticgrid_provider.core.rank_environment import (
 from elasticgrid_provider.core.rendezvous import parse_rendezvous
 from elasticgrid_provider.core.samples import StepSample
 from elasticgrid_provider.core.validation import check_integer
-from elasticgrid_provider.object_stores import S3_SCHEME, ObjectStore, object_store
+from elasticgrid_provider.object_stores import S3_SCHEME, FolderStore, ObjectStore, object_store
 
 STEP_LOG_NAME = "steps.jsonl"  # in the job directory of global rank 0's part
 
@@ -312,6 +312,11 @@ class Checkpoint:
         else:
             location = None
         self.store: ObjectStore | None = None if location is None else object_store(location)
+
+    @property
+    def folder(self) -> Path | None:
+        """The checkpoint's folder; None for an ``s3://`` one, or without one."""
+        return self.store.folder if isinstance(self.store, FolderStore) else None
 
     @property
     def location(self) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,8 @@ def context(location: str, rank: int = 0, launch_id: str | None = None) -> Distr
 def test_a_checkpoint_resumes_from_the_last_commit_and_keeps_one_state(location):
     rank_zero = Checkpoint(context(location))
     assert rank_zero.location == location
+    expected_folder = None if location.startswith("s3://") else Path(location)
+    assert rank_zero.folder == expected_folder
     assert rank_zero.load() == (0, None)
     assert rank_zero.save(3, b"after step 2", loss=0.5) is True
     assert rank_zero.save(4, b"after step 3") is True
