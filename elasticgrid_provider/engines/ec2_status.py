@@ -66,15 +66,22 @@ def recorded_cause(folder: Path, rank: int) -> str | None:
 
 def keep_last_logs(folder: Path, read_tail: Callable[[int], str], ranks: Iterable[int]) -> None:
     """Copy each rank's last :data:`LAST_LOG_LINES` lines (``read_tail(rank)``) into the part's
-    local job folder before its instances end; a rank whose log cannot be read keeps none."""
+    local job folder before its instances end, once per launch (a later look, when the
+    instances are gone, reads nothing that could replace them); a rank whose log cannot be
+    read, or is empty, keeps none."""
+    path = folder / LAST_LOGS_FILE
+    if path.exists() or not folder.is_dir():
+        return
     tails = {}
     for rank in ranks:
         try:
-            tails[str(rank)] = read_tail(rank)
+            tail = read_tail(rank)
         except Exception:  # an instance gone already: nothing more to keep
             continue
-    if tails and folder.is_dir():
-        write_json(folder / LAST_LOGS_FILE, tails)
+        if tail:
+            tails[str(rank)] = tail
+    if tails:
+        write_json(path, tails)
 
 
 def kept_log(folder: Path, rank: int, tail: int) -> str | None:

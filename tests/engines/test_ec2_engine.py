@@ -265,3 +265,26 @@ def test_a_failed_provision_retries_a_refused_termination_until_nothing_is_left(
         engine(cloud, tmp_path, boot_timeout_s=2).provision(str(tmp_path / "part"))
     assert cloud.calls["terminate_instances"] == 3
     assert {machine.state for machine in read_machines(tmp_path / "part")} == {"terminated"}
+
+
+def test_the_last_rank_logs_are_kept_once_per_launch_and_read_after_the_instances_end(tmp_path):
+    from elasticgrid_provider.engines.ec2_status import (
+        forget_last_launch,
+        keep_last_logs,
+        kept_log,
+    )
+
+    def unreachable(rank: int) -> str:
+        raise OSError(f"rank {rank}'s instance is gone")
+
+    logs = {0: "loading shard 7\nboom: corrupt batch\n", 1: "", 2: "step 3\n"}
+    keep_last_logs(tmp_path, logs.__getitem__, [0, 1, 2])
+    assert kept_log(tmp_path, 0, 1) == "boom: corrupt batch\n"
+    assert kept_log(tmp_path, 0, 50) == logs[0]
+    assert kept_log(tmp_path, 1, 50) is None  # nothing to keep: read remotely, as before
+    # a later look, the instances gone, replaces nothing
+    keep_last_logs(tmp_path, unreachable, [0, 1, 2])
+    keep_last_logs(tmp_path, lambda rank: "", [0])
+    assert kept_log(tmp_path, 2, 50) == "step 3\n"
+    forget_last_launch(tmp_path)  # a new launch of the part
+    assert kept_log(tmp_path, 0, 50) is None
