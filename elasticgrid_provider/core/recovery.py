@@ -259,21 +259,11 @@ def decide_recovery(
         return decided(
             action=RecoveryAction.WAIT, target_nodes=current_nodes, reason=reason, quarantine=active
         )
-    until = now + policy.quarantine_s
-    fresh = tuple(
-        QuarantineEntry(part.provider, now, until, f"lost part {part.part}: {part.cause}")
-        for part in taken_away(lost)
-        if policy.quarantine_s > 0
-    )
+    fresh = _fresh_quarantine(lost, policy, now)
     quarantine = RecoveryMemory(quarantine=memory.quarantine + fresh).active_quarantine(now)
     what = f"job {job_name!r} lost " + ", ".join(map(describe_loss, lost))
-    if len(in_window) >= policy.max_recoveries:
-        spent = (
-            "recovery is off (max_recoveries=0)"
-            if policy.max_recoveries == 0
-            else f"already recovered {len(in_window)} time(s) within the last "
-            f"{policy.recovery_window_s:g}s (max_recoveries={policy.max_recoveries})"
-        )
+    spent = _budget_spent(len(in_window), policy)
+    if spent is not None:
         reason = (
             f"{what} and {spent}, so it is not recovered again; relaunch it with "
             "LaunchOperator once the capacity is back"
@@ -281,20 +271,9 @@ def decide_recovery(
         return decided(
             action=RecoveryAction.GIVE_UP, target_nodes=0, reason=reason, quarantine=quarantine
         )
-    leave_out = quarantine_reasons(quarantine)
-    left = sum(p.max_nodes for p in planner.providers if p.name not in leave_out)
-    target = min(max(current_nodes, min_nodes), max_nodes, left)
-    placement: Placement | None = None
-    if target < max(min_nodes, 1):
-        problem = (
-            f"the grid without the quarantined providers ({', '.join(sorted(leave_out)) or '-'}) "
-            f"holds {left} node(s), fewer than min_nodes {min_nodes}"
-        )
-    else:
-        try:
-            placement = planner.plan(target, leave_out=leave_out)
-        except ElasticGridError as error:
-            problem = str(error)
+    placement, target, problem = _recovery_placement(
+        planner, quarantine_reasons(quarantine), current_nodes, min_nodes, max_nodes
+    )
     if placement is None:
         reason = f"{what} and no capacity is left to recover it: {problem}"
         return decided(
@@ -315,6 +294,55 @@ def decide_recovery(
         quarantine=quarantine,
         placement=placement.model_dump(),
     )
+
+
+def _fresh_quarantine(
+    lost: Sequence[LostPart], policy: RecoveryPolicy, now: float
+) -> tuple[QuarantineEntry, ...]:
+    """An entry for each provider that took a part away (:func:`taken_away`), for
+    ``policy.quarantine_s`` seconds (none when that is 0)."""
+    if policy.quarantine_s <= 0:
+        return ()
+    until = now + policy.quarantine_s
+    return tuple(
+        QuarantineEntry(part.provider, now, until, f"lost part {part.part}: {part.cause}")
+        for part in taken_away(lost)
+    )
+
+
+def _budget_spent(recoveries_in_window: int, policy: RecoveryPolicy) -> str | None:
+    """Why no recovery is left within the window, or None when one is."""
+    if recoveries_in_window < policy.max_recoveries:
+        return None
+    if policy.max_recoveries == 0:
+        return "recovery is off (max_recoveries=0)"
+    return (
+        f"already recovered {recoveries_in_window} time(s) within the last "
+        f"{policy.recovery_window_s:g}s (max_recoveries={policy.max_recoveries})"
+    )
+
+
+def _recovery_placement(
+    planner: GridPlanner,
+    leave_out: Mapping[str, str],
+    current_nodes: int,
+    min_nodes: int,
+    max_nodes: int,
+) -> tuple[Placement | None, int, str]:
+    """The job's size (within its bounds) on the grid without ``leave_out``: the placement,
+    the size, and why there is none ("" when there is)."""
+    left = sum(p.max_nodes for p in planner.providers if p.name not in leave_out)
+    target = min(max(current_nodes, min_nodes), max_nodes, left)
+    if target < max(min_nodes, 1):
+        problem = (
+            f"the grid without the quarantined providers ({', '.join(sorted(leave_out)) or '-'}) "
+            f"holds {left} node(s), fewer than min_nodes {min_nodes}"
+        )
+        return None, target, problem
+    try:
+        return planner.plan(target, leave_out=dict(leave_out)), target, ""
+    except ElasticGridError as error:
+        return None, target, str(error)
 
 
 def quarantine_from_record(record: Any) -> dict[str, str]:
