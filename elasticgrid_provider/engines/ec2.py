@@ -405,22 +405,17 @@ class Ec2Engine(Engine):
         )
 
         folder = Path(cluster.meta["job_dir"])
-        words = self._ssh(cluster).status(cluster)
+        ssh = self._ssh(cluster)
+        words = ssh.status(cluster)
         current = self.instances.describe(self.tags)
         self._write_machines(folder, current)
         losses = lost_instances(cluster.nodes, current)
+        lost = self._lost_ranks(cluster, losses)
         if losses:
             record_losses(folder, cluster.nodes, losses)
-            words.update(
-                {
-                    node.rank: "stopped"
-                    for node in cluster.nodes
-                    if node.env.get("instance_id") in losses
-                }
-            )
+            words.update(dict.fromkeys(lost, "stopped"))
         if words and all(word == "stopped" for word in words.values()):
-            ssh = self._ssh(cluster)
-            alive = [rank for rank in words if rank not in self._lost_ranks(cluster, losses)]
+            alive = [rank for rank in words if rank not in lost]
             keep_last_logs(folder, lambda rank: ssh.logs(cluster, rank, LAST_LOG_LINES), alive)
             self._end_instances(folder, "its ranks all stopped")
         return words
