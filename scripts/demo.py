@@ -30,10 +30,15 @@ BIN = Path(sys.executable).parent
 
 
 def demo_environment(demo: Path) -> dict[str, str]:
-    """Airflow and iroh-tinker confined to ``demo``; the connection points at its jobs root."""
+    """Airflow and iroh-tinker confined to ``demo``; the connection points at its jobs root.
+
+    No ``AIRFLOW__`` setting of the caller's shell applies: one naming a database or DAG
+    bundles of theirs would send the demo there.
+    """
     connection = {"conn_type": "elasticgrid", "extra": {"jobs_root": str(demo / "jobs")}}
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW__")}
     return {
-        **os.environ,
+        **inherited,
         "AIRFLOW_HOME": str(demo / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "example_dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -18,6 +18,7 @@ of such a run, ``kill_on_exit`` makes sure it ends with the test's block, and
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 
@@ -62,16 +64,39 @@ class DagRunResult:
 
 
 def load_dag(dag_id: str) -> Any:
-    """The DAG ``dag_id`` from the DAG folder, parsed the way Airflow parses it."""
+    """The DAG ``dag_id`` from its file in tests/dags, parsed anew the way Airflow parses it.
+
+    Anew on each call: ``dag.test()`` on a DAG object used before keeps that run's conf.
+    """
     from airflow.dag_processing.dagbag import DagBag
 
-    from tests.conftest import TESTS
-
-    bag = DagBag(dag_folder=str(TESTS / "dags"))
+    bundle = _bundle_of(dag_id)
+    bag = DagBag(dag_folder=str(bundle))
     assert not bag.import_errors, bag.import_errors
     dag = bag.get_dag(dag_id)
-    assert dag is not None, f"no DAG {dag_id!r} in tests/dags"
+    assert dag is not None, f"no DAG {dag_id!r} in {bundle}"
     return dag
+
+
+@functools.cache
+def _bundles_by_dag_id() -> dict[str, Path]:
+    """Each test DAG's bundle folder (tests.conftest: one bundle per file of tests/dags)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.conftest import DAG_BUNDLES
+
+    folders: dict[str, Path] = {}
+    for folder in sorted(DAG_BUNDLES.iterdir()):
+        bag = DagBag(dag_folder=str(folder))
+        assert not bag.import_errors, bag.import_errors
+        folders.update(dict.fromkeys(bag.dag_ids, folder))
+    return folders
+
+
+def _bundle_of(dag_id: str) -> Path:
+    folders = _bundles_by_dag_id()
+    assert dag_id in folders, f"no DAG {dag_id!r} in tests/dags"
+    return folders[dag_id]
 
 
 def run_dag(dag_id: str, run_conf: dict[str, Any] | None = None, dag: Any = None) -> DagRunResult:
@@ -167,7 +192,7 @@ def start_dags_test(
     """
     # imported here: importing conftest sets up a test session's Airflow home, which a
     # benchmark importing this module (benchmarks/bench_recovery.py) must not get
-    from tests.conftest import TESTS, airflow_command
+    from tests.conftest import DAG_BUNDLES, TESTS, airflow_command
 
     return subprocess.Popen(
         [
@@ -178,8 +203,10 @@ def start_dags_test(
             *([logical_date] if logical_date else []),
             "--conf",
             json.dumps(run_conf),
+            "--bundle-name",
+            f"tests-{Path(dag_file).stem}",
             "--dagfile-path",
-            str(TESTS / "dags" / dag_file),
+            str(DAG_BUNDLES / Path(dag_file).stem / dag_file),
         ],
         env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
         stdout=output,

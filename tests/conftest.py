@@ -47,9 +47,34 @@ TEMPLATE_DB_HOME = Path(
 )
 
 
+# Each file of tests/dags is a DAG bundle of its own, as a deployment may configure several:
+# dag.test() parses every DAG of the bundle that holds the DAG it runs, and writes them to the
+# DB, on every call. One bundle per file keeps that to the file's few DAGs (about 100 in all).
+# A bundle is a folder, so each holds a link to its file: the file stays where tests import it.
+DAG_BUNDLES = SESSION_HOME / "dag-bundles"
+
+
+def _dag_bundle_config() -> str:
+    """``[dag_processor] dag_bundle_config_list``: one local bundle per file of tests/dags."""
+    bundles = []
+    for dag_file in sorted((TESTS / "dags").glob("*.py")):
+        folder = DAG_BUNDLES / dag_file.stem
+        folder.mkdir(parents=True)
+        (folder / dag_file.name).symlink_to(dag_file)
+        bundles.append(
+            {
+                "name": f"tests-{dag_file.stem}",
+                "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                "kwargs": {"path": str(folder), "refresh_interval": 0},
+            }
+        )
+    return json.dumps(bundles)
+
+
 os.environ.update(
     {
         "AIRFLOW_HOME": str(SESSION_HOME / "airflow"),
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": _dag_bundle_config(),
         # one key for every process of the session: Variables that an `airflow dags test`
         # subprocess encrypts must decrypt in this process
         "AIRFLOW__CORE__FERNET_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
