@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +337,57 @@ def test_a_higher_priority_job_shrinks_a_lower_one_and_both_finish(
     page = page_text(plugin_get(deployment, f"/jobs/{low}").text)
     assert "preempted" in page and high in page, page
     assert history(deployment, high), "the high job's checks are on its page"
+
+
+def test_a_higher_priority_job_waits_rather_than_push_a_lower_one_past_its_deadline(
+    deployment: Deployment, fleet_jobs: list[str]
+):
+    low, high = "fleet-due", "fleet-urgent"
+    fleet_jobs.extend([low, high])
+    # 12 micro-batches of 0.1 s a step: about 0.4 s a step at 3 ranks, 1.2 s at 1. The
+    # deadline leaves the low job about twice what it needs at 3 nodes and a third too little
+    # at 1 node, so it is on track and a shrink to 1 would push it past the deadline; the
+    # high job (no deadline) wants 3 nodes and 1 is free.
+    deadline_s = 240.0
+    deadline_at = time.monotonic() + deadline_s
+    due = datetime.now(timezone.utc) + timedelta(seconds=deadline_s)
+    low_conf = fleet_conf(
+        low,
+        nodes=3,
+        min_nodes=1,
+        priority=0,
+        steps=200,
+        global_batch=12,
+        microbatch_seconds=0.1,
+        deadline=due.isoformat(),
+    )
+    high_conf = fleet_conf(high, nodes=3, min_nodes=3, priority=10, steps=40)
+    watch = Watch(deployment)
+    with watch.running():
+        low_run = deployment.trigger(W1, low_conf)
+        wait_until("the low job on 3 nodes", lambda: watch.most(low) == 3, timeout=180)
+        # its claim on the grid carries its deadline once a check weighed it
+        wait_until(
+            "a check of the low job against its deadline",
+            lambda: any(r.get("time_left_s") is not None for r in history(deployment, low)),
+            timeout=120,
+        )
+        high_run = deployment.trigger(W2, high_conf)
+        wait_all(deployment, {W1: low_run, W2: high_run})
+    watch.check_grid_never_oversubscribed()
+    checks = history(deployment, low)
+    # its checks counted the time left to its deadline
+    assert any(record.get("time_left_s") is not None for record in checks), checks
+    # nobody shrank the low job: it ran on 3 nodes to its end, before its deadline
+    assert not [r for r in checks if r.get("rule") == "preempted"], checks
+    assert not watch.any_view(lambda view: any(s["job"] == low for s in view["shrinks"])), (
+        watch.report()
+    )
+    low_seen, high_seen = watch.seen(low), watch.seen(high)
+    assert low_seen is not None and high_seen is not None, watch.report()
+    assert low_seen[1] < deadline_at, (deadline_at, watch.report())
+    # the high job queued behind it, and ran on the whole 3 nodes it asked for once it ended
+    assert watch.any_view(lambda view: any(r["job"] == high for r in view["queue"])), watch.report()
+    assert high_seen[0] > low_seen[1], watch.report()
+    assert watch.most(high) == 3, watch.report()
+    assert deployment.xcom(W2, high_run, "launch", key="job")["nodes"] == 3

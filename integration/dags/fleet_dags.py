@@ -10,7 +10,8 @@ is the ``elasticgrid_default`` connection's (the suite gives it 4 ``local`` node
 A plan that does not fit waits polling in the worker on w1 and deferred to the
 triggerer on w2. The run conf holds what a test varies: ``job_name``; ``nodes``,
 ``min_nodes``, ``max_nodes`` (the check's ceiling, default ``nodes``), ``priority`` and
-``on_shortfall`` of the job; ``steps``, ``global_batch`` and ``microbatch_seconds`` of its
+``on_shortfall`` of the job; ``deadline`` (an ISO time: the check then counts the job's
+``steps`` left against it); ``steps``, ``global_batch`` and ``microbatch_seconds`` of its
 training run (``train_elastic.py``, copied beside this file).
 """
 
@@ -64,6 +65,9 @@ def fleet_dag(dag_id: str, queue: str, *, deferrable: bool) -> DAG:
             priority=PRIORITY,
             min_nodes=MIN_NODES,
             max_nodes=MAX_NODES,
+            # a job given a deadline counts its steps left against it
+            deadline="{{ dag_run.conf.get('deadline', '') }}",
+            total_steps="{{ dag_run.conf['steps'] if dag_run.conf.get('deadline') else '' }}",
             min_samples=3,
             window_size=4,
             mode="poke",
