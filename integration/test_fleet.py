@@ -344,11 +344,11 @@ def test_a_higher_priority_job_waits_rather_than_push_a_lower_one_past_its_deadl
 ):
     low, high = "fleet-due", "fleet-urgent"
     fleet_jobs.extend([low, high])
-    # 12 micro-batches of 0.1 s a step: about 0.4 s a step at 3 ranks, 1.2 s at 1. The
-    # deadline leaves the low job about twice what it needs at 3 nodes and a third too little
-    # at 1 node, so it is on track and a shrink to 1 would push it past the deadline; the
-    # high job (no deadline) wants 3 nodes and 1 is free.
-    deadline_s = 240.0
+    # 12 micro-batches of 0.1 s a step: about 0.4 s a step at 3 ranks, 1.2 s at 1 (120 steps:
+    # about 50 s and 145 s). From its first check the deadline leaves the low job about twice
+    # what it needs at 3 nodes and too little at 1 node, so it is on track and a shrink to 1
+    # would push it past the deadline; the high job (no deadline) wants 3 nodes, 1 is free.
+    deadline_s = 150.0
     deadline_at = time.monotonic() + deadline_s
     due = datetime.now(timezone.utc) + timedelta(seconds=deadline_s)
     low_conf = fleet_conf(
@@ -356,7 +356,7 @@ def test_a_higher_priority_job_waits_rather_than_push_a_lower_one_past_its_deadl
         nodes=3,
         min_nodes=1,
         priority=0,
-        steps=200,
+        steps=120,
         global_batch=12,
         microbatch_seconds=0.1,
         deadline=due.isoformat(),

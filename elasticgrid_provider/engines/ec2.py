@@ -397,12 +397,7 @@ class Ec2Engine(Engine):
     def status(self, cluster: ClusterInfo) -> dict[int, str]:
         """The ranks' states (the ssh engine's probe), ``machines.json`` refreshed; a part whose
         ranks all stopped has ended and its instances are terminated."""
-        from elasticgrid_provider.engines.ec2_status import (
-            LAST_LOG_LINES,
-            keep_last_logs,
-            lost_instances,
-            record_losses,
-        )
+        from elasticgrid_provider.engines.ec2_status import lost_instances, record_losses
 
         folder = Path(cluster.meta["job_dir"])
         ssh = self._ssh(cluster)
@@ -415,10 +410,23 @@ class Ec2Engine(Engine):
             record_losses(folder, cluster.nodes, losses)
             words.update(dict.fromkeys(lost, "stopped"))
         if words and all(word == "stopped" for word in words.values()):
-            alive = [rank for rank in words if rank not in lost]
-            keep_last_logs(folder, lambda rank: ssh.logs(cluster, rank, LAST_LOG_LINES), alive)
+            self._keep_last_logs(cluster, ssh)
             self._end_instances(folder, "its ranks all stopped")
         return words
+
+    @staticmethod
+    def _keep_last_logs(cluster: ClusterInfo, ssh: SshEngine) -> None:
+        """Copy the last lines of each rank whose instance is not lost into the part's folder,
+        before its instances end (``logs`` reads them afterwards)."""
+        from elasticgrid_provider.engines.ec2_status import (
+            LAST_LOG_LINES,
+            keep_last_logs,
+            recorded_cause,
+        )
+
+        folder = Path(cluster.meta["job_dir"])
+        ranks = [node.rank for node in cluster.nodes if recorded_cause(folder, node.rank) is None]
+        keep_last_logs(folder, lambda rank: ssh.logs(cluster, rank, LAST_LOG_LINES), ranks)
 
     @staticmethod
     def _lost_ranks(cluster: ClusterInfo, losses: dict[str, str]) -> set[int]:
@@ -426,11 +434,15 @@ class Ec2Engine(Engine):
         return {node.rank for node in cluster.nodes if node.env.get("instance_id") in losses}
 
     def stop(self, cluster: ClusterInfo) -> None:
-        """Stop the ranks over SSH (best effort), then terminate the part's instances by tag."""
+        """Stop the ranks over SSH (best effort) and keep their last lines, then terminate the
+        part's instances by tag."""
+        ssh = self._ssh(cluster)
         try:
-            self._ssh(cluster).stop(cluster)
+            ssh.stop(cluster)
         except Exception as error:  # an instance gone already: terminating ends its ranks
             log.warning("Could not stop the ranks of part %s over SSH: %s", self.spec.name, error)
+        else:
+            self._keep_last_logs(cluster, ssh)
         self._end_instances(Path(cluster.meta["job_dir"]), "stopped")
 
     def logs(self, cluster: ClusterInfo, rank: int, tail: int = 50) -> str:

@@ -8,9 +8,10 @@ into ``instance-losses.json`` in the part's LOCAL job folder, and the engine's `
 reads ``preempted: <cause>`` for those ranks: the line the recovery path takes as the cause
 of a lost part (:func:`~elasticgrid_provider.core.recovery.loss_cause`), a capacity loss.
 
-A part whose ranks all stopped has its instances terminated, and the rank logs on them go too:
-:func:`keep_last_logs` first copies each rank's last lines into ``last-rank-logs.json``, which
-``logs`` reads afterwards (a failed start's report names the rank's own last words).
+A part whose ranks all stopped, or that is stopped, has its instances terminated, and the rank
+logs on them go too: :func:`keep_last_logs` first copies each rank's last lines into
+``last-rank-logs.json``, which ``logs`` reads afterwards (a failed start's report names the
+rank's own last words).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from elasticgrid_provider.cli import main as cli
-from tests.airflow_support import run_dag
+from tests.airflow_support import run_dag, wait_for
 from tests.ec2_hosts import REGION, FakeEc2, assert_nothing_left
 from tests.remote.conftest import ec2_provider, use_grid
 
@@ -85,7 +85,15 @@ def test_connections_from_the_metadata_db_reach_the_launcher_and_no_file_or_proc
         assert not [s for s in (secret, key_line) if s in path.read_text(errors="replace")], path
     assert secret not in launch and key_line not in launch
 
+    from iroh_tinker.cloud import JobManager
+
+    manager = JobManager(root=jobs_root)
+    first_line = "starting at step 0/100000"
+    wait_for(lambda: first_line in manager.logs("handed--aws", 0), "rank 0's first line")
+
     capsys.readouterr()
     assert cli(["stop", "handed"]) == 0  # the CLI reads the connections the normal way
     assert "Stopped part handed--aws." in capsys.readouterr().err
     assert_nothing_left(ec2, secret)
+    # the ranks' last lines were kept before their instances ended
+    assert first_line in JobManager(root=jobs_root).logs("handed--aws", 0)

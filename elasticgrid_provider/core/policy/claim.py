@@ -206,7 +206,9 @@ def claim_the_grid(
     if any(request.job == job for request in ledger.queue):
         ledger = dequeue(ledger, job, now=now)
         log.append((logging.INFO, f"Job {job} no longer waits in the grid queue."))
-    if share is not None and _standing_changed(ledger, request):
+    # noted even when the job is alone on the grid: a claim that comes later weighs the job's
+    # deadline before the job's next check
+    if _standing_changed(ledger, request):
         ledger = note_standing(ledger, request, now=now)
     return record, ledger
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from elasticgrid_provider.core.errors import ElasticGridError
+from elasticgrid_provider.core.fleet.allocator import accepting, plan_preemption
 from elasticgrid_provider.core.fleet.ledger import (
     GridLedger,
     QueuedRequest,
@@ -14,6 +15,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     enqueue,
     reserve,
 )
+from elasticgrid_provider.core.fleet.sharing import JobClaim, ShortfallMode
 from elasticgrid_provider.core.policy.claim import (
     SharedGrid,
     claim_the_grid,
@@ -291,3 +293,31 @@ def test_a_deadline_pressed_job_shrinks_nobody_when_its_deadline_size_stays_out_
     assert [hold.rule for hold in record.decision.held_by] == [HoldRule.CAPACITY]
     assert after.shrinks == ()
     assert [request.job for request in after.queue] == ["a"]
+
+
+def test_a_job_alone_on_the_grid_records_its_deadline_so_a_later_claim_spares_it() -> None:
+    # 'due' holds 4 alone and is on track for its deadline only at 4 nodes: its standing is
+    # in the ledger before anyone else comes, so a waiting launch of a higher priority (no
+    # deadline) that could only fit by shrinking it shrinks nobody
+    ledger = _holding(GridLedger(), "due", 4, min_nodes=1)
+    policy = ScalePolicy(max_nodes=4)
+    state = ScaleState(job_name="due").observe(steady(4, step_s=2.0).samples, 4, T0)
+
+    def decide_with(share):
+        return state.decide(policy, T0, deadline_at=T0 + 400, remaining_steps=150, grid=share)
+
+    grid = SharedGrid(ledger, {"local": 5}, priority=0)
+    record, after = claim_the_grid("due", grid, state.capacity, policy, decide_with, T0, [])
+    assert record.decision.action is ScaleAction.HOLD
+    (standing,) = after.standing
+    assert (standing.job, standing.current_nodes, standing.deadline_nodes) == ("due", 4, 4)
+    victims = holder_claims(after, "urgent")
+    launch = accepting(
+        JobClaim(job="urgent", nodes=0, wanted=3, min_nodes=3, priority=10), ShortfallMode.WAIT
+    )
+    plan = plan_preemption(launch, {"local": 1}, victims)
+    assert (plan.shrinks, plan.granted) == ((), 0)
+    # a check that changes nothing writes nothing: the same standing is not noted again
+    later = SharedGrid(after, {"local": 5}, priority=0)
+    again, unchanged = claim_the_grid("due", later, state.capacity, policy, decide_with, T0, [])
+    assert unchanged is after and again.decision.action is ScaleAction.HOLD
