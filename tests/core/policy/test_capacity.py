@@ -3,6 +3,8 @@ job's claim read from a real grid ledger (core/policy/grid.py, claim.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from elasticgrid_provider.core.errors import ElasticGridError
@@ -275,20 +277,29 @@ def test_the_cli_prints_the_shared_grid_and_preempted_by_as_recorded() -> None:
     assert "shared grid" not in alone and "preempted by" not in alone
 
 
+def _deadline_check(job: str, grid: SharedGrid, *, max_nodes: int, deadline_in_s: float,
+                    steps: int) -> tuple[Any, GridLedger]:  # fmt: skip
+    """One check of ``job`` on ``grid`` (4 nodes, 2 s a step, ``steps`` left, a deadline
+    ``deadline_in_s`` away): its decision record and the ledger after it."""
+    policy = ScalePolicy(max_nodes=max_nodes)
+    state = ScaleState(job_name=job).observe(steady(4, step_s=2.0).samples, 4, T0)
+
+    def decide_with(share):
+        return state.decide(
+            policy, T0, deadline_at=T0 + deadline_in_s, remaining_steps=steps, grid=share
+        )
+
+    return claim_the_grid(job, grid, state.capacity, policy, decide_with, T0, [])
+
+
 def test_a_deadline_pressed_job_shrinks_nobody_when_its_deadline_size_stays_out_of_reach() -> None:
     # 'low' can give up 4 nodes (16 -> 12) but 'a' wants to grow to 24: shrinking 'low' would
     # cost it a restart and still leave 'a' behind its deadline, so nobody is asked
     ledger = _holding(GridLedger(), "low", 16, priority=0, min_nodes=12)
     ledger = _holding(ledger, "peer", 4, priority=3, min_nodes=1)
     ledger = _holding(ledger, "a", 4, priority=3, min_nodes=1)
-    policy = ScalePolicy(max_nodes=24)
-    state = ScaleState(job_name="a").observe(steady(4, step_s=2.0).samples, 4, T0)
-
-    def decide_with(share):
-        return state.decide(policy, T0, deadline_at=T0 + 600, remaining_steps=1000, grid=share)
-
     grid = SharedGrid(ledger, {"local": 24}, priority=3)
-    record, after = claim_the_grid("a", grid, state.capacity, policy, decide_with, T0, [])
+    record, after = _deadline_check("a", grid, max_nodes=24, deadline_in_s=600, steps=1000)
     assert record.decision.rule is DecisionRule.DEADLINE_PRESSURE
     assert [hold.rule for hold in record.decision.held_by] == [HoldRule.CAPACITY]
     assert after.shrinks == ()
@@ -299,15 +310,8 @@ def test_a_job_alone_on_the_grid_records_its_deadline_so_a_later_claim_spares_it
     # 'due' holds 4 alone and is on track for its deadline only at 4 nodes: its standing is
     # in the ledger before anyone else comes, so a waiting launch of a higher priority (no
     # deadline) that could only fit by shrinking it shrinks nobody
-    ledger = _holding(GridLedger(), "due", 4, min_nodes=1)
-    policy = ScalePolicy(max_nodes=4)
-    state = ScaleState(job_name="due").observe(steady(4, step_s=2.0).samples, 4, T0)
-
-    def decide_with(share):
-        return state.decide(policy, T0, deadline_at=T0 + 400, remaining_steps=150, grid=share)
-
-    grid = SharedGrid(ledger, {"local": 5}, priority=0)
-    record, after = claim_the_grid("due", grid, state.capacity, policy, decide_with, T0, [])
+    grid = SharedGrid(_holding(GridLedger(), "due", 4, min_nodes=1), {"local": 5}, priority=0)
+    record, after = _deadline_check("due", grid, max_nodes=4, deadline_in_s=400, steps=150)
     assert record.decision.action is ScaleAction.HOLD
     (standing,) = after.standing
     assert (standing.job, standing.current_nodes, standing.deadline_nodes) == ("due", 4, 4)
@@ -319,5 +323,5 @@ def test_a_job_alone_on_the_grid_records_its_deadline_so_a_later_claim_spares_it
     assert (plan.shrinks, plan.granted) == ((), 0)
     # a check that changes nothing writes nothing: the same standing is not noted again
     later = SharedGrid(after, {"local": 5}, priority=0)
-    again, unchanged = claim_the_grid("due", later, state.capacity, policy, decide_with, T0, [])
+    again, unchanged = _deadline_check("due", later, max_nodes=4, deadline_in_s=400, steps=150)
     assert unchanged is after and again.decision.action is ScaleAction.HOLD
