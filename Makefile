@@ -64,8 +64,9 @@ BENCH_ARGS ?=
 bench: $(BIN)/.installed  ## every benchmark, then docs/performance.md from their reports
 	$(BIN)/python benchmarks/run_all.py --make "$(MAKE)"
 
-bench-quick: $(BIN)/.installed  ## every benchmark at small sizes (CI): fails if one crashes or its baseline did not run
-	$(BIN)/python benchmarks/run_all.py --quick --make "$(MAKE)"
+# BENCH_ONLY="planner pages" runs those only
+bench-quick: $(BIN)/.installed  ## every benchmark at small sizes: fails if one crashes or its baseline did not run
+	$(BIN)/python benchmarks/run_all.py --quick --make "$(MAKE)" $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 
 bench-planner: $(BIN)/.installed  ## the planner vs scipy's HiGHS LP, 1,000 providers, 1,000,000 nodes
 	$(BIN)/python benchmarks/bench_planner.py $(BENCH_ARGS)

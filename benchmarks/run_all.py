@@ -153,11 +153,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one round; no page")
     parser.add_argument("--make", default="make", help="the make program (make passes $(MAKE))")
+    parser.add_argument(
+        "--only", nargs="+", metavar="NAME", help="these benchmarks only (with --quick)"
+    )
     args = parser.parse_args()
+    unknown = sorted(set(args.only or ()) - set(benchmark_names()))
+    if unknown or (args.only and not args.quick):
+        what = f"no benchmark {', '.join(unknown)}" if unknown else "--only needs --quick"
+        print(f"error: {what} (benchmarks: {', '.join(benchmark_names())})", file=sys.stderr)
+        return 2
     began = time.monotonic()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-reports-") as folder:
         names = [n for n in benchmark_names() if not (args.quick and n in QUICK_RUN_IN_TESTS)]
+        names = [n for n in names if n in (args.only or names)]
         outcomes = [run(name, args.make, args.quick, Path(folder)) for name in names]
     seconds = time.monotonic() - began
     print(f"\n=== {'quick ' if args.quick else ''}benchmarks: {seconds:.0f} s in all")

@@ -50,3 +50,19 @@ def test_the_page_is_stamped_with_the_commit_and_cores_and_shows_no_machine_path
     assert str(run_all.ROOT) not in page
     assert "| cost | 3.4x |" in page and "`make bench-planner`: seed 1; 2 s." in page
     assert "## make bench-remote" in page and "```\nline 1\nratio 1.2\n```" in page
+
+
+def test_only_names_benchmarks_that_exist_and_needs_quick():
+    import subprocess
+    import sys
+
+    script = str(run_all.ROOT / "benchmarks" / "run_all.py")
+    for extra, said in (
+        (["--quick", "--only", "nope"], "no benchmark nope"),
+        (["--only", "planner"], "--only needs --quick"),
+    ):
+        done = subprocess.run(
+            [sys.executable, script, *extra], capture_output=True, text=True, check=False
+        )
+        assert (done.returncode, done.stdout) == (2, ""), done
+        assert done.stderr.startswith(f"error: {said} (benchmarks: planner, "), done.stderr
