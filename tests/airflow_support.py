@@ -192,7 +192,7 @@ def start_dags_test(
     """
     # imported here: importing conftest sets up a test session's Airflow home, which a
     # benchmark importing this module (benchmarks/bench_recovery.py) must not get
-    from tests.conftest import DAG_BUNDLES, TESTS, airflow_command
+    from tests.conftest import DAG_BUNDLES, TESTS, airflow_command, dag_bundle_name
 
     return subprocess.Popen(
         [
@@ -204,7 +204,7 @@ def start_dags_test(
             "--conf",
             json.dumps(run_conf),
             "--bundle-name",
-            f"tests-{Path(dag_file).stem}",
+            dag_bundle_name(dag_file),
             "--dagfile-path",
             str(DAG_BUNDLES / Path(dag_file).stem / dag_file),
         ],

@@ -54,6 +54,11 @@ TEMPLATE_DB_HOME = Path(
 DAG_BUNDLES = SESSION_HOME / "dag-bundles"
 
 
+def dag_bundle_name(dag_file: str) -> str:
+    """The bundle of ``tests/dags/<dag_file>`` (its folder is ``DAG_BUNDLES / <stem>``)."""
+    return f"tests-{Path(dag_file).stem}"
+
+
 def _dag_bundle_config() -> str:
     """``[dag_processor] dag_bundle_config_list``: one local bundle per file of tests/dags."""
     bundles = []
@@ -63,7 +68,7 @@ def _dag_bundle_config() -> str:
         (folder / dag_file.name).symlink_to(dag_file)
         bundles.append(
             {
-                "name": f"tests-{dag_file.stem}",
+                "name": dag_bundle_name(dag_file.name),
                 "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
                 "kwargs": {"path": str(folder), "refresh_interval": 0},
             }

@@ -421,11 +421,12 @@ class Ec2Engine(Engine):
         from elasticgrid_provider.engines.ec2_status import (
             LAST_LOG_LINES,
             keep_last_logs,
-            recorded_cause,
+            recorded_causes,
         )
 
         folder = Path(cluster.meta["job_dir"])
-        ranks = [node.rank for node in cluster.nodes if recorded_cause(folder, node.rank) is None]
+        lost = recorded_causes(folder)  # read once, not once per rank
+        ranks = [node.rank for node in cluster.nodes if str(node.rank) not in lost]
         keep_last_logs(folder, lambda rank: ssh.logs(cluster, rank, LAST_LOG_LINES), ranks)
 
     @staticmethod

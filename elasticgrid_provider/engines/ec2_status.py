@@ -62,7 +62,12 @@ def record_losses(folder: Path, nodes: Iterable[Node], causes: Mapping[str, str]
 
 def recorded_cause(folder: Path, rank: int) -> str | None:
     """Why ``rank``'s instance was lost, when it was."""
-    return read_text_map(folder / LOSSES_FILE).get(str(rank))
+    return recorded_causes(folder).get(str(rank))
+
+
+def recorded_causes(folder: Path) -> dict[str, str]:
+    """Every lost rank's cause (:func:`record_losses`), by rank as text."""
+    return read_text_map(folder / LOSSES_FILE)
 
 
 def keep_last_logs(folder: Path, read_tail: Callable[[int], str], ranks: Iterable[int]) -> None:
