@@ -36,6 +36,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -245,8 +246,9 @@ class FakeEc2:
     def sync(self) -> None:
         """One watcher pass: hosts for new running instances (booted side by side, as a cloud
         boots them), none for the gone ones."""
-        with self._lock:
-            seen = {instance["InstanceId"]: instance for instance in self.instances()}
+        with self._lock:  # only the live ones: a test's terminated instances pile up in moto
+            live = self.instances(**{"instance-state-name": ["pending", "running"]})
+            seen = {instance["InstanceId"]: instance for instance in live}
             for instance_id in list(self._hosts):
                 instance = seen.get(instance_id)
                 if instance is None or instance["State"]["Name"] in _GONE_STATES:
@@ -272,20 +274,28 @@ class FakeEc2:
         for other, index in list(self._hosts.items()):  # an address freed and given again
             if self.lan.addresses[index] in addresses:
                 self._remove(other)
-        hosts = []
-        for instance_id, instance, address in booting:
-            user_data = self.user_data(instance_id) or None
-            authorized = None
-            if instance.get("KeyName"):
-                pairs = self._client.describe_key_pairs(
-                    KeyNames=[instance["KeyName"]], IncludePublicKey=True
-                )["KeyPairs"]
-                authorized = pairs[0].get("PublicKey") if pairs else None
-            hosts.append((address, cloud_config_host_key(user_data), authorized or ""))
+        # each instance's user data, and each key pair once, asked side by side
+        key_names = sorted({i.get("KeyName") for _, i, _ in booting if i.get("KeyName")})
+        with ThreadPoolExecutor(max_workers=min(8, len(booting) + len(key_names))) as pool:
+            user_data = pool.map(self.user_data, [instance_id for instance_id, _, _ in booting])
+            public_keys = dict(zip(key_names, pool.map(self._public_key, key_names), strict=True))
+            hosts = [
+                (
+                    address,
+                    cloud_config_host_key(text or None),
+                    public_keys.get(i.get("KeyName"), ""),
+                )
+                for (_, i, address), text in zip(booting, user_data, strict=True)
+            ]
         indexes = self.lan.add_hosts(hosts)
         for (instance_id, _, _), index in zip(booting, indexes, strict=True):
             self._hosts[instance_id] = index
             self.booted_at[instance_id] = time.monotonic()
+
+    def _public_key(self, key_name: str) -> str:
+        """The public key of EC2 key pair ``key_name`` ('' when it has none)."""
+        pairs = self._client.describe_key_pairs(KeyNames=[key_name], IncludePublicKey=True)
+        return (pairs["KeyPairs"][0].get("PublicKey") if pairs["KeyPairs"] else None) or ""
 
     def _remove(self, instance_id: str) -> None:
         index = self._hosts.pop(instance_id, None)
