@@ -29,8 +29,11 @@ grid's scheduler decides who gets what:
   before those that no longer can, then arrival. A launch needs its
   ``min_nodes``, or, for a batch job, the size its deadline needs if larger
   (which the provider knows at launch); it wants its launch size or that. It
-  gets what it wants when that fits (the launches waiting ahead keep their
-  needs), or preempts lower priorities for its need, or waits. A running job
+  gets what it wants when that fits (the first launch waiting ahead keeps what
+  it will need when the running batch jobs end as their steps left say, and
+  only a small need takes the rest; a stream's end counts as unknown, as the
+  provider does not know it), or preempts lower priorities for its need, or
+  waits. A running job
   behind its deadline may preempt for its deadline size (a stream: the size
   its policy asks for, its latency goal being its deadline, unless more of its
   batches are late already than the goal allows). The rest of the free nodes
@@ -248,6 +251,7 @@ class Run:
             priority=self.job.priority,
             gain_per_node=_gain(work, self.nodes, wanted),
             remaining_s=remaining,
+            ends_in_s=remaining if isinstance(work, BatchJob) else None,  # a stream's: unknown
             restart_s=work.startup_s,
             deadline_nodes=min(deadline_nodes, max(wanted, self.nodes)),
             slack_s=slack,

@@ -91,6 +91,7 @@ class QueuedRequest(ForwardCompatible, JsonModel):
     gain_per_node: NonNegative = 1.0
     remaining_s: NonNegative = 0.0
     restart_s: NonNegative = 0.0
+    ends_in_s: NonNegative | None = None  # seconds to its finish at current_nodes (None: unknown)
     deadline_nodes: Count = 0
     renewed_at: Finite | None = None  # the waiting task's last look (None: since)
     lease_s: AboveZero = DEFAULT_LEASE_S
@@ -108,6 +109,7 @@ class QueuedRequest(ForwardCompatible, JsonModel):
             gain_per_node=self.gain_per_node,
             remaining_s=self.remaining_s,
             restart_s=self.restart_s,
+            ends_in_s=self.ends_in_s,
             deadline_nodes=self.deadline_nodes,
             slack_s=self.slack_s,
             since=self.since,

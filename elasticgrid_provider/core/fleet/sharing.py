@@ -83,6 +83,9 @@ class JobClaim(JsonModel):
     gain_per_node: NonNegative = 1.0
     remaining_s: NonNegative = 0.0
     restart_s: NonNegative = 0.0
+    ends_in_s: NonNegative | None = None
+    """Seconds until it finishes at the size it holds, when its work left is known (None: not
+    known, as a stream's): when its nodes come free for a launch that waits."""
     deadline_nodes: Count = 0
     """The size it needs to meet its deadline (0: no deadline, met at any size, or no size
     meets it any more). A stream counts the size its demand needs as its deadline."""

@@ -81,7 +81,8 @@ def job_request(
     current, wanted = decision.current_nodes, max(decision.target_nodes, 1)
     gain = gain_per_node(memory.throughput(), current, wanted) if 1 <= current < wanted else 1.0
     projection = decision.projection or {}
-    remaining = projection.get("current_finish_s") or projection.get("horizon_s")
+    finish = projection.get("current_finish_s")  # its work left at its size (None: unknown)
+    remaining = finish or projection.get("horizon_s")
     remaining_s = float(remaining) if remaining else policy.horizon_s
     if decision.time_left_s is not None:
         remaining_s = min(remaining_s, max(decision.time_left_s, 0.0))
@@ -96,6 +97,7 @@ def job_request(
         gain_per_node=gain,
         remaining_s=remaining_s,
         restart_s=policy.startup_s,
+        ends_in_s=None if finish is None else float(finish),
         deadline_nodes=deadline_nodes,
         slack_s=slack_s,
         lease_s=lease_s,

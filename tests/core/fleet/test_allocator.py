@@ -3,6 +3,7 @@ issue 34 first, then one test per rule."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -156,9 +157,39 @@ def test_a_queue_position_survives_a_replan() -> None:
 
 def test_a_waiting_launch_holds_the_free_nodes_it_needs() -> None:
     plan = allocate([claim("launch", 0, 4, accepts=4), claim("runner", 2, 6, remaining_s=1e4)], 3)
-    assert (plan.nodes("launch"), plan.nodes("runner")) == (0, 2)
+    assert (plan.nodes("launch"), plan.nodes("runner")) == (0, 2)  # the runner's end: unknown
     assert plan.queue == ("launch", "runner")
-    assert "needs 4 nodes and 3 are free" in plan.results["launch"].reason
+    assert "needs 4 nodes and 3 are free (3 held for it)" in plan.results["launch"].reason
+    assert plan.free_left == 3
+
+
+def test_nodes_a_waiting_launch_will_not_need_go_to_small_launches_behind_it() -> None:
+    head = claim("big", 0, 6, accepts=6, since=T0)
+    ending = claim("ending", 5, 5, ends_in_s=600.0)  # frees 5 in 10 minutes
+    stream = claim("stream", 4, 4)  # its end is not known: never counted
+    small = claim("small", 0, 2, accepts=2, since=T0 + 1)
+    larger = claim("larger", 0, 3, accepts=3, since=T0 + 2)
+    plan = allocate([head, ending, stream, larger, small], 3, capacity=96)
+    # once ending's 5 come free, big needs 6 of 3 + 5: 2 of the 3 free now are spare
+    assert (plan.nodes("big"), plan.nodes("small"), plan.nodes("larger")) == (0, 2, 0)
+    assert "needs 6 nodes and 3 are free (1 held for it)" in plan.results["big"].reason
+    assert plan.free_left == 1 and plan.queue == ("big", "larger")
+    unknown = allocate([head, replace(ending, ends_in_s=None), stream, small], 3, capacity=96)
+    assert (unknown.nodes("small"), unknown.free_left) == (0, 3)  # no known end: all held
+    never = allocate([head, claim("ending", 2, 2, ends_in_s=60.0), stream, small], 3, capacity=96)
+    assert never.nodes("small") == 0  # 3 + 2 never reach 6: nothing is spare
+
+
+def test_only_a_small_need_takes_spare_nodes_and_nobody_grows_into_them() -> None:
+    head = claim("big", 0, 6, accepts=6, since=T0)
+    ending = claim("ending", 5, 5, ends_in_s=600.0)
+    small = claim("small", 0, 2, accepts=2, since=T0 + 1)
+    assert allocate([head, ending, small], 3, capacity=32).nodes("small") == 2  # 2 <= 32 / 16
+    assert allocate([head, ending, small], 3, capacity=16).nodes("small") == 0  # 2 > 16 / 16
+    assert allocate([head, ending, small], 3).nodes("small") == 0  # the grid's size unknown
+    grower = claim("grower", 2, 4, remaining_s=1e4)
+    plan = allocate([head, ending, grower], 3, capacity=96)
+    assert (plan.nodes("grower"), plan.free_left) == (2, 3)  # 2 are spare, but growth waits
 
 
 def test_growth_must_repay_its_restart_and_a_shrunk_job_does_not_grow_back() -> None:

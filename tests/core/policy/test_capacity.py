@@ -228,6 +228,18 @@ def test_the_claim_counts_the_measured_throughput_and_the_deadline() -> None:
     assert (request.priority, request.restart_s, request.deadline_nodes) == (2, 30.0, 0)
 
 
+def test_the_claim_says_when_the_job_ends_only_when_its_work_left_is_known() -> None:
+    policy, memory = ScalePolicy(startup_s=30), CapacityMemory()
+    batch = decide(
+        policy, steady(8, step_s=2.0), now=T0, deadline_at=T0 + 7200, remaining_steps=600.0
+    )
+    finish = (batch.projection or {})["current_finish_s"]
+    request = job_request("a", batch, memory, policy, priority=0, now=T0)
+    assert request.ends_in_s == pytest.approx(finish) and request.as_claim().ends_in_s == finish
+    stream = job_request("s", decide(policy, QUEUED_8, now=T0), memory, policy, priority=0, now=T0)
+    assert stream.ends_in_s is None and stream.remaining_s == policy.horizon_s
+
+
 def test_the_preemption_rule_sees_unrecorded_min_nodes_as_the_size() -> None:
     ledger = _holding(_holding(GridLedger(), "b", 6, min_nodes=2), "c", 4)
     claims = {claim.job: claim for claim in holder_claims(ledger, "a")}
