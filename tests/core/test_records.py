@@ -141,8 +141,12 @@ KINDS = {
 _NEW_PARAMETERS = {"stream_band", "peak_window_s", "stream_window_restarts"}
 ADDED_SINCE_FIXTURES = {
     "decision": {("thresholds",): _NEW_PARAMETERS, ("inputs", "scheduler"): _NEW_PARAMETERS},
-    # ledger 2.1: the running jobs' standing, the audited rounds, a queued claim's slack
-    "grid ledger": {(): {"schema_minor", "standing", "rounds"}, ("queue", 0): {"slack_s"}},
+    # ledger 2.1: the running jobs' standing, the audited rounds, a queued claim's slack;
+    # 2.2: a queued claim's end
+    "grid ledger": {
+        (): {"schema_minor", "standing", "rounds"},
+        ("queue", 0): {"slack_s", "ends_in_s"},
+    },
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
 from elasticgrid_provider.core.fleet.ledger import (
+    LEDGER_LAYOUT,
     GridLedger,
     HoldingPhase,
     confirm,
@@ -244,7 +245,7 @@ def test_a_ledger_of_a_newer_minor_keeps_its_fields_through_a_transaction(tmp_pa
     assert written["borrowed"] == {"by": "x"}
     assert [h.get("zone") for h in written["holdings"]][:1] == ["rack-7"]
     assert [h["job"] for h in written["holdings"]][-1] == "e"  # the transaction did write
-    assert (written["schema_version"], written.get("schema_minor")) == (2, 1)  # this release's
+    assert (written["schema_version"], written["schema_minor"]) == (2, LEDGER_LAYOUT.minor)
     assert not list(path.parent.glob(f"{LEDGER_NAME}.corrupt-*"))
 
 
@@ -256,7 +257,7 @@ def test_a_ledger_of_a_newer_major_is_refused_and_left_where_it_is(tmp_path):
         pytest.fail("the transaction must not start")  # pragma: no cover
     assert str(refused.value) == (
         f"the grid ledger {path}: grid ledger schema_version 3 was written by a newer release "
-        "of elasticgrid-provider than this worker's, which reads 2.1: upgrade "
+        f"of elasticgrid-provider than this worker's, which reads {LEDGER_LAYOUT.version}: upgrade "
         "elasticgrid-provider here; the grid ledger is left as it is"
     )
     view = store.snapshot()  # the views show what they can, and say why

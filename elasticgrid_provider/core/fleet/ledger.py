@@ -35,10 +35,11 @@ from elasticgrid_provider.core.validation import (
     whole,
 )
 
-LEDGER_LAYOUT = RecordLayout("grid ledger", major=2, minor=1, migrated=(1,), unversioned=2)
+LEDGER_LAYOUT = RecordLayout("grid ledger", major=2, minor=2, migrated=(1,), unversioned=2)
 """2: queued requests carry their claim; shrink requests (1 reads as 2: it only lacks them).
 2.1: a claim's ``slack_s``, the running jobs' ``standing`` and the audited ``rounds`` (a 2.0
-ledger reads as 2.1 without them)."""
+ledger reads as 2.1 without them).
+2.2: a claim's ``ends_in_s`` (a 2.1 ledger reads as 2.2 without it: its jobs' ends unknown)."""
 REBUILT_PRIORITY = 0  # the priority of a holding rebuilt from a launch record alone
 DEFAULT_LEASE_S = 600.0  # the lease of a request written before leases (no lease_s of its own)
 MIN_LEASE_S = 120.0  # the shortest lease: a busy worker or triggerer may look late
