@@ -50,7 +50,7 @@ REGION = "us-east-1"
 ZONE = f"{REGION}a"
 KEY_NAME = "elasticgrid-tests"
 SPOT_REASON = "Server.SpotInstanceTermination"
-_GONE_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+_LIVE_STATES = ["pending", "running"]  # an instance in any other state has no host
 
 
 def cloud_config_host_key(user_data: str | None) -> str | None:
@@ -247,11 +247,10 @@ class FakeEc2:
         """One watcher pass: hosts for new running instances (booted side by side, as a cloud
         boots them), none for the gone ones."""
         with self._lock:  # only the live ones: a test's terminated instances pile up in moto
-            live = self.instances(**{"instance-state-name": ["pending", "running"]})
+            live = self.instances(**{"instance-state-name": _LIVE_STATES})
             seen = {instance["InstanceId"]: instance for instance in live}
             for instance_id in list(self._hosts):
-                instance = seen.get(instance_id)
-                if instance is None or instance["State"]["Name"] in _GONE_STATES:
+                if instance_id not in seen:
                     self._remove(instance_id)
             booting = []
             for instance_id, instance in seen.items():
