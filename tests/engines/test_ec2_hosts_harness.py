@@ -43,6 +43,17 @@ def run_instance(ec2: FakeEc2, user_data: str | None = None) -> dict:
     return ec2.client.run_instances(**arguments)["Instances"][0]
 
 
+def terminate_all(ec2: FakeEc2) -> None:
+    """Terminate what the test started, then count: zero instances not terminated (every
+    state), and no host left for any of them."""
+    started = [instance["InstanceId"] for instance in ec2.instances()]
+    if ec2.alive():
+        ec2.client.terminate_instances(InstanceIds=ec2.alive())
+    ec2.sync()  # the watcher's pass, run here so the count needs no wait
+    assert ec2.alive() == []
+    assert [ec2.host_index(instance_id) for instance_id in started] == [None] * len(started)
+
+
 def strict_ssh(ec2: FakeEc2, address: str, known_hosts: Path) -> subprocess.CompletedProcess:
     """``ssh root@address`` with the key pair's key and StrictHostKeyChecking=yes."""
     return subprocess.run(
@@ -76,6 +87,7 @@ def test_an_instance_boots_with_the_user_data_host_key(fake_ec2: FakeEc2, tmp_pa
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["sshd", address]
     assert fake_ec2.errors == []
+    terminate_all(fake_ec2)
 
 
 def test_an_instance_without_ssh_keys_fails_strict_checking(
@@ -91,6 +103,7 @@ def test_an_instance_without_ssh_keys_fails_strict_checking(
 
     assert result.returncode == 255
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.stderr
+    terminate_all(fake_ec2)
 
 
 def test_terminate_and_reclaim_remove_the_hosts(fake_ec2: FakeEc2) -> None:
@@ -119,6 +132,7 @@ def test_hosts_that_never_answer(tmp_path: Path) -> None:
         assert ec2.host_index(instance["InstanceId"]) is None
         result = strict_ssh(ec2, instance["PrivateIpAddress"], tmp_path / "none")
         assert result.returncode == 255
+        terminate_all(ec2)
 
 
 def test_close_leaves_no_namespace_and_restores_the_connection(tmp_path: Path) -> None:
@@ -128,5 +142,6 @@ def test_close_leaves_no_namespace_and_restores_the_connection(tmp_path: Path) -
         (index,) = ec2.wait_booted([instance["InstanceId"]])
         namespace = ec2.lan.namespaces[index]
         assert ec2.endpoint_url in os.environ["AIRFLOW_CONN_AWS_DEFAULT"]
+        # its instance is left running on purpose: the harness's close removes its host
     assert not Path(f"/run/netns/{namespace}").exists()
     assert os.environ.get("AIRFLOW_CONN_AWS_DEFAULT") == before
