@@ -40,18 +40,13 @@ from typing import Any
 
 import httpx
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 POSTGRES_USER = "postgres"  # the Debian package's system user: Postgres refuses to run as root
 WORKER_QUEUES = {"w1": "default,w1", "w2": "default,w2"}
 ADMIN = "admin"
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago (bind port 0)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def postgres_bin(program: str) -> str:

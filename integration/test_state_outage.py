@@ -30,7 +30,8 @@ import psycopg2
 import pytest
 
 from elasticgrid_provider.core.state import state_variable_key
-from integration.deployment import ROOT, VENV_BIN, Deployment, free_port
+from integration.deployment import ROOT, VENV_BIN, Deployment
+from tests.ports import free_port
 
 JOB = "pg-blip"
 KEY = state_variable_key(JOB)

@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -42,6 +41,7 @@ import pytest
 from elasticgrid_provider.core.state import state_variable_key
 from tests.airflow_support import run_dag
 from tests.conftest import airflow_command
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
@@ -49,12 +49,6 @@ CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 READER, PASSWORD = "reviewer", "review-the-scale-decisions"
 SUB_PATH = "/airflow"  # Airflow served under a sub-path, as behind a proxy
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _http(url: str, data: dict[str, Any] | None = None, token: str | None = None) -> Any:
@@ -70,7 +64,7 @@ def _http(url: str, data: dict[str, Any] | None = None, token: str | None = None
 @pytest.fixture
 def base_url(monkeypatch: pytest.MonkeyPatch) -> str:
     """The API server's URL, under a sub-path; workers build extra links from ``[api] base_url``."""
-    url = f"http://127.0.0.1:{_free_port()}{SUB_PATH}"
+    url = f"http://127.0.0.1:{free_port()}{SUB_PATH}"
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", url)
     return url
 

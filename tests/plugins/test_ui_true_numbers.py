@@ -41,8 +41,9 @@ from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from tests.conftest import airflow_command
 from tests.hooks.test_grid_ledger import reserve_in
 from tests.plugins.recorded import long_history
-from tests.plugins.test_ui_end_to_end import _frame_text, _free_port
+from tests.plugins.test_ui_end_to_end import _frame_text
 from tests.plugins.test_ui_end_to_end import browser as browser  # the fixture
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.long]
 
@@ -57,7 +58,7 @@ def api_server(jobs_root: Path, airflow_db: Path, tmp_path: Path) -> Iterator[st
     """``airflow api-server`` on the session's DB and the test's jobs root: a Viewer, an Admin."""
     passwords = tmp_path / "passwords.json"
     passwords.write_text(json.dumps({VIEWER: PASSWORD, ADMIN: PASSWORD}))
-    port = _free_port()
+    port = free_port()
     environment = {
         **os.environ,
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{VIEWER}:viewer,{ADMIN}:admin",
