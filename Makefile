@@ -46,9 +46,9 @@ $(BIN)/.integration: $(BIN)/.installed pyproject.toml
 	$(call install,dev$(comma)integration)
 	touch $@
 
-integration: $(BIN)/.integration  ## a real deployment: Postgres, Redis, Celery workers, triggerer
+integration: $(BIN)/.integration  ## two real deployments side by side: Postgres, Redis, Celery workers, triggerer
 	bash scripts/system-packages.sh deployment ssh
-	$(BIN)/python -m pytest integration -p no:cacheprovider --durations=20
+	$(BIN)/python -m pytest integration -p no:cacheprovider -n 2 --durations=20
 
 $(BIN)/.docs: $(BIN)/.installed pyproject.toml
 	$(call install,dev$(comma)docs)

@@ -1,4 +1,7 @@
-"""One real deployment per session (integration/deployment.py), always stopped at the end.
+"""One real deployment per pytest worker (integration/deployment.py), always stopped at the end.
+
+``make integration`` runs two workers, so two deployments side by side, each with its own
+ports, Postgres, Redis, hosts and folders.
 
 The fixture starts two SSH training hosts (network namespaces with their own
 sshd, ``tests/ssh_hosts.py``) that cannot see the deployment's folder (so not
@@ -99,10 +102,16 @@ def _fleet_grid(home: Path) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that do not use the shared deployment run first, before it starts: its
-    scheduler, workers and triggerer would load the machine under them (a third of the
-    Postgres outage test's time went to that)."""
-    items.sort(key=lambda item: "deployment" in getattr(item, "fixturenames", ()))
+    """The tests that do not use a deployment run first, before one starts: its scheduler,
+    workers and triggerer would load the machine under them (a third of the Postgres outage
+    test's time went to that). Then the ``long`` ones, so that no worker ends alone with one.
+    A stable sort: every xdist worker collects the same order."""
+    items.sort(
+        key=lambda item: (
+            "deployment" in getattr(item, "fixturenames", ()),
+            item.get_closest_marker("long") is None,
+        )
+    )
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
