@@ -1,17 +1,8 @@
 """Replace a file whole, so that a crash at any instant leaves the old file or the new one.
 
-Every file this provider rewrites (a job's manifest, the grid ledger, the
-launcher's request and result, the ssh engine's status record, a checkpoint's
-progress and owner, the step-log mirror) goes through :func:`write_atomically`:
-
-* the bytes go to a temporary file beside the target (the same filesystem),
-  created 0600 for a private file (``private``: it may hold ``envs`` values);
-* the temporary file is fsynced, then renamed over the target (atomic on POSIX);
-* the folder is fsynced, so that the rename itself survives a power loss;
-* a failure (a full disk, a kill) leaves the old file and no temporary file.
-
-A cache that is rebuilt when lost (the step-log mirror) skips both fsyncs
-(``durable=False``): it needs the atomic rename, not the durability.
+Every file this provider rewrites (a job's manifest, the grid ledger, the launcher's request
+and result, a checkpoint's progress, the step-log mirror, ...) goes through
+:func:`write_atomically`. The rules: docs/recovery.md ("Full disks").
 """
 
 from __future__ import annotations
@@ -26,7 +17,14 @@ from typing import Any
 def write_atomically(
     path: Path, data: bytes, *, private: bool = False, durable: bool = True
 ) -> None:
-    """Replace ``path`` by ``data``: a temporary file, fsync, rename, fsync of the folder."""
+    """Replace ``path`` by ``data``: a temporary file, fsync, rename, fsync of the folder.
+
+    The temporary file sits beside the target (the same filesystem, so the rename is atomic),
+    created 0600 when ``private`` (it may hold ``envs`` values); the folder's fsync makes the
+    rename itself survive a power loss. A failure leaves the old file and no temporary one.
+    ``durable=False`` skips both fsyncs, for a cache rebuilt when lost (the step-log mirror):
+    it needs the atomic rename, not the durability.
+    """
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:

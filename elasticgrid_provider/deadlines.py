@@ -1,22 +1,9 @@
 """Which deadline a scale check works to, and how sure we are of it.
 
-Airflow 3 replaced task SLAs with DAG-level ``deadline=DeadlineAlert(...)``.
-A task sees the alerts as authored (``context["dag"].deadline``, one or a
-list) and its DAG run (``logical_date``, ``run_after``; no ``queued_at``).
-The rules, in order:
-
-1. An explicit ``deadline`` argument (a datetime or an ISO-8601 string) wins.
-2. Otherwise each alert is *reference time + interval* (a ``VariableInterval``
-   is read from its Variable, in seconds), and the earliest deadline applies:
-
-   * ``FIXED_DATETIME(dt)``: ``dt``, exact;
-   * ``DAGRUN_LOGICAL_DATE``: the run's ``logical_date``, exact (skipped with
-     a warning when the run has none);
-   * ``DAGRUN_QUEUED_AT``: approximated by ``run_after``. A run is queued at or
-     after it, so the scheduler may think it has less time, never more;
-   * ``AVERAGE_RUNTIME`` and custom references need the metadata database,
-     which a task cannot query: skipped, with a warning.
-3. No deadline at all: the scheduler runs without the deadline rules.
+Airflow 3 replaced task SLAs with DAG-level ``deadline=DeadlineAlert(...)``. A task sees the
+alerts as authored (``context["dag"].deadline``, one or a list) and its DAG run
+(``logical_date``, ``run_after``; no ``queued_at``), so some references can only be
+approximated or skipped. The rules: docs/sensor.md ("The deadline").
 """
 
 from __future__ import annotations
@@ -104,7 +91,7 @@ def _reference_time(reference: Any, dag_run: Any) -> tuple[pendulum.DateTime, st
 
 
 def resolve_deadline(explicit: Any, dag: Any, dag_run: Any) -> ResolvedDeadline:
-    """Apply the rules in the module docstring."""
+    """Apply the rules of docs/sensor.md ("The deadline"), in order."""
     if explicit not in (None, ""):
         return ResolvedDeadline(parse_deadline(explicit), "the deadline argument")
     alerts = getattr(dag, "deadline", None)

@@ -1,37 +1,8 @@
 """The ``elasticgrid`` commands: read the inputs, let the pure core compute, build a Result.
 
 A command returns a :class:`~elasticgrid_provider.cli.rendering.Result` (its text and
-its JSON data, 0.1.0's keys) and never prints. Bad input is the core's one-sentence
-:class:`ElasticGridError`; options are checked before any file is read, naming the flag
-typed (``--cooldown``, not ``cooldown_s``).
-
-The clock of ``simulate`` is deterministic (no wall clock is read):
-
-* a sample's time is its ``time`` field, else the previous sample's time plus its
-  ``duration_s``; the time before the first sample is 0 (``--now`` with ``--timeline``);
-* a single decision is made at ``--now`` (default: the newest sample's time),
-  observing all samples at once at ``--nodes`` (default: the newest sample's);
-* ``--timeline`` runs the sensor's transition (:meth:`ScaleState.advance`) once per
-  sample, in file order, at its time: the sensor's window rules, cooldown, capacity
-  memory and recent recommendations. The size starts at ``--nodes`` (default: the
-  first sample's), becomes each scale decision's target, and follows the samples
-  when their ``nodes`` changes;
-* ``--deadline-in S``: S seconds after the single decision's time, or after the newest
-  sample's time for every decision of a timeline;
-* like the sensor, a sample that ended more than ``CLOCK_TOLERANCE_S`` after the
-  simulated clock (``--now`` for one decision, else the last sample's time in file
-  order) is left out with one sentence each (JSON: ``left_out``); every sample field is
-  bounded, and a value out of bounds is refused in one line (docs/step-samples.md);
-* ``--remaining-steps`` / ``--remaining-tokens``: the work left after the newest sample;
-  a timeline's earlier decisions add the samples still to come (a step each, their tokens).
-  ``--total-steps N`` instead counts the steps left at each decision as the sensor's
-  ``total_steps`` does: N less the window's newest step + 1.
-
-``simulate --state`` replays history entry ``--decision`` (default: the newest policy
-decision; the end of the job and a recovery are none) from its recorded inputs and
-compares :data:`REPLAY_FIELDS`: exit 0 when all agree, 1 when any differs. A record
-whose inputs lack ``capacity`` and ``recent`` (a version 1 state) came from an older
-policy, and the output says so.
+its JSON data, 0.1.0's keys) and never prints; ``simulate`` never reads the wall clock.
+The rules: docs/cli.md ("simulate"), docs/step-samples.md.
 """
 
 from __future__ import annotations

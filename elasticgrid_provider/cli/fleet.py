@@ -1,32 +1,8 @@
 """``elasticgrid fleet``: the grid ledger, providers x jobs, free nodes and the queue.
 
 The same view as the Fleet page and ``/elasticgrid/api/fleet``, from the same function
-(:func:`~elasticgrid_provider.hooks.fleet_view.read_fleet`). The jobs root and the grid
-come from the ``elasticgrid`` connection (``--conn-id``, default ``elasticgrid_default``),
-resolved as the operators resolve them (:class:`ElasticGridHook`): ``--jobs-root``
-overrides the connection's ``jobs_root``, which overrides iroh-tinker's default
-(``$IROH_TINKER_HOME/jobs`` or ``~/.cache/iroh_tinker/jobs``). The connection is read as
-``airflow connections get`` reads it: environment variables, secrets backends, then the
-metadata DB.
-
-The ledger is read without its lock and without writing, reconciled with the jobs'
-launch records as the next transaction would see it
-(:mod:`elasticgrid_provider.hooks.grid_ledger`). A missing or corrupt ledger is shown
-rebuilt from the launch records, with a note saying so.
-
-The providers are the pools jobs use plus the connection's grid when it sets one;
-capacities from ``--providers FILE`` when given, else the connection's grid, else what
-the ledger recorded (:func:`~elasticgrid_provider.core.fleet.view.fleet_capacities`).
-
-``--json``: ``{"jobs_root", "ledger", "note", "capacity_source", "providers": [{"name",
-"capacity", "free", "pool", "jobs": {job: {"held", "reserved"}}}], "jobs": [{"job",
-"priority", "min_nodes", "launch_id", "held", "reserved"}], "queue": [{"job",
-"nodes", "min_nodes", "since", "priority", "timeout_s", "renewed_at", "lease_s", "last_look", "position",
-...}], "shrinks": [{"job",
-"to_nodes", "by_job", "by_priority", "since"}], "updated_at"}``.
-
-The shrink requests follow the queue: which job a waiting higher-priority job asked to
-shrink, and to how many nodes (the shrunk job's next scale check acts on it).
+(:func:`~elasticgrid_provider.hooks.fleet_view.read_fleet`); it takes no lock and writes
+nothing. The rules and the output: docs/fleet-ledger.md ("`elasticgrid fleet`").
 """
 
 from __future__ import annotations
@@ -150,7 +126,7 @@ def shrinks_text(shrinks: list[dict[str, Any]]) -> list[str]:
 
 
 def run_fleet(args: argparse.Namespace) -> Result:
-    """``fleet``: the grid ledger of the connection's jobs root (module docstring)."""
+    """``fleet``: the grid ledger of the connection's jobs root (docs/fleet-ledger.md)."""
     grid = load_grid(args.providers) if args.providers else None
     hook = connection_hook(args)
     existing_jobs_root(args, hook)

@@ -1,21 +1,9 @@
 """The ``elasticgrid`` command line and the files it names; nothing is decided here.
 
-Rules:
-
-* Every command is a :class:`Command`; :data:`elasticgrid_provider.cli.COMMANDS`
-  lists them and :func:`build_parser` turns that list into the parser.
-* ``--json`` is accepted before or after the command (sub-parsers add it with
-  ``SUPPRESS``, so one given before the command survives).
-* A bad command line raises :class:`UsageError` (one line, exit status 2), not
-  argparse's usage dump; ``--help`` and ``--version`` still print and exit 0.
-  argparse checks only types, choices and exclusive options; the command checks
-  ranges, so a message names the flag typed.
-* A file is read whole as UTF-8; every problem (missing, a directory, not UTF-8,
-  bad JSON, a bad field) is one :class:`ElasticGridError` sentence naming the file
-  and the line or entry. A providers file is a JSON list or ``{"providers": [...]}``
-  (default: the built-in grid); a samples file a JSON list or JSON Lines (blank
-  lines ignored), as the step reporter writes it; a state file a scale state's JSON,
-  bare or as Airflow exports it (one key whose value is the state or its JSON string).
+Every command is a :class:`Command`; :func:`build_parser` turns
+:data:`elasticgrid_provider.cli.COMMANDS` into the parser. argparse checks only types,
+choices and exclusive options; the command checks ranges, so a message names the flag typed.
+The rules: docs/cli.md.
 """
 
 from __future__ import annotations

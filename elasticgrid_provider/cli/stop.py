@@ -1,23 +1,8 @@
 """``elasticgrid stop JOB``: stop every part of a job, on any engine, and say what was stopped.
 
-The jobs root is ``--jobs-root``, else, as the operators find it, the ``jobs_root`` of the
-``elasticgrid`` connection (``--conn-id``, default ``elasticgrid_default``, from the
-environment or the Airflow metadata DB), else iroh-tinker's default. Only the default
-connection may be missing; a ``--conn-id`` naming none is an error, lest the stop look
-under another jobs root. Airflow is imported only to read that connection.
-
-The stop itself is :func:`~elasticgrid_provider.hooks.launch_stop.stop_job` (the job's lock,
-its launch record, the grid ledger); it waits for the job's lock as long as a launch,
-resize or scale check of the job holds it, and says so on stderr. Progress goes to stderr;
-the report (:class:`~elasticgrid_provider.core.job_stop.JobStopReport`) to stdout, as text
-or, with ``--json``, its ``model_dump()``: ``{"job_name", "launch_id", "launch_state",
-"job_status", "parts": [{"name", "provider", "engine", "nodes", "ranks"}],
-"other_processes", "released_nodes", "nothing_left"}``.
-
-Exit status: 0 when the job was stopped or had nothing left to stop (a second stop); 2 on
-bad input (a bad job name, a job never launched under the jobs root, a missing
-connection); 1 when the stop could not finish (the job's record says ``stopping``, and the
-next stop finishes it). Each error is one line.
+The stop itself is :func:`~elasticgrid_provider.hooks.launch_stop.stop_job`; Airflow is
+imported only to read the connection. Progress goes to stderr, the report to stdout. The
+rules: docs/cli.md ("stop"), docs/operators.md ("StopJobOperator").
 """
 
 from __future__ import annotations
@@ -67,7 +52,7 @@ def progress_log(quiet: bool) -> logging.Logger:
 
 
 def run_stop(args: argparse.Namespace) -> Result:
-    """``stop JOB``: stop the job under the jobs root (module docstring)."""
+    """``stop JOB``: stop the job under the jobs root (docs/cli.md)."""
     from elasticgrid_provider.hooks.job_store import JobStore
     from elasticgrid_provider.hooks.launch_stop import stop_job
 

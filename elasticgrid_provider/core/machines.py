@@ -1,18 +1,9 @@
 """The machines of a part on cloud instances: what the engine last saw of each.
 
-The ec2 engine writes ``machines.json`` (:data:`MACHINES_FILE`) in the part's LOCAL
-job folder (beside the ssh engine's ``remote-status.json``) when it provisions and
-on every status::
-
-    {"part": str, "launch_id": str,
-     "instances": [{"instance_id": str, "instance_type": str,
-                    "market": "spot" | "on-demand", "zone": str,
-                    "state": str (the EC2 state name), "launched_at": ISO-8601 str,
-                    "address": str, "state_reason": str | null}]}
-
-:func:`read_machines` is what the UI and the CLI read it with. Pure: no boto3, no
-Airflow; a missing file reads as no machines, a file that does not validate is refused
-in one sentence.
+The ec2 engine writes ``machines.json`` (:data:`MACHINES_FILE`) in the part's local job
+folder when it provisions and on every status; :func:`read_machines` is what the UI and the
+CLI read it with. Pure: no boto3, no Airflow. The rules: docs/cli.md ("machines"),
+docs/clouds.md ("Seeing the machines").
 """
 
 from __future__ import annotations
@@ -77,7 +68,8 @@ class MachinesRecord(JsonModel):
 
 
 def read_machines_record(folder: str | os.PathLike[str]) -> MachinesRecord | None:
-    """The part's machines record in ``folder``, or None when it has none."""
+    """The part's machines record in ``folder``, or None when it has none; a file that does not
+    validate is refused in one sentence."""
     path = Path(folder) / MACHINES_FILE
     try:
         text = path.read_text()

@@ -1,38 +1,8 @@
 """The placement planner: which providers run how many of a job's nodes.
 
-Rules, for a job of ``N`` nodes:
-
-* A job has at least 1 node: fewer is an error (0 nodes would "succeed" with
-  nothing to launch); more nodes than the grid holds is an error naming both
-  numbers.
-* Spot nodes are capped at ``S = floor(max_spot_fraction * N)``. When the
-  on-demand capacity ``D`` cannot hold the rest (``N - D > S``), the job is
-  placed anyway with the fewest spot nodes possible, ``N - D``: a job that
-  cannot start is worse than a job that breaks the policy. So the spot
-  allowance is ``K = max(S, N - D)``.
-* ``prefer="cost"``: the cheapest placement of exactly ``N`` nodes with at
-  most ``K`` spot nodes and at most ``max_nodes`` on each provider.
-* ``prefer="balance"``: the smallest possible largest share on any one
-  provider, under the same limits; the cheapest such placement.
-* Nodes other jobs hold (``held_by_others``, by provider) are not free: each
-  provider counts only its free remainder, one with none free is skipped, and
-  the capacity above is the free capacity (the error says how much is held).
-  Without it the whole grid is free, as for a job alone on its grid.
-* Ties are broken by provider name, so the placement is a pure function of
-  (nodes, providers, policy), whatever order the providers come in.
-  Assignments are listed in failover order: the order they were filled,
-  cheapest first.
-
-Why the greedy fill is exact: as ``max_nodes`` node slots per provider, the
-sets within the per-provider caps and the spot allowance ``K`` (groups that
-nest in the spot / on-demand split), truncated at ``N``, are the independent
-sets of a laminar matroid. So taking slots cheapest first, skipping only
-those that break a limit, gives the cheapest basis (``K >= N - D`` makes
-``N`` reachable); taking whole runs per provider makes it ``O(P log P)``.
-For ``balance``, capping every provider at ``M`` keeps the structure: a
-binary search finds the smallest feasible ``M`` (a placement's largest share
-is ``M`` exactly when it fits caps ``min(max_nodes, M)``), and the same
-greedy the cheapest placement within it.
+A pure function of (nodes, providers, policy): the same grid in any order gives the
+same placement. The rules: docs/operators.md ("How placement works", "Sharing the grid
+with other jobs").
 """
 
 from __future__ import annotations
@@ -61,7 +31,7 @@ from elasticgrid_provider.core.validation import (
 
 
 class Prefer(Choice):
-    """The placement preferences :class:`GridPlanner` understands (module docstring)."""
+    """The placement preferences :class:`GridPlanner` understands (docs/operators.md)."""
 
     COST = "cost"
     BALANCE = "balance"
@@ -75,7 +45,7 @@ _RELATIVE_TOLERANCE = 1e-12
 
 @model
 class GridPlanner(JsonModel):
-    """Plans where a job's nodes run on a grid of providers, under a spot policy (module rules)."""
+    """Where a job's nodes run on a grid of providers, under a spot policy (docs/operators.md)."""
 
     WHERE = ""  # errors name the argument alone, as the operator and the CLI call it
 
@@ -187,7 +157,15 @@ def _fill_cheapest_first(
     ordered: Sequence[Provider], nodes: int, spot_allowance: int, share_limit: int | None
 ) -> tuple[Assignment, ...]:
     """Fill providers in order (each up to ``share_limit``), spot ones while the allowance lasts;
-    the caller guarantees the nodes fit."""
+    the caller guarantees the nodes fit.
+
+    Exact, not a heuristic: as ``max_nodes`` slots per provider, the sets within the
+    per-provider caps and the spot allowance (groups that nest in the spot / on-demand
+    split), truncated at ``nodes``, are the independent sets of a laminar matroid, so
+    taking slots cheapest first, skipping those that break a limit, gives the cheapest
+    basis (an allowance of at least ``nodes`` minus the on-demand capacity makes ``nodes``
+    reachable). Taking whole runs per provider makes it O(P log P) with the sort.
+    """
     remaining, spot_left = nodes, spot_allowance
     shares: list[Assignment] = []
     for provider in ordered:
@@ -220,7 +198,12 @@ def _room_under_limit(capacities: Iterable[int]) -> Callable[[int], int]:
 
 
 def _smallest_share_limit(providers: Sequence[Provider], nodes: int, spot_allowance: int) -> int:
-    """The smallest largest share that still fits the job (on-demand plus allowed spot room)."""
+    """The smallest largest share that still fits the job (on-demand plus allowed spot room).
+
+    Capping every provider at a limit keeps the matroid structure, and a placement's largest
+    share is the limit exactly when it fits caps ``min(max_nodes, limit)``; so a binary search
+    finds the limit and :func:`_fill_cheapest_first` the cheapest placement within it.
+    """
     on_demand_room = _room_under_limit(p.max_nodes for p in providers if not p.spot)
     spot_room = _room_under_limit(p.max_nodes for p in providers if p.spot)
 

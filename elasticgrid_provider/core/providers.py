@@ -1,28 +1,9 @@
 """Providers: the places a job's nodes can run.
 
-A provider is one pool of nodes at one price: a cloud region, an on-prem
-pool, this machine. Its ``infra_ref`` (``name/region``, or ``name`` without a
-region) is how placements and logs name it; its ``engine`` is the iroh-tinker
-engine that provisions it (defaults to its name), so several providers can
-map to one engine, which is how tests run a multi-provider placement here.
-
-``params`` are the engine's own parameters (iroh-tinker's
-``resources.params``). ``engine: "ssh"`` names the provider's own SSH engine
-(:mod:`elasticgrid_provider.engines.ssh`; iroh-tinker 0.5's cannot run a job
-from its working folder), and its ``params`` are checked when the grid is read
-(:class:`~elasticgrid_provider.core.ssh_params.SshParams`): hosts reached over
-SSH, which share no folder with the Airflow workers.
-
-iroh-tinker 0.5's own cloud engines (``aws``, ``gcp``, ``azure``) are never
-launched: they shell out to the cloud's CLI and leave instances running when a
-launch fails (issue 32). A grid that names ``aws`` is refused when it is read
-(a plan), naming the product engine to use instead (:data:`PRODUCT_ENGINES`);
-a cloud without a product engine yet (GCP, Azure) stays plannable, and its
-launch is refused (:func:`launch_refusal`) before anything is created.
-
-Rules: names are unique and non-empty; ``max_nodes`` is a whole number
->= 0; ``cost_per_node_hour`` is a finite number >= 0; ``spot`` is a bool;
-``params`` is a JSON object.
+A provider is one pool of nodes at one price: a cloud region, an on-prem pool, this
+machine. Its ``engine`` (its name unless set) is the iroh-tinker engine that provisions
+it, so several providers can map to one engine, which is how tests run a multi-provider
+placement here. The rules: docs/connection.md ("The grid", "Engines").
 """
 
 from __future__ import annotations
@@ -64,7 +45,8 @@ ENGINE_REFERENCES = {
 }
 """Engine names that iroh-tinker loads from this package rather than its own registry."""
 IROH_CLOUD_ENGINES = {"aws": "AWS", "gcp": "GCP", "azure": "Azure"}
-"""iroh-tinker's own cloud engines, and their clouds: never launched (module docstring)."""
+"""iroh-tinker's own cloud engines, and their clouds: never launched, since they shell out to
+the cloud's CLI and leave instances running when a launch fails (docs/connection.md)."""
 PRODUCT_ENGINES = {"aws": EC2_ENGINE}
 """The engine of this package that replaces iroh-tinker's own for a cloud (docs/clouds.md)."""
 _IROH_ENGINE_MODULES = "module=iroh_tinker.cloud.engines."
@@ -202,7 +184,7 @@ def launch_refusal(provider: Provider) -> str | None:
 
 def check_grid_engines(providers: Iterable[Provider]) -> tuple[Provider, ...]:
     """Refuse a grid naming iroh-tinker's own engine for a cloud this package has an engine
-    for (``aws``: use ``ec2``); other clouds' stay plannable (module docstring)."""
+    for (``aws``: use ``ec2``); other clouds' stay plannable, their launch refused."""
     result = tuple(providers)
     for provider in result:
         refusal = launch_refusal(provider)

@@ -1,25 +1,8 @@
 """The environment every rank of a launch gets: the contract between a launch and its ranks.
 
-A launch (:mod:`elasticgrid_provider.core.launch_spec`) sets these on every
-rank of every part; :mod:`elasticgrid_provider.runtime` reads them back:
-
-=============================  ==============================================
-``ELASTICGRID_JOB``            the job name
-``ELASTICGRID_PART``           the part name (``<job>--<provider>``)
-``ELASTICGRID_RANK_OFFSET``    global rank of the part's first process
-``ELASTICGRID_WORLD_SIZE``     processes in the whole job (all parts)
-``ELASTICGRID_PROCS_PER_NODE`` processes per node
-``ELASTICGRID_SHARED_DIR``     the job's shared folder, which outlives relaunches
-``ELASTICGRID_LAUNCH_ID``      the launch that started the rank (how a retry
-                               or a kill finds ranks iroh-tinker never recorded)
-``ELASTICGRID_HOST``           set by the SSH engine only: the address other
-                               hosts reach this rank's host at (the socket
-                               transport binds all addresses and publishes it)
-=============================  ==============================================
-
-iroh's runner adds ``RANK`` (part-local), ``WORLD_SIZE`` (part-local),
-``IROH_TINKER_JOB_DIR`` and ``IROH_TINKER_RENDEZVOUS`` after the spec's envs.
-Names only: every rank imports this, so it imports nothing.
+A launch (:mod:`elasticgrid_provider.core.launch_spec`) sets these on every rank of every
+part; :mod:`elasticgrid_provider.runtime` reads them back. Names only: every rank imports
+this, so it imports nothing. The rules: docs/runtime.md ("Which rank am I").
 """
 
 ENV_JOB = "ELASTICGRID_JOB"
@@ -29,6 +12,7 @@ ENV_WORLD_SIZE = "ELASTICGRID_WORLD_SIZE"
 ENV_PROCS_PER_NODE = "ELASTICGRID_PROCS_PER_NODE"
 ENV_SHARED_DIR = "ELASTICGRID_SHARED_DIR"
 ENV_LAUNCH_ID = "ELASTICGRID_LAUNCH_ID"
+# set by the SSH engine: the socket transport binds all addresses and publishes this one
 ENV_HOST = "ELASTICGRID_HOST"
 ENV_CHECKPOINT_DIR = "ELASTICGRID_CHECKPOINT_DIR"  # the ec2 engine's params.checkpoint_dir
 ELASTICGRID_ENV_NAMES = (

@@ -1,20 +1,9 @@
 """The one parser of rendezvous URIs: where the ranks of a launch find each other.
 
-Rules:
-
-* ``dir:/path`` and a plain path (no scheme) are a directory: mode ``dir``,
-  the path as is (relative paths stay relative);
-* ``s3://bucket[/prefix]`` and ``gs://bucket[/prefix]`` are object stores:
-  the mode is the scheme and the full URI is kept (iroh-tinker hands ranks
-  exactly that URI; a bare ``bucket/prefix`` would reach them as ``s3:b/p``,
-  which iroh reads as a directory);
-* anything else (another scheme, ``s3:bucket`` without ``//``, a missing
-  bucket, ``dir:`` without a path, an empty or non-string value) is bad input:
-  one sentence naming the field and the value (elasticgrid 0.1.0 silently mapped
-  every scheme to ``dir``).
-
-The launch spec, the hook and the rank runtime all call
-:func:`parse_rendezvous`. Pure: no I/O.
+The launch spec, the hook and the rank runtime all call :func:`parse_rendezvous`. An object
+store keeps its full URI: iroh-tinker hands ranks exactly that, and a bare ``bucket/prefix``
+would reach them as ``s3:b/p``, which iroh reads as a directory. Pure: no I/O. The rules:
+docs/operators.md ("Parts").
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """A provider's ``params`` for the ssh engine: which hosts, how to reach them, where to run.
 
-iroh-tinker's own names (``hosts``, ``ssh_port``, ``ssh_key``, ``ssh_opts``,
-``remote_dir``) plus the provider's: ``ssh_conn_id`` (an Airflow SSH connection
-holding the private key, as the ssh provider's connections do: extra
-``private_key`` or ``key_file``; instead of ``ssh_key``), ``known_hosts`` (the file host keys are
-checked against), ``connect_timeout_s``, ``python`` (the hosts' interpreter;
-None means the worker's own ``sys.executable`` path, which iroh's runner
-command already names) and ``shared_dir`` (a folder every host of the
-provider sees, such as an NFS mount, for checkpoints and a ``dir:``
-rendezvous).
-
-Node-to-host rule: ``hosts`` lists one entry per node, or fewer entries when
-``max_nodes`` is a whole multiple of their number; each host then carries
-``max_nodes // len(hosts)`` consecutive nodes (2 hosts, 4 nodes: A, A, B, B).
-
-Pure: pydantic only, no network. :meth:`SshParams.from_provider` checks that
-the key and known_hosts files can be read, so call it at task time.
+iroh-tinker's own names plus the provider's. Pure: pydantic only, no network;
+:meth:`SshParams.from_provider` checks that the key and known_hosts files can be read, so
+call it at task time. The rules: docs/remote-hosts.md ("Params").
 """
 
 from __future__ import annotations
@@ -75,7 +62,7 @@ def host_address(entry: str) -> str:
 
 @model
 class SshParams(JsonModel):
-    """A provider's ssh engine parameters (module docstring)."""
+    """A provider's ssh engine parameters (docs/remote-hosts.md, "Params")."""
 
     hosts: HostList
     ssh_port: Port | None = None
@@ -116,8 +103,9 @@ class SshParams(JsonModel):
                 raise ElasticGridError(f"{where}.{field}: file {path!r} cannot be read")
 
     def node_hosts(self, max_nodes: int, where: str = "params") -> tuple[str, ...]:
-        """The host of each of ``max_nodes`` nodes (module docstring); raise when the hosts
-        cannot carry them evenly."""
+        """The host of each of ``max_nodes`` nodes: one entry per node, or each host carrying
+        ``max_nodes // len(hosts)`` consecutive nodes (2 hosts, 4 nodes: A, A, B, B); raise
+        when the hosts cannot carry them evenly."""
         count = len(self.hosts)
         if max_nodes == 0:
             return ()

@@ -1,27 +1,9 @@
 """Reading a job's step log incrementally, safe against truncation and rotation.
 
-A training job's reporter appends one JSON object per step, one per line. A
-scale check keeps a :class:`LogCursor` instead of re-reading the whole log: the
-byte offset past the last complete line consumed, the file's *identity* (inode
-and a fingerprint of its first line) and the highest step taken. Rules:
-
-* only complete lines count: a trailing line without its newline is being
-  written and is left for the next check;
-* a line that is not JSON, or not a valid sample, is skipped and reported once
-  (the cursor moves past it), its report cut to about :data:`REPORT_LIMIT`
-  characters so a 10 MB value never reaches the task log whole;
-* the first check (no cursor) reads from the **end**, only as many lines as the
-  window needs (``tail=``): earlier lines could never enter the window;
-* same inode and first line, but shorter than the cursor: truncated to lines
-  all read before, so nothing is read again; reading continues at the new end;
-* another inode or first line: rotated or rewritten. The rest of the old file
-  is read first if it is still at a known name (``steps.jsonl.1``, recognised
-  by its identity), else a note says which steps may be lost; the new file is
-  then read from its start, leaving out steps at or below the highest taken;
-* a cursor stored as a plain byte offset (older states) is honoured, and gains
-  an identity at the next read;
-* the reporter's ``time`` field (when the step ended) is kept in the sample:
-  the scheduler reads arrival rates from it.
+A scale check keeps a :class:`LogCursor` instead of re-reading the whole log: the byte
+offset past the last complete line consumed, the file's identity (inode and a fingerprint
+of its first line) and the highest step taken. The rules: docs/sensor.md ("Records"),
+docs/step-samples.md.
 """
 
 from __future__ import annotations
@@ -307,7 +289,7 @@ def read_step_log(
     tail: int | None = None,
     nodes: int | None = None,
 ) -> StepLogChunk:
-    """Read what is new in the step log at ``path`` since ``cursor`` (rules: module docstring).
+    """Read what is new in the step log at ``path`` since ``cursor`` (docs/sensor.md).
 
     Without a cursor, ``tail`` reads only the newest ``tail`` samples, from the end (stopping
     early at one measured at another size than ``nodes``, if given). A missing file reads as

@@ -1,23 +1,10 @@
 """Checks for numbers and strings that arrive from users, files and XCom.
 
-Rules: booleans are not numbers; NaN and infinity are never accepted; a
-field declared as an integer must hold a whole number (``3.0`` is accepted
-as 3, ``3.5`` and ``"2"`` are not). Every failure is an
-:class:`ElasticGridError` naming the field and the value, so callers never
-need their own wording.
-
-Each rule is written once, as an ``Annotated`` field type (:data:`Finite`,
-:data:`Count`, :data:`Text`, ..., :func:`finite` / :func:`whole` /
-:func:`choice` for other bounds) of the models declared with :func:`model`;
-the ``check_*`` functions are those types in function form. A model is
-frozen and refuses unknown fields; :func:`model_error` turns pydantic's
-``ValidationError`` into the one sentence, naming the field by its dotted
-path (``window samples.0.queue_s must be a finite number, got nan``).
-
-The models are pydantic *dataclasses* (positional construction,
-``dataclasses.replace`` and ``fields`` keep working); :class:`JsonModel`
-adds pydantic's ``model_dump`` / ``model_validate`` / ``model_json_schema``
-(a plain dataclass that goes to JSON uses the same two names).
+Each rule is written once, as an ``Annotated`` field type (:data:`Finite`, :data:`Count`,
+:data:`Text`, ..., :func:`finite` / :func:`whole` / :func:`choice` for other bounds) of the
+models declared with :func:`model`; the ``check_*`` functions are those types in function
+form. The models are pydantic *dataclasses*, so positional construction,
+``dataclasses.replace`` and ``fields`` keep working. The rules: docs/errors.md ("Bad input").
 """
 
 from __future__ import annotations

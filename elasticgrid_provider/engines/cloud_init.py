@@ -1,23 +1,9 @@
 """What an instance is told at boot, and how the worker knows it before it first connects.
 
-Each launch of a part gets its own ed25519 host key pair (:func:`new_host_key`). The
-instances receive it through cloud-init user data (:func:`user_data`)::
-
-    #cloud-config
-    ssh_keys:
-      ed25519_private: |
-        -----BEGIN OPENSSH PRIVATE KEY-----
-        ...
-      ed25519_public: ssh-ed25519 AAAA... elasticgrid-<launch id>
-
-plus the provider's own ``user_data`` keys. The worker writes a known_hosts file that
-lists that public key for each instance's address (:func:`write_known_hosts`), and every
-ssh call checks against it strictly (``StrictHostKeyChecking=yes``): an instance whose
-host key the worker did not give it is refused, never trusted on first use. Envs values
-never go into user data.
-
-``cryptography`` and ``yaml`` are imported inside the functions (Airflow parses the
-modules that import this one).
+Each launch of a part gets its own ed25519 host key pair, given to the instances in
+cloud-init user data; the worker checks every ssh call strictly against it. ``cryptography``
+and ``yaml`` are imported inside the functions (Airflow parses the modules that import this
+one). The rules: docs/clouds.md ("What the engine does").
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Airflow connections where Airflow cannot be asked: resolved by the task, handed over privately.
 
-A launch starts its parts in the launcher (:mod:`elasticgrid_provider.hooks.launcher`), a
-detached child of the task that holds none of its descriptors, so it cannot ask the task's
-supervisor for a connection: one stored in the metadata database or a secrets backend cannot
-be read there at all. So the task resolves, with the amazon and ssh providers' normal hooks,
-what the launch's parts need (:func:`resolve`):
-
-* per ``aws_conn_id`` and region: frozen session credentials, the region and the
-  ``endpoint_url`` (and TLS ``verify``), as ``AwsBaseHook`` would build its client;
-* per ``ssh_conn_id``: the private key text (the extra ``private_key``, or the file its
-  ``key_file`` names).
-
-It hands them to the launcher through a pipe (:func:`send`, :func:`receive`): never in a
-spec, a manifest, XCom, a log, a command line or an environment. The launcher keeps them in
-memory (:func:`install`), so nothing it starts inherits them; from then on
-:func:`ec2_client` and :func:`ssh_private_key` answer from them alone, and name in one
-sentence a connection the task did not hand over. Everywhere else nothing is installed and
-they read the connection the normal way: in a task (a launch, a sensor, a stop) through its
-supervisor; in a process that is no task (the ``elasticgrid`` CLI) as Airflow's own CLI does,
-in a server context, so from the metadata database too (:func:`reading_connections`).
+The launcher is a detached child of the task that holds none of its descriptors, so it
+cannot ask the task's supervisor for a connection. The task resolves what the parts need
+(:func:`resolve`) and hands it over through a pipe (:func:`send`, :func:`receive`); the
+launcher answers from that alone. Everywhere else the connection is read the normal way
+(:func:`reading_connections`). The rules: docs/deploying.md ("Remote training hosts
+(SSH)"), docs/operators.md ("No rank holds a descriptor of the task").
 """
 
 from __future__ import annotations
@@ -112,7 +99,9 @@ def resolve(aws: Iterable[tuple[str, str | None]], ssh: Iterable[str]) -> dict[s
 
 
 def install(material: dict[str, Any]) -> None:
-    """Answer from ``material`` (from :func:`resolve`) from now on, in this process only."""
+    """Answer from ``material`` (from :func:`resolve`) from now on, in this process only: kept in
+    memory, never in the environment, so nothing the launcher starts inherits it; a connection
+    not handed over is then named in one sentence."""
     global _handed
     _handed = {"aws": dict(material.get("aws") or {}), "ssh": dict(material.get("ssh") or {})}
 

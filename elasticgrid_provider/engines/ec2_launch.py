@@ -1,18 +1,8 @@
 """What the ec2 engine records and derives for one launch of a part: tags, tokens, intent.
 
-* :func:`launch_tags`: the tag filter that finds a job's instances (one launch, one part).
-* :func:`client_token`: RunInstances' idempotency token, from (launch, part, index, market).
-* :func:`record_intent`: ``ec2-launch.json`` in the part's LOCAL folder (0600), written
-  before any RunInstances: job, part, launch id, count, market, client tokens, the
-  launch's host key (kept when the same launch is provisioned again, so the user data of
-  instances already started still holds the key the worker checks) and which ``attempt``
-  of the launch's part this is (only a later one can find instances already started).
-* :func:`record_fallback`: a spot request refused for capacity that goes on-demand
-  (``spot_fallback: on_demand``), recorded with its price and cause before it is logged.
-* :func:`ssh_engine_params`: the ssh engine's params for the instances (their hosts, the
-  launch's known_hosts, the key), which the engine also writes to ``ssh-params.json`` for
-  the hook's step-log pulls.
-* :func:`terminate_launch`: the hook's way to end a launch's instances by tag.
+The intent (``ec2-launch.json``) is written before any RunInstances, so a retry or a
+repeated provision finds the same instances by client token and tag, never a second set.
+The rules: docs/clouds.md ("What the engine does", "Spot").
 """
 
 from __future__ import annotations
@@ -68,7 +58,11 @@ def terminate_launch(
 def record_intent(
     folder: Path, job: str, part: str, launch_id: str, count: int, spot: bool
 ) -> dict[str, Any]:
-    """Write and return the part's launch intent (module docstring)."""
+    """Write and return the part's launch intent, ``ec2-launch.json`` in the part's local
+    folder (0600), before any RunInstances: job, part, launch id, count, market, client
+    tokens, the host key and which ``attempt`` of the launch's part this is (only a later one
+    can find instances already started). The same launch provisioned again keeps its host key,
+    so the user data of instances already started still holds the key the worker checks."""
     folder.mkdir(parents=True, exist_ok=True)
     previous: dict[str, Any] = {}
     with suppress(OSError, ValueError):
@@ -96,7 +90,8 @@ def record_intent(
 def record_fallback(
     folder: Path, intent: dict[str, Any], price: float | None, cause: str
 ) -> dict[str, Any]:
-    """Record, then log, that the part goes on-demand at ``price`` per node-hour."""
+    """Record, then log, that the part goes on-demand at ``price`` per node-hour (a spot
+    request refused for capacity, ``spot_fallback: on_demand``)."""
     fallback = {"from": "spot", "to": "on-demand", "cost_per_node_hour": price, "cause": cause}
     intent = {**intent, "market": str(Market.ON_DEMAND), "fallback": fallback}
     write_json(folder / INTENT_FILE, intent, private=True)
@@ -111,7 +106,9 @@ def record_fallback(
 
 
 def ssh_engine_params(params: Ec2Params, folder: Path, hosts: Iterable[str]) -> dict[str, Any]:
-    """The ssh engine's params for instances at ``hosts`` (``user@address``)."""
+    """The ssh engine's params for instances at ``hosts`` (``user@address``): their hosts, the
+    launch's known_hosts and the key; the engine also writes them to ``ssh-params.json`` for
+    the hook's step-log pulls."""
     distinct = list(dict.fromkeys(hosts))
     ssh: dict[str, Any] = {
         "hosts": distinct or [f"{params.ssh_user}@0.0.0.0"],

@@ -1,17 +1,10 @@
 """Instances a part lost, and why: what the ec2 engine's status tells the recovery path.
 
-An instance of a running part that is reclaimed (state reason
-``Server.SpotInstanceTermination``), ended otherwise (``terminated``/``stopped``) or gone
-from DescribeInstances is lost capacity. :func:`lost_instances` names the cause of each
-(``spot instance i-... reclaimed by AWS``); :func:`record_losses` writes, per rank, the cause
-into ``instance-losses.json`` in the part's LOCAL job folder, and the engine's ``logs`` then
-reads ``preempted: <cause>`` for those ranks: the line the recovery path takes as the cause
-of a lost part (:func:`~elasticgrid_provider.core.recovery.loss_cause`), a capacity loss.
-
-A part whose ranks all stopped, or that is stopped, has its instances terminated, and the rank
-logs on them go too: :func:`keep_last_logs` first copies each rank's last lines into
-``last-rank-logs.json``, which ``logs`` reads afterwards (a failed start's report names the
-rank's own last words).
+:func:`record_losses` writes each lost rank's cause into the part's local folder, so the
+engine's ``logs`` reads ``preempted: <cause>`` for it: the line the recovery path takes as
+the cause of a lost part. :func:`keep_last_logs` keeps each rank's last lines before its
+instances (and the logs on them) are terminated. The rules: docs/clouds.md ("Spot", "What
+the engine does").
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Cloud instances behind a small interface: run, find by tag, terminate.
 
 :class:`InstanceApi` is all an engine needs of a cloud, so a GCE engine can follow the ec2
-one; :class:`Ec2Instances` is the EC2 implementation, a boto3 client from the amazon
-provider's ``AwsBaseHook`` (the Airflow AWS connection: credentials, region,
-``endpoint_url``; in a launcher, what its task resolved: :mod:`.connection_material`), built
-on first use. A ``ClientError`` becomes a
-:class:`~elasticgrid_provider.core.errors.CloudApiError` carrying AWS's code and message,
-a :class:`~elasticgrid_provider.core.errors.CloudCapacityError` for the codes that mean
-"no room" (:data:`CAPACITY_CODES`).
-
-:func:`terminate_tagged` is how every path that ends a part ends its instances: found by
-tag (never a list kept in memory), terminated, retried with backoff; what is still alive
-after the last try is raised, named by id.
+one; :class:`Ec2Instances` is the EC2 implementation, its boto3 client built on first use.
+:func:`terminate_tagged` is how every path that ends a part ends its instances: found by tag,
+never from a list kept in memory. The rules: docs/clouds.md ("What it costs when things
+fail: nothing left running").
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """The code the ssh engine runs on a training host, one request per ssh call.
 
-The engine sends this file's source and then a JSON request on the ssh
-session's standard input (so ``envs`` values are never on a command line and
-never written on the host), and reads one JSON answer from its standard
-output. Standard library only: the host needs its Python and iroh-tinker,
-not this package. Requests (``op``):
-
-* ``check``: create the part's job folder and log folder; find iroh's runner module.
-* ``start``: remove the last launch's ``done_*``/``attempt_*`` markers, start
-  each rank (iroh's runner run as its file: see :func:`_command`) detached (own session, stdin ``/dev/null``, output appended to
-  its log), answer each rank's pid and start time (a pid's identity: a pid
-  reused by another process never reads as the rank).
-* ``status``: per rank, alive (not a zombie) or not, the launch id its environment
-  carries (``ELASTICGRID_LAUNCH_ID``, while alive), and its markers.
-* ``stop``: SIGKILL each rank's runner (the session leader, so it cannot
-  restart the rank it was told to stop), SIGTERM the rest of its group, then
-  SIGKILL what outlives the grace.
-* ``sweep``: the same for every process whose environment names the job and
-  one of the launch ids (ranks nobody recorded).
-* ``tail``, ``read``: the end of a log; bytes of a file from an offset.
-* ``setup``: run the spec's setup command in the working directory.
+The engine sends this file's source and then a JSON request on the ssh session's standard
+input (so ``envs`` values are never on a command line and never written on the host), and
+reads one JSON answer from its standard output. Standard library only: the host needs its
+Python and iroh-tinker, not this package. The rules: docs/remote-hosts.md ("The engine").
 """
 
 import base64
@@ -141,6 +125,7 @@ def _runner_script():
 
 
 def check(request):
+    """Create the part's job folder and log folder; find iroh's runner module."""
     os.makedirs(os.path.join(_folder(request["job_dir"]), "logs"), exist_ok=True)
     if _runner_script() is None:
         raise ImportError(f"{sys.executable} cannot import iroh_tinker.cloud.runner")
@@ -157,6 +142,9 @@ def _command(argv, job_dir, remote_job_dir, script):
 
 
 def start(request):
+    """Remove the last launch's ``done_*``/``attempt_*`` markers and start each rank detached
+    (own session, stdin ``/dev/null``, output appended to its log); answer each rank's pid and
+    start time (a pid's identity: a pid reused by another process never reads as the rank)."""
     root, job_dir = _folder(request["dir"]), _folder(request["job_dir"])
     os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
     for marker in glob.glob(os.path.join(job_dir, "done_*")) + glob.glob(
@@ -182,6 +170,8 @@ def start(request):
 
 
 def status(request):
+    """Per rank: alive (not a zombie) or not, the launch id its environment carries (while
+    alive), and its markers."""
     job_dir = _folder(request["job_dir"])
     ranks = {}
     for rank, (pid, started) in request["ranks"].items():
@@ -199,12 +189,16 @@ def status(request):
 
 
 def stop(request):
+    """SIGKILL each rank's runner (the session leader, so it cannot restart the rank it was
+    told to stop), SIGTERM the rest of its group, then SIGKILL what outlives the grace."""
     runners = [pid for pid, started in request["ranks"] if _is_rank(pid, started)]
     _stop(runners, runners, [], request["grace"])
     return {"killed": runners}
 
 
 def sweep(request):
+    """:func:`stop` for every process whose environment names the job and one of the launch
+    ids (ranks nobody recorded)."""
     wanted = set(request["launch_ids"])
     found = []
     for entry in os.listdir("/proc"):
@@ -224,6 +218,7 @@ def sweep(request):
 
 
 def tail(request):
+    """The end of a log."""
     try:
         with open(_folder(request["path"]), "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -240,6 +235,7 @@ def tail(request):
 
 
 def read(request):
+    """Bytes of a file from an offset."""
     try:
         descriptor = os.open(_folder(request["path"]), os.O_RDONLY)
     except FileNotFoundError:
@@ -253,6 +249,7 @@ def read(request):
 
 
 def setup(request):
+    """Run the spec's setup command in the working directory."""
     env = dict(os.environ)
     env.update(request["env"])
     result = subprocess.run(

@@ -1,21 +1,10 @@
 """The reconcile: no instance outlives the launch that started it.
 
-Every instance the ec2 engine starts carries ``elasticgrid:job`` and ``elasticgrid:launch``.
-:func:`reconcile_instances` (at each launch and in each scale check) terminates the
-instances tagged with a job of the jobs root whose launch is no longer the job's current
-one: an older launch (a retry that superseded an unconfirmed launch, a resize's old part, a
-launch whose task was SIGKILLed between RunInstances and its record), or the current launch
-once it is over (``stopped``, ``down``, ``lost``). Each is logged by id.
-
-Launch ids sort by time, so a launch newer than the manifest read (one being written right
-now by another task) is never touched. Every launch keeps its spec folder, so the candidate
-launches are known without asking the cloud, which is asked only for their live instances
-(a job that only ever ran its current launch costs no call): DescribeTags for the instances
-carrying those launches, and only when there are some, DescribeTags for those of the jobs
-and DescribeInstanceStatus for their states. Which AWS connections and
-regions to ask comes from the ec2 parts' specs of every launch of the job. A termination that
-fails is retried with backoff; what is still alive after that is logged as an error, and the
-next reconcile tries again.
+:func:`reconcile_instances` (at each launch and in each scale check) terminates the instances
+tagged with a job of the jobs root whose launch is not, or no longer, the job's running one.
+Every launch keeps its spec folder, so the candidate launches, and the AWS connections and
+regions to ask, are known without asking the cloud. The rules: docs/clouds.md ("What the
+engine does", "What it costs when things fail: nothing left running").
 """
 
 from __future__ import annotations
@@ -55,7 +44,7 @@ def _clouds(store: JobStore, job: str) -> set[tuple[str, str | None]]:
 
 def reconcile_instances(store: JobStore, job_names: Iterable[str] | None = None) -> list[str]:
     """Terminate the instances of the jobs root's jobs (or of ``job_names``) whose launch is not
-    the job's current one (module docstring); the ids asked to terminate."""
+    the job's current one, or is over (:func:`_stale`); the ids asked to terminate."""
     from elasticgrid_provider.engines.ec2_launch import launch_tags
     from elasticgrid_provider.engines.instances import (
         Ec2Instances,

@@ -1,25 +1,10 @@
 """ElasticGridHook: the ``elasticgrid`` connection, its settings, and the parts built on them.
 
-As the cncf.kubernetes provider keeps its client (the hook) apart from the pod
-lifecycle (``PodManager``), this hook only reads the connection and builds:
-
-* the grid of providers and the planner defaults (:attr:`ElasticGridHook.settings`,
-  :meth:`ElasticGridHook.get_planner`);
-* the jobs root and iroh-tinker's ``JobManager`` on it;
-* the :class:`~elasticgrid_provider.hooks.job_store.JobStore` of that root (folders,
-  manifests, locks, scale states) and, per task, a
-  :class:`~elasticgrid_provider.hooks.launch_manager.LaunchManager` that owns one
-  launch and its cancellation.
-
-The reports a check reads are :mod:`elasticgrid_provider.hooks.job_reports`; the
-Variables are read by :mod:`elasticgrid_provider.hooks.state_store`. Nothing is built
-in ``__init__``: Airflow imports this module every few seconds, so the connection is
-read, and ``iroh_tinker`` (numpy) imported, only when a task first needs them.
-
-Only the default connection ``elasticgrid_default`` may be absent (the built-in
-grid and iroh-tinker's default jobs root apply, and the log says so); an explicit
-``elasticgrid_conn_id`` naming none is an error, lest a typo plan on another grid
-or start a second copy under another jobs root.
+As the cncf.kubernetes provider keeps its client apart from the pod lifecycle, this hook
+only reads the connection and builds the grid, the jobs root, its JobStore and a task's
+LaunchManager. Nothing is built in ``__init__``: Airflow imports this module every few
+seconds, so the connection is read, and ``iroh_tinker`` (numpy) imported, only when a task
+first needs them. The rules: docs/connection.md.
 """
 
 from __future__ import annotations
@@ -44,7 +29,7 @@ if TYPE_CHECKING:
 class ElasticGridHook(BaseHook):
     """Reads the ``elasticgrid`` connection and builds the job store and launch managers.
 
-    :param elasticgrid_conn_id: the connection with the grid and defaults (module docstring).
+    :param elasticgrid_conn_id: the connection with the grid and defaults (docs/connection.md).
     :param providers: an inline grid (list of provider dicts) that overrides the connection's.
     :param jobs_root: the JobManager root; overrides the connection's ``jobs_root``.
     """

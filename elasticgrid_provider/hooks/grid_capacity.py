@@ -1,31 +1,9 @@
 """Plans and launches on a shared grid: every step that reads or changes the grid ledger.
 
-The operators stay thin: what happens under the grid lock
-(:meth:`~elasticgrid_provider.hooks.grid_ledger.GridLedgerStore.transaction`) is here,
-once, and every decision is the pure core's
-(:mod:`elasticgrid_provider.core.fleet.sharing`, :mod:`elasticgrid_provider.core.fleet.ledger`):
-
-* :meth:`GridCapacity.plan` (``PlanPlacementOperator`` with ``job_name``): under the
-  lock, decide the request against what other jobs use (:func:`decide_request`); a
-  granted one is planned over the nodes others leave free and reserved (a placement on a
-  provider that can be planned but not launched is refused instead: a plan for a job
-  reserves only what its launch can use); a waiting one is
-  queued (its place and its checks' claim kept across tries), the round audited in the
-  ledger, and, when shrinking strictly-lower-priority jobs makes the result fit what it
-  accepts, asks them to shrink (``plan_preemption`` then ``request_shrinks``); a failed
-  one changes nothing. Every decision is the one allocator's
-  (:mod:`elasticgrid_provider.core.fleet.allocator`), over every claim on the grid
-  (:func:`~elasticgrid_provider.core.policy.claim.holder_claims`).
-* :func:`decide_request` is also what :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`
-  asks of a read-only snapshot: it fires when the request would be granted; until then
-  it renews the request's lease (:meth:`GridCapacity.renew`), as a plan that waits in
-  the worker does by planning again.
-* The launch side: :meth:`GridCapacity.reserve_launch` before a launch stops or starts
-  anything (a refusal is a :class:`~elasticgrid_provider.core.errors.GridCapacityError`
-  naming the holders), :meth:`GridCapacity.confirm` once it is confirmed,
-  :meth:`GridCapacity.release` when a stop or a failed start ends it.
-
-Lock order: a caller holding the job's lock takes the grid lock inside it, never the reverse.
+What happens under the grid lock is here, once; every decision is the pure core's
+(:mod:`elasticgrid_provider.core.fleet`). Lock order: a caller holding the job's lock takes
+the grid lock inside it, never the reverse. The rules: docs/fleet-ledger.md ("How plans and
+launches use it"), docs/operators.md ("Sharing the grid with other jobs").
 """
 
 from __future__ import annotations
@@ -267,7 +245,7 @@ def _queue_and_preempt(
 
 
 class GridCapacity:
-    """The grid ledger's steps for plans and launches (module docstring).
+    """The grid ledger's steps for plans and launches (docs/fleet-ledger.md).
 
     :param store: the ledger of the jobs root the job runs under.
     """

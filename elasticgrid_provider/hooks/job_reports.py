@@ -1,23 +1,7 @@
 """What a job's parts tell: lost ranks, failure reports, and the step logs a check reads.
 
-Read-only views over a :class:`~elasticgrid_provider.hooks.job_store.JobStore`:
-
-* a rank is **down** when iroh-tinker lists it (``down ranks: [..]``) and it wrote
-  no ``done_<rank>`` marker (:func:`ranks_down`);
-* a part is **lost** when it failed, or runs with ranks down
-  (:func:`~elasticgrid_provider.core.recovery.part_is_lost`); a part ``stopped``
-  after its ranks went down was lost before it was stopped;
-* only a confirmed launch (or one ``lost`` while starting) loses capacity
-  (:func:`lost_parts`), unless the caller asks about a launch being confirmed;
-* the **failure report** names each rank that did not finish by its part rank and
-  its global rank, with its log's last lines (:func:`failure_report`);
-* iroh-tinker's ``down ranks: [..]`` words in a report list the ranks lost when it is
-  made, not those iroh-tinker saw at some earlier refresh (a part whose ranks died a
-  moment apart is recorded failed with the first alone):
-  :func:`~elasticgrid_provider.hooks.remote_parts.with_down_ranks`;
-* **step logs** are read from the state's cursor; a part on SSH hosts has its
-  rank 0's log pulled first (:mod:`elasticgrid_provider.hooks.remote_parts`), and a
-  failed pull is a warning, never a failed check (:func:`read_step_logs`).
+Read-only views over a :class:`~elasticgrid_provider.hooks.job_store.JobStore`. The rules:
+docs/recovery.md ("Recovering from lost capacity"), docs/remote-hosts.md.
 """
 
 from __future__ import annotations

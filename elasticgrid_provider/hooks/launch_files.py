@@ -1,23 +1,10 @@
 """A launch's files, written before anything of the running job is stopped.
 
-A resize stops the running launch, then starts the new one. Whatever can be
-written before the stop is written before it, so a full or failing disk
-fails the resize while the job still runs (:func:`write_launch_files`):
-
-* the rendezvous folder, the spec folder and one spec per part (``envs``
-  values in them, 0600 in 0700 folders);
-* the launcher's request and its (empty) log;
-* the new launch's manifest, ``starting``, as an intent inside the spec
-  folder (``INTENT_NAME``): after the stop it is only renamed into place;
-* each part's iroh-tinker folder and its ``spec.json`` (0600, empty);
-* then a free-space check: after the stop iroh-tinker still writes its
-  records and the ranks their logs, so the jobs root must keep
-  :data:`MIN_FREE_BYTES` free (and :data:`MIN_FREE_INODES` inodes where the
-  filesystem counts them).
-
-A write that fails raises :class:`~elasticgrid_provider.core.errors.JobLaunchError`
-naming the path (the half-written spec folder is removed): a retry may find
-the space freed.
+A resize stops the running launch, then starts the new one: whatever can be written before
+the stop is written before it (:func:`write_launch_files`), so a full or failing disk fails
+the resize while the job still runs. The new manifest is written as an intent inside the
+spec folder and only renamed into place after the stop. The rules: docs/recovery.md ("Full
+disks"), docs/operators.md ("Files under the jobs root").
 """
 
 from __future__ import annotations

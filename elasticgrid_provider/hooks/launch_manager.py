@@ -1,15 +1,9 @@
 """LaunchManager: one launch of one job, from its start to its stop, and its cancellation.
 
 As KPO's ``PodManager`` owns a pod for its operator, a :class:`LaunchManager` owns the launch
-its task makes: the operator holds it, and ``on_kill`` calls :meth:`~LaunchManager.stop`
-(a flag every step checks: it stops only what this manager started or adopted). Under the
-job's lock (:class:`~elasticgrid_provider.hooks.job_store.JobStore`) it **attaches** (starts
-nothing), **adopts** a healthy start that a killed try left unconfirmed, or **launches** /
-**resizes**: reserve the placement in the grid ledger, prepare
-(:mod:`~elasticgrid_provider.hooks.launch_prepare`), stop the old launch
-(:mod:`~elasticgrid_provider.hooks.launch_stop`), start the parts in a launcher child
-(:mod:`~elasticgrid_provider.hooks.launcher`) and confirm, each step as *record intent -> act ->
-confirm* (:mod:`elasticgrid_provider.core.launch_record`). The rules: docs/operators.md
+its task makes; ``on_kill`` calls :meth:`~LaunchManager.stop`, a flag every step checks, so it
+stops only what this manager started or adopted. Under the job's lock it attaches, adopts or
+launches, each step as *record intent -> act -> confirm*. The rules: docs/operators.md
 ("LaunchOperator"), docs/recovery.md ("The launch record and its phases", "Retries").
 """
 

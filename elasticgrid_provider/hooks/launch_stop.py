@@ -1,30 +1,9 @@
 """Stopping a recorded launch: every process of it, tracked by iroh-tinker or not.
 
-A launch is stopped by its launch id, never by its job's name alone, so a stop
-never touches a later launch (another task's resize):
-
-1. its launcher process, if one still starts parts;
-2. its parts that iroh-tinker recorded and that still run that launch's spec:
-   a part's ranks on this machine first, runner first (iroh's runner would
-   restart the rank it is asked to stop, whatever ``recovery`` says), with
-   :data:`PART_STOP_GRACE_S` to checkpoint; then iroh-tinker's own stop;
-3. every process left that carries the launch id in its environment, on this
-   machine and on the SSH hosts of its specs.
-
-:func:`give_up` wraps that in the launch record: ``stopping`` before (a failed
-write stops it all the same: a dead launch must not run on), then ``down`` or
-``lost`` with the reason. The caller holds the job's lock, except a killed task
-that waited :data:`STOP_LOCK_WAIT_S` for it in vain (:func:`stop_started_launch`).
-
-:func:`stop_job` is a user's stop of a whole job (``elasticgrid stop``,
-``StopJobOperator``), on any engine: it waits for the job's lock (so no launch,
-resize or scale check runs beside it; a killed task stops waiting and stops
-nothing), records the launch ``stopping``, stops it as above, then any part of
-it still running and every process of an earlier launch of the job, gives its
-nodes back to the grid ledger, and records it ``stopped``. A stop cut short (a
-kill, a host or cloud error) leaves the record ``stopping``, and the next stop
-finishes it. A job whose launch is over and of which nothing runs has nothing
-left to stop: a second stop says so and changes nothing but the ledger.
+A launch is stopped by its launch id, never by its job's name alone, so a stop never
+touches a later launch (another task's resize). The caller holds the job's lock, except a
+killed task that waited :data:`STOP_LOCK_WAIT_S` for it in vain. The rules:
+docs/recovery.md ("The launch record and its phases"), docs/operators.md ("StopJobOperator").
 """
 
 from __future__ import annotations
@@ -64,6 +43,7 @@ LOCK_POLL_S = 1.0
 def stop_launch(store: JobStore, manifest: JobManifest) -> tuple[list[str], list[int]]:
     """Stop a launch: launcher, recorded parts, other pids; returns (parts, unrecorded pids)."""
     job, launch_ids = manifest.job_name, [manifest.launch_id]
+    # the launcher first, so it starts no more parts; the sweeps last, for what it left
     terminate([pid for pid in launch_processes(job, launch_ids) if is_launcher(pid)], 0.0)
     stopped = stop_parts(store, job, manifest.parts, manifest.launch_id)
     untracked = terminate(launch_processes(job, launch_ids))
@@ -81,8 +61,8 @@ def stop_launch(store: JobStore, manifest: JobManifest) -> tuple[list[str], list
 def stop_parts(
     store: JobStore, job_name: str, parts: tuple[PartRecord, ...], launch_id: str | None = None
 ) -> list[str]:
-    """Stop the parts that still run; with ``launch_id``, only those that launch started
-    (module docstring, step 2)."""
+    """Stop the parts that still run; with ``launch_id``, only those that launch started.
+    A part's ranks here go first (runner first, :func:`terminate`), then iroh-tinker's stop."""
     stopped = []
     for part in parts:
         try:
@@ -136,10 +116,11 @@ def stop_job(
     *,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> JobStopReport:
-    """A user's stop of ``job_name`` on every engine (module docstring): what it stopped, or
-    why nothing was left. :class:`JobNotFoundError` when the job has no launch record here;
-    :class:`JobStopError` when ``cancelled()`` turned true while it waited for the lock
-    (nothing was stopped), or when the stop could not finish (the record says ``stopping``)."""
+    """A user's stop of ``job_name`` on every engine (docs/operators.md, "StopJobOperator"):
+    what it stopped, or why nothing was left. :class:`JobNotFoundError` when the job has no
+    launch record here; :class:`JobStopError` when ``cancelled()`` turned true while it waited
+    for the lock (nothing was stopped), or when the stop could not finish (the record says
+    ``stopping``)."""
     check_job_name(job_name)
     if store.read_manifest(job_name) is None:  # the folder of a job that does not exist stays so
         raise JobNotFoundError(not_launched(store, job_name))

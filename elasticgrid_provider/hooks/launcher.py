@@ -1,15 +1,9 @@
 """Start a launch's parts in a child process, and find the processes a launch left.
 
-iroh-tinker's engines start ranks and ``setup`` commands with the descriptors of the process
-that calls ``JobManager.launch``; in an Airflow task those include the supervisor's sockets,
-which a rank would keep open as long as it runs. So the launcher, a detached child of the
-task, calls it for each part: ``stdin`` ``/dev/null``, output to a log *file*, every other
-descriptor closed, its own session and process group, dying with the task
-(``PR_SET_PDEATHSIG``), in each part's ``workdir``, with the task's environment without
-Airflow's private variables (:func:`launcher_environment`) and the connections the task
-resolved handed over through a pipe (:mod:`elasticgrid_provider.engines.connection_material`).
-It writes its progress to a result file after each part. :func:`launch_processes` finds a
-launch's processes by the ``ELASTICGRID_JOB``/``ELASTICGRID_LAUNCH_ID`` in their environment.
+iroh-tinker's engines start ranks with the descriptors of the process that calls
+``JobManager.launch``; in an Airflow task those include the supervisor's sockets, which a rank
+would keep open as long as it runs. So a detached launcher child, holding no descriptor of the
+task and dying with it (``PR_SET_PDEATHSIG``), calls it for each part. The rules:
 docs/operators.md ("No rank holds a descriptor of the task").
 """
 

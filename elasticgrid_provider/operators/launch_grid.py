@@ -1,23 +1,9 @@
 """LaunchGrid: what a launch asks of the shared grid beyond its own reservation.
 
-* **A placement that no longer fits.** The launch reserves its placement before it stops
-  or starts anything (:mod:`elasticgrid_provider.hooks.launch_manager`). When another job
-  took those nodes between the plan and the launch (the plan reserved nothing, or its
-  reservation lapsed), the launch plans again as its plan would now
-  (:class:`~elasticgrid_provider.operators.grid_wait.GridCapacityWait`): at the same size, over
-  the plan's grid (its rendered ``providers``, spot cap and preference; without an
-  upstream plan, the placement's own providers), around the nodes other jobs hold, without
-  the providers the plan's decision and the job's scale state quarantine. Where that fits,
-  it launches there; where it does not, ``on_shortfall`` decides, as at the plan:
-  ``wait`` (queue, deferred or polling, and launch once granted), ``take_what_fits`` (down
-  to ``min_nodes``), or ``fail`` in one sentence naming the holders. The launch's
-  ``on_shortfall`` and ``capacity_timeout`` default to its plan's (rendered), else
-  ``wait`` without a limit; ``priority`` and ``min_nodes`` are the plan's.
-* **The plan's reservation given back** when the launch fails before it started anything.
-* **A start-up loss outlasts the launch**: the providers that took a part away while it
-  started are quarantined in the job's scale state for ``quarantine`` seconds, as a later
-  loss is (:mod:`elasticgrid_provider.core.recovery`), so the scale check's re-plans leave
-  them out too.
+A placement that no longer fits is planned again as its plan would now; the plan's
+reservation is given back when the launch fails before it started anything; a start-up
+loss is quarantined in the job's scale state. The rules: docs/operators.md
+("LaunchOperator"), docs/recovery.md ("Recovery details").
 """
 
 from __future__ import annotations
@@ -52,7 +38,7 @@ RESUME_METHOD = "execute_after_capacity"
 
 
 class LaunchGrid:
-    """The launch's steps on the shared grid (module docstring)."""
+    """The launch's steps on the shared grid (docs/operators.md, "LaunchOperator")."""
 
     job_name: str
     placement: Any
@@ -128,7 +114,7 @@ class LaunchGrid:
         self, context: Context, placement: Placement, refusal: str, left_out: Mapping[str, str]
     ) -> Placement:
         """The placement did not fit (``refusal``): plan again, and wait or fail per
-        ``on_shortfall`` (module docstring); the new placement, reserved for the job."""
+        ``on_shortfall`` (as at the plan); the new placement, reserved for the job."""
         request = self.shortfall_request(context, placement)
         self.log.warning(
             "%s. Its plan's placement no longer fits the grid: planning job %s again "
@@ -182,7 +168,7 @@ class LaunchGrid:
 
     def remember_startup_loss(self, lost: tuple[LostPart, ...]) -> None:
         """Quarantine the providers that took parts away while the launch started in the job's
-        scale state (module docstring)."""
+        scale state, as a later loss is."""
         from elasticgrid_provider.core.check import recovery_policy
         from elasticgrid_provider.core.recovery import (
             DEFAULT_MAX_RECOVERIES,

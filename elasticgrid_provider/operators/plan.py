@@ -1,23 +1,8 @@
 """PlanPlacementOperator: how many nodes, where, at what cost.
 
-A thin shell over :class:`~elasticgrid_provider.core.planner.GridPlanner` on
-the ``providers`` argument, else the connection's grid, else the built-in one.
-``nodes`` may be an upstream scale decision (``nodes=scale_check.output``):
-its ``target_nodes`` is placed, without the providers it quarantines (they lost
-capacity, :mod:`elasticgrid_provider.core.recovery`; ``left_out`` says why).
-The placement, plain JSON, is the task's return value for the launch task.
-
-With ``job_name`` the plan shares the grid with the other jobs under the same jobs
-root (:mod:`elasticgrid_provider.hooks.grid_capacity`, docs/fleet-ledger.md): it plans
-over the nodes the others leave free and reserves what it placed (XCom key
-``reservation``). A request that does not fit takes what fits, fails naming the jobs
-that hold the nodes, or waits in the grid's queue (``on_shortfall``), asking
-strictly-lower-priority jobs to shrink: deferred (:class:`GridCapacityTrigger`) or
-polling in the worker, then plans again under the lock. A timeout, or the task's
-kill, takes the request out of the queue. Without ``job_name`` the plan takes the job's
-name from the launch of its placement (a downstream ``LaunchOperator`` reading its
-output); with none to learn it from, it places around the nodes other jobs hold and
-reserves nothing, and its log says so.
+A thin shell over :class:`~elasticgrid_provider.core.planner.GridPlanner`; with a job name
+it shares the grid through :mod:`elasticgrid_provider.hooks.grid_capacity`. The rules:
+docs/operators.md ("PlanPlacementOperator"), docs/fleet-ledger.md.
 """
 
 from __future__ import annotations
@@ -111,7 +96,7 @@ class PlanPlacementOperator(BaseOperator):
     :param max_spot_fraction: cap on the share of spot nodes; default: the connection's, else 1.
     :param prefer: ``cost`` (cheapest) or ``balance`` (spread); default: the connection's.
     :param job_name: the job the plan is for (templated); the plan shares the grid with the
-        other jobs (module docstring); None: the job its launch starts, else no reservation.
+        other jobs (docs/operators.md); None: the job its launch starts, else no reservation.
     :param priority: the job's priority, a whole number >= 0, higher first (templated).
     :param min_nodes: the fewest nodes the job may run on (templated; default ``nodes``).
     :param on_shortfall: ``wait`` (default), ``take_what_fits`` or ``fail`` (templated).
@@ -259,7 +244,7 @@ class PlanPlacementOperator(BaseOperator):
     def _plan_on_shared_grid(
         self, context: Context, request: CapacityRequest, timeout_at: float | None
     ) -> dict[str, Any]:
-        """Plan under the grid lock until granted: reserve, fail, or wait (module docstring)."""
+        """Plan under the grid lock until granted: reserve, fail, or wait (``on_shortfall``)."""
         planner = self._planner()
         leave_out = quarantine_from_record(self.nodes)
         shared = self.grid_wait.until_granted(

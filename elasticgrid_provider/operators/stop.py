@@ -1,25 +1,8 @@
 """StopJobOperator: stop every part of a job, on any engine; usable as a teardown task.
 
-A thin shell over :func:`~elasticgrid_provider.hooks.launch_stop.stop_job` (the same stop
-as ``elasticgrid stop``): under the job's lock, so no launch, resize or scale check runs
-beside it, it records the launch ``stopping``, stops every part and every process of the
-job (local ranks, SSH hosts, a ``module=`` engine's or the ``ec2`` engine's machines
-through the engine's own ``stop``), gives the job's nodes back to the grid ledger and
-records the launch ``stopped``. A second stop finds nothing left to stop and succeeds.
-
-As a teardown (Airflow's setup/teardown), the job is stopped however the work between
-ended::
-
-    start = plan_and_launch(8, job_name="llm-ft", run="python train.py")
-    stop = StopJobOperator(task_id="stop", job_name="llm-ft")
-    start.launch >> checks >> stop.as_teardown(setups=start.launch)
-
-XCom ``return_value``: what was stopped (:class:`~elasticgrid_provider.core.job_stop.JobStopReport`,
-small plain JSON). A job never launched under the jobs root fails the task in one sentence
-(no retry). ``on_kill``: a stop still waiting for the job's lock gives up and stops nothing;
-one under way goes on while the task lives, and its record says ``stopping`` until it is
-done, so that a stop cut short is finished by the next one (a retry, ``elasticgrid stop``).
-A killed task fails.
+A thin shell over :func:`~elasticgrid_provider.hooks.launch_stop.stop_job`, the same stop
+as ``elasticgrid stop``. The rules: docs/operators.md ("StopJobOperator", "The teardown
+pattern").
 """
 
 from __future__ import annotations
@@ -38,7 +21,7 @@ from elasticgrid_provider.shared_root import unshared_jobs_root_message
 
 
 class StopJobOperator(BaseOperator):
-    """Stop every part of a job and record it stopped (module docstring).
+    """Stop every part of a job and record it stopped (docs/operators.md, "StopJobOperator").
 
     :param job_name: the job's name, as its LaunchOperator's ``job_name`` (templated).
     :param elasticgrid_conn_id: the ``elasticgrid`` connection (its jobs root).
@@ -103,7 +86,7 @@ class StopJobOperator(BaseOperator):
         return self._killed
 
     def on_kill(self) -> None:
-        """A stop waiting for the job's lock gives up; one under way goes on (module docstring)."""
+        """A stop waiting for the job's lock gives up; one under way goes on (docs/operators.md)."""
         self._killed = True
         self.log.info(
             "Task killed while stopping job %s: a stop still waiting for the job's lock stops "

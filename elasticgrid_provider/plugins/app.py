@@ -1,20 +1,8 @@
 """The plugin's FastAPI app, mounted at ``/elasticgrid`` on the API server.
 
 Imported by :class:`~elasticgrid_provider.plugins.plugin.LazyApp` on the first request.
-Rules:
-
-* Airflow adds no authentication to plugin apps: every route depends on
-  ``GetUserDep`` (no credentials: 401, a bad token: 403); the browser's ``_token``
-  cookie authenticates a logged-in user in the iframe.
-* A user sees a job only when allowed to read every DAG that recorded its decisions
-  (none recorded yet: its state Variable); otherwise it answers 404, as if it did not
-  exist, and the list leaves it out. The task-instance tab also needs that task's DAG.
-* A job with no page (none recorded, or not readable) is a readable 404 page, never
-  raw JSON; ``/jobs/<job>/logs/<part>/<rank>`` shows a rank's log under the job's rule.
-* The task tab (``?map_index=``) finds the job the task checked (:mod:`.live`) and puts
-  that task instance's decision on top.
-* GET only; HTML pages carry a Content-Security-Policy without scripts, and
-  ``/api/jobs[/<job>]`` serves the same data as JSON for scripts.
+Airflow adds no authentication to plugin apps, so every route must depend on
+``GetUserDep``. The rules: docs/ui-audit.md ("Permissions", "JSON").
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """The "Fleet" page: the grid ledger as ``elasticgrid fleet`` shows it, on the API server.
 
-Imported by :func:`~elasticgrid_provider.plugins.app.create_app` only (FastAPI, the app's
-rules), at ``/elasticgrid/fleet`` and ``/elasticgrid/api/fleet``.
-
-Rules:
-
-* The same data as the CLI, from the same function
-  (:func:`~elasticgrid_provider.hooks.fleet_view.read_fleet`):
-  providers x jobs (nodes held, reserved), free nodes per provider, the queue in
-  serving order, and next to it the shrink requests (who asked which job to shrink
-  to how many nodes). Read without the grid lock and without writing, from the
-  ``elasticgrid_default`` connection's jobs root, reconciled with the jobs' launch
-  records; the pools jobs use plus that connection's grid when it sets one, its
-  capacities, else those the ledger recorded.
-* Server paths (the ledger file, the jobs root) only for admins (:mod:`.access`): other
-  users read ``<jobs root>``, and no ledger line.
-* A missing or corrupt ledger is shown rebuilt from the launch records, and the page
-  says so; a ledger that cannot be read at all (no jobs root here) is a page that
-  says why, never an error.
-* A job is named, and linked to its page, only for a user who may read it (the job
-  pages' rule); every other job's nodes are counted under "other jobs", so the free
-  nodes stay true without showing what the user may not see.
+Imported by :func:`~elasticgrid_provider.plugins.app.create_app` only, at
+``/elasticgrid/fleet`` and ``/elasticgrid/api/fleet``; it never writes, and never shows a
+job or a server path to a user who may not read it. The rules: docs/fleet-ledger.md
+("The Fleet page").
 """
 
 from __future__ import annotations
@@ -104,7 +87,7 @@ def _job_cell(job: str) -> Callable[[dict[str, Any]], str]:
 
 
 def fleet_page(view: dict[str, Any], root: str, linked: set[str]) -> str:
-    """The page: the ledger's note, providers x jobs, the jobs, the queue (module docstring);
+    """The page: the ledger's note, providers x jobs, the jobs, the queue and the shrink requests;
     job names in ``linked`` link to their job pages under ``root``."""
     if view.get("error"):
         return _page("Fleet", f'<p class="error">{esc(view["error"])}</p>')

@@ -1,16 +1,9 @@
 """What the pages read besides the state Variables, on the API server, at request time.
 
-* :func:`live_status`: the job now, from its launch record (the manifest) and
-  iroh-tinker's status of each part, through :class:`ElasticGridHook` and the
-  ``elasticgrid_default`` connection's jobs root. The API server sees it when it shares
-  the jobs root with the workers (as ``airflow standalone`` does); otherwise the page
-  says the live status cannot be read here and shows the last check's.
-* :func:`checked_job`: the job a task instance checked (its rendered ``job_name``, else
-  its decision XCom), so the task tab shows that job's decision.
-* :func:`launch_tasks`: which task made each launch (the ``job`` XCom of LaunchOperator).
-* :func:`rank_log`: the tail of one rank's log, as iroh-tinker keeps it.
-
-Nothing here raises: a source that cannot be read gives an answer that says so.
+The job now (launch record and iroh-tinker, through the ``elasticgrid_default`` connection's
+jobs root), the job a task instance checked, which task made each launch, and a rank's log.
+Nothing here raises: a source that cannot be read gives an answer that says so. The rules:
+docs/ui-audit.md ("A job's page").
 """
 
 from __future__ import annotations

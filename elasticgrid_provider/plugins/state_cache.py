@@ -1,26 +1,9 @@
 """The jobs' state Variables as the pages read them: parsed once per change, per API-server process.
 
-A state of 10,000 decisions is about 38 MB of JSON as the check stores it (compact, each
-entry without its derived ``readable`` part: :func:`~elasticgrid_provider.hooks.state_store.state_text`),
-more once encrypted: decrypting and parsing it takes a good part of a second, so each
-API-server process keeps the states it parsed and parses a state again only when its
-Variable changed. A change is seen without reading the
-whole value:
-
-* an encrypted value (Fernet, the default with a ``fernet_key``) begins with the time and
-  a random IV of its encryption, so every write changes its first 64 characters; those
-  and its length are read from the metadata DB, the value itself only when they changed;
-* a plain value is read whole and compared by its hash (reading is cheap, parsing is not).
-
-What is kept of each history entry: everything but ``inputs`` (the recorded window and
-policy, which only a replay reads: ``elasticgrid simulate --state`` reads the Variable) and
-``context.readable`` (the page formats its own; states written before it was left out of
-the stored history). A changed state is parsed in two passes (:func:`_parsed`): msgspec
-scans the JSON without building it, then decodes every value but the entries' ``inputs``:
-two to three times faster than a whole ``json.loads``, the page's cold path. The cache holds at most
-:data:`MAX_CACHED_ENTRIES` history entries over all jobs, least recently read first out
-(a bigger state is still kept, alone). Nothing here raises on a state's content: a state
-that does not load is kept with its error (:func:`~.jobs.parse_state`).
+Decrypting and parsing a big state takes a good part of a second, so each process keeps
+the states it parsed (without what no page reads) and sees a change without reading the
+whole value. Nothing here raises on a state's content: a state that does not load is kept
+with its error (:func:`~.jobs.parse_state`). The rules: docs/ui-audit.md ("Speed").
 """
 
 from __future__ import annotations
@@ -34,6 +17,9 @@ from elasticgrid_provider.plugins.jobs import StoredState, checked_state, parse_
 
 MAX_CACHED_ENTRIES = 20_000
 """History entries kept parsed over all jobs (about 7 KB of memory each)."""
+# An encrypted value (Fernet) begins with the time and a random IV of its encryption, so
+# its first HEAD_CHARS and its length, read from the DB, tell a change; a plain value is read
+# whole and compared by its hash (reading is cheap, parsing is not).
 HEAD_CHARS = 64  # an encrypted value's time and IV (and more): new with every write
 DROPPED_KEYS = ("inputs",)
 DROPPED_CONTEXT_KEYS = ("readable",)
@@ -45,7 +31,8 @@ _cache: OrderedDict[str, tuple[Token, StoredState]] = OrderedDict()
 
 
 def _slim(stored: StoredState) -> StoredState:
-    """``stored`` without what no page reads (module docstring), its error kept."""
+    """``stored`` without what no page reads, its error kept: the entries' ``inputs`` (only a
+    replay reads them, from the Variable) and ``context.readable`` (the page formats its own)."""
     data = stored.data
     if not data or not isinstance(data.get("history"), list):
         return stored
@@ -68,9 +55,11 @@ def _without_context_keys(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parsed(key: str, text: str) -> StoredState:
-    """:func:`~.jobs.parse_state` of what the pages keep (module docstring): each history
-    entry's values decoded but ``inputs``; a document that is not an object of objects
-    there is parsed whole by ``parse_state``, which says what is wrong with it."""
+    """:func:`~.jobs.parse_state` of what the pages keep: each history entry's values decoded
+    but ``inputs``; a document that is not an object of objects there is parsed whole by
+    ``parse_state``, which says what is wrong with it. Two passes (msgspec scans the JSON
+    without building it, then decodes the values kept) are two to three times faster than a
+    whole ``json.loads``: the page's cold path."""
     import msgspec
 
     decode = msgspec.json.Decoder().decode
@@ -95,6 +84,7 @@ def _size(stored: StoredState) -> int:
 
 
 def _remember(key: str, token: Token, stored: StoredState) -> None:
+    # least recently read out first, to MAX_CACHED_ENTRIES; a bigger state is still kept, alone
     with _lock:
         _cache[key] = (token, stored)
         _cache.move_to_end(key)

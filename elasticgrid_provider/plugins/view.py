@@ -1,21 +1,9 @@
 """What one job's page shows, as plain JSON: the JSON route serves it, :mod:`.pages` renders it.
 
-:func:`job_view` joins three sources, each labelled on the page:
-
-* **now** (``live``, from the launch record and iroh-tinker, :mod:`.live`): the job's
-  status, size, launch id and parts. A finished job reads as finished: no desired size,
-  no cost per hour, and the policy's conditions give way to ``JobRunning False``.
-* **the last decision** (the state's history): its signals against their thresholds
-  and the conditions the policy recorded with it (``AbleToScale``, ``ScalingActive``,
-  ``ScalingLimited``, :mod:`~elasticgrid_provider.core.policy.conditions`), rendered as
-  recorded, never recomputed here;
-* **the history**: the timeline, each scale change linked to the launch that followed
-  it, recoveries and the chart; on a shared grid, each decision's ``shared_grid``: the
-  room the grid left it, who held what, and ``preempted_by`` (the job that asked it to
-  shrink, linked to that job's page).
-
-Every section is built on its own: one that cannot be read from the stored JSON becomes
-a one-line entry of ``errors`` and the rest of the page still renders.
+:func:`job_view` joins three sources, each labelled on the page: now (the launch record and
+iroh-tinker, :mod:`.live`), the last decision (its conditions rendered as recorded, never
+recomputed here) and the history. Every section is built on its own, so one that cannot be
+read still leaves the rest of the page. The rules: docs/ui-audit.md ("A job's page").
 """
 
 from __future__ import annotations
@@ -294,7 +282,7 @@ def job_view(
     run: Any = None,
     highlight: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything one job's page shows, as plain JSON (module docstring): the timeline's page
+    """Everything one job's page shows, as plain JSON (docs/ui-audit.md): the timeline's page
     ``page`` (of the whole history, or of the folded ``run``, :mod:`.timeline`) and, with
     ``highlight`` (``dag_id``, ``run_id``, ``task_id``, ``map_index``), that check's newest
     decision as ``this_check`` (its row; the page that holds it by default)."""

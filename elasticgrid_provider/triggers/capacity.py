@@ -1,28 +1,9 @@
 """GridCapacityTrigger: wait, in the triggerer, until a queued plan would fit the grid.
 
-A fleet-aware ``PlanPlacementOperator`` whose request does not fit waits in the
-grid ledger's queue. Deferred, it hands this trigger its request and the providers'
-capacities; the trigger reads the ledger every ``poll_interval`` seconds without its
-lock (:meth:`~elasticgrid_provider.hooks.grid_ledger.GridLedgerStore.snapshot`, in a
-thread, off the event loop) and fires:
-
-* ``granted`` when the request would be granted now
-  (:func:`~elasticgrid_provider.hooks.grid_capacity.decide_request`); the resumed task
-  plans again under the lock, and waits again if another job took the nodes first;
-* ``timeout`` once ``timeout_at`` (epoch seconds) has passed, with ``holders`` (who
-  uses the grid); never an exception: the task turns it into a failure naming them;
-* ``refused`` when the request was written by a newer release than this triggerer's
-  (a higher major, :mod:`~elasticgrid_provider.core.records`), with the sentence saying
-  so: the task fails that try, and a retry defers again (to an upgraded triggerer).
-
-At every look that fires nothing it renews the request's lease, under the lock
-(:meth:`~elasticgrid_provider.hooks.grid_capacity.GridCapacity.renew`): a request
-whose trigger is gone (a triggerer lost) lapses from the queue instead of holding
-its place, and the shrinks it asked for, for ever.
-
-An event fires no sooner than ``min_wait_s`` after the deferral
-(:data:`~elasticgrid_provider.triggers.job.MIN_DEFERRAL_S`). A deferred task that is
-killed takes its request out of the queue (:meth:`GridCapacityTrigger.on_kill`).
+It reads the ledger without its lock (in a thread, off the event loop) and fires
+``granted``, ``timeout`` or ``refused``; a look that fires nothing renews the request's
+lease. The rules: docs/operators.md ("Sharing the grid with other jobs"),
+docs/fleet-ledger.md ("The ledger"), docs/deploying.md ("The triggerer").
 """
 
 from __future__ import annotations
@@ -96,6 +77,8 @@ class GridCapacityTrigger(ElasticGridTrigger):
                 "holders": capacity.holders(request.job),
                 "timeout_at": self.timeout_at,
             }
+        # renewed at every look, so a request whose trigger is gone (a triggerer lost) lapses
+        # from the queue instead of holding its place, and its shrinks, for ever
         try:
             if capacity.renew(request, timeout=RENEW_LOCK_WAIT_S):
                 self.log.warning(

@@ -1,22 +1,10 @@
 """JobStatusTrigger: wait, in the triggerer, for a job to end (or for the next check).
 
-The trigger polls the job's status every ``poll_interval`` seconds (in a
-thread, off the event loop) and fires when the job ended: its status is
-terminal (:attr:`~elasticgrid_provider.core.job.JobStatus.is_terminal`:
-``done``, ``failed``, ``stopped``), or it is ``missing`` (no manifest); with
-``wake_after_s``, also once that long has passed (a deferrable scale sensor's
-next check). An event's ``status`` is a :class:`JobEventStatus` word.
-
-A job that another task is starting or stopping (its launch recorded ``starting``
-or ``stopping`` while that task holds the job's lock: a resize, a user's stop) has
-not ended, whatever its parts read meanwhile: a stop's first killed rank reads
-``failed``, a resize's new parts read ``stopped`` until they start. The wait goes on
-until that task is done, and then reports what it left (``stopped`` on purpose, or
-the resized job running on).
-
-Everything the resumed task needs is in the event, not in ``defer(kwargs=)``:
-Airflow 3.3.2's ``dag.test()`` drops those kwargs on resume, and a real
-triggerer keeps them; the event works on both.
+It polls the job's status (in a thread, off the event loop) and fires when the job ended,
+or once ``wake_after_s`` has passed (a deferrable scale sensor's next check). A job that
+another task is starting or stopping has not ended, whatever its parts read meanwhile. The
+rules: docs/operators.md ("LaunchOperator"), docs/sensor.md ("Modes"), docs/deploying.md
+("The triggerer").
 """
 
 from __future__ import annotations
@@ -74,6 +62,8 @@ def job_event(hook: ElasticGridHook, job_name: str) -> dict[str, Any]:
         missing = JobEventStatus.MISSING.value
         return {"job_name": job_name, "status": missing, "job": None, "woke": False}
     status = snapshot.status
+    # a job another task is starting or stopping (a resize, a user's stop) has not ended: a
+    # stop's first killed rank reads failed, a resize's new parts read stopped until they start
     if snapshot.manifest.state.is_unfinished and _locked_by_another_task(hook, job_name):
         changing = JobEventStatus.CHANGING.value
         return {"job_name": job_name, "status": changing, "job": None, "woke": False}
@@ -102,7 +92,9 @@ class JobStatusTrigger(ElasticGridTrigger):
     :param job_name, jobs_root: the job, and the JobManager root it was launched under.
     :param poll_interval, wake_after_s: seconds between status checks, and until firing anyway.
     :param min_wait_s: fire no sooner, even when the job has ended (:data:`MIN_DEFERRAL_S`).
-    :param payload: plain JSON copied into the event (what the resumed task needs).
+    :param payload: plain JSON copied into the event (what the resumed task needs): the event,
+        not ``defer(kwargs=)``, since Airflow 3.3.2's ``dag.test()`` drops those kwargs on
+        resume while a real triggerer keeps them; the event works on both.
     :param stop_on_kill, launch_id: when the deferred task is killed, stop ``launch_id``, the
         launch it started (a later resize runs on); LaunchOperator's: a sensor's kill stops nothing.
     """

@@ -1,23 +1,9 @@
 """Which pool of machines a provider name stands for, so one grid never counts a pool twice.
 
-The grid ledger counts nodes by provider *name*, and every job brings its own
-grid definition (its connection, or a task's ``providers``). Two jobs on one
-jobs root may define the same name differently, or two names that reach the
-same machines; either would let the jobs over-subscribe a pool. So each
-reservation records, per provider, the pool the name stood for
-(:class:`PoolRecord`: its engine and region, and the SSH hosts it reaches or, for
-another engine, a digest of its ``params``), and a plan or a launch is refused,
-in one sentence, when:
-
-* a name it uses stands for another pool than the one *other* jobs hold under
-  that name (another engine, region, hosts or params); ``max_nodes``, prices and
-  the spot flag may differ (the newest reservation's capacity counts);
-* an SSH provider it uses reaches a host (``address:port``) that another name
-  reaches while other jobs hold that name, or that another of its own
-  providers reaches: one machine would count twice.
-
-A name that nobody else holds may change its definition: the new one is recorded.
-Pure: the caller passes the ledger and the providers.
+The ledger counts nodes by provider name, and each job brings its own grid, so each
+reservation records the pool every name stood for (:class:`PoolRecord`), and a name or an
+SSH host that would count one pool twice is refused. Pure: the caller passes the ledger and
+the providers. The rules: docs/fleet-ledger.md ("The ledger").
 """
 
 from __future__ import annotations
@@ -36,7 +22,7 @@ SSH_PORT = 22  # the port of an SSH host whose provider names none
 
 @model
 class PoolRecord(ForwardCompatible, JsonModel):
-    """The pool a provider name stood for when it was reserved (module docstring)."""
+    """The pool a provider name stood for when it was reserved (docs/fleet-ledger.md)."""
 
     engine: Text
     params_digest: Text

@@ -1,27 +1,8 @@
 """Reconcile the grid ledger with the jobs' launch records, or rebuild it from them alone.
 
-**Reconcile** makes the ledger match the jobs' launch records (their manifests),
-and **rebuild** makes one from the records alone (a lost or corrupt ledger):
-
-* a job whose launch is stopped, down or lost (:attr:`LaunchPhase.is_terminal`),
-  or that has no record, holds nothing; so does a job whose launch was released as
-  ended (:func:`release` with its ``launch_id``: it finished on its own, and its record
-  still reads running) until a later launch;
-* a job whose launch is starting, running or stopping holds that launch's
-  placement, ``held``; a reservation of that launch is so confirmed;
-* a reservation of another launch is dropped when the record shows a later launch
-  (launch ids sort by time), or when no record confirmed it within the grace
-  period; until then it is a launch in flight and kept;
-* a job whose record cannot be read keeps its entries as they are;
-* a running launch's providers are recorded as the pools their names stand for
-  (:mod:`~elasticgrid_provider.core.fleet.pools`), so a rebuilt ledger knows them too;
-* a queued request that waited past its timeout leaves the queue (its task gave up,
-  or was killed while waiting), and so does one whose lease lapsed (its task is gone);
-* a holding rebuilt with no ledger entry to take them from has priority 0 and
-  ``min_nodes`` equal to its size, so no rule shrinks it until its next launch
-  records them again.
-
-Pure: no I/O, no clock (``now`` is given, epoch seconds).
+**Reconcile** makes the ledger match the jobs' launch records (their manifests);
+**rebuild** makes one from the records alone (a lost or corrupt ledger). Pure: no I/O, no
+clock (``now`` is given, epoch seconds). The rules: docs/fleet-ledger.md ("The ledger").
 """
 
 from __future__ import annotations
@@ -83,7 +64,7 @@ def reconcile(
     grace_s: float = RESERVATION_GRACE_S,
     unreadable: Collection[str] = (),
 ) -> GridLedger:
-    """The ledger matching the launch records (module docstring): ``records`` maps each
+    """The ledger matching the launch records (docs/fleet-ledger.md): ``records`` maps each
     job to its manifest (None: no record); a job missing from it has no record; the
     jobs in ``unreadable`` keep their entries."""
     jobs = sorted(set(ledger.jobs) | set(records) | set(unreadable))

@@ -1,27 +1,9 @@
 """What the sharing of one grid among many jobs is decided from and ends in.
 
-One :class:`JobClaim` per job (its priority, the nodes it holds, its ``min_nodes``, the
-size it wants, its deadline's size and slack, and what a node is worth to it), the
-:class:`ShortfallMode` of a request that does not fit, and the results (a
-:class:`ShortfallDecision`, :class:`Resize`, a :class:`PreemptionPlan`). Who gets what is
-decided in one place, :mod:`elasticgrid_provider.core.fleet.allocator`.
-
-What a request that does not fit does, by its :class:`ShortfallMode`:
-
-* ``wait`` (the default): it waits, with its queue position (1 = next). Waiting
-  is the default because it never over-subscribes, never starts a job smaller
-  than its author asked for, and never fails a DAG for a busy grid.
-* ``take_what_fits``: it gets what is free, when that is at least its
-  ``min_nodes``; otherwise it waits as above.
-* ``fail``: one sentence naming the jobs that hold the capacity, largest first.
-
-What a node is worth: a job at ``n`` nodes that grows by ``k`` gains
-``k * gain_per_node * remaining_s`` useful node-seconds (``gain_per_node`` is the
-marginal efficiency measured from the job's throughput at its sizes,
-:func:`gain_per_node`: 1.0 for linear scaling, less when sub-linear) and pays a
-restart of ``restart_s`` at the larger size, ``restart_s * (n + k)`` node-seconds.
-A step's net gain is the first minus the second. Nodes of one grid cost the same
-to every job they may go to, so throughput per node is throughput per dollar.
+One :class:`JobClaim` per job, the :class:`ShortfallMode` of a request that does not fit,
+and the results; who gets what is decided in one place,
+:mod:`elasticgrid_provider.core.fleet.allocator`. The rules: docs/fleet.md ("When a
+request does not fit: the shortfall mode", "The allocator").
 """
 
 from __future__ import annotations
@@ -52,7 +34,7 @@ Priority = Annotated[int, whole(None)]  # any whole number; higher goes first
 
 
 class ShortfallMode(Choice):
-    """What a launch or scale-up that does not fit the free capacity does (module docstring)."""
+    """What a launch or scale-up that does not fit the free capacity does (docs/fleet.md)."""
 
     WAIT = "wait"
     TAKE_WHAT_FITS = "take_what_fits"

@@ -1,17 +1,8 @@
 """The grid ledger as the fleet views show it: the CLI's ``elasticgrid fleet`` and the Fleet page.
 
-Which providers a view lists, and their capacities (:func:`fleet_capacities`): the pools
-jobs use (the ledger's holdings and the capacities its last reservation recorded), plus
-the connection's grid when the connection sets one (never the built-in grid on its own);
-the connection's capacity where it names a provider (what the next plan reserves
-against), else the one the ledger recorded; a CLI ``--providers`` file overrides both.
-
-Plain JSON, so both views print the same thing: ``providers`` (capacity, free, the pool
-the name stands for on this grid, and per job the nodes held and reserved), ``jobs`` (priority, ``min_nodes``, launch, held and
-reserved per provider), ``queue`` in serving order (the allocator's, with why each job
-queues and whether it is hopeless), ``shrinks`` (the jobs asked to shrink for a
-higher-priority one) and ``last_round``: the newest audited allocation round (its order,
-each job's tier and size after it, the reasons).
+Which providers a view lists and their capacities (:func:`fleet_capacities`), and the view
+itself as plain JSON, so both views print the same thing. The rules and the JSON:
+docs/fleet-ledger.md ("`elasticgrid fleet`"), docs/fleet.md ("The audit").
 """
 
 from __future__ import annotations
@@ -48,7 +39,9 @@ def fleet_capacities(
     connection: tuple[Mapping[str, int], str] | None = None,
     override: tuple[Mapping[str, int], str] | None = None,
 ) -> tuple[dict[str, int], str]:
-    """The capacities a fleet view shows (module docstring) and where they come from, in words.
+    """The capacities a fleet view shows and where they come from, in words: the pools jobs use
+    plus the connection's grid when it sets one (never the built-in grid on its own); the
+    connection's capacity where it names a provider, else the ledger's; ``override`` beats both.
 
     ``connection``: the connection's grid and its name, when the connection sets one;
     ``override``: a providers file and its name (the CLI's ``--providers``).

@@ -2,15 +2,9 @@
 
 As HPA's replica calculator turns metrics into a replica count, these rules turn a
 :class:`~elasticgrid_provider.core.policy.situation.Situation` into a
-:class:`~elasticgrid_provider.core.policy.situation.Verdict`: ``deadline_pressure`` /
-``deadline_slack`` (with a deadline and remaining work), ``demand`` (open loop: cover the
-arrival rate, a stream's recent peak plus its band (:mod:`.streams`), and a backlog that
-would not drain within ``drain_s``),
-``queue_bound`` / ``idle`` (closed loop), else ``balanced``. Each resize is priced as a
-restart of ``startup_s``; the holds that apply are attached
-(:mod:`~elasticgrid_provider.core.policy.holds`). The maths is in ``docs/policy.md``.
-
-Pure: no Airflow, no I/O.
+:class:`~elasticgrid_provider.core.policy.situation.Verdict`, each resize priced as a restart
+of ``startup_s``. Pure: no Airflow, no I/O. The rules and their maths: docs/policy.md ("Rules,
+in order").
 """
 
 from __future__ import annotations

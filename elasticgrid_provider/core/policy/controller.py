@@ -1,18 +1,10 @@
 """The controller: one decision from a window, as HPA's horizontal controller makes it.
 
-:func:`decide` checks its inputs, measures the load (:mod:`.load`), keeps what the window
-says about this size (:mod:`.memory`), then applies, in order: ``preempted`` (on a shared
-grid, a higher-priority job's shrink request: :mod:`.grid`), ``min_samples`` (too few
-samples: hold), ``bounds`` (outside ``min_nodes``/``max_nodes``: back inside, no cooldown
-holds it), the sizing rules (:mod:`.calculator`), then stabilisation (no change within
-``tolerance``; a scale-down acts on the largest size recommended in the last
-``scale_down_window_s``), the cooldowns and, on a shared grid, the room it leaves the job
-(``capacity``: :mod:`.grid`). It assembles the :class:`ScaleDecision` with its
-projection and computes its conditions (:mod:`.conditions`) once, here, where the decision
-is made; the UI and the CLI only print them. The rules are in ``docs/policy.md``.
-
-Pure: the caller passes ``now``, the deadline and the clock, and stores the result, so any
-process decides alike and a record replays from its inputs.
+:func:`decide` applies the rules in their documented order and computes the decision's
+conditions once, here, where it is made; the UI and the CLI only print them. Pure: the
+caller passes ``now``, the deadline and the clock, and stores the result, so any process
+decides alike and a record replays from its inputs. The rules: docs/policy.md ("Rules, in
+order", "Stabilisation", "On a shared grid").
 """
 
 from __future__ import annotations

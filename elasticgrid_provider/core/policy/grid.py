@@ -1,22 +1,10 @@
 """The shared grid as one decision sees it: the most nodes the job may have now, who holds
 the rest, and a higher-priority job's request that it shrink.
 
-The scale check computes a :class:`GridShare` from the grid ledger
-(:mod:`elasticgrid_provider.core.policy.claim`) and hands it to
-:func:`~elasticgrid_provider.core.policy.controller.decide` as a plain value. Without one
-(``None``: no ledger, or no other job on the grid) the policy decides exactly as for a job
-alone on its grid. With one:
-
-* **preempted** (:attr:`DecisionRule.PREEMPTED`, evaluated first): a shrink request for the
-  job decides ``scale_down`` to the request's ``to_nodes``, never below ``min_nodes``, whatever
-  the cooldowns and the stabilisation window say (the reason names what it overrode); the
-  decision records ``preempted_by``. A job already at its floor holds (``floor``).
-* **capacity** (after every other rule): a scale-up beyond ``max_nodes`` (the most nodes the
-  grid leaves the job now) is clamped to it, and the ``ScalingLimited`` condition says so
-  (reason ``GridCapacity``); when that leaves no node above the current size, the decision
-  is a hold by :attr:`HoldRule.CAPACITY` whose sentence names who holds what.
-
-Pure: no Airflow, no I/O.
+The scale check computes a :class:`GridShare` from the grid ledger and hands it to
+:func:`~elasticgrid_provider.core.policy.controller.decide` as a plain value; ``None`` decides
+exactly as for a job alone on its grid. Pure: no Airflow, no I/O. The rules: docs/policy.md
+("Rules, in order", "On a shared grid").
 """
 
 from __future__ import annotations
@@ -39,7 +27,7 @@ CAPACITY_REASON = "GridCapacity"
 
 @model
 class GridShare(JsonModel):
-    """What the shared grid leaves one job at one check (module docstring)."""
+    """What the shared grid leaves one job at one check (docs/policy.md)."""
 
     job: Text
     max_nodes: Count | None = None
