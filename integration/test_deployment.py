@@ -228,7 +228,17 @@ def test_a_retry_after_kill_9_of_the_worker_attaches_and_a_check_on_the_other_wo
         == deployment.xcom("it_launch_on_w1", run_id, "launch", key="job")["launch_id"]
     )
     assert (decision["action"], decision["current_nodes"]) == ("scale_up", 2)
+    # a stop on request ends the waiting retry for good: failed, and no further try
     stop_job(deployment, job)
+
+    def launch_ended() -> dict | None:
+        ti = deployment.task_instances("it_launch_on_w1", run_id)["launch"]
+        return ti if ti["state"] in ("failed", "success", "up_for_retry") else None
+
+    ended = wait_until("the waiting launch to end", launch_ended, timeout=120, interval=1)
+    log = retry_log.read_text(errors="replace")
+    assert (ended["state"], ended["try_number"]) == ("failed", retry["try_number"]), log[-3000:]
+    assert "so this task fails without a retry" in log, log[-3000:]
 
 
 def test_ranks_inherit_no_task_descriptor_and_a_non_waiting_launch_frees_its_worker(

@@ -38,6 +38,7 @@ PART_SUFFIX = f"--{FLEET_PROVIDER}"
 RANK_EVERY_S = 0.2
 VIEW_EVERY_S = 0.5
 RUN_TIMEOUT_S = 300
+GATE_TIMEOUT_S = 180
 W1, W2 = "it_fleet_w1", "it_fleet_w2"
 
 
@@ -156,6 +157,14 @@ class Watch:
         """Whether some sampled view passes ``check``."""
         return any(check(view) for _, view in self.views)
 
+    def open_when(self, gate: Path, check: Callable[[dict[str, Any]], bool]) -> None:
+        """Open ``gate`` (the file the runs' ranks wait for) once a sampled view passes
+        ``check``, or after ``GATE_TIMEOUT_S`` (the test's own assertion then fails)."""
+        deadline = time.monotonic() + GATE_TIMEOUT_S
+        while not self.any_view(check) and time.monotonic() < deadline:
+            time.sleep(VIEW_EVERY_S)
+        gate.touch()
+
     def holdings(self, view: dict[str, Any]) -> dict[str, int]:
         """Nodes held per job on the fleet provider in ``view``."""
         return {job: cell["held"] for job, cell in self.fleet(view)["jobs"].items()}
@@ -195,17 +204,33 @@ def fleet_jobs(deployment: Deployment) -> Iterator[list[str]]:
             stop_job(deployment.jobs_root, job)
 
 
+@pytest.fixture
+def gate(deployment: Deployment) -> Iterator[Path]:
+    """A gate file for a test's runs (their conf's ``gate``): their ranks wait for it before
+    their first step. Opened at the end whatever happened, so no rank waits on."""
+    path = deployment.home / f"gate-{time.monotonic_ns()}"
+    yield path
+    path.touch()
+
+
 def run_at_once(
-    deployment: Deployment, jobs: dict[str, str], settings: dict[str, Any]
+    deployment: Deployment,
+    jobs: dict[str, str],
+    settings: dict[str, Any],
+    gate: Path,
+    open_when: Callable[[Watch, dict[str, Any]], bool],
 ) -> tuple[Watch, dict[str, str]]:
-    """Trigger each DAG for its job with the same ``settings``, back to back, and watch until
-    every run succeeded and the grid was never over-subscribed; the watch and the run ids."""
+    """Trigger each DAG for its job with the same ``settings``, back to back; open ``gate``
+    once a Fleet view passes ``open_when``, so the jobs meet on the grid however slowly
+    the runs start; watch until every run succeeded and the grid was never over-subscribed.
+    The watch and the run ids."""
     watch = Watch(deployment)
     with watch.running():
         runs = {
-            dag_id: deployment.trigger(dag_id, fleet_conf(job, **settings))
+            dag_id: deployment.trigger(dag_id, fleet_conf(job, gate=str(gate), **settings))
             for dag_id, job in jobs.items()
         }
+        watch.open_when(gate, lambda view: open_when(watch, view))
         wait_all(deployment, runs)
     watch.check_grid_never_oversubscribed()
     return watch, runs
@@ -243,7 +268,7 @@ def fleet_conf(job: str, **settings: Any) -> dict[str, Any]:
 
 
 def test_with_take_what_fits_the_second_starts_smaller_and_grows_when_the_first_ends(
-    deployment: Deployment, fleet_jobs: list[str]
+    deployment: Deployment, fleet_jobs: list[str], gate: Path
 ):
     jobs = {W1: "fleet-fit-1", W2: "fleet-fit-2"}
     fleet_jobs.extend(jobs.values())
@@ -257,7 +282,16 @@ def test_with_take_what_fits_the_second_starts_smaller_and_grows_when_the_first_
         "global_batch": 12,
         "microbatch_seconds": 0.02,
     }
-    watch, runs = run_at_once(deployment, jobs, settings)
+    # the ranks start once both jobs hold the grid, one all it asked for, the other what was left
+    watch, runs = run_at_once(
+        deployment,
+        jobs,
+        settings,
+        gate,
+        lambda watch, view: (
+            sorted(watch.holdings(view).get(job, 0) for job in jobs.values()) == [1, 3]
+        ),
+    )
     planned = {
         job: deployment.xcom(dag_id, runs[dag_id], "plan")["total_nodes"]
         for dag_id, job in jobs.items()

@@ -51,10 +51,11 @@ class JobStore:
 
     @cached_property
     def job_manager(self) -> JobManager:
-        """iroh-tinker's JobManager on :attr:`jobs_root` (imported on first use)."""
-        from iroh_tinker.cloud import JobManager
+        """iroh-tinker's JobManager on :attr:`jobs_root`, its state files replaced whole
+        (hooks/job_manager.py; imported on first use)."""
+        from elasticgrid_provider.hooks.job_manager import WholeFileJobManager
 
-        return JobManager(root=self.jobs_root)
+        return WholeFileJobManager(root=self.jobs_root)
 
     def job_folder(self, job_name: str) -> Path:
         """Where the job's manifest, specs, rendezvous and lock live (the name is checked)."""

@@ -268,11 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != request["parent_pid"]:  # the task died before the line above
         return 1
-    from iroh_tinker.cloud import JobManager
+    from elasticgrid_provider.hooks.job_manager import WholeFileJobManager
 
     jobs_root = Path(request["jobs_root"])
     result_path = request_path.with_name(RESULT_NAME)
-    manager = JobManager(root=jobs_root)
+    manager = WholeFileJobManager(root=jobs_root)
     result: dict[str, Any] = {"started": [], "failed": None}
     try:
         for part in request["parts"]:

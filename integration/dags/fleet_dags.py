@@ -12,7 +12,9 @@ triggerer on w2. The run conf holds what a test varies: ``job_name``; ``nodes``,
 ``min_nodes``, ``max_nodes`` (the check's ceiling, default ``nodes``), ``priority`` and
 ``on_shortfall`` of the job; ``deadline`` (an ISO time: the check then counts the job's
 ``steps`` left against it); ``steps``, ``global_batch`` and ``microbatch_seconds`` of its
-training run (``train_elastic.py``, copied beside this file).
+training run (``train_elastic.py``, copied beside this file); ``gate``, a file its ranks
+wait for before their first step (``gated.py``: a test opens it once the grid shows what
+it checks).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from elasticgrid_provider.dag_builders import plan_and_launch, replan_and_relaun
 from elasticgrid_provider.sensors import ElasticScaleSensor
 
 TRAIN = Path(__file__).with_name("train_elastic.py")
+GATED = Path(__file__).with_name("gated.py")
 JOB = "{{ dag_run.conf['job_name'] }}"
 NODES = "{{ dag_run.conf['nodes'] }}"
 MIN_NODES = "{{ dag_run.conf.get('min_nodes', 1) }}"
 MAX_NODES = "{{ dag_run.conf.get('max_nodes', dag_run.conf['nodes']) }}"
 PRIORITY = "{{ dag_run.conf.get('priority', 0) }}"
 TRAIN_RUN = (
+    f"{sys.executable} {GATED} {{{{ dag_run.conf.get('gate', '-') }}}} "
     f"{sys.executable} {TRAIN} --steps {{{{ dag_run.conf.get('steps', 40) }}}} "
     "--global-batch {{ dag_run.conf.get('global_batch', 4) }} "
     "--microbatch-seconds {{ dag_run.conf.get('microbatch_seconds', 0.02) }}"
