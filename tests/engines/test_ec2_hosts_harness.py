@@ -47,8 +47,9 @@ def terminate_all(ec2: FakeEc2) -> None:
     """Terminate what the test started, then count: zero instances not terminated (every
     state), and no host left for any of them."""
     started = [instance["InstanceId"] for instance in ec2.instances()]
-    if ec2.alive():
-        ec2.client.terminate_instances(InstanceIds=ec2.alive())
+    alive = ec2.alive()
+    if alive:
+        ec2.client.terminate_instances(InstanceIds=alive)
     ec2.sync()  # the watcher's pass, run here so the count needs no wait
     assert ec2.alive() == []
     assert [ec2.host_index(instance_id) for instance_id in started] == [None] * len(started)

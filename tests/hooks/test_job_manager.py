@@ -67,3 +67,20 @@ def test_a_reader_never_sees_half_a_state_while_another_process_rewrites_it(tmp_
 
 def test_the_job_store_builds_the_whole_file_manager(tmp_path):
     assert isinstance(ElasticGridHook(jobs_root=str(tmp_path)).job_manager, WholeFileJobManager)
+
+
+def test_a_status_read_from_before_a_stop_does_not_undo_it_but_a_new_launch_is_saved(tmp_path):
+    manager = WholeFileJobManager(root=tmp_path)
+    running = state(str(tmp_path), pids={"0": 12, "1": 13})
+    manager.save(running)
+    manager.save(state(str(tmp_path), pids={"0": 12, "1": 13}, status="stopped"))
+    for stale in ("failed", "running"):  # what a refresh that read "running" would write
+        manager.save(state(str(tmp_path), pids={"0": 12, "1": 13}, status=stale))
+        assert JobManager(root=tmp_path).load("part").status == "stopped"
+    relaunched = state(str(tmp_path), pids={"0": 21, "1": 22})
+    manager.save(relaunched)
+    assert asdict(JobManager(root=tmp_path).load("part")) == asdict(relaunched)
+    failed_start = state(str(tmp_path), status="failed", last_error="no engines configured")
+    manager.save(state(str(tmp_path), pids={"0": 21, "1": 22}, status="stopped"))
+    manager.save(failed_start)  # a launch that started nothing records its failure
+    assert JobManager(root=tmp_path).load("part").last_error == "no engines configured"
