@@ -7,7 +7,8 @@ Here every save replaces the file whole (:func:`~elasticgrid_provider.atomic_fil
 so a reader sees the old state or the new one. A status read that began before a stop and
 saves after it would also overwrite ``stopped`` with what it saw (``running``, or ``failed``
 once the stop killed the ranks): a save of the same ranks over a ``stopped`` state is
-dropped. Import this only where a manager is built: it imports iroh-tinker (and numpy).
+dropped (under a lock file beside ``job.json``). Import this only where a manager is built:
+it imports iroh-tinker (and numpy).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from iroh_tinker.cloud.job import JobState
 from elasticgrid_provider.atomic_files import write_json
 
 STOPPED = "stopped"
+LOCK_NAME = ".job.json.lock"  # beside job.json: iroh-tinker lists folders by their job.json
 
 
 class WholeFileJobManager(JobManager):
@@ -38,15 +40,17 @@ class WholeFileJobManager(JobManager):
         unless it would overwrite a stop of the same ranks (a stale status read)."""
         path = self._state_path(state.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked_folder(path.parent):
+        with _locked(path.with_name(LOCK_NAME)):
             if not _undoes_a_stop(path, state):
                 write_json(path, asdict(state))
 
 
 @contextmanager
-def _locked_folder(folder: Path) -> Iterator[None]:
-    """An exclusive flock on the part's folder itself (no lock file), for one save."""
-    descriptor = os.open(folder, os.O_RDONLY)
+def _locked(lock_file: Path) -> Iterator[None]:
+    """An exclusive flock of the part's lock file, for one save. A file opened for writing,
+    as the job's lock is: NFS, where a jobs root may live, refuses an exclusive lock on a
+    descriptor opened read-only (a folder's)."""
+    descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield

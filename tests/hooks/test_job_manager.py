@@ -40,10 +40,11 @@ def state(root: str, **changes: object) -> JobState:
 
 
 def test_a_save_reads_back_through_iroh_tinkers_own_manager_and_leaves_no_temporary(tmp_path):
+    """Only the state and the lock of its saves are left in the part's folder."""
     saved = state(str(tmp_path), pids={"0": 12, "1": 13}, last_error="down ranks: [1]")
     WholeFileJobManager(root=tmp_path).save(saved)
     assert asdict(JobManager(root=tmp_path).load("part")) == asdict(saved)
-    assert sorted(p.name for p in (tmp_path / "part").iterdir()) == ["job.json"]
+    assert sorted(p.name for p in (tmp_path / "part").iterdir()) == [".job.json.lock", "job.json"]
 
 
 def test_a_reader_never_sees_half_a_state_while_another_process_rewrites_it(tmp_path):
