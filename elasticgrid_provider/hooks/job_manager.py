@@ -13,6 +13,7 @@ it imports iroh-tinker (and numpy).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -25,7 +26,6 @@ from iroh_tinker.cloud import JobManager
 from iroh_tinker.cloud.job import JobState
 
 from elasticgrid_provider.atomic_files import write_json
-from elasticgrid_provider.hooks.launch_files import acquire_lock
 
 STOPPED = "stopped"
 LOCK_NAME = ".job.json.lock"  # beside job.json: iroh-tinker lists folders by their job.json
@@ -52,7 +52,7 @@ def _locked(lock_file: Path) -> Iterator[None]:
     descriptor opened read-only (a folder's)."""
     descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        acquire_lock(descriptor, None)
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:
         os.close(descriptor)  # releases the lock
