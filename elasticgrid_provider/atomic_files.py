@@ -2,14 +2,18 @@
 
 Every file this provider rewrites (a job's manifest, the grid ledger, the launcher's request
 and result, a checkpoint's progress, the step-log mirror, ...) goes through
-:func:`write_atomically`. The rules: docs/recovery.md ("Full disks").
+:func:`write_atomically`; a read-check-write of a shared file holds :func:`acquire_lock`
+of a lock file beside it. The rules: docs/recovery.md ("Full disks").
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
+import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +63,20 @@ def read_text_map(path: Path) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {str(key): str(value) for key, value in data.items()} if isinstance(data, dict) else {}
+
+
+def acquire_lock(descriptor: int, timeout: float | None) -> bool:
+    """``flock`` the descriptor exclusively (a job's, a part's or the grid's lock file), waiting
+    at most ``timeout`` seconds (None: forever); whether it got the lock. Open the lock file for
+    writing: NFS refuses an exclusive lock on a descriptor opened read-only."""
+    if timeout is None:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        with suppress(BlockingIOError):
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)

@@ -5,8 +5,9 @@ reservation, so two launch, the third waits in the grid's queue and launches whe
 them ends: no launch is refused, no run fails, the grid is never over-subscribed, and the
 Fleet view shows the third queued while the first two hold the grid. The ranks wait at a
 gate until the view shows that, so the runs meet on the grid however slowly a busy machine
-starts them. Two runs of ``it_fleet_w1`` (worker w1, waiting in the worker) and one of ``it_fleet_w2`` (worker
-w2, deferred to the triggerer), triggered back to back, on the 4-node fleet grid.
+starts them. Two runs of ``it_fleet_w1`` (worker w1, waiting in the worker) and one of
+``it_fleet_w2`` (worker w2, deferred to the triggerer), triggered back to back, on the 4-node
+fleet grid.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from elasticgrid_provider.atomic_files import write_atomically
+from elasticgrid_provider.atomic_files import acquire_lock, write_atomically
 from elasticgrid_provider.core.clock import epoch_now
 from elasticgrid_provider.core.errors import ElasticGridError, NewerRecordError
 from elasticgrid_provider.core.fleet.ledger import (
@@ -32,7 +32,6 @@ from elasticgrid_provider.core.job import JobManifest, JobStatus, PartRecord
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.launch_spec import check_job_name
 from elasticgrid_provider.hooks.job_store import MANIFEST_NAME
-from elasticgrid_provider.hooks.launch_files import acquire_lock
 from elasticgrid_provider.hooks.remote_parts import is_ssh_target
 
 GRID_FOLDER = ".grid"

@@ -13,7 +13,6 @@ it imports iroh-tinker (and numpy).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from typing import Any
 from iroh_tinker.cloud import JobManager
 from iroh_tinker.cloud.job import JobState
 
-from elasticgrid_provider.atomic_files import write_json
+from elasticgrid_provider.atomic_files import acquire_lock, write_json
 
 STOPPED = "stopped"
 LOCK_NAME = ".job.json.lock"  # beside job.json: iroh-tinker lists folders by their job.json
@@ -52,7 +51,7 @@ def _locked(lock_file: Path) -> Iterator[None]:
     descriptor opened read-only (a folder's)."""
     descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        acquire_lock(descriptor, None)
         yield
     finally:
         os.close(descriptor)  # releases the lock

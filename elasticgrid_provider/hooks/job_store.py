@@ -22,12 +22,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from elasticgrid_provider.atomic_files import acquire_lock, write_json
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.job import JobManifest, JobSnapshot, JobStatus
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.launch_spec import check_job_name
 from elasticgrid_provider.core.state import ScaleState
-from elasticgrid_provider.hooks.launch_files import acquire_lock, write_json
 from elasticgrid_provider.hooks.remote_parts import remote_down_ranks, spec_params
 from elasticgrid_provider.hooks.state_store import read_scale_state, write_scale_state
 

@@ -9,10 +9,8 @@ disks"), docs/operators.md ("Files under the jobs root").
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -110,18 +108,3 @@ def write_launch_files(
             shutil.rmtree(spec_folder)
         raise
     return intent
-
-
-def acquire_lock(descriptor: int, timeout: float | None) -> bool:
-    """``flock`` the descriptor exclusively (a job's or the grid's lock file), waiting at most ``timeout`` seconds (None: forever)."""
-    if timeout is None:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        return True
-    deadline = time.monotonic() + timeout
-    while True:
-        with suppress(BlockingIOError):
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
