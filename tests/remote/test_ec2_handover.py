@@ -89,7 +89,11 @@ def test_connections_from_the_metadata_db_reach_the_launcher_and_no_file_or_proc
 
     manager = JobManager(root=jobs_root)
     first_line = "starting at step 0/100000"
-    wait_for(lambda: first_line in manager.logs("handed--aws", 0), "rank 0's first line")
+    try:
+        wait_for(lambda: first_line in manager.logs("handed--aws", 0), "rank 0's first line")
+    except AssertionError as error:  # what each rank printed instead
+        tails = {rank: manager.logs("handed--aws", rank) for rank in (0, 1)}
+        raise AssertionError(f"{error}; the ranks' logs: {tails}") from None
 
     capsys.readouterr()
     assert cli(["stop", "handed"]) == 0  # the CLI reads the connections the normal way
