@@ -10,6 +10,7 @@ form. The models are pydantic *dataclasses*, so positional construction,
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import sys
@@ -338,6 +339,20 @@ class JsonModel:
         """Build from plain JSON, or raise one sentence naming the field and the value."""
         where = cls._where(data) if where is None else where
         return _checked(where, data, cls.type_adapter(), cls.OWNER, FROM_JSON)
+
+    def model_dump_json(self) -> str:
+        """:meth:`model_dump` as a JSON string, in the fields' order."""
+        return self.type_adapter().dump_json(self).decode()
+
+    @classmethod
+    def model_validate_json(cls, text: str | bytes, *, where: str | None = None) -> Self:
+        """Build from a JSON string, or raise one sentence: not JSON, or the field and value."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as error:
+            named = cls._where(None) if where is None else where
+            raise ElasticGridError(f"{named or 'input'} is not valid JSON: {error}") from None
+        return cls.model_validate(data, where=where)
 
     @classmethod
     def model_json_schema(cls) -> dict[str, Any]:

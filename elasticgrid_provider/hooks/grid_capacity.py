@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
 from elasticgrid_provider.core.fleet.allocator import (
@@ -25,6 +25,7 @@ from elasticgrid_provider.core.fleet.ledger import (
     REBUILT_PRIORITY,
     GridLedger,
     HoldingPhase,
+    Priority,
     QueuedRequest,
     ShrinkRequest,
     confirm,
@@ -55,33 +56,40 @@ from elasticgrid_provider.core.launch_record import new_launch_id
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.claim import holder_claims
-from elasticgrid_provider.core.records import (
-    RecordLayout,
-    known_fields,
-    split_unknown,
-    with_unknown,
+from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
+from elasticgrid_provider.core.validation import (
+    AboveZero,
+    Count,
+    JsonModel,
+    NonNegative,
+    Positive,
+    Text,
+    choice,
+    model,
 )
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 
 log = logging.getLogger(__name__)
 
 REQUEST_LAYOUT = RecordLayout("capacity request", major=1, unversioned=1)
-"""The layout of a request handed to a :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`
-(a record: :mod:`~elasticgrid_provider.core.records`; a triggerer may run another release)."""
 
 
-@dataclass(frozen=True)
-class CapacityRequest:
-    """What a fleet-aware plan asks of the grid (the operator checked every field)."""
+@model
+class CapacityRequest(ForwardCompatible, JsonModel):
+    """What a fleet-aware plan asks of the grid; a record handed to a
+    :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`, which may run another
+    release (:mod:`~elasticgrid_provider.core.records`)."""
 
-    job: str
-    nodes: int
-    min_nodes: int
-    priority: int = REBUILT_PRIORITY
-    mode: ShortfallMode = ShortfallMode.WAIT
-    timeout_s: float | None = None
-    lease_s: float = DEFAULT_LEASE_S  # lease_for(the task's poll_interval)
-    extras: dict[str, Any] = field(default_factory=dict, hash=False)  # a newer minor's fields
+    LAYOUT = REQUEST_LAYOUT
+
+    job: Text
+    nodes: Positive
+    min_nodes: Count
+    priority: Priority = REBUILT_PRIORITY
+    mode: Annotated[ShortfallMode, choice(ShortfallMode)] = ShortfallMode.WAIT
+    timeout_s: NonNegative | None = None
+    lease_s: AboveZero = DEFAULT_LEASE_S  # lease_for(the task's poll_interval)
+    extras: Extras = extras_field()  # a newer minor's fields
 
     def as_queued(self, since: float, current_nodes: int = 0) -> QueuedRequest:
         """The request as it waits in the ledger's queue (``current_nodes``: what it uses)."""
@@ -94,36 +102,6 @@ class CapacityRequest:
             timeout_s=self.timeout_s,
             current_nodes=current_nodes,
             lease_s=self.lease_s,
-        )
-
-    def model_dump(self) -> dict[str, Any]:
-        """Plain JSON (a trigger's arguments), with its version and the fields kept."""
-        dumped = {
-            "job": self.job,
-            "nodes": self.nodes,
-            "min_nodes": self.min_nodes,
-            "priority": self.priority,
-            "mode": ShortfallMode(self.mode).value,
-            "timeout_s": self.timeout_s,
-            "lease_s": self.lease_s,
-        }
-        return REQUEST_LAYOUT.stamp(with_unknown(dumped, self.extras))
-
-    @classmethod
-    def model_validate(cls, data: Mapping[str, Any]) -> CapacityRequest:
-        """The request from :meth:`model_dump`'s JSON; a newer major is refused in one
-        sentence (:class:`~elasticgrid_provider.core.errors.NewerRecordError`)."""
-        _, stored = REQUEST_LAYOUT.read(data)
-        data, extras = split_unknown(stored, known_fields(cls))
-        return cls(
-            job=str(data["job"]),
-            nodes=int(data["nodes"]),
-            min_nodes=int(data["min_nodes"]),
-            priority=int(data["priority"]),
-            mode=ShortfallMode(data["mode"]),
-            timeout_s=None if data.get("timeout_s") is None else float(data["timeout_s"]),
-            lease_s=float(data.get("lease_s", DEFAULT_LEASE_S)),
-            extras=extras,
         )
 
 

@@ -13,7 +13,6 @@ Pure: no Airflow, no I/O. The rules themselves are in ``docs/policy.md``.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from pydantic import ValidationInfo, field_validator, model_validator
@@ -142,16 +141,3 @@ class ScaleDecision(ForwardCompatible, JsonModel):
     def changed(self) -> bool:
         """Whether this decision changes the job's size."""
         return self.action is not ScaleAction.HOLD
-
-    def to_json(self) -> str:
-        """:meth:`model_dump` as a JSON string (strict: no NaN or infinity)."""
-        return json.dumps(self.model_dump(), sort_keys=True, allow_nan=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> ScaleDecision:
-        """Rebuild a decision from :meth:`to_json` output."""
-        try:
-            data = json.loads(text)
-        except (TypeError, ValueError) as error:
-            raise ElasticGridError(f"decision is not valid JSON: {error}") from None
-        return cls.model_validate(data)

@@ -329,7 +329,7 @@ def test_decision_invariants(
         assert decision.cooldown == CooldownClock(inputs["now"], decision.action.value)
     else:
         assert decision.cooldown == inputs["cooldown"]
-    assert ScaleDecision.from_json(decision.to_json()) == decision
+    assert ScaleDecision.model_validate_json(decision.model_dump_json()) == decision
     assert decide(scheduler, window, **inputs) == decision
 
 
@@ -391,7 +391,7 @@ def test_every_sample_within_the_bounds_is_decided_on_without_an_arithmetic_erro
             assert "too large" in str(error), error
             continue
         assert 1 <= decision.target_nodes <= MAX_NODES
-        assert ScaleDecision.from_json(decision.to_json()) == decision
+        assert ScaleDecision.model_validate_json(decision.model_dump_json()) == decision
 
 
 def test_a_scale_down_acts_on_the_largest_recent_recommendation() -> None:
@@ -452,7 +452,7 @@ def test_projections_are_finite_json() -> None:
     assert decision.projection is not None
     for value in decision.projection.values():
         assert not (isinstance(value, float) and not math.isfinite(value))
-    assert decision.to_json()
+    assert decision.model_dump_json()
 
 
 def test_a_queue_whose_growth_still_speeds_up_does_not_confirm_a_scale_up() -> None:

@@ -561,7 +561,7 @@ def test_every_decision_round_trips_through_json(
     phrases: object,
 ) -> None:
     decision = _decide(policy_args, window, inputs)
-    assert ScaleDecision.from_json(decision.to_json()) == decision
+    assert ScaleDecision.model_validate_json(decision.model_dump_json()) == decision
     plain = json.loads(json.dumps(decision.model_dump()))
     assert plain["action"] == decision.action.value
     assert ScaleDecision.model_validate(plain) == decision
@@ -579,4 +579,6 @@ def test_decisions_are_deterministic(
     replayed_window = MetricsWindow.model_validate(json.loads(json.dumps(window.model_dump())))
     replayed_args = json.loads(json.dumps(ScalePolicy(**{**LINEAR, **policy_args}).model_dump()))
     assert _decide(policy_args, window, inputs) == first
-    assert _decide(replayed_args, replayed_window, inputs).to_json() == first.to_json()
+    assert (
+        _decide(replayed_args, replayed_window, inputs).model_dump_json() == first.model_dump_json()
+    )
