@@ -20,14 +20,14 @@ from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError
 from elasticgrid_provider.core.fleet.ledger import GridLedger, release, used_nodes
-from elasticgrid_provider.core.formatting import decision_summary, iso_time
+from elasticgrid_provider.core.formatting import iso_time
 from elasticgrid_provider.core.job import JobSnapshot, JobStatus
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.claim import SharedGrid, claim_the_grid
 from elasticgrid_provider.core.policy.grid import GridShare
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
-from elasticgrid_provider.core.policy.rules import EventRule, ScaleAction
+from elasticgrid_provider.core.policy.rules import ScaleAction
 from elasticgrid_provider.core.recovery import (
     LostPart,
     QuarantineEntry,
@@ -45,6 +45,7 @@ from elasticgrid_provider.core.samples import (
 from elasticgrid_provider.core.state import (
     DEFAULT_HISTORY_LIMIT,
     DecisionRecord,
+    JobEndedRecord,
     ScaleState,
     remember_recovery,
 )
@@ -352,21 +353,14 @@ class ScaleCheck:
     ) -> CheckOutcome:
         """Rule 4: the job is done or stopped: no decision, a ``job_ended`` record and entry,
         and its nodes released on a shared grid."""
-        ended: dict[str, Any] = {
-            "action": ScaleAction.HOLD.value,
-            "current_nodes": snapshot.nodes,
-            "target_nodes": snapshot.nodes,
-            "rule": EventRule.JOB_ENDED,
-            "reason": f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale",
-            "decided_at": now,
-        }
-        ended["context"] = {
+        context = {
             "job_status": snapshot.status,
             "job_name": self.job_name,
             "decided_at_iso": iso_time(now),
             **asdict(task),
-            "readable": {"summary": decision_summary(ended)},
         }
+        reason = f"job {self.job_name!r} is {snapshot.status}; there is nothing to scale"
+        ended = JobEndedRecord(snapshot.nodes, reason, now, context).model_dump()
         state = state.remember_event(ended, now, self.history_limit)
         released = None
         if grid is not None:

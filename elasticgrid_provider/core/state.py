@@ -110,6 +110,31 @@ def recorded_by_older_policy(entry: Any) -> bool:
 
 
 @model
+class JobEndedRecord(JsonModel):
+    """The history entry of a check that found its job ended (done or stopped): no decision.
+    Its JSON has a decision's shape (a hold at the job's size, rule ``job_ended``), so the
+    history, the CLI and the UI read it like any other entry."""
+
+    nodes: Count
+    reason: Text
+    decided_at: Finite
+    context: dict[str, Any] = Field(default_factory=dict)
+
+    @model_serializer(mode="plain")
+    def _as_entry(self) -> dict[str, Any]:
+        entry = {
+            "action": ScaleAction.HOLD.value,
+            "current_nodes": self.nodes,
+            "target_nodes": self.nodes,
+            "rule": EventRule.JOB_ENDED.value,
+            "reason": self.reason,
+            "decided_at": self.decided_at,
+        }
+        readable = {"summary": decision_summary(entry)}
+        return {**entry, "context": {**self.context, "readable": readable}}
+
+
+@model
 class DecisionRecord(JsonModel):
     """A decision, its inputs, and what surrounded it (job, deadline source, placements);
     its JSON (XCom, history) is the decision's fields beside ``context`` and ``inputs``."""

@@ -98,7 +98,7 @@ def test_a_scale_up_with_no_free_node_holds_for_capacity_naming_the_holders() ->
     assert "holding at 8 instead of scaling up to 40" in decision.reason
     assert _condition(decision, "AbleToScale")[:2] == (False, "NoFreeNodes")
     assert _condition(decision, "ScalingLimited")[:2] == (True, "GridCapacity")
-    assert ScaleDecision.from_json(decision.to_json()) == decision
+    assert ScaleDecision.model_validate_json(decision.model_dump_json()) == decision
 
 
 def test_a_capacity_hold_stands_beside_a_cooldown() -> None:

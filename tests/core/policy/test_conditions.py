@@ -108,7 +108,7 @@ def test_too_few_samples_is_scaling_inactive():
 
 def test_the_conditions_round_trip_and_replay_identically():
     decision = decide({"max_nodes": 8}, window(4, queue=0.8))
-    again = ScaleDecision.from_json(decision.to_json())
+    again = ScaleDecision.model_validate_json(decision.model_dump_json())
     assert again.conditions == decision.conditions
     assert [c["type"] for c in decision.model_dump()["conditions"]] == [
         "AbleToScale",

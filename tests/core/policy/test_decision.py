@@ -78,7 +78,7 @@ def test_missing_decision_field_is_named() -> None:
     with pytest.raises(ElasticGridError, match="decision is missing the field 'rule'"):
         ScaleDecision.model_validate(data)
     with pytest.raises(ElasticGridError, match="decision is not valid JSON"):
-        ScaleDecision.from_json("{")
+        ScaleDecision.model_validate_json("{")
 
 
 def test_a_scale_change_cannot_be_held_back() -> None:
