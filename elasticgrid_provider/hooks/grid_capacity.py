@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Annotated, Any
+from typing import Any
 
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError, JobLaunchError
 from elasticgrid_provider.core.fleet.allocator import (
@@ -21,12 +21,10 @@ from elasticgrid_provider.core.fleet.allocator import (
     plan_preemption,
 )
 from elasticgrid_provider.core.fleet.ledger import (
-    DEFAULT_LEASE_S,
     REBUILT_PRIORITY,
+    CapacityRequest,
     GridLedger,
     HoldingPhase,
-    Priority,
-    QueuedRequest,
     ShrinkRequest,
     confirm,
     dequeue,
@@ -48,7 +46,6 @@ from elasticgrid_provider.core.fleet.pools import check_pools, pool_records
 from elasticgrid_provider.core.fleet.sharing import (
     JobClaim,
     ShortfallDecision,
-    ShortfallMode,
     Verdict,
     free_total,
 )
@@ -56,53 +53,9 @@ from elasticgrid_provider.core.launch_record import new_launch_id
 from elasticgrid_provider.core.placement import Placement
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.policy.claim import holder_claims
-from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
-from elasticgrid_provider.core.validation import (
-    AboveZero,
-    Count,
-    JsonModel,
-    NonNegative,
-    Positive,
-    Text,
-    choice,
-    model,
-)
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 
 log = logging.getLogger(__name__)
-
-REQUEST_LAYOUT = RecordLayout("capacity request", major=1, unversioned=1)
-
-
-@model
-class CapacityRequest(ForwardCompatible, JsonModel):
-    """What a fleet-aware plan asks of the grid; a record handed to a
-    :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`, which may run another
-    release (:mod:`~elasticgrid_provider.core.records`)."""
-
-    LAYOUT = REQUEST_LAYOUT
-
-    job: Text
-    nodes: Positive
-    min_nodes: Count
-    priority: Priority = REBUILT_PRIORITY
-    mode: Annotated[ShortfallMode, choice(ShortfallMode)] = ShortfallMode.WAIT
-    timeout_s: NonNegative | None = None
-    lease_s: AboveZero = DEFAULT_LEASE_S  # lease_for(the task's poll_interval)
-    extras: Extras = extras_field()  # a newer minor's fields
-
-    def as_queued(self, since: float, current_nodes: int = 0) -> QueuedRequest:
-        """The request as it waits in the ledger's queue (``current_nodes``: what it uses)."""
-        return QueuedRequest(
-            job=self.job,
-            nodes=self.nodes,
-            min_nodes=self.min_nodes,
-            since=since,
-            priority=self.priority,
-            timeout_s=self.timeout_s,
-            current_nodes=current_nodes,
-            lease_s=self.lease_s,
-        )
 
 
 @dataclass(frozen=True)

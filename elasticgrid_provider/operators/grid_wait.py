@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
     from airflow.triggers.base import BaseTrigger
 
+    from elasticgrid_provider.core.fleet.ledger import CapacityRequest
     from elasticgrid_provider.core.planner import GridPlanner
-    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity, SharedPlan
+    from elasticgrid_provider.hooks.grid_capacity import GridCapacity, SharedPlan
 
 KILL_CHECK_S = 0.5  # how often a wait for nodes looks whether the task was killed
 KILL_LOCK_WAIT_S = 2.0  # how long on_kill waits for the grid lock (SIGKILL follows SIGTERM)

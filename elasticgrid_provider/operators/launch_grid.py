@@ -31,8 +31,9 @@ from elasticgrid_provider.operators.plan import (
 )
 
 if TYPE_CHECKING:
+    from elasticgrid_provider.core.fleet.ledger import CapacityRequest
     from elasticgrid_provider.core.recovery import LostPart
-    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, SharedPlan
+    from elasticgrid_provider.hooks.grid_capacity import SharedPlan
 
 RESUME_METHOD = "execute_after_capacity"
 

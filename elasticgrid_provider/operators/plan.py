@@ -33,7 +33,7 @@ from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
 from elasticgrid_provider.operators.grid_wait import GridCapacityWait
 
 if TYPE_CHECKING:
-    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
+    from elasticgrid_provider.core.fleet.ledger import CapacityRequest
 
 RESERVATION_XCOM_KEY = "reservation"
 SHORTFALL_MODES = tuple(mode.value for mode in ShortfallMode)
@@ -67,8 +67,7 @@ def capacity_request(
 ) -> CapacityRequest:
     """Rendered fleet arguments as a request for the grid; bad input is one sentence naming
     the field and value (an :class:`ElasticGridError`)."""
-    from elasticgrid_provider.core.fleet.ledger import lease_for
-    from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
+    from elasticgrid_provider.core.fleet.ledger import CapacityRequest, lease_for
 
     job = check_job_name(job_name)
     nodes = check_integer("nodes", nodes, minimum=1)

@@ -37,7 +37,8 @@ class GridCapacityTrigger(ElasticGridTrigger):
     """Fire when the queued request would be granted, or once its timeout passed.
 
     :param jobs_root: the JobManager root whose grid ledger the request waits in.
-    :param request: the request, :meth:`~elasticgrid_provider.hooks.grid_capacity.CapacityRequest.model_dump`.
+    :param request: the request, as
+        :meth:`~elasticgrid_provider.core.fleet.ledger.CapacityRequest.model_dump` wrote it.
     :param capacities: the nodes of each provider the plan may use (``{name: max_nodes}``).
     :param poll_interval: seconds between reads of the ledger.
     :param timeout_at: epoch seconds after which the wait ends (None: no timeout).
@@ -59,7 +60,7 @@ class GridCapacityTrigger(ElasticGridTrigger):
 
     def _check(self) -> dict[str, Any] | None:
         """The event to fire now, or None (runs in a thread: it reads files)."""
-        from elasticgrid_provider.hooks.grid_capacity import CapacityRequest
+        from elasticgrid_provider.core.fleet.ledger import CapacityRequest
 
         try:
             request = CapacityRequest.model_validate(self.request)

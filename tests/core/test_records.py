@@ -21,13 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from elasticgrid_provider.core.errors import ElasticGridError, NewerRecordError
-from elasticgrid_provider.core.fleet.ledger import GridLedger, renew
+from elasticgrid_provider.core.fleet.ledger import (
+    REQUEST_LAYOUT,
+    CapacityRequest,
+    GridLedger,
+    renew,
+)
 from elasticgrid_provider.core.job import JobManifest
 from elasticgrid_provider.core.launch_record import LaunchPhase
 from elasticgrid_provider.core.records import RecordLayout
 from elasticgrid_provider.core.state import DecisionRecord, ScaleState
 from elasticgrid_provider.core.step_log import LogCursor
-from elasticgrid_provider.hooks.grid_capacity import REQUEST_LAYOUT, CapacityRequest
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "records"
 VERSION_KEYS = ("schema_version", "schema_minor")

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from elasticgrid_provider.core.clock import epoch_now
+from elasticgrid_provider.core.fleet.ledger import CapacityRequest
 from elasticgrid_provider.core.fleet.sharing import ShortfallMode, Verdict
 from elasticgrid_provider.core.launch_spec import LaunchOptions
 from elasticgrid_provider.core.planner import GridPlanner
 from elasticgrid_provider.core.providers import providers_from_dicts
 from elasticgrid_provider.hooks.elasticgrid import ElasticGridHook
-from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, GridCapacity
+from elasticgrid_provider.hooks.grid_capacity import GridCapacity
 from elasticgrid_provider.hooks.grid_ledger import GridLedgerStore
 from elasticgrid_provider.triggers.capacity import GridCapacityTrigger
 from tests.dag_settings import PYTHON, SLEEPING_RUN

@@ -19,7 +19,7 @@ from typing import Annotated
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
 from elasticgrid_provider.core.fleet.allocator import Allocation, order_key
 from elasticgrid_provider.core.fleet.pools import PoolRecord, check_pools
-from elasticgrid_provider.core.fleet.sharing import JobClaim, PreemptionPlan
+from elasticgrid_provider.core.fleet.sharing import JobClaim, PreemptionPlan, ShortfallMode
 from elasticgrid_provider.core.records import Extras, ForwardCompatible, RecordLayout, extras_field
 from elasticgrid_provider.core.validation import (
     AboveZero,
@@ -35,6 +35,7 @@ from elasticgrid_provider.core.validation import (
     whole,
 )
 
+REQUEST_LAYOUT = RecordLayout("capacity request", major=1, unversioned=1)
 LEDGER_LAYOUT = RecordLayout("grid ledger", major=2, minor=2, migrated=(1,), unversioned=2)
 """2: queued requests carry their claim; shrink requests (1 reads as 2: it only lacks them).
 2.1: a claim's ``slack_s``, the running jobs' ``standing`` and the audited ``rounds`` (a 2.0
@@ -128,6 +129,37 @@ class QueuedRequest(ForwardCompatible, JsonModel):
     def lapsed(self, now: float) -> bool:
         """Whether the waiting task stopped renewing the request for longer than its lease."""
         return now - self.last_look > self.lease_s
+
+
+@model
+class CapacityRequest(ForwardCompatible, JsonModel):
+    """What a fleet-aware plan asks of the grid; a record handed to a
+    :class:`~elasticgrid_provider.triggers.capacity.GridCapacityTrigger`, which may run another
+    release (:mod:`~elasticgrid_provider.core.records`)."""
+
+    LAYOUT = REQUEST_LAYOUT
+
+    job: Text
+    nodes: Positive
+    min_nodes: Count
+    priority: Priority = REBUILT_PRIORITY
+    mode: Annotated[ShortfallMode, choice(ShortfallMode)] = ShortfallMode.WAIT
+    timeout_s: NonNegative | None = None
+    lease_s: AboveZero = DEFAULT_LEASE_S  # lease_for(the task's poll_interval)
+    extras: Extras = extras_field()  # a newer minor's fields
+
+    def as_queued(self, since: float, current_nodes: int = 0) -> QueuedRequest:
+        """The request as it waits in the ledger's queue (``current_nodes``: what it uses)."""
+        return QueuedRequest(
+            job=self.job,
+            nodes=self.nodes,
+            min_nodes=self.min_nodes,
+            since=since,
+            priority=self.priority,
+            timeout_s=self.timeout_s,
+            current_nodes=current_nodes,
+            lease_s=self.lease_s,
+        )
 
 
 @model

@@ -18,6 +18,7 @@ from elasticgrid_provider.core.fleet.allocator import (
     plan_preemption,
 )
 from elasticgrid_provider.core.fleet.ledger import (
+    CapacityRequest,
     GridLedger,
     QueuedRequest,
     confirm,
@@ -30,7 +31,7 @@ from elasticgrid_provider.core.fleet.sharing import JobClaim, ShortfallMode, Ver
 from elasticgrid_provider.core.policy.claim import deadline_need, holder_claims, room_for
 from elasticgrid_provider.core.policy.parameters import ScalePolicy
 from elasticgrid_provider.core.policy.rules import DecisionRule
-from elasticgrid_provider.hooks.grid_capacity import CapacityRequest, _queued, decide_request
+from elasticgrid_provider.hooks.grid_capacity import _queued, decide_request
 
 T0 = 1_800_000_000.0
 GRID = {"local": 12}

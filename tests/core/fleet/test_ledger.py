@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from elasticgrid_provider.core.errors import ElasticGridError, GridCapacityError
 from elasticgrid_provider.core.fleet.ledger import (
     DEFAULT_LEASE_S,
+    CapacityRequest,
     GridLedger,
     HoldingPhase,
     QueuedRequest,
@@ -312,3 +314,23 @@ def test_a_lease_spans_four_looks_and_never_less_than_two_minutes(poll_interval,
 def test_a_lease_must_be_a_positive_number(bad):
     with pytest.raises(ElasticGridError, match=r"^queued request lease_s must be"):
         QueuedRequest("job", 2, 1, T0, lease_s=bad)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("nodes", 0, "capacity request nodes must be at least 1, got 0"),
+        ("mode", "later", "capacity request mode must be one of 'wait', 'take_what_fits'"),
+        ("lease_s", math.nan, "capacity request lease_s must be a finite number, got nan"),
+    ],
+)
+def test_a_handed_over_capacity_request_is_checked_field_by_field(field, value, message):
+    # what a triggerer reads back is the request the plan wrote, a newer minor's fields kept
+    written = CapacityRequest("job-a", 2, 1, timeout_s=30.0).model_dump()
+    assert CapacityRequest.model_validate({**written, "newer": 1}).model_dump() == {
+        **written,
+        "newer": 1,
+    }
+    with pytest.raises(ElasticGridError) as caught:
+        CapacityRequest.model_validate({**written, field: value})
+    assert str(caught.value).startswith(message)
