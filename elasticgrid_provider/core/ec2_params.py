@@ -119,7 +119,7 @@ class Ec2Params(JsonModel):
 
     @classmethod
     def parse(cls, params: Any, where: str = "resources.params") -> Ec2Params:
-        """Validate a params mapping, or raise one sentence ``<where>.<field>: <problem>``."""
+        """Validate a params mapping, or raise one sentence naming ``<where>.<field>``."""
         parsed = parse_engine_params(
             cls,
             params,
@@ -137,7 +137,7 @@ class Ec2Params(JsonModel):
         """The rules between fields (one sentence naming the field)."""
         if (self.ssh_key is None) == (self.ssh_conn_id is None):
             raise ElasticGridError(
-                f"{where}.ssh_key: give exactly one of ssh_key (a private key file on the "
+                f"{where} must give exactly one of ssh_key (a private key file on the "
                 "worker) or ssh_conn_id (an Airflow SSH connection holding it)"
             )
         if (
@@ -145,15 +145,15 @@ class Ec2Params(JsonModel):
             and self.on_demand_cost_per_node_hour is None
         ):
             raise ElasticGridError(
-                f"{where}.on_demand_cost_per_node_hour: missing (spot_fallback 'on_demand' must "
-                "name the on-demand price, which the plan shows)"
+                f"{where} is missing the field 'on_demand_cost_per_node_hour' (spot_fallback "
+                "'on_demand' must name the on-demand price, which the plan shows)"
             )
         checkpoint = self.checkpoint_dir
         if checkpoint is not None and not checkpoint.startswith("s3://"):
             inside = self.shared_dir is not None and _is_under(checkpoint, self.shared_dir)
             if not inside:
                 raise ElasticGridError(
-                    f"{where}.checkpoint_dir: must be an 's3://' URI or a folder under "
+                    f"{where}.checkpoint_dir must be an 's3://' URI or a folder under "
                     f"shared_dir ({self.shared_dir!r}), got {checkpoint!r}"
                 )
 
@@ -164,7 +164,9 @@ class Ec2Params(JsonModel):
         where = f"provider {provider_name!r} params"
         parsed = cls.parse(params, where)
         if parsed.ssh_key is not None and not _readable_file(parsed.ssh_key):
-            raise ElasticGridError(f"{where}.ssh_key: file {parsed.ssh_key!r} cannot be read")
+            raise ElasticGridError(
+                f"{where}.ssh_key names a file that cannot be read: {parsed.ssh_key!r}"
+            )
         return parsed
 
     def remote_root(self, part_name: str) -> str:

@@ -15,7 +15,14 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BeforeValidator, ValidationError
 
 from elasticgrid_provider.core.errors import ElasticGridError
-from elasticgrid_provider.core.validation import AboveZero, JsonModel, Text, model, whole
+from elasticgrid_provider.core.validation import (
+    AboveZero,
+    JsonModel,
+    Text,
+    model,
+    model_error,
+    whole,
+)
 
 REMOTE_STATUS_FILE = "remote-status.json"
 """What the engine's last probe found, in the part's LOCAL job folder (the hook reads it)."""
@@ -77,12 +84,14 @@ class SshParams(JsonModel):
 
     @classmethod
     def parse(cls, params: Any, where: str = "resources.params") -> SshParams:
-        """Validate a params mapping, or raise one sentence ``<where>.<field>: <problem>``."""
+        """Validate a params mapping, or raise one sentence naming ``<where>.<field>``."""
         parsed = parse_engine_params(
             cls, params, where, {"hosts": "list one '[user@]host' per node"}
         )
         if parsed.ssh_key is not None and parsed.ssh_conn_id is not None:
-            raise ElasticGridError(f"{where}.ssh_conn_id: give ssh_key or ssh_conn_id, not both")
+            raise ElasticGridError(
+                f"{where}.ssh_conn_id must not be given with ssh_key: give one of the two"
+            )
         return parsed
 
     @classmethod
@@ -100,7 +109,9 @@ class SshParams(JsonModel):
         for field in ("ssh_key", "known_hosts"):
             path = getattr(self, field)
             if path is not None and not _readable_file(path):
-                raise ElasticGridError(f"{where}.{field}: file {path!r} cannot be read")
+                raise ElasticGridError(
+                    f"{where}.{field} names a file that cannot be read: {path!r}"
+                )
 
     def node_hosts(self, max_nodes: int, where: str = "params") -> tuple[str, ...]:
         """The host of each of ``max_nodes`` nodes: one entry per node, or each host carrying
@@ -111,7 +122,7 @@ class SshParams(JsonModel):
             return ()
         if count > max_nodes or max_nodes % count:
             raise ElasticGridError(
-                f"{where}.hosts: {count} hosts cannot carry max_nodes={max_nodes} evenly; "
+                f"{where}.hosts must carry max_nodes={max_nodes} evenly, got {count} hosts: "
                 "list one host per node (repeat a host to give it more nodes)"
             )
         return tuple(host for host in self.hosts for _ in range(max_nodes // count))
@@ -131,26 +142,25 @@ ParamsT = TypeVar("ParamsT")
 def parse_engine_params(
     cls: type[ParamsT], params: Any, where: str, required: Mapping[str, str]
 ) -> ParamsT:
-    """An engine's params model from a mapping, or one sentence ``<where>.<field>: <problem>``
-    (an unknown key, a missing ``required`` one with its hint, or a bad value)."""
+    """An engine's params model from a mapping, or one sentence naming ``<where>.<field>``: an
+    unknown key (with the known ones), a missing ``required`` one (with its hint), a bad value.
+    ``where`` is the owner and the params' path, as ``provider 'onprem' params``."""
     if not isinstance(params, Mapping):
-        raise ElasticGridError(f"{where}: must be a JSON object, got {params!r}")
+        raise ElasticGridError(f"{where} must be a JSON object, got {params!r}")
     known = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
     for key in params:
         if key not in known:
-            raise ElasticGridError(f"{where}.{key}: unknown key (known: {', '.join(known)})")
+            raise ElasticGridError(
+                f"{where} has an unknown field {key!r} (known: {', '.join(known)})"
+            )
     for key, hint in required.items():
         if key not in params:
-            raise ElasticGridError(f"{where}.{key}: missing ({hint})")
+            raise ElasticGridError(f"{where} is missing the field {key!r} ({hint})")
     try:
         return cls.type_adapter().validate_python(dict(params))  # type: ignore[attr-defined]
     except ValidationError as error:
-        problem = error.errors(include_url=False)[0]
-        field = str(problem["loc"][0]) if problem["loc"] else "?"
-        cause = (problem.get("ctx") or {}).get("error")
-        phrase = str(cause) if cause is not None else str(problem["msg"])
-        phrase = phrase.removeprefix("Value error, ")
-        raise ElasticGridError(f"{where}.{field}: {phrase}") from None
+        owner, _, path = where.rpartition(" ")
+        raise model_error(error, owner, within=path) from None
 
 
 def _readable_file(path: str) -> bool:

@@ -262,11 +262,13 @@ def model_error(
     where: str,
     owner: str | None = None,
     positional: tuple[str, ...] = (),
+    within: str = "",
 ) -> ElasticGridError:
     """One sentence for the first problem in ``error``: ``where``, the dotted field path, the value.
 
     ``owner`` names the model when ``where`` is empty; ``positional`` names the fields given
-    by position. A validator's :class:`ElasticGridError` is kept.
+    by position; ``within`` is the dotted path the validated value sits at (``params``). A
+    validator's :class:`ElasticGridError` is kept; a validator's ``ValueError`` gives the phrase.
     """
     problem = error.errors(include_url=False)[0]
     kind, value = problem["type"], problem.get("input")
@@ -276,7 +278,7 @@ def model_error(
     loc = list(problem["loc"])
     if loc and isinstance(loc[0], int) and loc[0] < len(positional):
         loc[0] = positional[loc[0]]
-    path = [str(part) for part in loc]
+    path = [part for part in within.split(".") if part] + [str(part) for part in loc]
     if kind in _UNKNOWN_FIELD_ERRORS | _MISSING_ERRORS:
         named = " ".join(part for part in (where, ".".join(path[:-1])) if part)
         owner = named or owner or "input"
@@ -284,6 +286,8 @@ def model_error(
         return ElasticGridError(f"{owner} {verb} {path[-1] if path else '?'!r}")
     if kind == "elasticgrid":
         phrase = str(problem["msg"])
+    elif kind == "value_error" and cause is not None:
+        phrase = str(cause)
     elif kind in _OBJECT_ERRORS:
         phrase = f"must be a JSON object, got {value!r}"
     elif kind in _LIST_ERRORS:

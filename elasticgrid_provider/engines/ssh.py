@@ -111,8 +111,8 @@ class SshEngine(Engine):
             hosts = [host for host in hosts for _ in range(spec.procs_per_node)]
         if len(hosts) != spec.world_size:
             raise ElasticGridError(
-                f"resources.params.hosts: {len(self.params.hosts)} hosts cover neither "
-                f"num_nodes={spec.num_nodes} nor world_size={spec.world_size}"
+                f"resources.params.hosts must cover num_nodes={spec.num_nodes} or "
+                f"world_size={spec.world_size}, got {len(self.params.hosts)} hosts"
             )
         return hosts
 

@@ -57,31 +57,43 @@ def test_a_full_set_of_params_is_kept(tmp_path):
         (
             {"hosts": ["a", "b", "c"]},
             4,
-            "provider 'onprem' params.hosts: 3 hosts cannot carry max_nodes=4 evenly; "
+            "provider 'onprem' params.hosts must carry max_nodes=4 evenly, got 3 hosts: "
             "list one host per node (repeat a host to give it more nodes)",
         ),
-        ({"hosts": ["a", "b", "c"]}, 2, "params.hosts: 3 hosts cannot carry max_nodes=2 evenly"),
-        ({"hosts": ["a"], "colour": "red"}, 1, "provider 'onprem' params.colour: unknown key"),
-        ({}, 1, "provider 'onprem' params.hosts: missing"),
-        ({"hosts": []}, 1, "params.hosts: must be a non-empty list"),
-        ({"hosts": "a"}, 1, "params.hosts: must be a non-empty list"),
+        ({"hosts": ["a", "b", "c"]}, 2, "params.hosts must carry max_nodes=2 evenly, got 3 hosts"),
+        (
+            {"hosts": ["a"], "colour": "red"},
+            1,
+            "provider 'onprem' params has an unknown field 'colour'",
+        ),
+        ({}, 1, "provider 'onprem' params is missing the field 'hosts'"),
+        ({"hosts": []}, 1, "params.hosts must be a non-empty list"),
+        ({"hosts": "a"}, 1, "params.hosts must be a non-empty list"),
         ({"hosts": ["-oProxyCommand=x"]}, 1, "must be a '[user@]host' string, got '-oProx"),
-        ({"hosts": ["gpu@"]}, 1, "params.hosts: must be a '[user@]host' string, got 'gpu@'"),
-        ({"hosts": ["a b"]}, 1, "params.hosts: must be a '[user@]host' string"),
-        ({"hosts": ["a"], "ssh_port": 0}, 1, "params.ssh_port: must be at least 1, got 0"),
-        ({"hosts": ["a"], "ssh_port": 70000}, 1, "params.ssh_port: must be at most 65535"),
-        ({"hosts": ["a"], "ssh_port": "22"}, 1, "params.ssh_port: must be a number, got '22'"),
-        ({"hosts": ["a"], "ssh_opts": "-v"}, 1, "params.ssh_opts: must be a list of strings"),
-        ({"hosts": ["a"], "connect_timeout_s": 0}, 1, "connect_timeout_s: must be greater than 0"),
+        ({"hosts": ["gpu@"]}, 1, "params.hosts must be a '[user@]host' string, got 'gpu@'"),
+        ({"hosts": ["a b"]}, 1, "params.hosts must be a '[user@]host' string"),
+        ({"hosts": ["a"], "ssh_port": 0}, 1, "params.ssh_port must be at least 1, got 0"),
+        ({"hosts": ["a"], "ssh_port": 70000}, 1, "params.ssh_port must be at most 65535"),
+        ({"hosts": ["a"], "ssh_port": "22"}, 1, "params.ssh_port must be a number, got '22'"),
+        ({"hosts": ["a"], "ssh_opts": "-v"}, 1, "params.ssh_opts must be a list of strings"),
+        (
+            {"hosts": ["a"], "connect_timeout_s": 0},
+            1,
+            "params.connect_timeout_s must be greater than 0",
+        ),
         ({"hosts": ["a"], "connect_timeout_s": math.inf}, 1, "must be a finite number, got inf"),
-        ({"hosts": ["a"], "python": ""}, 1, "params.python: must not be empty"),
+        ({"hosts": ["a"], "python": ""}, 1, "params.python must not be empty"),
         (
             {"hosts": ["a"], "ssh_key": "/no/such/id"},
             1,
-            "params.ssh_key: file '/no/such/id' cannot",
+            "params.ssh_key names a file that cannot be read: '/no/such/id'",
         ),
-        ({"hosts": ["a"], "known_hosts": "/no/kh"}, 1, "params.known_hosts: file '/no/kh' cannot"),
-        (["a"], 1, "provider 'onprem' params: must be a JSON object, got ['a']"),
+        (
+            {"hosts": ["a"], "known_hosts": "/no/kh"},
+            1,
+            "params.known_hosts names a file that cannot be read: '/no/kh'",
+        ),
+        (["a"], 1, "provider 'onprem' params must be a JSON object, got ['a']"),
     ],
 )
 def test_bad_params_fail_with_one_sentence_naming_provider_and_field(params, max_nodes, message):
@@ -99,7 +111,7 @@ def test_a_key_file_that_cannot_be_read_is_refused(tmp_path):
         path = str(tmp_path / "id")
         (tmp_path / "id").write_text("key")
         (tmp_path / "id").chmod(0)
-    with pytest.raises(ElasticGridError, match=r"params\.ssh_key: file .* cannot be read"):
+    with pytest.raises(ElasticGridError, match=r"params\.ssh_key names a file that cannot be read"):
         SshParams.from_provider("onprem", {"hosts": ["a"], "ssh_key": path}, 1)
 
 
@@ -107,7 +119,9 @@ def test_the_key_may_come_from_an_airflow_ssh_connection_written_0600_for_the_ca
     from elasticgrid_provider.engines.ssh_transport import session_options
 
     assert SshParams.parse({"hosts": ["a"], "ssh_conn_id": "pool"}).ssh_conn_id == "pool"
-    with pytest.raises(ElasticGridError, match=r"params.ssh_conn_id: give ssh_key or ssh_conn_id"):
+    with pytest.raises(
+        ElasticGridError, match=r"params.ssh_conn_id must not be given with ssh_key"
+    ):
         SshParams.parse({"hosts": ["a"], "ssh_key": "/k", "ssh_conn_id": "pool"})
     key = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----"
     connection = {"conn_type": "ssh", "host": "a", "extra": {"private_key": key}}

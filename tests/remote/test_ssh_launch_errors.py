@@ -36,19 +36,19 @@ BAD_PARAMS = [
     (
         {"hosts": ["gpu@10.0.0.11", "gpu@10.0.0.12", "gpu@10.0.0.13"]},
         4,
-        "provider 'onprem' params.hosts: 3 hosts cannot carry max_nodes=4 evenly; list one "
+        "provider 'onprem' params.hosts must carry max_nodes=4 evenly, got 3 hosts: list one "
         "host per node (repeat a host to give it more nodes)",
     ),
     (
         {"hosts": ["gpu@10.0.0.11"], "colour": "blue"},
         1,
-        "provider 'onprem' params.colour: unknown key (known: hosts, ssh_port, ssh_key, ssh_conn_id, "
+        "provider 'onprem' params has an unknown field 'colour' (known: hosts, ssh_port, ssh_key, ssh_conn_id, "
         "ssh_opts, remote_dir, known_hosts, connect_timeout_s, python, shared_dir)",
     ),
     (
         {"hosts": ["gpu@10.0.0.11"], "ssh_key": "/nonexistent/id_ed25519"},
         1,
-        "provider 'onprem' params.ssh_key: file '/nonexistent/id_ed25519' cannot be read",
+        "provider 'onprem' params.ssh_key names a file that cannot be read: '/nonexistent/id_ed25519'",
     ),
 ]
 
