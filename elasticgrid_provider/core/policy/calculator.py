@@ -44,10 +44,6 @@ from elasticgrid_provider.core.policy.throughput import (
     serving_size,
 )
 
-SHRINK_MARGIN = 1.5
-"""A deadline job shrinks only to a size that fits ``1 - 1.5 * deadline_margin`` of the time
-left: half the margin again is the band between a shrink and the next check's growth."""
-
 
 def recommend(policy: ScalePolicy, situation: Situation) -> Verdict:
     """The rule that applies to ``situation``, before stabilisation and cooldowns."""
@@ -86,8 +82,8 @@ def deadline_rule(policy: ScalePolicy, situation: Situation) -> Verdict:
         return policy.startup_s + finish_s(policy, situation, work, nodes) <= budget_s
 
     if finish_now <= budget:
-        # a shrink must fit with half the margin again, so the next check does not grow it back
-        shrink_budget = (1.0 - SHRINK_MARGIN * policy.deadline_margin) * time_left
+        # a shrink must fit with twice the margin, so the next check does not grow it back
+        shrink_budget = (1.0 - 2.0 * policy.deadline_margin) * time_left
         smallest = smallest_satisfying(
             lambda nodes: fits(nodes, shrink_budget), policy.min_nodes, current - 1
         )

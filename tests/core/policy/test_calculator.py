@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from elasticgrid_provider.core.policy.calculator import SHRINK_MARGIN
 from elasticgrid_provider.core.policy.controller import decide
 from elasticgrid_provider.core.policy.decision import (
     Recommendation,
@@ -58,23 +57,12 @@ def test_a_deadline_shrink_must_save_node_hours_and_never_comes_in_the_final_str
     roomy = decide(scheduler, window, now=T0, deadline_at=T0 + 5000, remaining_steps=600)
     assert (roomy.action, roomy.rule) == (ScaleAction.SCALE_DOWN, "deadline_slack")
     assert roomy.projection is not None
-    assert roomy.projection["target_finish_s"] <= (1 - SHRINK_MARGIN * 0.07) * 5000
+    assert roomy.projection["target_finish_s"] <= 0.8 * 5000  # twice the margin
     assert roomy.projection["gain"] >= 2 * roomy.projection["price"]
     # within 4 restarts (240 s) of the deadline the job never shrinks
     close = decide(scheduler, window, now=T0, deadline_at=T0 + 230, remaining_steps=60)
     assert close.action is ScaleAction.HOLD
     assert "final_stretch" in [hold.rule for hold in close.held_by]
-
-
-def test_a_deadline_shrink_keeps_half_the_margin_again_spare() -> None:
-    """A shrink fits ``1 - 1.5 * deadline_margin`` of the time left: 8 nodes finish 2300 steps
-    in 4200 s of the 5000 left, inside 85% (not 80%, twice the margin)."""
-    window = closed_loop(16, 1.0)
-    scheduler = ScalePolicy(startup_s=60.0, max_nodes=64, deadline_margin=0.1)
-    decision = decide(scheduler, window, now=T0, deadline_at=T0 + 5000, remaining_steps=2300)
-    assert (decision.action, decision.target_nodes) == (ScaleAction.SCALE_DOWN, 8)
-    assert decision.projection is not None
-    assert 0.8 * 5000 < decision.projection["target_finish_s"] <= 0.85 * 5000
 
 
 def test_deadline_pressure_plans_with_the_margin_and_the_restart() -> None:
