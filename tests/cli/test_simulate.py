@@ -206,12 +206,12 @@ def test_simulate_deadline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert code == 0
     decision = data["decision"]
     assert decision["decided_at"] == T0 and decision["deadline_at"] == T0 + 10000
-    # 8 * 20000 / (0.9 * 10000) = 17.8 nodes at linear scaling; the prior's 10% loss per
-    # doubling makes it 21
+    # 8 * 20000 / (0.93 * 10000) = 17.2 nodes at linear scaling; the prior's 10% loss per
+    # doubling makes it 20
     assert (decision["action"], decision["rule"], decision["target_nodes"]) == (
         "scale_up",
         "deadline_pressure",
-        21,
+        20,
     )
     assert decision["projection"]["current_finish_s"] == 20000.0
     code, out, _ = run(capsys, *args, "--remaining-steps", "1000")

@@ -38,7 +38,7 @@ def test_the_new_rules_show_the_parameters_they_compare_against():
         "demand (headroom=0.2, tolerance=0.1, drain_s=1800, stream_band=0.05, peak_window_s=120)"
     )
     assert rule_text("deadline_pressure", limits) == (
-        "deadline_pressure (deadline_margin=0.1, startup_s=60)"
+        "deadline_pressure (deadline_margin=0.07, startup_s=60)"
     )
     assert rule_text("final_stretch", limits) == "final_stretch (final_stretch_s=240)"
 

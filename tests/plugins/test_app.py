@@ -123,7 +123,7 @@ def test_the_job_page_shows_summary_signals_conditions_chart_and_timeline(client
         "held 3 times by min_samples",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
         "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
-        "deadline_pressure (deadline_margin=0.1, startup_s=60)",
+        "deadline_pressure (deadline_margin=0.07, startup_s=60)",
         "projected finish",
         "750s at 4 nodes, 488.57s at 7 with the restart",
         "deadline 2026-01-01 00:35:00 UTC, 600s left",

@@ -59,7 +59,7 @@ def test_a_job_at_its_ceiling_with_a_deadline_shows_the_limit_and_the_projection
     assert conditions["ScalingLimited"] == (
         True,
         "TooManyNodes",
-        "the policy wants 9 nodes, clamped to the ceiling max_nodes=4",
+        "the policy wants 8 nodes, clamped to the ceiling max_nodes=4",
     )
     # the ceiling is a limit, not a hold of the kind AbleToScale reports
     assert conditions["AbleToScale"][:2] == (True, "ReadyForNewScale")
@@ -70,7 +70,7 @@ def test_a_job_at_its_ceiling_with_a_deadline_shows_the_limit_and_the_projection
         "current": "1000s at 4 nodes",
         "target": "deadline 2026-01-01 00:10:00 UTC, 600s left",
     }
-    assert "the policy wants 9 nodes, clamped to the ceiling max_nodes=4" in job_page(view)
+    assert "the policy wants 8 nodes, clamped to the ceiling max_nodes=4" in job_page(view)
 
 
 def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_finish():
@@ -78,7 +78,7 @@ def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_fini
     # the newest check: deadline_pressure wants 7 nodes, the cooldown holds the job at 4
     assert (view["summary"]["current_nodes"], view["summary"]["desired_nodes"]) == (4, 7)
     assert view["summary"]["last_decision"].startswith(
-        "hold 4 -> 4; rule deadline_pressure (deadline_margin=0.1, startup_s=60); "
+        "hold 4 -> 4; rule deadline_pressure (deadline_margin=0.07, startup_s=60); "
         "held by cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)"
     )
     # 150 steps of 5 s at 4 nodes take 750 s; at 7, 428.57 s and a minute of restart
@@ -105,7 +105,7 @@ def test_the_recorded_job_shows_the_recommendation_thresholds_and_projected_fini
     assert "Current nodes 4 Desired nodes 7" in text
     assert _no_missing_seconds(text)
     for expected in (
-        "deadline_pressure (deadline_margin=0.1, startup_s=60)",
+        "deadline_pressure (deadline_margin=0.07, startup_s=60)",
         "queue_bound (target_queue_fraction=0.2, scale_up_factor=2)",
         "cooldown (cooldown_s=3600, scale_down_cooldown_s=3600)",
         "750s at 4 nodes, 488.57s at 7 with the restart",

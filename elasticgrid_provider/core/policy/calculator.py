@@ -44,6 +44,13 @@ from elasticgrid_provider.core.policy.throughput import (
     serving_size,
 )
 
+SHRINK_MARGIN = 1.5
+"""A deadline job shrinks only to a size that fits ``1 - 1.5 * deadline_margin`` of the time
+left: half the margin again is the band between a shrink and the next check's growth. It must
+also fit ``1 - deadline_margin`` of it when the job scales linearly (a job measured at one size
+may: the scaling prior's gain is then a guess), so that the next check does not grow it back
+even then."""
+
 
 def recommend(policy: ScalePolicy, situation: Situation) -> Verdict:
     """The rule that applies to ``situation``, before stabilisation and cooldowns."""
@@ -77,16 +84,19 @@ def deadline_rule(policy: ScalePolicy, situation: Situation) -> Verdict:
         f"({seconds_text(max(budget, 0.0))} after the {policy.deadline_margin:.0%} margin)"
     )
 
-    def fits(nodes: int, budget_s: float) -> bool:
+    def fits(nodes: int, budget_s: float, *, worst_case: bool = False) -> bool:
         """``nodes`` finish within ``budget_s``, the restart included."""
-        return policy.startup_s + finish_s(policy, situation, work, nodes) <= budget_s
+        finish = finish_s(policy, situation, work, nodes, worst_case=worst_case)
+        return policy.startup_s + finish <= budget_s
+
+    def shrink_fits(nodes: int) -> bool:
+        """:data:`SHRINK_MARGIN`: the projection with half the margin again spare, and the
+        worst case (linear scaling below the one size measured) within the margin."""
+        shrink_budget = (1.0 - SHRINK_MARGIN * policy.deadline_margin) * time_left
+        return fits(nodes, shrink_budget) and fits(nodes, budget, worst_case=True)
 
     if finish_now <= budget:
-        # a shrink must fit with twice the margin, so the next check does not grow it back
-        shrink_budget = (1.0 - 2.0 * policy.deadline_margin) * time_left
-        smallest = smallest_satisfying(
-            lambda nodes: fits(nodes, shrink_budget), policy.min_nodes, current - 1
-        )
+        smallest = smallest_satisfying(shrink_fits, policy.min_nodes, current - 1)
         if smallest is None or smallest > current * (1.0 - policy.tolerance):
             why = f"{explanation}: on track; hold the current size"
             return stay(DecisionRule.BALANCED, why, current, numbers)

@@ -123,7 +123,7 @@ class ScalePolicy(JsonModel):
             DecisionRule.DEADLINE_PRESSURE,
             DecisionRule.DEADLINE_SLACK,
         ),
-    ] = 0.1
+    ] = 0.07
     final_stretch_s: Annotated[
         NonNegative | None,
         _about(

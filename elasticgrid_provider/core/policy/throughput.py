@@ -16,14 +16,23 @@ from elasticgrid_provider.core.policy.situation import RemainingWork, Situation
 
 
 def projected_capacity(
-    policy: ScalePolicy, situation: Situation, basis: WorkBasis, nodes: int
+    policy: ScalePolicy,
+    situation: Situation,
+    basis: WorkBasis,
+    nodes: int,
+    *,
+    worst_case: bool = False,
 ) -> float:
-    """Projected throughput of the whole job at ``nodes`` (work per second)."""
+    """Projected throughput of the whole job at ``nodes`` (work per second). ``worst_case``:
+    below the one size a job was measured at, no per-node gain at all (linear scaling, the
+    slowest a smaller size runs), as nothing measured confirms the prior's."""
     loss, _ = scaling(policy, situation, basis)
     measured = [size for size, _ in situation.memory.measured(basis)]
     if measured and nodes < min(measured):
         # below every measured size, a shrink counts on no more than fit or prior promise
         loss = min(loss, policy.scaling_loss)
+        if worst_case and len(measured) < 2:
+            loss = 0.0
     return nodes * situation.memory.per_node_rate(basis, nodes, loss)
 
 
@@ -36,9 +45,17 @@ def scaling(policy: ScalePolicy, situation: Situation, basis: WorkBasis) -> tupl
     return situation.memory.scaling(basis, policy.scaling_loss)
 
 
-def finish_s(policy: ScalePolicy, situation: Situation, work: RemainingWork, nodes: int) -> float:
-    """Seconds ``work`` takes at ``nodes`` (no restart); capped to stay finite."""
-    capacity = projected_capacity(policy, situation, work.basis, nodes)
+def finish_s(
+    policy: ScalePolicy,
+    situation: Situation,
+    work: RemainingWork,
+    nodes: int,
+    *,
+    worst_case: bool = False,
+) -> float:
+    """Seconds ``work`` takes at ``nodes`` (no restart); capped to stay finite. ``worst_case``:
+    as :func:`projected_capacity` says."""
+    capacity = projected_capacity(policy, situation, work.basis, nodes, worst_case=worst_case)
     if capacity <= 0:
         return sys.float_info.max
     return min(work.amount / capacity, sys.float_info.max)

@@ -43,6 +43,7 @@ def case(
 
 
 HOLD, UP, DOWN = "hold", "scale_up", "scale_down"
+ROUND_MARGIN = {"deadline_margin": 0.1}  # the table's deadline sums use a round 10% margin
 
 
 CASES = [
@@ -531,7 +532,11 @@ CASES = [
 def _decide(
     policy_args: dict[str, Any], window: MetricsWindow, inputs: dict[str, Any]
 ) -> ScaleDecision:
-    return decide(ScalePolicy(**{**LINEAR, **policy_args}), window, now=T0, **inputs)
+    return decide(_policy(policy_args), window, now=T0, **inputs)
+
+
+def _policy(policy_args: dict[str, Any]) -> ScalePolicy:
+    return ScalePolicy(**{**LINEAR, **ROUND_MARGIN, **policy_args})
 
 
 @pytest.mark.parametrize(("policy_args", "window", "inputs", "outcome", "phrases"), CASES)
@@ -549,7 +554,7 @@ def test_decision_table(
         assert phrase in decision.reason
     assert decision.decided_at == T0
     assert decision.signals == window.signals()
-    assert decision.thresholds == ScalePolicy(**{**LINEAR, **policy_args}).thresholds()
+    assert decision.thresholds == _policy(policy_args).thresholds()
 
 
 @pytest.mark.parametrize(("policy_args", "window", "inputs", "outcome", "phrases"), CASES)
@@ -577,7 +582,7 @@ def test_decisions_are_deterministic(
 ) -> None:
     first = _decide(policy_args, window, inputs)
     replayed_window = MetricsWindow.model_validate(json.loads(json.dumps(window.model_dump())))
-    replayed_args = json.loads(json.dumps(ScalePolicy(**{**LINEAR, **policy_args}).model_dump()))
+    replayed_args = json.loads(json.dumps(_policy(policy_args).model_dump()))
     assert _decide(policy_args, window, inputs) == first
     assert (
         _decide(replayed_args, replayed_window, inputs).model_dump_json() == first.model_dump_json()
